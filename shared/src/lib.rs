@@ -1,0 +1,26 @@
+//! Turnstile's shared library: the table logic every Lambda function and the CLI call.
+//!
+//! Organised by concept, each module holding its table's attribute names next to its logic:
+//! [`tenant`], [`session`] and [`counter`] (WebSocket admission, seed 003), [`token`], [`limit`] and
+//! [`reservation`] (fungible and non-fungible tokens, seeds 001/000), [`kv`] (GCRA limits, seed 004).
+//! Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (the one definition of every
+//! table), [`dynamo`] (clients and the call counter), [`ids`] (validated identifiers).
+
+pub mod clock;
+pub mod config;
+pub mod counter;
+pub mod deps;
+pub mod dynamo;
+pub mod error;
+pub mod ids;
+pub mod kv;
+pub mod limit;
+pub mod reservation;
+pub mod session;
+pub mod table;
+pub mod telemetry;
+pub mod tenant;
+pub mod token;
+
+pub use deps::Deps;
+pub use error::{Error, Result};

@@ -1,0 +1,465 @@
+//! The one definition of every Turnstile table: key schema, indexes, TTL attribute and stream.
+//! Code, tests, the CLI (`turnstile tables create`) and the `template.yaml` check all read it from
+//! here. Each concept module owns its table's attribute names; this module only assembles them.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus,
+    TimeToLiveSpecification,
+};
+use aws_sdk_dynamodb::Client;
+use serde::Serialize;
+
+use crate::config::{check_table_name, ConfigError, Vars};
+use crate::error::{Error, Result};
+use crate::{counter, kv, limit, reservation, session, tenant, token};
+
+/// The tables Turnstile knows, by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableKind {
+    /// Seed 003: per-tenant limits for WebSocket admission.
+    Tenants,
+    /// Seed 003: sessions and their live connection ids; TTL + stream drive the sweeper.
+    Sessions,
+    /// Seed 003's "Limit table": open-connection counts, per-minute counters, connection rows.
+    Counters,
+    /// Seed 004/002: one GCRA bucket (TAT + state) per key.
+    Buckets,
+    /// Seed 001/000: fungible token buckets (rate-limiter-py compatible).
+    FungibleTokens,
+    /// Seed 001/000: per-account limits with the serviceName index.
+    Limits,
+    /// Seed 001: non-fungible reservations/tokens with the resourceId index.
+    NonFungibleTokens,
+}
+
+impl TableKind {
+    pub const ALL: [TableKind; 7] = [
+        TableKind::Tenants,
+        TableKind::Sessions,
+        TableKind::Counters,
+        TableKind::Buckets,
+        TableKind::FungibleTokens,
+        TableKind::Limits,
+        TableKind::NonFungibleTokens,
+    ];
+
+    /// The WebSocket suite's tables (seed 003).
+    pub const WEBSOCKET: [TableKind; 3] =
+        [TableKind::Tenants, TableKind::Sessions, TableKind::Counters];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableKind::Tenants => "tenants",
+            TableKind::Sessions => "sessions",
+            TableKind::Counters => "counters",
+            TableKind::Buckets => "buckets",
+            TableKind::FungibleTokens => "fungible-tokens",
+            TableKind::Limits => "limits",
+            TableKind::NonFungibleTokens => "non-fungible-tokens",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TableKind> {
+        TableKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Which spelling of the rate-limiter-py attribute names a deployment's tables use: seed 001 writes
+/// camelCase (`resourceName`), seed 000 snake_case (`resource_name`). Chosen by
+/// `TURNSTILE_ATTRIBUTE_STYLE` so existing tables work unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttributeStyle {
+    #[default]
+    Camel,
+    Snake,
+}
+
+impl AttributeStyle {
+    pub const VAR: &'static str = "TURNSTILE_ATTRIBUTE_STYLE";
+
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        match vars.get(Self::VAR).as_deref() {
+            None | Some("camel") | Some("camelCase") => Ok(AttributeStyle::Camel),
+            Some("snake") | Some("snake_case") => Ok(AttributeStyle::Snake),
+            Some(other) => Err(ConfigError::Invalid {
+                var: Self::VAR.into(),
+                value: other.into(),
+                reason: "expected camel or snake".into(),
+            }),
+        }
+    }
+}
+
+/// Resolved names of every table and index, from env vars (see README "Configuration").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableNames {
+    pub tenants: String,
+    pub sessions: String,
+    pub counters: String,
+    pub buckets: String,
+    pub fungible_tokens: String,
+    pub limits: String,
+    pub limit_service_index: String,
+    pub non_fungible_tokens: String,
+    pub resource_index: String,
+}
+
+/// Env var naming the prefix of Turnstile's own tables (default `turnstile-`).
+pub const PREFIX_VAR: &str = "TURNSTILE_TABLE_PREFIX";
+pub const DEFAULT_PREFIX: &str = "turnstile-";
+
+impl TableNames {
+    /// Every name derived from one prefix: `{prefix}tenants`, ..., and the rate-limiter-py tables from
+    /// the base name `{prefix}limiter` with that library's suffixes.
+    pub fn with_prefix(prefix: &str) -> Self {
+        let base = format!("{prefix}limiter");
+        TableNames {
+            tenants: format!("{prefix}tenants"),
+            sessions: format!("{prefix}sessions"),
+            counters: format!("{prefix}counters"),
+            buckets: format!("{prefix}buckets"),
+            fungible_tokens: format!("{base}-fungible-tokens"),
+            limits: format!("{base}-limits"),
+            limit_service_index: format!("{base}-limits-service-index"),
+            non_fungible_tokens: format!("{base}-non-fungible-tokens"),
+            resource_index: format!("{base}-resource-index"),
+        }
+    }
+
+    /// Reads `TURNSTILE_*_TABLE` and rate-limiter-py's own variables (`FUNGIBLE_TABLE`,
+    /// `NON_FUNGIBLE_TABLE`, `LIMIT_TABLE`, `LIMIT_SERVICE_INDEX`, `NON_FUNGIBLE_RES_INDEX`, falling back
+    /// to `LIMITER_TABLES_BASE_NAME` + that library's suffixes).
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let prefix = vars.string_or(PREFIX_VAR, DEFAULT_PREFIX);
+        let d = TableNames::with_prefix(&prefix);
+        let base = vars.get("LIMITER_TABLES_BASE_NAME");
+        let lim = |var: &str, suffix: &str, dflt: &str| -> String {
+            vars.get(var).unwrap_or_else(|| match &base {
+                Some(b) => format!("{b}{suffix}"),
+                None => dflt.to_string(),
+            })
+        };
+        let names = TableNames {
+            tenants: vars.string_or("TURNSTILE_TENANT_TABLE", &d.tenants),
+            sessions: vars.string_or("TURNSTILE_SESSION_TABLE", &d.sessions),
+            counters: vars.string_or("TURNSTILE_COUNTER_TABLE", &d.counters),
+            buckets: vars.string_or("TURNSTILE_BUCKET_TABLE", &d.buckets),
+            fungible_tokens: lim("FUNGIBLE_TABLE", "-fungible-tokens", &d.fungible_tokens),
+            limits: lim("LIMIT_TABLE", "-limits", &d.limits),
+            limit_service_index: lim(
+                "LIMIT_SERVICE_INDEX",
+                "-limits-service-index",
+                &d.limit_service_index,
+            ),
+            non_fungible_tokens: lim(
+                "NON_FUNGIBLE_TABLE",
+                "-non-fungible-tokens",
+                &d.non_fungible_tokens,
+            ),
+            resource_index: lim(
+                "NON_FUNGIBLE_RES_INDEX",
+                "-resource-index",
+                &d.resource_index,
+            ),
+        };
+        for (var, value) in names.vars() {
+            check_table_name(var, value)?;
+        }
+        Ok(names)
+    }
+
+    /// (env var, resolved name) pairs, for validation and for passing the names on to a child process.
+    pub fn vars(&self) -> [(&'static str, &str); 9] {
+        [
+            ("TURNSTILE_TENANT_TABLE", &self.tenants),
+            ("TURNSTILE_SESSION_TABLE", &self.sessions),
+            ("TURNSTILE_COUNTER_TABLE", &self.counters),
+            ("TURNSTILE_BUCKET_TABLE", &self.buckets),
+            ("FUNGIBLE_TABLE", &self.fungible_tokens),
+            ("LIMIT_TABLE", &self.limits),
+            ("LIMIT_SERVICE_INDEX", &self.limit_service_index),
+            ("NON_FUNGIBLE_TABLE", &self.non_fungible_tokens),
+            ("NON_FUNGIBLE_RES_INDEX", &self.resource_index),
+        ]
+    }
+}
+
+impl Default for TableNames {
+    fn default() -> Self {
+        TableNames::with_prefix(DEFAULT_PREFIX)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum AttrType {
+    S,
+    N,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyAttr {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub ty: AttrType,
+}
+
+impl KeyAttr {
+    pub const fn s(name: &'static str) -> Self {
+        KeyAttr {
+            name,
+            ty: AttrType::S,
+        }
+    }
+    pub const fn n(name: &'static str) -> Self {
+        KeyAttr {
+            name,
+            ty: AttrType::N,
+        }
+    }
+}
+
+/// A global secondary index, projecting all attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexDef {
+    pub name: String,
+    pub partition_key: KeyAttr,
+    pub sort_key: Option<KeyAttr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableDef {
+    pub kind: TableKind,
+    pub name: String,
+    pub partition_key: KeyAttr,
+    pub sort_key: Option<KeyAttr>,
+    pub indexes: Vec<IndexDef>,
+    /// Epoch-seconds attribute DynamoDB's TTL deletes on.
+    pub ttl_attribute: Option<&'static str>,
+    /// Stream view, when something consumes the table's changes.
+    pub stream: Option<&'static str>,
+}
+
+/// Every table's definition under the given names and attribute style.
+pub fn catalog(names: &TableNames, style: AttributeStyle) -> Vec<TableDef> {
+    TableKind::ALL
+        .iter()
+        .map(|k| definition(*k, names, style))
+        .collect()
+}
+
+pub fn definition(kind: TableKind, names: &TableNames, style: AttributeStyle) -> TableDef {
+    match kind {
+        TableKind::Tenants => tenant::table(&names.tenants),
+        TableKind::Sessions => session::table(&names.sessions),
+        TableKind::Counters => counter::table(&names.counters),
+        TableKind::Buckets => kv::table(&names.buckets),
+        TableKind::FungibleTokens => token::table(&names.fungible_tokens, style),
+        TableKind::Limits => limit::table(&names.limits, &names.limit_service_index, style),
+        TableKind::NonFungibleTokens => {
+            reservation::table(&names.non_fungible_tokens, &names.resource_index, style)
+        }
+    }
+}
+
+/// What [`ensure`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ensured {
+    Created,
+    Existed,
+}
+
+fn sdk_build<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> Result<T> {
+    r.map_err(|e| Error::Other(format!("building a table request: {e}")))
+}
+
+fn key_element(attr: &KeyAttr, key_type: KeyType) -> Result<KeySchemaElement> {
+    sdk_build(
+        KeySchemaElement::builder()
+            .attribute_name(attr.name)
+            .key_type(key_type)
+            .build(),
+    )
+}
+
+fn key_schema(pk: &KeyAttr, sk: Option<&KeyAttr>) -> Result<Vec<KeySchemaElement>> {
+    let mut v = vec![key_element(pk, KeyType::Hash)?];
+    if let Some(sk) = sk {
+        v.push(key_element(sk, KeyType::Range)?);
+    }
+    Ok(v)
+}
+
+/// Creates the table if it does not exist, waits until it is active, and turns TTL on. Safe to run
+/// any number of times, including concurrently.
+pub async fn ensure(client: &Client, def: &TableDef) -> Result<Ensured> {
+    let mut attrs: Vec<&KeyAttr> = vec![&def.partition_key];
+    attrs.extend(def.sort_key.iter());
+    for ix in &def.indexes {
+        attrs.push(&ix.partition_key);
+        attrs.extend(ix.sort_key.iter());
+    }
+    let mut definitions = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for a in attrs {
+        if seen.insert(a.name) {
+            let ty = match a.ty {
+                AttrType::S => ScalarAttributeType::S,
+                AttrType::N => ScalarAttributeType::N,
+            };
+            definitions.push(sdk_build(
+                AttributeDefinition::builder()
+                    .attribute_name(a.name)
+                    .attribute_type(ty)
+                    .build(),
+            )?);
+        }
+    }
+    let mut req = client
+        .create_table()
+        .table_name(&def.name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .set_attribute_definitions(Some(definitions))
+        .set_key_schema(Some(key_schema(&def.partition_key, def.sort_key.as_ref())?));
+    for ix in &def.indexes {
+        req = req.global_secondary_indexes(sdk_build(
+            GlobalSecondaryIndex::builder()
+                .index_name(&ix.name)
+                .set_key_schema(Some(key_schema(&ix.partition_key, ix.sort_key.as_ref())?))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                )
+                .build(),
+        )?);
+    }
+    if let Some(view) = def.stream {
+        req = req.stream_specification(sdk_build(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::from(view))
+                .build(),
+        )?);
+    }
+    let ensured = match req.send().await {
+        Ok(_) => Ensured::Created,
+        Err(e) if e.code() == Some("ResourceInUseException") => Ensured::Existed,
+        Err(e) => return Err(Error::dynamo("CreateTable", e)),
+    };
+    wait_active(client, &def.name).await?;
+    if let Some(attr) = def.ttl_attribute {
+        let spec = sdk_build(
+            TimeToLiveSpecification::builder()
+                .attribute_name(attr)
+                .enabled(true)
+                .build(),
+        )?;
+        match client
+            .update_time_to_live()
+            .table_name(&def.name)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            // Already enabled (a second `ensure`) is what we wanted.
+            Err(e) if e.code() == Some("ValidationException") => {}
+            Err(e) => return Err(Error::dynamo("UpdateTimeToLive", e)),
+        }
+    }
+    Ok(ensured)
+}
+
+async fn wait_active(client: &Client, name: &str) -> Result<()> {
+    for _ in 0..600 {
+        let out = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("DescribeTable", e))?;
+        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(Error::Other(format!(
+        "table {name} did not become ACTIVE within 60 s"
+    )))
+}
+
+/// Ensures every table in `defs`, in order.
+pub async fn ensure_all(client: &Client, defs: &[TableDef]) -> Result<Vec<(String, Ensured)>> {
+    let mut out = Vec::with_capacity(defs.len());
+    for def in defs {
+        out.push((def.name.clone(), ensure(client, def).await?));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_come_from_env_with_rate_limiter_py_fallbacks() {
+        let vars = Vars::from_pairs([
+            ("LIMITER_TABLES_BASE_NAME", "acme"),
+            ("FUNGIBLE_TABLE", "my-tokens"),
+            ("TURNSTILE_TABLE_PREFIX", "dev-"),
+        ]);
+        let n = TableNames::from_vars(&vars).unwrap();
+        assert_eq!(n.fungible_tokens, "my-tokens");
+        assert_eq!(n.limits, "acme-limits");
+        assert_eq!(n.limit_service_index, "acme-limits-service-index");
+        assert_eq!(n.non_fungible_tokens, "acme-non-fungible-tokens");
+        assert_eq!(n.resource_index, "acme-resource-index");
+        assert_eq!(n.tenants, "dev-tenants");
+        let d = TableNames::from_vars(&Vars::from_pairs::<&str, &str>([])).unwrap();
+        assert_eq!(d, TableNames::default());
+        assert_eq!(d.limits, "turnstile-limiter-limits");
+    }
+
+    #[test]
+    fn a_bad_table_name_names_its_variable() {
+        let vars = Vars::from_pairs([("TURNSTILE_SESSION_TABLE", "no spaces allowed")]);
+        let err = TableNames::from_vars(&vars).unwrap_err();
+        assert!(err.to_string().contains("TURNSTILE_SESSION_TABLE"), "{err}");
+    }
+
+    #[test]
+    fn attribute_style_is_configurable() {
+        let snake = Vars::from_pairs([(AttributeStyle::VAR, "snake")]);
+        assert_eq!(
+            AttributeStyle::from_vars(&snake).unwrap(),
+            AttributeStyle::Snake
+        );
+        let bad = Vars::from_pairs([(AttributeStyle::VAR, "kebab")]);
+        assert!(AttributeStyle::from_vars(&bad).is_err());
+    }
+
+    #[test]
+    fn catalog_follows_the_attribute_style() {
+        let names = TableNames::default();
+        let camel = definition(TableKind::FungibleTokens, &names, AttributeStyle::Camel);
+        let snake = definition(TableKind::FungibleTokens, &names, AttributeStyle::Snake);
+        assert_eq!(camel.partition_key.name, "resourceName");
+        assert_eq!(snake.partition_key.name, "resource_name");
+        let nf = definition(TableKind::NonFungibleTokens, &names, AttributeStyle::Camel);
+        assert_eq!(nf.indexes[0].partition_key.name, "resourceId");
+        let sessions = definition(TableKind::Sessions, &names, AttributeStyle::Camel);
+        assert_eq!(sessions.ttl_attribute, Some("sessionTTL"));
+        assert_eq!(sessions.stream, Some("NEW_AND_OLD_IMAGES"));
+        assert_eq!(
+            catalog(&names, AttributeStyle::Camel).len(),
+            TableKind::ALL.len()
+        );
+    }
+}

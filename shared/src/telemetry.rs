@@ -1,0 +1,22 @@
+//! Structured logs for the CLI and the local stack. Lambda binaries use the runtime's own
+//! `init_default_subscriber`, which honours `AWS_LAMBDA_LOG_FORMAT` and `AWS_LAMBDA_LOG_LEVEL`.
+
+use tracing_subscriber::EnvFilter;
+
+/// `TURNSTILE_LOG_FORMAT=json` gives one JSON object per line; the default is human-readable text.
+/// The level comes from `RUST_LOG` (default `info`). Calling it twice is harmless.
+pub fn init_cli(json: bool) {
+    let json = json
+        || std::env::var("TURNSTILE_LOG_FORMAT")
+            .map(|v| v.eq_ignore_ascii_case("json"))
+            .unwrap_or(false);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.compact().try_init()
+    };
+}

@@ -1,0 +1,149 @@
+//! The foundation against DynamoDB Local: table creation from the one definition, the call counter,
+//! and per-test isolation.
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeyType, StreamViewType, TimeToLiveStatus};
+use shared::table::{self, AttributeStyle, Ensured, TableKind};
+use turnstile_tests::TestEnv;
+
+#[tokio::test]
+async fn every_table_is_created_as_defined_and_ensure_is_idempotent() {
+    let env = TestEnv::new(&[]).await;
+    let client = &env.deps.dynamo;
+    for style in [AttributeStyle::Camel, AttributeStyle::Snake] {
+        let names = shared::table::TableNames::with_prefix(&format!("{}{style:?}-", env.prefix));
+        for def in table::catalog(&names, style) {
+            assert_eq!(table::ensure(client, &def).await.unwrap(), Ensured::Created);
+            assert_eq!(table::ensure(client, &def).await.unwrap(), Ensured::Existed);
+
+            let desc = client
+                .describe_table()
+                .table_name(&def.name)
+                .send()
+                .await
+                .unwrap();
+            let t = desc.table().unwrap();
+            let keys: Vec<(String, KeyType)> = t
+                .key_schema()
+                .iter()
+                .map(|k| (k.attribute_name().to_string(), k.key_type().clone()))
+                .collect();
+            let mut want = vec![(def.partition_key.name.to_string(), KeyType::Hash)];
+            if let Some(sk) = &def.sort_key {
+                want.push((sk.name.to_string(), KeyType::Range));
+            }
+            assert_eq!(keys, want, "key schema of {}", def.name);
+
+            let gsis: Vec<String> = t
+                .global_secondary_indexes()
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{}={}",
+                        g.index_name().unwrap_or(""),
+                        g.key_schema()[0].attribute_name()
+                    )
+                })
+                .collect();
+            let want_gsis: Vec<String> = def
+                .indexes
+                .iter()
+                .map(|i| format!("{}={}", i.name, i.partition_key.name))
+                .collect();
+            assert_eq!(gsis, want_gsis, "indexes of {}", def.name);
+
+            let stream = t
+                .stream_specification()
+                .and_then(|s| s.stream_view_type().cloned());
+            assert_eq!(
+                stream,
+                def.stream.map(StreamViewType::from),
+                "stream of {}",
+                def.name
+            );
+
+            let ttl = client
+                .describe_time_to_live()
+                .table_name(&def.name)
+                .send()
+                .await
+                .unwrap();
+            let ttl = ttl.time_to_live_description().unwrap();
+            match def.ttl_attribute {
+                Some(attr) => {
+                    assert_eq!(ttl.attribute_name(), Some(attr), "TTL of {}", def.name);
+                    assert_eq!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
+                }
+                None => assert_ne!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled)),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_call_counter_counts_each_round_trip_by_operation() {
+    let env = TestEnv::new(&[TableKind::Tenants]).await;
+    let c = &env.deps.dynamo;
+    let name = &env.deps.tables.tenants;
+    assert_eq!(
+        env.counter.total(),
+        0,
+        "TestEnv resets the counter after setup"
+    );
+
+    let put = c
+        .put_item()
+        .table_name(name)
+        .item("tenantId", AttributeValue::S("acme".into()));
+    let (res, calls) = env.counter.measure(put.send()).await;
+    res.unwrap();
+    assert_eq!(calls, 1);
+
+    for _ in 0..2 {
+        c.get_item()
+            .table_name(name)
+            .key("tenantId", AttributeValue::S("acme".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    // A failed call is still a round trip.
+    let failed = c
+        .get_item()
+        .table_name("no-such-table-here")
+        .key("tenantId", AttributeValue::S("acme".into()))
+        .send()
+        .await;
+    assert!(failed.is_err());
+
+    assert_eq!(env.counter.total(), 4);
+    let by_op = env.counter.by_operation();
+    assert_eq!(by_op.get("PutItem"), Some(&1));
+    assert_eq!(by_op.get("GetItem"), Some(&3));
+    env.counter.reset();
+    assert_eq!(env.counter.total(), 0);
+    assert!(env.counter.by_operation().is_empty());
+}
+
+#[tokio::test]
+async fn each_test_env_has_its_own_tables() {
+    let a = TestEnv::new(&[TableKind::Tenants]).await;
+    let b = TestEnv::new(&[TableKind::Tenants]).await;
+    assert_ne!(a.deps.tables.tenants, b.deps.tables.tenants);
+    a.deps
+        .dynamo
+        .put_item()
+        .table_name(&a.deps.tables.tenants)
+        .item("tenantId", AttributeValue::S("only-in-a".into()))
+        .send()
+        .await
+        .unwrap();
+    let seen = b
+        .deps
+        .dynamo
+        .scan()
+        .table_name(&b.deps.tables.tenants)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seen.count(), 0);
+}

@@ -1,0 +1,3 @@
+//! The integration suite: every test runs against DynamoDB Local (started by `make test`).
+
+mod foundation;
