@@ -15,6 +15,7 @@ pub mod error;
 pub mod ids;
 pub mod kv;
 pub mod limit;
+pub mod refusal;
 pub mod reservation;
 pub mod session;
 pub mod table;
