@@ -12,6 +12,7 @@ pub mod counter;
 pub mod deps;
 pub mod dynamo;
 pub mod error;
+pub mod gcra;
 pub mod ids;
 pub mod kv;
 pub mod limit;
