@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 export TURNSTILE_TEST_DYNAMODB="http://127.0.0.1:${DYNAMODB_LOCAL_PORT}"
+# A second instance for tests that wait for real TTL deletions (see tests/support/lib.rs ttl_endpoint).
+export DYNAMODB_LOCAL_TTL_PORT="${DYNAMODB_LOCAL_TTL_PORT:-8001}"
+export TURNSTILE_TEST_DYNAMODB_TTL="http://127.0.0.1:${DYNAMODB_LOCAL_TTL_PORT}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { echo; echo "==> $*"; }
@@ -13,9 +16,11 @@ step() { echo; echo "==> $*"; }
 command -v cargo >/dev/null || { echo "make test: cargo is required (https://rustup.rs)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
-step "DynamoDB Local (port $DYNAMODB_LOCAL_PORT)"
+step "DynamoDB Local (ports $DYNAMODB_LOCAL_PORT and $DYNAMODB_LOCAL_TTL_PORT)"
+ttl_ddb() { DYNAMODB_LOCAL_PORT="$DYNAMODB_LOCAL_TTL_PORT" scripts/dynamodb-local.sh "$@"; }
+trap 'scripts/dynamodb-local.sh stop; ttl_ddb stop' EXIT
 scripts/dynamodb-local.sh start || exit 1
-trap 'scripts/dynamodb-local.sh stop' EXIT
+ttl_ddb start || exit 1
 
 status=0
 run() { step "$*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "FAILED ($rc): $*"; [ $status -ne 0 ] || status=$rc; }; }

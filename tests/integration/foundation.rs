@@ -7,11 +7,13 @@ use turnstile_tests::TestEnv;
 
 #[tokio::test]
 async fn every_table_is_created_as_defined_and_ensure_is_idempotent() {
-    let env = TestEnv::new(&[]).await;
-    let client = &env.deps.dynamo;
+    let mut env = TestEnv::new(&[]).await;
+    let client = env.deps.dynamo.clone();
+    let client = &client;
     for style in [AttributeStyle::Camel, AttributeStyle::Snake] {
         let names = shared::table::TableNames::with_prefix(&format!("{}{style:?}-", env.prefix));
         for def in table::catalog(&names, style) {
+            env.track_table(&def.name);
             assert_eq!(table::ensure(client, &def).await.unwrap(), Ensured::Created);
             assert_eq!(table::ensure(client, &def).await.unwrap(), Ensured::Existed);
 
@@ -146,4 +148,19 @@ async fn each_test_env_has_its_own_tables() {
         .await
         .unwrap();
     assert_eq!(seen.count(), 0);
+}
+
+#[tokio::test]
+async fn a_dropped_test_env_deletes_its_tables() {
+    let env = TestEnv::new(&[TableKind::Tenants, TableKind::Sessions]).await;
+    let names = [
+        env.deps.tables.tenants.clone(),
+        env.deps.tables.sessions.clone(),
+    ];
+    let client = shared::dynamo::local_client(&env.endpoint, None);
+    drop(env);
+    for name in names {
+        let gone = client.describe_table().table_name(&name).send().await;
+        assert!(gone.is_err(), "{name} should have been deleted");
+    }
 }
