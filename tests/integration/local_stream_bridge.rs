@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use shared::clock::Clock;
 use shared::table::TableKind;
 use turnstile_local::stream_bridge::{local_streams_client, StartAt, StreamBridge};
-use turnstile_tests::{endpoint, TestEnv};
+use turnstile_tests::TestEnv;
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -14,12 +14,16 @@ fn s(v: &str) -> AttributeValue {
 
 #[tokio::test]
 async fn ttl_deletions_arrive_shaped_as_aws_delivers_them() {
-    let env = TestEnv::new(&[TableKind::Sessions]).await;
+    let env = TestEnv::for_ttl(&[TableKind::Sessions]).await;
     let table = &env.deps.tables.sessions;
     let db = &env.deps.dynamo;
-    let mut bridge = StreamBridge::new(local_streams_client(&endpoint()), table, StartAt::TrimHorizon)
-        .await
-        .unwrap();
+    let mut bridge = StreamBridge::new(
+        local_streams_client(&env.endpoint),
+        table,
+        StartAt::TrimHorizon,
+    )
+    .await
+    .unwrap();
 
     let past = (env.clock.now().as_secs() - 10).to_string();
     db.put_item()
@@ -27,7 +31,10 @@ async fn ttl_deletions_arrive_shaped_as_aws_delivers_them() {
         .item("tenantId", s("acme"))
         .item("sessionId", s("expired"))
         .item("sessionTTL", AttributeValue::N(past))
-        .item("connectionIds", AttributeValue::Ss(vec!["c1".into(), "c2".into()]))
+        .item(
+            "connectionIds",
+            AttributeValue::Ss(vec!["c1".into(), "c2".into()]),
+        )
         .send()
         .await
         .unwrap();
@@ -61,20 +68,51 @@ async fn ttl_deletions_arrive_shaped_as_aws_delivers_them() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let event = turnstile_local::stream_bridge::to_event(records).unwrap();
-    let names: Vec<&str> = event.records.iter().map(|r| r.event_name.as_str()).collect();
-    assert_eq!(names, ["INSERT", "INSERT", "REMOVE", "REMOVE"], "{names:?}");
+    let session_of = |r: &aws_lambda_events::event::dynamodb::EventRecord| -> String {
+        let keys: std::collections::HashMap<String, serde_json::Value> =
+            serde_dynamo::from_item(r.change.keys.clone()).unwrap();
+        keys["sessionId"].as_str().unwrap_or_default().to_string()
+    };
+    let mut seen: Vec<(String, String)> = event
+        .records
+        .iter()
+        .map(|r| (session_of(r), r.event_name.clone()))
+        .collect();
+    seen.sort();
+    let want = [
+        ("deleted-by-user", "INSERT"),
+        ("deleted-by-user", "REMOVE"),
+        ("expired", "INSERT"),
+        ("expired", "REMOVE"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
+    assert_eq!(seen, want);
 
-    let user_delete = &event.records[2];
-    assert!(user_delete.user_identity.is_none(), "a user's DeleteItem carries no identity");
-
-    let ttl = &event.records[3];
-    let who = ttl.user_identity.as_ref().expect("TTL deletions carry the service identity");
+    let find = |session: &str| {
+        event
+            .records
+            .iter()
+            .find(|r| r.event_name == "REMOVE" && session_of(r) == session)
+            .unwrap()
+    };
+    assert!(
+        find("deleted-by-user").user_identity.is_none(),
+        "a user's DeleteItem carries no identity"
+    );
+    let ttl = find("expired");
+    let who = ttl
+        .user_identity
+        .as_ref()
+        .expect("TTL deletions carry the service identity");
     assert_eq!(who.type_, "Service");
     assert_eq!(who.principal_id, "dynamodb.amazonaws.com");
     let old: std::collections::HashMap<String, serde_json::Value> =
         serde_dynamo::from_item(ttl.change.old_image.clone()).unwrap();
-    assert_eq!(old["sessionId"], "expired");
     assert_eq!(old["connectionIds"], serde_json::json!(["c1", "c2"]));
     assert!(ttl.change.sequence_number.is_some());
-    assert!(ttl.event_source_arn.as_deref().unwrap_or("").contains(table.as_str()));
+    assert!(ttl
+        .event_source_arn
+        .as_deref()
+        .unwrap_or("")
+        .contains(table.as_str()));
 }
