@@ -3,4 +3,9 @@
 //! rules), reproduced on loopback so the real handlers run unchanged against DynamoDB Local.
 
 pub mod eventbridge;
+pub mod http_api;
+pub mod lambda;
+pub mod management;
+pub mod stack;
 pub mod stream_bridge;
+pub mod websocket;

@@ -1,0 +1,274 @@
+//! A local API Gateway HTTP API (payload format 2.0) for the session routes, plus `POST /events`, a
+//! local EventBridge `PutEvents` that delivers matching events to their rule's target function.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, post};
+use axum::{Json, Router};
+use serde_json::{json, Map, Value};
+use shared::clock::SharedClock;
+
+use crate::eventbridge::{event_from_entry, Pattern};
+use crate::lambda::Invoke;
+
+/// An EventBridge rule: events matching `pattern` go to the function `target`.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub pattern: Pattern,
+    pub target: String,
+}
+
+#[derive(Clone)]
+struct HttpState {
+    functions: Arc<dyn Invoke>,
+    clock: SharedClock,
+    rules: Arc<Vec<Rule>>,
+    account_id: String,
+    region: String,
+    domain_name: String,
+}
+
+/// The HTTP API's router.
+pub fn router(
+    functions: Arc<dyn Invoke>,
+    clock: SharedClock,
+    rules: Vec<Rule>,
+    account_id: &str,
+    region: &str,
+    domain_name: &str,
+) -> Router {
+    let state = HttpState {
+        functions,
+        clock,
+        rules: Arc::new(rules),
+        account_id: account_id.to_string(),
+        region: region.to_string(),
+        domain_name: domain_name.to_string(),
+    };
+    Router::new()
+        .route("/session", any(session))
+        .route("/events", post(put_events))
+        .fallback(|| async { not_found() })
+        .with_state(state)
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response()
+}
+
+fn query_map(raw: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    for pair in raw.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (decode(k), decode(v));
+        // HTTP API joins repeated parameters with commas.
+        match m.get_mut(&k) {
+            Some(Value::String(prev)) => {
+                prev.push(',');
+                prev.push_str(&v);
+            }
+            _ => {
+                m.insert(k, json!(v));
+            }
+        }
+    }
+    m
+}
+
+/// Percent-decoding (`+` is a space in query strings); invalid escapes are kept as written.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn session(
+    State(st): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let now = st.clock.now();
+    let mut hdrs: HashMap<String, String> = HashMap::new();
+    for (k, v) in &headers {
+        if let Ok(v) = v.to_str() {
+            hdrs.entry(k.as_str().to_string())
+                .and_modify(|p| {
+                    p.push(',');
+                    p.push_str(v);
+                })
+                .or_insert_with(|| v.to_string());
+        }
+    }
+    let raw_query = uri.query().unwrap_or("").to_string();
+    let route_key = format!("{method} /session");
+    let (body_value, b64) = match std::str::from_utf8(&body) {
+        Ok(s) => (json!(s), false),
+        Err(_) => (json!(aws_smithy_types::base64::encode(&body)), true),
+    };
+    let mut event = json!({
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": uri.path(),
+        "rawQueryString": raw_query,
+        "headers": hdrs,
+        "requestContext": {
+            "accountId": st.account_id,
+            "apiId": "local",
+            "domainName": st.domain_name,
+            "domainPrefix": st.domain_name.split('.').next().unwrap_or(""),
+            "http": {
+                "method": method.as_str(),
+                "path": uri.path(),
+                "protocol": "HTTP/1.1",
+                "sourceIp": peer.ip().to_string(),
+                "userAgent": hdrs.get("user-agent").cloned().unwrap_or_default(),
+            },
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": now.to_rfc3339(),
+            "timeEpoch": now.as_millis(),
+        },
+        "isBase64Encoded": b64,
+    });
+    if !raw_query.is_empty() {
+        event["queryStringParameters"] = Value::Object(query_map(&raw_query));
+    }
+    if !body.is_empty() {
+        event["body"] = body_value;
+    }
+    match st.functions.invoke("session-api", event).await {
+        Ok(resp) => v2_response(&resp),
+        Err(e) => {
+            tracing::error!(error = %e, "session-api failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"message": "Internal Server Error"}))).into_response()
+        }
+    }
+}
+
+/// Payload 2.0 responses: an object with `statusCode` is used as is; anything else is a 200 JSON body.
+fn v2_response(resp: &Value) -> Response {
+    if resp.get("statusCode").is_none() {
+        return (StatusCode::OK, Json(resp.clone())).into_response();
+    }
+    let status = resp["statusCode"]
+        .as_u64()
+        .and_then(|s| StatusCode::from_u16(s as u16).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match &resp["body"] {
+        Value::String(s) if resp["isBase64Encoded"].as_bool() == Some(true) => {
+            aws_smithy_types::base64::decode(s).unwrap_or_default()
+        }
+        Value::String(s) => s.clone().into_bytes(),
+        Value::Null => Vec::new(),
+        other => other.to_string().into_bytes(),
+    };
+    let mut out = (status, body).into_response();
+    if let Some(h) = resp["headers"].as_object() {
+        for (k, v) in h {
+            let value = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if let (Ok(name), Ok(value)) = (
+                axum::http::HeaderName::from_bytes(k.as_bytes()),
+                axum::http::HeaderValue::from_str(&value),
+            ) {
+                out.headers_mut().insert(name, value);
+            }
+        }
+    }
+    out
+}
+
+/// `POST /events` with a `PutEvents` body (`{"Entries": [...]}`): each entry becomes an event; every
+/// rule whose pattern matches invokes its target. Answers in `PutEvents`' shape, with per-entry
+/// errors for malformed entries (as EventBridge does) and the targets each event reached.
+async fn put_events(State(st): State<HttpState>, body: Bytes) -> Response {
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"__type": "ValidationException", "message": format!("body is not JSON: {e}")})),
+            )
+                .into_response()
+        }
+    };
+    let Some(entries) = parsed.get("Entries").and_then(Value::as_array) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"__type": "ValidationException", "message": "Entries (a list) is required"})),
+        )
+            .into_response();
+    };
+    let now = st.clock.now();
+    let mut results = Vec::new();
+    let mut failed = 0;
+    for (i, entry) in entries.iter().enumerate() {
+        match event_from_entry(entry, i, now, &st.account_id, &st.region) {
+            Err(e) => {
+                failed += 1;
+                results.push(json!({"ErrorCode": "InvalidArgument", "ErrorMessage": e.to_string()}));
+            }
+            Ok(event) => {
+                let mut delivered = Vec::new();
+                for rule in st.rules.iter().filter(|r| r.pattern.matches(&event)) {
+                    match st.functions.invoke(&rule.target, event.clone()).await {
+                        Ok(_) => delivered.push(json!({"Rule": rule.name, "Target": rule.target})),
+                        Err(e) => {
+                            tracing::error!(rule = %rule.name, error = %e, "target failed");
+                            delivered.push(json!({"Rule": rule.name, "Target": rule.target, "Error": e.to_string()}));
+                        }
+                    }
+                }
+                results.push(json!({"EventId": event["id"], "DeliveredTo": delivered}));
+            }
+        }
+    }
+    Json(json!({"FailedEntryCount": failed, "Entries": results})).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_decode_like_http_api() {
+        let m = query_map("tenantId=acme&sessionId=a%20b&x=1&x=2&flag&plus=a+b&bad=%zz");
+        assert_eq!(m["tenantId"], "acme");
+        assert_eq!(m["sessionId"], "a b");
+        assert_eq!(m["x"], "1,2");
+        assert_eq!(m["flag"], "");
+        assert_eq!(m["plus"], "a b");
+        assert_eq!(m["bad"], "%zz");
+    }
+}
