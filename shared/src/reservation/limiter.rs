@@ -154,9 +154,10 @@ fn build<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> Result<T> {
     r.map_err(|e| Error::Other(format!("building a DynamoDB request: {e}")))
 }
 
-/// Epoch seconds at or after `t` (an expiry never comes early).
-fn ceil_secs(t: Timestamp) -> i64 {
-    t.as_nanos().div_euclid(1_000_000_000) + i64::from(t.as_nanos().rem_euclid(1_000_000_000) != 0)
+/// Expiries are whole epoch seconds (the TTL attribute's unit), rounded down as the seed does
+/// (`int(time()) + ttl`): a reservation lives at most its TTL.
+fn expiry_secs(t: Timestamp) -> i64 {
+    t.as_secs()
 }
 
 /// Live means the expiry (epoch seconds) is still ahead of `now`.
@@ -403,7 +404,7 @@ impl NonFungibleLimiter {
             Effective::Limited { limit, .. } => limit,
         };
         let expires_at = now.plus(self.inner.reservation_ttl);
-        let exp = ceil_secs(expires_at);
+        let exp = expiry_secs(expires_at);
         for attempt in 0..MAX_ATTEMPTS {
             let expired: Vec<(&String, &AttributeValue)> = ledger
                 .live
@@ -625,7 +626,7 @@ impl NonFungibleLimiter {
         for attempt in 0..MAX_ATTEMPTS {
             let now = self.inner.clock.now();
             let now_s = now.as_secs();
-            let exp = ceil_secs(now.plus(self.inner.token_ttl));
+            let exp = expiry_secs(now.plus(self.inner.token_ttl));
             let row = build(
                 Update::builder()
                     .table_name(&self.inner.table)
