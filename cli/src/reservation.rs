@@ -64,7 +64,9 @@ fn refusal(e: ReservationError) -> Result<serde_json::Value> {
             coordinate,
             limit,
             live,
-        } => Ok(json!({"granted": false, "reason": "limited", "coordinate": coordinate, "limit": limit, "live": live})),
+        } => Ok(
+            json!({"granted": false, "reason": "limited", "coordinate": coordinate, "limit": limit, "live": live}),
+        ),
         other => Ok(json!({"granted": false, "reason": other.to_string()})),
     }
 }

@@ -56,7 +56,9 @@ fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let t = s.get(r)?;
-        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
@@ -70,7 +72,11 @@ fn parse_rfc3339(s: &str) -> Option<Timestamp> {
         if digits.is_empty() {
             return None;
         }
-        let padded: String = digits.chars().chain(std::iter::repeat('0')).take(9).collect();
+        let padded: String = digits
+            .chars()
+            .chain(std::iter::repeat('0'))
+            .take(9)
+            .collect();
         nanos = padded.parse().ok()?;
         rest = &frac[digits.len()..];
     }
@@ -98,7 +104,9 @@ fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
-    Some(Timestamp::from_nanos(secs.checked_mul(1_000_000_000)?.checked_add(nanos)?))
+    Some(Timestamp::from_nanos(
+        secs.checked_mul(1_000_000_000)?.checked_add(nanos)?,
+    ))
 }
 
 /// Deps from the environment, with a frozen clock when `--now` is given.
@@ -127,7 +135,10 @@ pub async fn run(args: Args) -> Result<()> {
                     // Without both defaults the limit row must exist (read once; get_token reuses it).
                     let row = limiter.limits().get(&resource, &account).await?;
                     match row {
-                        Some(r) => Quota::new(limit.unwrap_or(r.limit), window.or(r.window_sec).unwrap_or(0)),
+                        Some(r) => Quota::new(
+                            limit.unwrap_or(r.limit),
+                            window.or(r.window_sec).unwrap_or(0),
+                        ),
                         None => {
                             return Err(Error::Other(format!(
                                 "no limit row for {resource}/{account}: pass --limit and --window"
@@ -148,7 +159,10 @@ mod tests {
 
     #[test]
     fn now_accepts_epoch_ms_and_rfc3339() {
-        assert_eq!(parse_now("1710513045123").unwrap(), Timestamp::from_millis(1_710_513_045_123));
+        assert_eq!(
+            parse_now("1710513045123").unwrap(),
+            Timestamp::from_millis(1_710_513_045_123)
+        );
         assert_eq!(
             parse_now("2024-03-15T14:30:45.123Z").unwrap(),
             Timestamp::from_millis(1_710_513_045_123)
@@ -157,9 +171,15 @@ mod tests {
             parse_now("2024-03-15T15:30:45+01:00").unwrap(),
             Timestamp::from_secs(1_710_513_045)
         );
-        assert_eq!(parse_now("2000-02-29T00:00:00Z").unwrap(), Timestamp::from_secs(951_782_400));
+        assert_eq!(
+            parse_now("2000-02-29T00:00:00Z").unwrap(),
+            Timestamp::from_secs(951_782_400)
+        );
         assert!(parse_now("yesterday").is_err());
         assert!(parse_now("2024-13-01T00:00:00Z").is_err());
-        assert!(parse_now("2024-03-15T14:30:45").is_err(), "an offset is required");
+        assert!(
+            parse_now("2024-03-15T14:30:45").is_err(),
+            "an offset is required"
+        );
     }
 }

@@ -26,9 +26,10 @@ async fn live(l: &NonFungibleLimiter, account: &str) -> usize {
 }
 
 async fn concurrent(ls: Vec<NonFungibleLimiter>, account: &'static str, limit: i64) -> usize {
-    join_all(ls.into_iter().map(|l| {
-        tokio::spawn(async move { l.get_reservation("emr", account, limit).await })
-    }))
+    join_all(
+        ls.into_iter()
+            .map(|l| tokio::spawn(async move { l.get_reservation("emr", account, limit).await })),
+    )
     .await
     .into_iter()
     .map(|r| r.expect("task"))
@@ -66,7 +67,11 @@ async fn call_budget_is_two_cold_one_warm() {
     let r = l.get_reservation("emr", "acct", 2).await.unwrap();
     assert_eq!(
         env.counter.by_operation(),
-        [("BatchGetItem".to_string(), 1), ("TransactWriteItems".to_string(), 1)].into()
+        [
+            ("BatchGetItem".to_string(), 1),
+            ("TransactWriteItems".to_string(), 1)
+        ]
+        .into()
     );
     env.counter.reset();
     let r2 = l.get_reservation("emr", "acct", 2).await.unwrap();
@@ -81,8 +86,21 @@ async fn call_budget_is_two_cold_one_warm() {
     let _r3 = l.get_reservation("emr", "acct", 2).await.unwrap();
     env.counter.reset();
     let err = l.get_reservation("emr", "acct", 2).await.unwrap_err();
-    assert!(matches!(err, ReservationError::Limited { limit: 2, live: 2, .. }), "{err}");
-    assert_eq!(env.counter.by_operation(), [("GetItem".to_string(), 1)].into());
+    assert!(
+        matches!(
+            err,
+            ReservationError::Limited {
+                limit: 2,
+                live: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        env.counter.by_operation(),
+        [("GetItem".to_string(), 1)].into()
+    );
 }
 
 #[tokio::test]
@@ -94,12 +112,18 @@ async fn expired_reservations_and_tokens_stop_counting_at_their_expiry() {
     assert!(l.get_reservation("emr", "acct", 2).await.is_err());
     a.create_token("j-A").await.unwrap();
     env.clock.advance(Duration::from_secs(299));
-    assert!(l.get_reservation("emr", "acct", 2).await.is_err(), "b is still live");
+    assert!(
+        l.get_reservation("emr", "acct", 2).await.is_err(),
+        "b is still live"
+    );
     env.clock.advance(Duration::from_secs(1));
     // b's 5 minutes are over (TTL has not removed its row: the rows are still there).
     assert_eq!(l.list("emr", "acct").await.unwrap().len(), 2);
     let c = l.get_reservation("emr", "acct", 2).await.unwrap();
-    assert!(l.get_reservation("emr", "acct", 2).await.is_err(), "a's token lives 8 h");
+    assert!(
+        l.get_reservation("emr", "acct", 2).await.is_err(),
+        "a's token lives 8 h"
+    );
     env.clock.advance(Duration::from_secs(8 * 3600));
     assert!(l.get_reservation("emr", "acct", 2).await.is_ok());
     assert!(l.get_reservation("emr", "acct", 2).await.is_ok());
@@ -126,16 +150,25 @@ async fn create_token_on_an_expired_or_deleted_reservation_is_an_error() {
     let err = deleted.create_token("j-GONE").await.unwrap_err();
     assert!(matches!(err, ReservationError::Gone { .. }), "{err}");
     assert!(
-        l.list("emr", "acct").await.unwrap().iter().all(|r| r.reservation_id != deleted.id),
+        l.list("emr", "acct")
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.reservation_id != deleted.id),
         "no partial row was recreated"
     );
 
     let r = l.get_reservation("emr", "acct", 5).await.unwrap();
     let t = r.create_token("j-ONE").await.unwrap();
     assert_eq!(t.resource_id, "j-ONE");
-    r.create_token("j-ONE").await.expect("binding to the same resource again is harmless");
+    r.create_token("j-ONE")
+        .await
+        .expect("binding to the same resource again is harmless");
     let err = r.create_token("j-TWO").await.unwrap_err();
-    assert!(matches!(err, ReservationError::AlreadyBound { ref bound_to, .. } if bound_to == "j-ONE"), "{err}");
+    assert!(
+        matches!(err, ReservationError::AlreadyBound { ref bound_to, .. } if bound_to == "j-ONE"),
+        "{err}"
+    );
 }
 
 #[derive(Debug)]
@@ -186,7 +219,10 @@ async fn the_scoped_form_deletes_the_reservation_when_the_work_fails_or_panics()
     let out: Result<(), WorkError> = l
         .with_reservation("emr", "acct", 1, |_r| async { Ok(()) })
         .await;
-    assert!(matches!(out, Err(WorkError::Limiter(ReservationError::Limited { .. }))));
+    assert!(matches!(
+        out,
+        Err(WorkError::Limiter(ReservationError::Limited { .. }))
+    ));
 }
 
 #[tokio::test]
@@ -219,14 +255,20 @@ async fn remove_by_resource_id_releases_capacity_and_is_idempotent() {
     let l = limiter(&env);
     for i in 0..3 {
         let r = l.get_reservation("emr", "acct", 3).await.unwrap();
-        r.create_token(if i < 2 { "j-SAME" } else { "j-OTHER" }).await.unwrap();
+        r.create_token(if i < 2 { "j-SAME" } else { "j-OTHER" })
+            .await
+            .unwrap();
     }
     assert!(l.get_reservation("emr", "acct", 3).await.is_err());
     // Page size 1: the index query is paginated.
     let removed = l.remove_by_resource_id("j-SAME", Some(1)).await.unwrap();
     assert_eq!(removed.len(), 2);
     assert_eq!(live(&l, "acct").await, 1);
-    assert!(l.remove_by_resource_id("j-SAME", None).await.unwrap().is_empty());
+    assert!(l
+        .remove_by_resource_id("j-SAME", None)
+        .await
+        .unwrap()
+        .is_empty());
     assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
     assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
     assert!(l.get_reservation("emr", "acct", 3).await.is_err());
@@ -252,10 +294,25 @@ async fn snake_case_tables_work_unchanged() {
         .iter()
         .find(|i| i.get("reservation_id") != Some(&AttributeValue::S(LEDGER_ID.into())))
         .unwrap();
-    assert_eq!(row.get("resource_id"), Some(&AttributeValue::S("j-SNAKE".into())));
-    assert_eq!(row.get("resource_coordinate"), Some(&AttributeValue::S("emr:acct".into())));
+    assert_eq!(
+        row.get("resource_id"),
+        Some(&AttributeValue::S("j-SNAKE".into()))
+    );
+    assert_eq!(
+        row.get("resource_coordinate"),
+        Some(&AttributeValue::S("emr:acct".into()))
+    );
     assert!(row.contains_key("expiration_time"));
-    assert!(matches!(l.get_reservation("emr", "acct", 1).await, Err(ReservationError::Limited { .. })));
-    assert_eq!(l.remove_by_resource_id("j-SNAKE", None).await.unwrap().len(), 1);
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 1).await,
+        Err(ReservationError::Limited { .. })
+    ));
+    assert_eq!(
+        l.remove_by_resource_id("j-SNAKE", None)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
 }

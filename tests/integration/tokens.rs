@@ -21,7 +21,8 @@ const Q: Quota = Quota::new(10, 100);
 async fn env() -> TestEnv {
     let env = TestEnv::new(&TABLES).await;
     // Whole milliseconds, so stored lastRefill values are plain integers in assertions.
-    env.clock.set(Timestamp::from_millis(env.clock.now().as_millis()));
+    env.clock
+        .set(Timestamp::from_millis(env.clock.now().as_millis()));
     env
 }
 
@@ -33,7 +34,14 @@ fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-async fn put_bucket(env: &TestEnv, names: (&str, &str), resource: &str, account: &str, tokens: AttributeValue, last_refill: AttributeValue) {
+async fn put_bucket(
+    env: &TestEnv,
+    names: (&str, &str),
+    resource: &str,
+    account: &str,
+    tokens: AttributeValue,
+    last_refill: AttributeValue,
+) {
     env.deps
         .dynamo
         .put_item()
@@ -41,13 +49,25 @@ async fn put_bucket(env: &TestEnv, names: (&str, &str), resource: &str, account:
         .item(names.0, AttributeValue::S(resource.into()))
         .item(names.1, AttributeValue::S(account.into()))
         .item("tokens", tokens)
-        .item(if names.0 == "resourceName" { "lastRefill" } else { "last_refill" }, last_refill)
+        .item(
+            if names.0 == "resourceName" {
+                "lastRefill"
+            } else {
+                "last_refill"
+            },
+            last_refill,
+        )
         .send()
         .await
         .expect("put bucket");
 }
 
-async fn get_bucket(env: &TestEnv, names: (&str, &str), resource: &str, account: &str) -> std::collections::HashMap<String, AttributeValue> {
+async fn get_bucket(
+    env: &TestEnv,
+    names: (&str, &str),
+    resource: &str,
+    account: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
     env.deps
         .dynamo
         .get_item()
@@ -84,7 +104,10 @@ async fn the_seeds_refill_examples_hold_against_the_table() {
     put_bucket(&env, CAMEL, "api", "idle", n(0), n(now - 11_500_000)).await;
     let d = limiter(&env).get_token("api", "idle", Q).await.unwrap();
     assert_eq!((d.granted, d.remaining), (true, 9));
-    assert_eq!(get_bucket(&env, CAMEL, "api", "idle").await["lastRefill"], n(now));
+    assert_eq!(
+        get_bucket(&env, CAMEL, "api", "idle").await["lastRefill"],
+        n(now)
+    );
 
     // Rows as Python writes them (floats, fractional ms) are read and matched exactly.
     put_bucket(
@@ -97,7 +120,11 @@ async fn the_seeds_refill_examples_hold_against_the_table() {
     )
     .await;
     let d = limiter(&env).get_token("api", "python", Q).await.unwrap();
-    assert_eq!((d.granted, d.remaining), (true, 2), "2 + floor(14.9995 s / 10 s) - 1");
+    assert_eq!(
+        (d.granted, d.remaining),
+        (true, 2),
+        "2 + floor(14.9995 s / 10 s) - 1"
+    );
 }
 
 #[tokio::test]
@@ -149,9 +176,17 @@ async fn refill_adds_exactly_what_the_elapsed_time_allows() {
     let l = limiter(&env);
     assert_eq!(drain(&l, "a", Q).await, 10);
     env.clock.advance(Duration::from_secs(25));
-    assert_eq!(drain(&l, "a", Q).await, 2, "25 s buy 2 tokens, 5 s of credit remain");
+    assert_eq!(
+        drain(&l, "a", Q).await,
+        2,
+        "25 s buy 2 tokens, 5 s of credit remain"
+    );
     env.clock.advance(Duration::from_secs(5));
-    assert_eq!(drain(&l, "a", Q).await, 1, "the kept 5 s + 5 s buy one more");
+    assert_eq!(
+        drain(&l, "a", Q).await,
+        1,
+        "the kept 5 s + 5 s buy one more"
+    );
     env.clock.advance(Duration::from_millis(9_999));
     assert_eq!(drain(&l, "a", Q).await, 0);
     env.clock.advance(Duration::from_millis(1));
@@ -183,13 +218,23 @@ async fn call_budget_is_two_cold_one_warm_zero_on_a_cached_rejection() {
     env.counter.reset();
     let d = l.get_token("api", "acct", q).await.unwrap();
     assert!(d.granted);
-    assert_eq!(env.counter.total(), 2, "cold: {:?}", env.counter.by_operation());
+    assert_eq!(
+        env.counter.total(),
+        2,
+        "cold: {:?}",
+        env.counter.by_operation()
+    );
     assert_eq!(env.counter.by_operation().get("BatchGetItem"), Some(&1));
 
     env.counter.reset();
     let d = l.get_token("api", "acct", q).await.unwrap();
     assert_eq!((d.granted, d.remaining), (true, 0));
-    assert_eq!(env.counter.total(), 1, "warm: {:?}", env.counter.by_operation());
+    assert_eq!(
+        env.counter.total(),
+        1,
+        "warm: {:?}",
+        env.counter.by_operation()
+    );
     assert_eq!(env.counter.by_operation().get("UpdateItem"), Some(&1));
 
     // Empty: refused locally, with 0 calls, until the next token is due (5 s).
@@ -225,7 +270,11 @@ async fn a_stale_cache_never_admits_beyond_the_table() {
     env.counter.reset();
     let d = a.get_token("api", "acct", q).await.unwrap();
     assert!(!d.granted, "{d:?}");
-    assert_eq!(d.source, Source::Dynamodb, "the failed condition returned the real state");
+    assert_eq!(
+        d.source,
+        Source::Dynamodb,
+        "the failed condition returned the real state"
+    );
     assert_eq!(env.counter.total(), 1, "no read after the failed write");
     assert_eq!(d.retry_after_ms, Some(100_000));
     assert_eq!(d.reset_ms, 300_000);
@@ -275,7 +324,11 @@ async fn the_limit_row_overrides_the_default_and_zero_blocks() {
     assert!(!d.granted);
     assert_eq!(d.source, Source::Blocked);
     assert_eq!(d.retry_after_ms, None);
-    assert_eq!(env.counter.by_operation().get("UpdateItem"), None, "no write for a blocked account");
+    assert_eq!(
+        env.counter.by_operation().get("UpdateItem"),
+        None,
+        "no write for a blocked account"
+    );
     let d = l.get_token("api", "blocked", Q).await.unwrap();
     assert_eq!(d.source, Source::Blocked);
     assert_eq!(env.counter.total(), 1, "the blocked answer is cached too");
@@ -285,15 +338,22 @@ async fn the_limit_row_overrides_the_default_and_zero_blocks() {
     assert!(l.get_token("api", "norow", Q).await.unwrap().granted);
     let other = limiter(&env);
     other.limits().put(&row("norow", 0)).await.unwrap();
-    assert!(l.get_token("api", "norow", Q).await.unwrap().granted, "cached: no row");
+    assert!(
+        l.get_token("api", "norow", Q).await.unwrap().granted,
+        "cached: no row"
+    );
     env.clock.advance(Duration::from_secs(60));
-    assert_eq!(l.get_token("api", "norow", Q).await.unwrap().source, Source::Blocked);
+    assert_eq!(
+        l.get_token("api", "norow", Q).await.unwrap().source,
+        Source::Blocked
+    );
 }
 
 #[tokio::test]
 async fn snake_case_tables_work_unchanged() {
     let env = TestEnv::with_style(&TABLES, AttributeStyle::Snake).await;
-    env.clock.set(Timestamp::from_millis(env.clock.now().as_millis()));
+    env.clock
+        .set(Timestamp::from_millis(env.clock.now().as_millis()));
     let now = env.clock.now().as_millis();
     env.deps
         .dynamo
@@ -368,7 +428,10 @@ async fn the_lambda_wrapper_takes_the_account_from_the_event() {
     assert_eq!(handler.call(ev("a")).await.unwrap(), json!("hi"));
     let err = handler.call(ev("a")).await.unwrap_err();
     assert!(err.to_string().contains("rate limited"), "{err}");
-    assert!(handler.call(ev("b")).await.is_ok(), "another account has its own bucket");
+    assert!(
+        handler.call(ev("b")).await.is_ok(),
+        "another account has its own bucket"
+    );
     let err = handler.call(json!({"body": 1})).await.unwrap_err();
     assert!(err.to_string().contains("no account id"), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 3);

@@ -33,10 +33,17 @@ async fn check_style(style: AttributeStyle, service_attr: &str) {
     let first = parse_file(&file(&[("api", "a", 10, 60), ("api", "b", 5, 60)])).unwrap();
     let dry = load::load(&store, "orders", &first, true).await.unwrap();
     assert_eq!((dry.added.len(), dry.applied), (2, false));
-    assert_eq!(store.list(Some("orders")).await.unwrap().len(), 0, "dry run writes nothing");
+    assert_eq!(
+        store.list(Some("orders")).await.unwrap().len(),
+        0,
+        "dry run writes nothing"
+    );
 
     let d = load::load(&store, "orders", &first, false).await.unwrap();
-    assert_eq!((d.added.len(), d.changed.len(), d.removed.len(), d.applied), (2, 0, 0, true));
+    assert_eq!(
+        (d.added.len(), d.changed.len(), d.removed.len(), d.applied),
+        (2, 0, 0, true)
+    );
 
     let second = parse_file(&file(&[("api", "a", 20, 60), ("emr", "a", 3, 1)])).unwrap();
     let d = load::load(&store, "orders", &second, false).await.unwrap();
@@ -54,7 +61,11 @@ async fn check_style(style: AttributeStyle, service_attr: &str) {
 
     let rows = store.list(Some("orders")).await.unwrap();
     assert_eq!(rows.len(), 2);
-    assert_eq!(store.list(None).await.unwrap().len(), 3, "billing's row is untouched");
+    assert_eq!(
+        store.list(None).await.unwrap().len(),
+        3,
+        "billing's row is untouched"
+    );
 
     let raw = env
         .deps

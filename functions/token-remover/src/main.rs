@@ -9,11 +9,9 @@ async fn main() -> Result<(), Error> {
     let deps = shared::Deps::from_env().await?;
     let config = Config::from_vars(&deps.vars)?;
     let remover = Remover::new(&deps, config);
-    lambda_runtime::run(service_fn(
-        |event: LambdaEvent<EventBridgeEvent<Value>>| {
-            let remover = &remover;
-            async move { Ok::<_, Error>(handle(remover, event.payload).await?) }
-        },
-    ))
+    lambda_runtime::run(service_fn(|event: LambdaEvent<EventBridgeEvent<Value>>| {
+        let remover = &remover;
+        async move { Ok::<_, Error>(handle(remover, event.payload).await?) }
+    }))
     .await
 }

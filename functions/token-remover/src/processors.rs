@@ -110,15 +110,16 @@ impl Processors {
     pub fn parse(text: &str) -> Result<Processors, String> {
         let doc: Value = match serde_json::from_str(text) {
             Ok(v) => v,
-            Err(json_err) => serde_yaml_ng::from_str(text).map_err(|yaml_err| {
-                format!("neither JSON ({json_err}) nor YAML ({yaml_err})")
-            })?,
+            Err(json_err) => serde_yaml_ng::from_str(text)
+                .map_err(|yaml_err| format!("neither JSON ({json_err}) nor YAML ({yaml_err})"))?,
         };
         let list = match &doc {
             Value::Array(a) => a,
             Value::Object(o) => {
                 if let Some(k) = o.keys().find(|k| k.as_str() != "processors") {
-                    return Err(format!("unknown top-level key {k:?}; expected \"processors\""));
+                    return Err(format!(
+                        "unknown top-level key {k:?}; expected \"processors\""
+                    ));
                 }
                 o.get("processors")
                     .and_then(Value::as_array)
@@ -148,7 +149,9 @@ fn non_empty_str(v: Option<&Value>, at: &str) -> Result<String, String> {
 fn path(v: Option<&Value>, at: &str) -> Result<String, String> {
     let p = non_empty_str(v, at)?;
     if p.split('.').any(str::is_empty) {
-        return Err(format!("{at}: {p:?} is not a dotted path like detail.clusterId"));
+        return Err(format!(
+            "{at}: {p:?} is not a dotted path like detail.clusterId"
+        ));
     }
     Ok(p)
 }
@@ -157,7 +160,10 @@ fn processor(v: &Value, at: &str) -> Result<Processor, String> {
     let o = v.as_object().ok_or(format!("{at}: expected a mapping"))?;
     const KEYS: [&str; 4] = ["source", "detail_type", "resource_id", "when"];
     if let Some(k) = o.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(format!("{at}.{k}: unknown field; expected one of {}", KEYS.join(", ")));
+        return Err(format!(
+            "{at}.{k}: unknown field; expected one of {}",
+            KEYS.join(", ")
+        ));
     }
     Ok(Processor {
         source: non_empty_str(o.get("source"), &format!("{at}.source"))?,
@@ -186,7 +192,9 @@ const TESTS: [&str; 7] = [
 fn scalar(v: &Value, at: &str) -> Result<Value, String> {
     match v {
         Value::String(_) | Value::Number(_) | Value::Bool(_) => Ok(v.clone()),
-        other => Err(format!("{at}: expected a string, number or boolean, got {other}")),
+        other => Err(format!(
+            "{at}: expected a string, number or boolean, got {other}"
+        )),
     }
 }
 
@@ -197,7 +205,9 @@ fn predicate(v: &Value, at: &str) -> Result<Predicate, String> {
             .get(key)
             .and_then(Value::as_array)
             .filter(|a| !a.is_empty())
-            .ok_or(format!("{at}.{key}: expected a non-empty list of predicates"))?;
+            .ok_or(format!(
+                "{at}.{key}: expected a non-empty list of predicates"
+            ))?;
         items
             .iter()
             .enumerate()
@@ -218,7 +228,10 @@ fn predicate(v: &Value, at: &str) -> Result<Predicate, String> {
         return match combinators[0] {
             "all" => Ok(Predicate::All(list("all")?)),
             "any" => Ok(Predicate::Any(list("any")?)),
-            _ => Ok(Predicate::Not(Box::new(predicate(&o["not"], &format!("{at}.not"))?))),
+            _ => Ok(Predicate::Not(Box::new(predicate(
+                &o["not"],
+                &format!("{at}.not"),
+            )?))),
         };
     }
     let p = path(o.get("path"), &format!("{at}.path"))?;

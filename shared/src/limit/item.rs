@@ -38,7 +38,8 @@ pub(crate) fn opt_str(item: &Item, table: &str, name: &str) -> Result<Option<Str
 }
 
 pub(crate) fn req_str(item: &Item, table: &str, name: &str) -> Result<String, Error> {
-    opt_str(item, table, name)?.ok_or_else(|| malformed(table, format!("attribute {name} is missing")))
+    opt_str(item, table, name)?
+        .ok_or_else(|| malformed(table, format!("attribute {name} is missing")))
 }
 
 /// A number attribute rounded down to an integer (Python writes floats such as `8.0`), or `None`.
@@ -56,7 +57,8 @@ pub(crate) fn opt_int(item: &Item, table: &str, name: &str) -> Result<Option<i64
 }
 
 pub(crate) fn req_int(item: &Item, table: &str, name: &str) -> Result<i64, Error> {
-    opt_int(item, table, name)?.ok_or_else(|| malformed(table, format!("attribute {name} is missing")))
+    opt_int(item, table, name)?
+        .ok_or_else(|| malformed(table, format!("attribute {name} is missing")))
 }
 
 /// An integer, or a decimal rounded down (`-7.5` → `-8`). Out-of-range values saturate.

@@ -52,8 +52,7 @@ fn bad(what: String) -> Error {
 /// Parses and validates a limits file. Errors name the entry and field (`limits[2].windowSec`).
 /// The file is refused whole if any entry is bad or two entries share (resourceName, accountId).
 pub fn parse_file(text: &str) -> Result<Vec<LimitSpec>> {
-    let doc: Value =
-        serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let doc: Value = serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let list = doc
         .get("limits")
         .ok_or_else(|| bad("the top-level \"limits\" array is missing".into()))?
@@ -70,14 +69,20 @@ pub fn parse_file(text: &str) -> Result<Vec<LimitSpec>> {
         let string = |name: &str| -> Result<String> {
             match field(name)?.as_str() {
                 Some(v) if !v.trim().is_empty() => Ok(v.to_string()),
-                _ => Err(bad(format!("limits[{i}].{name} must be a non-empty string"))),
+                _ => Err(bad(format!(
+                    "limits[{i}].{name} must be a non-empty string"
+                ))),
             }
         };
         let int = |name: &str| -> Result<i64> {
             let v = field(name)?;
             v.as_i64()
                 .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-                .ok_or_else(|| bad(format!("limits[{i}].{name} must be a whole number, got {v}")))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "limits[{i}].{name} must be a whole number, got {v}"
+                    ))
+                })
         };
         let spec = LimitSpec {
             resource_name: string("resourceName")?,
@@ -173,8 +178,10 @@ mod tests {
     fn a_bad_file_names_the_entry_and_field() {
         let err = |t: &str| parse_file(t).unwrap_err().to_string();
         assert!(err("{}").contains("\"limits\" array is missing"));
-        assert!(err(r#"{"limits":[{"accountId":"a","resourceName":"r","limit":1}]}"#)
-            .contains("limits[0].windowSec is missing"));
+        assert!(
+            err(r#"{"limits":[{"accountId":"a","resourceName":"r","limit":1}]}"#)
+                .contains("limits[0].windowSec is missing")
+        );
         assert!(err(
             r#"{"limits":[{"accountId":"a","resourceName":"r","limit":"x","windowSec":1}]}"#
         )

@@ -332,7 +332,10 @@ impl NonFungibleLimiter {
             .client
             .batch_get_item()
             .request_items(limits.table(), req(limits.key(resource, account), false)?)
-            .request_items(&self.inner.table, req(self.key(coordinate, LEDGER_ID), true)?)
+            .request_items(
+                &self.inner.table,
+                req(self.key(coordinate, LEDGER_ID), true)?,
+            )
             .send()
             .await
             .map_err(|e| Error::dynamo("BatchGetItem", e))?;
@@ -341,7 +344,11 @@ impl NonFungibleLimiter {
                 .and_then(|u| u.get(table))
                 .is_some_and(|k| !k.keys().is_empty())
         };
-        let got = |table: &str| out.responses().and_then(|r| r.get(table)).and_then(|v| v.first());
+        let got = |table: &str| {
+            out.responses()
+                .and_then(|r| r.get(table))
+                .and_then(|v| v.first())
+        };
         let row = if unprocessed(limits.table()) {
             limits.get(resource, account).await?
         } else {
@@ -385,20 +392,24 @@ impl NonFungibleLimiter {
         default_limit: i64,
     ) -> Result<Reservation, ReservationError> {
         if resource.is_empty() || account.is_empty() {
-            return Err(Error::Other("resource name and account id must be non-empty".into()).into());
+            return Err(
+                Error::Other("resource name and account id must be non-empty".into()).into(),
+            );
         }
         let coordinate = Self::coordinate(resource, account);
         let now = self.inner.clock.now();
-        let (row, mut ledger, mut cached) =
-            match (self.inner.limits.cached(resource, account), self.cached_ledger(&coordinate)) {
-                (Some(row), Some(l)) => (row, l, true),
-                (Some(row), None) => (row, Ledger::default(), true),
-                (None, Some(l)) => (self.inner.limits.get(resource, account).await?, l, true),
-                (None, None) => {
-                    let (row, l) = self.read_cold(resource, account, &coordinate).await?;
-                    (row, l, false)
-                }
-            };
+        let (row, mut ledger, mut cached) = match (
+            self.inner.limits.cached(resource, account),
+            self.cached_ledger(&coordinate),
+        ) {
+            (Some(row), Some(l)) => (row, l, true),
+            (Some(row), None) => (row, Ledger::default(), true),
+            (None, Some(l)) => (self.inner.limits.get(resource, account).await?, l, true),
+            (None, None) => {
+                let (row, l) = self.read_cold(resource, account, &coordinate).await?;
+                (row, l, false)
+            }
+        };
         let limit = match Effective::capacity(row.as_ref(), default_limit) {
             Effective::Blocked => return Err(ReservationError::Blocked { coordinate }),
             Effective::Limited { limit, .. } => limit,
@@ -440,7 +451,16 @@ impl NonFungibleLimiter {
             }
             let id = uuid::Uuid::new_v4().to_string();
             match self
-                .try_reserve(resource, account, &coordinate, &id, exp, &ledger, &prune, limit)
+                .try_reserve(
+                    resource,
+                    account,
+                    &coordinate,
+                    &id,
+                    exp,
+                    &ledger,
+                    &prune,
+                    limit,
+                )
                 .await?
             {
                 Attempt::Done(()) => {
@@ -529,7 +549,10 @@ impl NonFungibleLimiter {
                 .condition_expression("attribute_not_exists(#live)")
                 .expression_attribute_names("#rn", a.resource_name)
                 .expression_attribute_names("#acct", a.account_id)
-                .expression_attribute_values(":m", AttributeValue::M(HashMap::from([(id.to_string(), n(exp))])))
+                .expression_attribute_values(
+                    ":m",
+                    AttributeValue::M(HashMap::from([(id.to_string(), n(exp))])),
+                )
                 .expression_attribute_values(":rn", s(resource))
                 .expression_attribute_values(":acct", s(account));
         }
@@ -577,7 +600,11 @@ impl NonFungibleLimiter {
 
     /// Sends a transaction. `ledger_index` is the position of the ledger write, whose failed
     /// condition returns the ledger as it is. Any other failed condition is reported with its item.
-    async fn transact(&self, items: Vec<TransactWriteItem>, ledger_index: usize) -> Result<Attempt<()>> {
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+        ledger_index: usize,
+    ) -> Result<Attempt<()>> {
         match self
             .inner
             .client
@@ -608,7 +635,10 @@ impl NonFungibleLimiter {
                 if is_conflict(se.err().code()) {
                     return Ok(Attempt::Conflict);
                 }
-                Err(Error::dynamo("TransactWriteItems", SdkError::ServiceError(se)))
+                Err(Error::dynamo(
+                    "TransactWriteItems",
+                    SdkError::ServiceError(se),
+                ))
             }
             Err(e) => Err(Error::dynamo("TransactWriteItems", e)),
         }
@@ -684,7 +714,8 @@ impl NonFungibleLimiter {
                 Err(SdkError::ServiceError(se)) => {
                     if let TransactWriteItemsError::TransactionCanceledException(t) = se.err() {
                         let reasons = t.cancellation_reasons();
-                        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+                        let code =
+                            |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
                         if is_conflict(Some(code(0))) || is_conflict(Some(code(1))) {
                             backoff(attempt).await;
                             continue;
@@ -712,7 +743,9 @@ impl NonFungibleLimiter {
                         backoff(attempt).await;
                         continue;
                     }
-                    return Err(Error::dynamo("TransactWriteItems", SdkError::ServiceError(se)).into());
+                    return Err(
+                        Error::dynamo("TransactWriteItems", SdkError::ServiceError(se)).into(),
+                    );
                 }
                 Err(e) => return Err(Error::dynamo("TransactWriteItems", e).into()),
             }
@@ -770,8 +803,14 @@ impl NonFungibleLimiter {
                         backoff(attempt).await;
                         continue;
                     }
-                    if !matches!(se.err(), TransactWriteItemsError::TransactionCanceledException(_)) {
-                        return Err(Error::dynamo("TransactWriteItems", SdkError::ServiceError(se)));
+                    if !matches!(
+                        se.err(),
+                        TransactWriteItemsError::TransactionCanceledException(_)
+                    ) {
+                        return Err(Error::dynamo(
+                            "TransactWriteItems",
+                            SdkError::ServiceError(se),
+                        ));
                     }
                     // The ledger no longer holds the entry: just remove the row.
                     self.inner
@@ -808,7 +847,9 @@ impl NonFungibleLimiter {
         Fut: Future<Output = std::result::Result<T, E>>,
         E: From<ReservationError>,
     {
-        let r = self.get_reservation(resource, account, default_limit).await?;
+        let r = self
+            .get_reservation(resource, account, default_limit)
+            .await?;
         let outcome = AssertUnwindSafe(work(r.clone())).catch_unwind().await;
         match outcome {
             Ok(Ok(v)) => Ok(v),

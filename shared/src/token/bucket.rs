@@ -176,9 +176,15 @@ mod tests {
     #[test]
     fn milliseconds_round_trip_at_nanosecond_precision() {
         assert_eq!(format_ms(1_700_000_000_123 * MS), "1700000000123");
-        assert_eq!(format_ms(1_700_000_000_123 * MS + 456_700), "1700000000123.4567");
+        assert_eq!(
+            format_ms(1_700_000_000_123 * MS + 456_700),
+            "1700000000123.4567"
+        );
         assert_eq!(parse_ms("1700000000123"), Some(1_700_000_000_123 * MS));
-        assert_eq!(parse_ms("1700000000123.4567"), Some(1_700_000_000_123 * MS + 456_700));
+        assert_eq!(
+            parse_ms("1700000000123.4567"),
+            Some(1_700_000_000_123 * MS + 456_700)
+        );
         assert_eq!(parse_ms("5.1234567"), Some(5 * MS + 123_456));
         assert_eq!(parse_ms("1.5E3"), Some(1_500 * MS));
         assert_eq!(parse_ms("x"), None);

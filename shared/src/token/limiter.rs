@@ -167,10 +167,12 @@ impl FungibleLimiter {
         let tokens = crate::limit::item::opt_int(item, t, a.tokens)?;
         let last_refill = match &refill_raw {
             None | Some(AttributeValue::Null(_)) => None,
-            Some(AttributeValue::N(v)) => Some(parse_ms(v).ok_or_else(|| Error::MalformedItem {
-                table: t.clone(),
-                reason: format!("{}={v:?} is not a number", a.last_refill),
-            })?),
+            Some(AttributeValue::N(v)) => {
+                Some(parse_ms(v).ok_or_else(|| Error::MalformedItem {
+                    table: t.clone(),
+                    reason: format!("{}={v:?} is not a number", a.last_refill),
+                })?)
+            }
             Some(other) => {
                 return Err(Error::MalformedItem {
                     table: t.clone(),
@@ -190,7 +192,8 @@ impl FungibleLimiter {
 
     fn seen(&self, resource: &str, account: &str) -> Option<Seen> {
         let map = self.inner.seen.lock().ok()?;
-        map.get(&(resource.to_string(), account.to_string())).cloned()
+        map.get(&(resource.to_string(), account.to_string()))
+            .cloned()
     }
 
     fn remember(&self, resource: &str, account: &str, seen: &Seen) {
@@ -208,24 +211,31 @@ impl FungibleLimiter {
     /// blocks the account. DynamoDB calls: **1** warm, **2** cold, **0** when the last state seen
     /// shows the bucket empty until after now (the rejection cache: it only ever refuses), plus 1 per
     /// lost race.
-    pub async fn get_token(&self, resource: &str, account: &str, default: Quota) -> Result<Decision> {
+    pub async fn get_token(
+        &self,
+        resource: &str,
+        account: &str,
+        default: Quota,
+    ) -> Result<Decision> {
         if resource.is_empty() || account.is_empty() {
             return Err(Error::Other(
                 "resource name and account id must be non-empty".into(),
             ));
         }
         let now = self.inner.clock.now();
-        let (row, mut seen, mut from_cache) =
-            match (self.inner.limits.cached(resource, account), self.seen(resource, account)) {
-                (Some(row), Some(seen)) => (row, seen, true),
-                // Bucket unknown: assume it is new; a failed condition returns the real row.
-                (Some(row), None) => (row, Seen::default(), false),
-                (None, Some(seen)) => (self.inner.limits.get(resource, account).await?, seen, true),
-                (None, None) => {
-                    let (row, seen) = self.read_cold(resource, account).await?;
-                    (row, seen, false)
-                }
-            };
+        let (row, mut seen, mut from_cache) = match (
+            self.inner.limits.cached(resource, account),
+            self.seen(resource, account),
+        ) {
+            (Some(row), Some(seen)) => (row, seen, true),
+            // Bucket unknown: assume it is new; a failed condition returns the real row.
+            (Some(row), None) => (row, Seen::default(), false),
+            (None, Some(seen)) => (self.inner.limits.get(resource, account).await?, seen, true),
+            (None, None) => {
+                let (row, seen) = self.read_cold(resource, account).await?;
+                (row, seen, false)
+            }
+        };
         let (limit, window) =
             match Effective::resolve(row.as_ref(), default, self.inner.limits.table())? {
                 Effective::Blocked => return Ok(self.blocked(resource, account, now)),
@@ -240,9 +250,29 @@ impl FungibleLimiter {
                 } else {
                     Source::Dynamodb
                 };
-                return Ok(self.decision(resource, account, now, false, 0, r.last_refill, limit, window, source));
+                return Ok(self.decision(
+                    resource,
+                    account,
+                    now,
+                    false,
+                    0,
+                    r.last_refill,
+                    limit,
+                    window,
+                    source,
+                ));
             }
-            match self.write(resource, account, &seen, r.available - 1, r.last_refill, now).await {
+            match self
+                .write(
+                    resource,
+                    account,
+                    &seen,
+                    r.available - 1,
+                    r.last_refill,
+                    now,
+                )
+                .await
+            {
                 Ok(new) => {
                     self.remember(resource, account, &new);
                     return Ok(self.decision(
@@ -290,7 +320,13 @@ impl FungibleLimiter {
 
     /// Wraps a Lambda handler: each event's account id comes from `account_of` (see
     /// [`account_at`] for JSON events) and the handler runs only when that account gets a token.
-    pub fn guard<A, H>(self, resource: &str, default: Quota, account_of: A, handler: H) -> Guarded<A, H> {
+    pub fn guard<A, H>(
+        self,
+        resource: &str,
+        default: Quota,
+        account_of: A,
+        handler: H,
+    ) -> Guarded<A, H> {
         Guarded {
             limiter: self,
             resource: resource.to_string(),
@@ -399,7 +435,10 @@ impl FungibleLimiter {
                     Err(e) => Err(Lost::Failed(e)),
                 },
                 e if is_conflict(e.code()) => Err(Lost::Conflict),
-                _ => Err(Lost::Failed(Error::dynamo("UpdateItem", SdkError::ServiceError(se)))),
+                _ => Err(Lost::Failed(Error::dynamo(
+                    "UpdateItem",
+                    SdkError::ServiceError(se),
+                ))),
             },
             Err(e) => Err(Lost::Failed(Error::dynamo("UpdateItem", e))),
         }
@@ -437,8 +476,9 @@ impl FungibleLimiter {
         let window_ns = window_ms.saturating_mul(1_000_000);
         let until = |t: i64| Timestamp::from_nanos(t).since(now);
         let next = until(time_for(remaining, 1, last_refill, limit, window_ns));
-        let full_at = Timestamp::from_nanos(time_for(remaining, limit, last_refill, limit, window_ns))
-            .max(now);
+        let full_at =
+            Timestamp::from_nanos(time_for(remaining, limit, last_refill, limit, window_ns))
+                .max(now);
         Decision {
             resource: resource.into(),
             account: account.into(),
@@ -530,7 +570,9 @@ impl<A, H> Guarded<A, H> {
 
 /// Reads the account id at a dotted path (`requestContext.accountId`) of a JSON event; strings and
 /// numbers are accepted.
-pub fn account_at(path: &str) -> impl Fn(&serde_json::Value) -> Option<String> + Clone + Send + Sync {
+pub fn account_at(
+    path: &str,
+) -> impl Fn(&serde_json::Value) -> Option<String> + Clone + Send + Sync {
     let path = path.to_string();
     move |event| match crate::token::json_path(event, &path)? {
         serde_json::Value::String(s) => Some(s.clone()),
