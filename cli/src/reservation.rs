@@ -89,7 +89,7 @@ pub async fn run(args: Args) -> Result<()> {
                 "granted": true,
                 "coordinate": r.coordinate,
                 "reservation_id": r.id,
-                "expires_at": r.expires_at.to_rfc3339(),
+                "expires_at": r.expires_at.map(|t| t.to_rfc3339()),
             }),
             Err(e) => refusal(e)?,
         },

@@ -46,6 +46,10 @@ async fn forty_concurrent_callers_get_exactly_the_capacity() {
     let env = TestEnv::new(&TABLES).await;
     let one = limiter(&env);
     assert_eq!(concurrent(vec![one.clone(); 40], "shared", 5).await, 5);
+    eprintln!(
+        "40 callers on one limiter: {:?}",
+        env.counter.by_operation()
+    );
     assert_eq!(live(&one, "shared").await, 5);
 
     let many: Vec<_> = (0..40).map(|_| limiter(&env)).collect();
@@ -60,8 +64,22 @@ async fn forty_concurrent_callers_get_exactly_the_capacity() {
 }
 
 #[tokio::test]
-async fn call_budget_is_two_cold_one_warm() {
+async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
     let env = TestEnv::new(&TABLES).await;
+    let first = limiter(&env);
+    env.counter.reset();
+    let r = first.get_reservation("emr", "acct", 3).await.unwrap();
+    assert_eq!(
+        env.counter.by_operation(),
+        [
+            ("BatchGetItem".to_string(), 1),
+            ("Query".to_string(), 1),
+            ("TransactWriteItems".to_string(), 1)
+        ]
+        .into(),
+        "a coordinate's first use also counts rows written without a ledger"
+    );
+    r.delete().await.unwrap();
     let l = limiter(&env);
     env.counter.reset();
     let r = l.get_reservation("emr", "acct", 2).await.unwrap();
@@ -71,7 +89,8 @@ async fn call_budget_is_two_cold_one_warm() {
             ("BatchGetItem".to_string(), 1),
             ("TransactWriteItems".to_string(), 1)
         ]
-        .into()
+        .into(),
+        "cold"
     );
     env.counter.reset();
     let r2 = l.get_reservation("emr", "acct", 2).await.unwrap();
@@ -315,4 +334,55 @@ async fn snake_case_tables_work_unchanged() {
         1
     );
     assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
+}
+
+#[tokio::test]
+async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
+    let env = TestEnv::new(&TABLES).await;
+    let now = shared::clock::Clock::now(&env.clock).as_secs();
+    // Two live tokens and one expired reservation, as rate-limiter-py writes them.
+    for (id, exp, cluster) in [
+        ("py-1", now + 3600, Some("j-PY1")),
+        ("py-2", now + 60, None),
+        ("py-old", now - 1, None),
+    ] {
+        let mut put = env
+            .deps
+            .dynamo
+            .put_item()
+            .table_name(&env.deps.tables.non_fungible_tokens)
+            .item("resourceCoordinate", AttributeValue::S("emr:acct".into()))
+            .item("reservationId", AttributeValue::S(id.into()))
+            .item("resourceName", AttributeValue::S("emr".into()))
+            .item("accountId", AttributeValue::S("acct".into()))
+            .item("expirationTime", AttributeValue::N(exp.to_string()));
+        if let Some(c) = cluster {
+            put = put.item("resourceId", AttributeValue::S(c.into()));
+        }
+        put.send().await.unwrap();
+    }
+    let l = limiter(&env);
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 2).await,
+        Err(ReservationError::Limited { live: 2, .. })
+    ));
+    let r = l
+        .get_reservation("emr", "acct", 3)
+        .await
+        .expect("one unit is free");
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 3).await,
+        Err(ReservationError::Limited { live: 3, .. })
+    ));
+    // The legacy reservation can still be bound, and the remover releases the legacy token.
+    l.reservation("emr", "acct", "py-2")
+        .create_token("j-PY2")
+        .await
+        .unwrap();
+    assert_eq!(
+        l.remove_by_resource_id("j-PY1", None).await.unwrap().len(),
+        1
+    );
+    assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
+    drop(r);
 }

@@ -142,6 +142,13 @@ async fn thirty_two_concurrent_callers_get_exactly_the_limit() {
     .filter(|d| d.granted)
     .count();
     assert_eq!(granted, 10);
+    let ops = env.counter.by_operation();
+    assert_eq!(
+        ops.get("GetItem"),
+        None,
+        "lost races are decided from ALL_OLD, not reads: {ops:?}"
+    );
+    eprintln!("32 callers on one limiter: {ops:?}");
 
     // ...and 32 separate limiters (32 cold processes) on another bucket.
     let granted = join_all((0..32).map(|_| {

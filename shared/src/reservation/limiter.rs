@@ -84,8 +84,9 @@ pub struct Reservation {
     pub account: String,
     pub coordinate: String,
     pub id: String,
-    /// When the reservation (or, once bound, the token) stops counting.
-    pub expires_at: Timestamp,
+    /// When the reservation stops counting unless bound (`None` on a handle built by
+    /// [`NonFungibleLimiter::reservation`], which does not know).
+    pub expires_at: Option<Timestamp>,
 }
 
 /// A reservation bound to a resource instance (an EMR cluster id).
@@ -122,7 +123,8 @@ struct Ledger {
 /// concurrency. Clones share caches; build one per process.
 ///
 /// Calls: [`get_reservation`](Self::get_reservation) **1** TransactWriteItems warm, **2** cold
-/// (a BatchGetItem for the limit row and ledger first), +1 per lost race, +1 to confirm a refusal
+/// (a BatchGetItem for the limit row and ledger first), **3** the first time a coordinate is used
+/// (a Query counts rows written without a ledger), +1 per lost race, +1 to confirm a refusal
 /// the cached ledger predicts; [`Reservation::create_token`] **1**; [`Reservation::delete`] **1**
 /// (2 when the ledger entry was already pruned).
 #[derive(Debug, Clone)]
@@ -374,7 +376,7 @@ impl NonFungibleLimiter {
             account: account.to_string(),
             coordinate: Self::coordinate(resource, account),
             id: id.to_string(),
-            expires_at: Timestamp::default(),
+            expires_at: None,
         }
     }
 
@@ -384,7 +386,8 @@ impl NonFungibleLimiter {
     /// concurrency: the reservation row and its ledger entry are written in one transaction whose
     /// condition is the ledger's size, so at most `limit` live entries can ever exist. Expired entries
     /// seen in the ledger are pruned in the same write (each conditioned on its old value).
-    /// Calls: **1** warm, **2** cold, +1 per lost race, +1 to confirm a cached refusal.
+    /// Calls: **1** warm, **2** cold, **3** on a coordinate's first use (its ledger is created,
+    /// counting rows that exist without one), +1 per lost race, +1 to confirm a cached refusal.
     pub async fn get_reservation(
         &self,
         resource: &str,
@@ -403,7 +406,7 @@ impl NonFungibleLimiter {
             self.cached_ledger(&coordinate),
         ) {
             (Some(row), Some(l)) => (row, l, true),
-            (Some(row), None) => (row, Ledger::default(), true),
+            (Some(row), None) => (row, self.read_ledger(&coordinate).await?, false),
             (None, Some(l)) => (self.inner.limits.get(resource, account).await?, l, true),
             (None, None) => {
                 let (row, l) = self.read_cold(resource, account, &coordinate).await?;
@@ -416,7 +419,18 @@ impl NonFungibleLimiter {
         };
         let expires_at = now.plus(self.inner.reservation_ttl);
         let exp = expiry_secs(expires_at);
+        let mut legacy_checked = false;
         for attempt in 0..MAX_ATTEMPTS {
+            if !ledger.exists && !legacy_checked {
+                // No ledger yet: count live rows written without one (by rate-limiter-py, before
+                // the switch), so they hold capacity until they expire. One Query, once.
+                legacy_checked = true;
+                for row in self.list(resource, account).await? {
+                    if let (true, Some(e)) = (row.live, row.expiration_time) {
+                        ledger.live.insert(row.reservation_id, (e, n(e)));
+                    }
+                }
+            }
             let expired: Vec<(&String, &AttributeValue)> = ledger
                 .live
                 .iter()
@@ -476,7 +490,7 @@ impl NonFungibleLimiter {
                         account: account.to_string(),
                         coordinate,
                         id,
-                        expires_at: Timestamp::from_secs(exp),
+                        expires_at: Some(Timestamp::from_secs(exp)),
                     });
                 }
                 Attempt::Raced(actual) => {
@@ -549,10 +563,18 @@ impl NonFungibleLimiter {
                 .condition_expression("attribute_not_exists(#live)")
                 .expression_attribute_names("#rn", a.resource_name)
                 .expression_attribute_names("#acct", a.account_id)
-                .expression_attribute_values(
-                    ":m",
-                    AttributeValue::M(HashMap::from([(id.to_string(), n(exp))])),
-                )
+                .expression_attribute_values(":m", {
+                    // The new entry, plus live rows found without a ledger (see get_reservation).
+                    let pruned: Vec<&String> = prune.iter().map(|(k, _)| k).collect();
+                    let mut m: HashMap<String, AttributeValue> = ledger
+                        .live
+                        .iter()
+                        .filter(|(k, _)| !pruned.contains(k))
+                        .map(|(k, (_, raw))| (k.clone(), raw.clone()))
+                        .collect();
+                    m.insert(id.to_string(), n(exp));
+                    AttributeValue::M(m)
+                })
                 .expression_attribute_values(":rn", s(resource))
                 .expression_attribute_values(":acct", s(account));
         }
