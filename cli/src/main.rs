@@ -1,7 +1,10 @@
 //! `turnstile`: the operator CLI. Each subcommand lives in its own module and only translates
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 
+mod limits;
+mod reservation;
 mod tables;
+mod token;
 
 use std::process::ExitCode;
 
@@ -25,6 +28,12 @@ struct Cli {
 enum Command {
     /// Create or describe Turnstile's DynamoDB tables.
     Tables(tables::Args),
+    /// Take fungible tokens by hand (prints each decision as JSON).
+    Token(token::Args),
+    /// Reserve, bind, delete and list non-fungible tokens.
+    Reservation(reservation::Args),
+    /// Load and list per-account limits (rate-limiter-py's JSON format).
+    Limits(limits::Args),
 }
 
 #[tokio::main]
@@ -33,6 +42,9 @@ async fn main() -> ExitCode {
     shared::telemetry::init_cli(cli.json_logs);
     let result = match cli.command {
         Command::Tables(args) => tables::run(args).await,
+        Command::Token(args) => token::run(args).await,
+        Command::Reservation(args) => reservation::run(args).await,
+        Command::Limits(args) => limits::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

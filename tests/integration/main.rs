@@ -1,3 +1,7 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
 mod foundation;
+mod reservations;
+mod token_remover;
+mod tokens;
+mod tokens_limits;
