@@ -5,9 +5,12 @@
 use crate::table::{KeyAttr, TableDef, TableKind};
 
 pub mod config;
+pub mod limiter;
 pub mod names;
+pub mod write;
 
 pub use config::{BucketKey, KeyError, LimitSet, Limits, LoadError, NameDef, Problem};
+pub use limiter::{BatchOutcome, KvError, Limiter, Outcome};
 pub use names::IdFormat;
 
 pub mod attr {
