@@ -1,6 +1,8 @@
 //! `turnstile`: the operator CLI. Each subcommand lives in its own module and only translates
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 
+mod kv;
+mod state;
 mod tables;
 
 use std::process::ExitCode;
@@ -25,6 +27,10 @@ struct Cli {
 enum Command {
     /// Create or describe Turnstile's DynamoDB tables.
     Tables(tables::Args),
+    /// Key-value GCRA limits (seed 004): check, spend, refund or reset one bucket; validate a file.
+    Kv(kv::Args),
+    /// Print a bucket's rate-limit state (seed 002) as JSON.
+    State(state::Args),
 }
 
 #[tokio::main]
@@ -33,6 +39,8 @@ async fn main() -> ExitCode {
     shared::telemetry::init_cli(cli.json_logs);
     let result = match cli.command {
         Command::Tables(args) => tables::run(args).await,
+        Command::Kv(args) => kv::run(args).await,
+        Command::State(args) => state::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

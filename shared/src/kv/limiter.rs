@@ -79,6 +79,8 @@ pub struct BatchOutcome {
 struct Pending {
     count: u64,
     first: Timestamp,
+    /// The bucket's `version` in the item the last denial was decided from.
+    version: Option<i64>,
 }
 
 /// A limiter over one buckets table. Cheap to share (`Arc`); its hints and pending throttle counts
@@ -141,18 +143,82 @@ impl Limiter {
         self.pending.lock().ok().and_then(|mut p| p.remove(key))
     }
 
-    /// Puts back throttles that were not written, adding `denied` new ones at `now`.
-    fn keep_pending(&self, key: &str, taken: Option<Pending>, denied: u64, now: Timestamp) {
+    /// Puts back throttles that were not written, adding `denied` new ones at `now` (decided from
+    /// an item at `version`).
+    fn keep_pending(&self, key: &str, taken: Option<Pending>, denied: u64, now: Timestamp, version: Option<i64>) {
         let count = taken.map_or(0, |p| p.count) + denied;
         if count == 0 {
             return;
         }
         let first = taken.map_or(now, |p| p.first.min(now));
+        let version = version.or(taken.and_then(|p| p.version));
         if let Ok(mut p) = self.pending.lock() {
-            let e = p.entry(key.to_string()).or_insert(Pending { count: 0, first });
+            let e = p.entry(key.to_string()).or_insert(Pending { count: 0, first, version });
             e.count += count;
             e.first = e.first.min(first);
+            if version.is_some() {
+                e.version = version;
+            }
         }
+    }
+
+    /// Writes the denials this process holds onto their buckets' items, each guarded by the
+    /// bucket's `version` as seen when the denial was decided (optimistic lock): if anything wrote
+    /// the bucket since, the write is skipped and the denials ride on this process's next spend of
+    /// that bucket instead. Returns how many buckets were written.
+    ///
+    /// Off the admission path: call it after answering (or from the CLI). DynamoDB calls: **1**
+    /// `UpdateItem` per bucket with held denials; none when there are none.
+    pub async fn flush_throttles(&self, now: Timestamp) -> Result<usize, KvError> {
+        let held: Vec<(String, Pending)> = match self.pending.lock() {
+            Ok(mut p) => p.drain().collect(),
+            Err(_) => return Ok(0),
+        };
+        let mut written = 0;
+        let mut first_error = None;
+        for (key, p) in held {
+            let Some(version) = p.version else {
+                self.keep_pending(&key, Some(p), 0, now, None);
+                continue;
+            };
+            let res = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(super::attr::BUCKET, AttributeValue::S(key.clone()))
+                .condition_expression("#ver = :v")
+                .update_expression("SET #ta = if_not_exists(#ta, :ft), #ua = :now ADD #tc :n, #ver :one")
+                .expression_attribute_names("#ver", write::attr::VERSION)
+                .expression_attribute_names("#ta", write::attr::THROTTLED_AT)
+                .expression_attribute_names("#tc", write::attr::THROTTLE_COUNT)
+                .expression_attribute_names("#ua", write::attr::UPDATED_AT)
+                .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+                .expression_attribute_values(":ft", AttributeValue::N(p.first.as_nanos().to_string()))
+                .expression_attribute_values(":now", AttributeValue::N(now.as_nanos().to_string()))
+                .expression_attribute_values(":n", AttributeValue::N(p.count.to_string()))
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .send()
+                .await;
+            match res {
+                Ok(_) => written += 1,
+                Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    self.keep_pending(&key, Some(Pending { version: None, ..p }), 0, now, None);
+                }
+                Err(e) => {
+                    self.keep_pending(&key, Some(p), 0, now, None);
+                    first_error.get_or_insert(crate::Error::dynamo("UpdateItem", e));
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(written),
+        }
+    }
+
+    /// Denials held in memory, not yet written (tests and diagnostics).
+    pub fn held_throttles(&self) -> u64 {
+        self.pending.lock().map(|p| p.values().map(|p| p.count).sum()).unwrap_or(0)
     }
 
     fn resolve(&self, set: &LimitSet, name: &str, id: &str) -> Result<(BucketKey, Rate), KvError> {
@@ -211,19 +277,20 @@ impl Limiter {
                     self.remember(&key, write::stored_tat(old.as_ref(), write::attr::TAT));
                     match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
                         Next::Refused(d) => {
-                            self.keep_pending(&key, pending, 1, now);
+                            let version = old.as_ref().and_then(|i| write::int_attr(i, write::attr::VERSION));
+                            self.keep_pending(&key, pending, 1, now, version);
                             return Ok(Self::outcome(&bucket, rate, d));
                         }
                         Next::Retry(p) => plan = p,
                     }
                 }
                 Err(e) => {
-                    self.keep_pending(&key, pending, 0, now);
+                    self.keep_pending(&key, pending, 0, now, None);
                     return Err(crate::Error::dynamo("UpdateItem", e).into());
                 }
             }
         }
-        self.keep_pending(&key, pending, 0, now);
+        self.keep_pending(&key, pending, 0, now, None);
         Err(KvError::Contended(key))
     }
 
@@ -358,9 +425,10 @@ impl Limiter {
             });
         }
         let keys: Vec<String> = items.iter().map(|(b, ..)| b.key()).collect();
-        let give_back = |denied: &HashSet<String>| {
+        let give_back = |denied: &HashMap<String, Option<i64>>| {
             for (key, p) in keys.iter().zip(&pendings) {
-                self.keep_pending(key, *p, u64::from(denied.contains(key)), now);
+                let version = denied.get(key).copied().flatten();
+                self.keep_pending(key, *p, u64::from(denied.contains_key(key)), now, version);
             }
         };
         for attempt in 0..MAX_ATTEMPTS {
@@ -400,7 +468,10 @@ impl Limiter {
                                 self.remember(&bucket.key(), tat);
                                 *hint = tat;
                                 match plan.on_condition_failed(old, write::attr::TAT) {
-                                    Next::Refused(d) => denials.push(Self::outcome(bucket, *rate, d)),
+                                    Next::Refused(d) => {
+                                        let version = old.and_then(|i| write::int_attr(i, write::attr::VERSION));
+                                        denials.push((Self::outcome(bucket, *rate, d), version));
+                                    }
                                     Next::Retry(p) => *plan = p,
                                 }
                             }
@@ -409,13 +480,14 @@ impl Limiter {
                         }
                     }
                     if !denials.is_empty() {
-                        let denied: HashSet<String> = denials.iter().map(|o| o.bucket.clone()).collect();
+                        let denied: HashMap<String, Option<i64>> =
+                            denials.iter().map(|(o, v)| (o.bucket.clone(), *v)).collect();
                         give_back(&denied);
                         // The others' numbers as last seen, for the caller's headers.
                         let mut each = Vec::with_capacity(items.len());
                         for (bucket, rate, plan, hint) in &items {
-                            match denials.iter().find(|o| o.bucket == bucket.key()) {
-                                Some(o) => each.push(o.clone()),
+                            match denials.iter().find(|(o, _)| o.bucket == bucket.key()) {
+                                Some((o, _)) => each.push(o.clone()),
                                 None => {
                                     let d = gcra::spend(rate, *hint, now, plan.cost)?;
                                     each.push(Self::outcome(bucket, *rate, d));
@@ -430,12 +502,12 @@ impl Limiter {
                     }
                 }
                 Err(e) => {
-                    give_back(&HashSet::new());
+                    give_back(&HashMap::new());
                     return Err(crate::Error::dynamo("TransactWriteItems", e).into());
                 }
             }
         }
-        give_back(&HashSet::new());
+        give_back(&HashMap::new());
         Err(KvError::Contended(items.iter().map(|(b, ..)| b.display_name()).collect::<Vec<_>>().join(",")))
     }
 }

@@ -5,6 +5,7 @@
 use crate::table::{KeyAttr, TableDef, TableKind};
 
 pub mod config;
+pub mod instant;
 pub mod limiter;
 pub mod names;
 pub mod write;

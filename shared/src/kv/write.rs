@@ -98,6 +98,7 @@ pub enum Case {
 pub struct StateWrite {
     pub limit_name: Option<String>,
     /// Denials seen by this process since its last write to the bucket, and the first one's time.
+    /// Added by a draining spend; dropped by an idle one (their window is over).
     pub pending_throttles: u64,
     pub first_throttle: Option<Timestamp>,
 }
@@ -256,21 +257,16 @@ impl SpendPlan {
                 let pending = i64::try_from(state.pending_throttles).unwrap_or(i64::MAX);
                 let first = state.first_throttle.map(|t| t.as_nanos());
                 if self.case == Case::Idle {
-                    // A new window: the counters restart.
+                    // A new window: the counters restart. Denials this process still holds were
+                    // of the window that has ended (the bucket filled up since), so they are dropped.
                     name("#ws", attr::WINDOW_START);
                     name("#tc", attr::THROTTLE_COUNT);
                     name("#ta", attr::THROTTLED_AT);
                     set.push("#ws = :now".into());
                     set.push("#rc = :one".into());
-                    values.insert(":pend".into(), n(pending));
-                    set.push("#tc = :pend".into());
-                    match first {
-                        Some(t) if pending > 0 => {
-                            values.insert(":ft".into(), n(t));
-                            set.push("#ta = :ft".into());
-                        }
-                        _ => remove.push("#ta".into()),
-                    }
+                    values.insert(":zero".into(), n(0));
+                    set.push("#tc = :zero".into());
+                    remove.push("#ta".into());
                 } else {
                     add.push("#rc :one".into());
                     if let (Some(t), true) = (first, pending > 0) {
