@@ -65,7 +65,9 @@ enum Cmd {
 /// Loads and validates the limits file named by `--config` or the env var.
 pub fn load(config: Option<&str>) -> Result<LimitSet> {
     let path = config.ok_or_else(|| {
-        Error::Other(format!("no limits file: pass --config FILE or set {LIMITS_FILE_VAR}"))
+        Error::Other(format!(
+            "no limits file: pass --config FILE or set {LIMITS_FILE_VAR}"
+        ))
     })?;
     LimitSet::from_path(path).map_err(|e| Error::Other(format!("{path}: {e}")))
 }

@@ -252,7 +252,12 @@ impl Refusal {
     }
 
     /// A refused GCRA spend: retry when the decision says a spend of the same cost can succeed.
-    pub fn from_gcra(name: &str, rate: &Rate, decision: &Decision, detail: impl Into<String>) -> Self {
+    pub fn from_gcra(
+        name: &str,
+        rate: &Rate,
+        decision: &Decision,
+        detail: impl Into<String>,
+    ) -> Self {
         Refusal::new(gcra_usage(name, rate, decision), decision.retry_in, detail)
     }
 
@@ -294,7 +299,11 @@ impl Refusal {
     pub fn to_http_with(&self, others: &[Usage]) -> HttpAnswer {
         let mut http = self.to_http();
         let all: Vec<&Usage> = std::iter::once(&self.usage)
-            .chain(others.iter().filter(|u| u.policy.name != self.usage.policy.name))
+            .chain(
+                others
+                    .iter()
+                    .filter(|u| u.policy.name != self.usage.policy.name),
+            )
             .collect();
         for (name, value) in http.headers.iter_mut() {
             if *name == "RateLimit-Policy" {
@@ -420,7 +429,11 @@ mod tests {
         let denied = crate::gcra::spend(&rate, tat, now, 1).unwrap();
         let http = Refusal::from_gcra("NewFoosPerIPAddress", &rate, &denied, "slow down").to_http();
         assert_eq!(http.status, 429);
-        assert_eq!(http.header("Retry-After"), Some("1"), "50 ms rounds up to 1 s");
+        assert_eq!(
+            http.header("Retry-After"),
+            Some("1"),
+            "50 ms rounds up to 1 s"
+        );
         assert_eq!(
             http.header("RateLimit-Policy"),
             Some(r#""NewFoosPerIPAddress";q=20;w=1"#)
@@ -432,9 +445,12 @@ mod tests {
         // Boulder's case: burst 10 at 1 per second, empty: retry in 1 s, full in 10 s.
         let slow = Rate::new(10, 1, Duration::from_secs(1)).unwrap();
         let d = crate::gcra::spend(&slow, Some(now.plus(Duration::from_secs(10))), now, 1).unwrap();
-        let http = Refusal::from_gcra("per \"account\"", &slow, &d, "x").to_http_with(&[
-            gcra_usage("daily", &Rate::new(1000, 1000, Duration::from_secs(86_400)).unwrap(), &crate::gcra::spend(&slow, None, now, 0).unwrap()),
-        ]);
+        let http =
+            Refusal::from_gcra("per \"account\"", &slow, &d, "x").to_http_with(&[gcra_usage(
+                "daily",
+                &Rate::new(1000, 1000, Duration::from_secs(86_400)).unwrap(),
+                &crate::gcra::spend(&slow, None, now, 0).unwrap(),
+            )]);
         assert_eq!(http.header("Retry-After"), Some("1"));
         assert_eq!(
             http.header("RateLimit-Policy"),

@@ -55,23 +55,41 @@ async fn seed_004_example_with_an_override_and_independent_buckets() {
     let lim = limiter(&env);
     let now = env.clock.now();
 
-    let (first, calls) = env.counter.measure(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now)).await;
+    let (first, calls) = env
+        .counter
+        .measure(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now))
+        .await;
     let first = first.unwrap();
-    assert_eq!(calls, 1, "a cold spend on an empty bucket is one conditional write");
+    assert_eq!(
+        calls, 1,
+        "a cold spend on an empty bucket is one conditional write"
+    );
     assert!(first.decision.allowed);
-    assert_eq!((first.decision.remaining, first.decision.reset_in), (19, ms(50)));
+    assert_eq!(
+        (first.decision.remaining, first.decision.reset_in),
+        (19, ms(50))
+    );
     assert_eq!(first.bucket, "1:10.9.9.9");
 
     for i in 0..19 {
-        let (o, calls) = env.counter.measure(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now)).await;
+        let (o, calls) = env
+            .counter
+            .measure(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now))
+            .await;
         let o = o.unwrap();
         assert!(o.decision.allowed, "spend {i}");
         assert_eq!(calls, 1, "a warm spend is one call");
         assert_eq!(o.decision.remaining, 18 - i);
     }
-    let (denied, calls) = env.counter.measure(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now)).await;
+    let (denied, calls) = env
+        .counter
+        .measure(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now))
+        .await;
     let denied = denied.unwrap();
-    assert_eq!(calls, 1, "a denial is decided from the failed write's old item");
+    assert_eq!(
+        calls, 1,
+        "a denial is decided from the failed write's old item"
+    );
     assert!(!denied.decision.allowed);
     assert_eq!(denied.decision.retry_in, ms(50));
     assert_eq!(denied.decision.remaining, 0);
@@ -80,23 +98,56 @@ async fn seed_004_example_with_an_override_and_independent_buckets() {
         lim.spend("NewFoosPerIPAddress", "10.9.9.9", 21, now).await,
         Err(KvError::Rate(_))
     ));
-    assert!(matches!(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 0, now).await, Err(KvError::ZeroCost)));
-    assert!(matches!(lim.spend("Nope", "x", 1, now).await, Err(KvError::Key(_))));
-    assert!(matches!(lim.spend("NewFoosPerIPAddress", "not-an-ip", 1, now).await, Err(KvError::Key(_))));
+    assert!(matches!(
+        lim.spend("NewFoosPerIPAddress", "10.9.9.9", 0, now).await,
+        Err(KvError::ZeroCost)
+    ));
+    assert!(matches!(
+        lim.spend("Nope", "x", 1, now).await,
+        Err(KvError::Key(_))
+    ));
+    assert!(matches!(
+        lim.spend("NewFoosPerIPAddress", "not-an-ip", 1, now).await,
+        Err(KvError::Key(_))
+    ));
 
     // 5 ms later nothing has been earned back; 50 ms later one token has.
-    assert!(!lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now.plus(ms(5))).await.unwrap().decision.allowed);
-    assert!(lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now.plus(ms(50))).await.unwrap().decision.allowed);
+    assert!(
+        !lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now.plus(ms(5)))
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        lim.spend("NewFoosPerIPAddress", "10.9.9.9", 1, now.plus(ms(50)))
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
 
     // Another IP's bucket is independent.
-    let other = lim.spend("NewFoosPerIPAddress", "10.0.0.2", 1, now).await.unwrap();
+    let other = lim
+        .spend("NewFoosPerIPAddress", "10.0.0.2", 1, now)
+        .await
+        .unwrap();
     assert_eq!(other.decision.remaining, 19);
 
     // The override (40 per second): after 40 spends the wait is 25 ms.
     for _ in 0..40 {
-        assert!(lim.spend("NewFoosPerIPAddress", "172.23.45.22", 1, now).await.unwrap().decision.allowed);
+        assert!(
+            lim.spend("NewFoosPerIPAddress", "172.23.45.22", 1, now)
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
     }
-    let o = lim.spend("NewFoosPerIPAddress", "172.23.45.22", 1, now).await.unwrap();
+    let o = lim
+        .spend("NewFoosPerIPAddress", "172.23.45.22", 1, now)
+        .await
+        .unwrap();
     assert!(!o.decision.allowed);
     assert_eq!(o.decision.retry_in, ms(25));
     assert_eq!(o.rate.count, 40);
@@ -112,23 +163,51 @@ async fn boulder_worked_cases_and_check_never_writes() {
     assert_eq!((d.remaining, d.reset_in, d.retry_in), (9, ms(1000), ms(0)));
     let d = lim.spend("Worked", "a", 9, now).await.unwrap().decision;
     assert!(d.allowed);
-    assert_eq!((d.remaining, d.retry_in, d.reset_in), (0, ms(9000), ms(10_000)));
+    assert_eq!(
+        (d.remaining, d.retry_in, d.reset_in),
+        (0, ms(9000), ms(10_000))
+    );
     let d = lim.spend("Worked", "a", 1, now).await.unwrap().decision;
     assert!(!d.allowed);
-    assert_eq!((d.remaining, d.retry_in, d.reset_in), (0, ms(1000), ms(10_000)));
+    assert_eq!(
+        (d.remaining, d.retry_in, d.reset_in),
+        (0, ms(1000), ms(10_000))
+    );
 
     let tat_before = stored_tat(&env, "2:a").await;
     env.counter.reset();
-    let (c, calls) = env.counter.measure(lim.check("Worked", "a", 0, now.plus(ms(1000)))).await;
+    let (c, calls) = env
+        .counter
+        .measure(lim.check("Worked", "a", 0, now.plus(ms(1000))))
+        .await;
     let c = c.unwrap();
     assert_eq!(calls, 1);
     assert_eq!(env.counter.by_operation().get("GetItem"), Some(&1));
     assert!(c.decision.allowed);
     assert_eq!(c.decision.remaining, 1);
-    let c = lim.check("Worked", "a", 2, now.plus(ms(1000))).await.unwrap();
-    assert!(!c.decision.allowed, "a check of 2 with 1 token left is a denial");
+    let c = lim
+        .check("Worked", "a", 1, now.plus(ms(1000)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.decision.allowed, c.decision.remaining),
+        (true, 0),
+        "as if spent"
+    );
+    let c = lim
+        .check("Worked", "a", 2, now.plus(ms(1000)))
+        .await
+        .unwrap();
+    assert!(
+        !c.decision.allowed,
+        "a check of 2 with 1 token left is a denial"
+    );
     assert_eq!(c.decision.retry_in, ms(1000));
-    assert_eq!(stored_tat(&env, "2:a").await, tat_before, "checks never write");
+    assert_eq!(
+        stored_tat(&env, "2:a").await,
+        tat_before,
+        "checks never write"
+    );
     // A check of an unseen bucket reads it as full.
     let c = lim.check("Worked", "never", 0, now).await.unwrap();
     assert_eq!((c.decision.allowed, c.decision.remaining), (true, 10));
@@ -144,9 +223,20 @@ async fn refunds_are_capped_at_the_burst_and_refused_on_a_full_bucket() {
     assert!(!r.decision.allowed, "nothing to refund on a full bucket");
     assert_eq!(r.decision.remaining, 10);
     assert!(calls <= 2, "{calls}");
-    assert_eq!(stored_tat(&env, "2:r").await, None, "a refused refund writes nothing");
+    assert_eq!(
+        stored_tat(&env, "2:r").await,
+        None,
+        "a refused refund writes nothing"
+    );
 
-    assert_eq!(lim.spend("Worked", "r", 3, now).await.unwrap().decision.remaining, 7);
+    assert_eq!(
+        lim.spend("Worked", "r", 3, now)
+            .await
+            .unwrap()
+            .decision
+            .remaining,
+        7
+    );
     let (r, calls) = env.counter.measure(lim.refund("Worked", "r", 2, now)).await;
     let r = r.unwrap();
     assert_eq!(calls, 1, "a warm refund is one call");
@@ -162,7 +252,10 @@ async fn refunds_are_capped_at_the_burst_and_refused_on_a_full_bucket() {
     // Cold refund on a draining bucket (another process's view): at most two calls.
     lim.spend("Worked", "r", 4, now).await.unwrap();
     let fresh = limiter(&env);
-    let (r, calls) = env.counter.measure(fresh.refund("Worked", "r", 1, now)).await;
+    let (r, calls) = env
+        .counter
+        .measure(fresh.refund("Worked", "r", 1, now))
+        .await;
     assert_eq!(r.unwrap().decision.remaining, 7);
     assert!(calls <= 2, "{calls}");
 }
@@ -173,14 +266,28 @@ async fn reset_fills_the_bucket_in_one_call() {
     let lim = limiter(&env);
     let now = env.clock.now();
     for _ in 0..3 {
-        lim.spend("NewOrdersPerAccount", "12345678", 1, now).await.unwrap();
+        lim.spend("NewOrdersPerAccount", "12345678", 1, now)
+            .await
+            .unwrap();
     }
-    assert!(!lim.spend("NewOrdersPerAccount", "12345678", 1, now).await.unwrap().decision.allowed);
-    let (r, calls) = env.counter.measure(lim.reset("NewOrdersPerAccount", "12345678", now)).await;
+    assert!(
+        !lim.spend("NewOrdersPerAccount", "12345678", 1, now)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let (r, calls) = env
+        .counter
+        .measure(lim.reset("NewOrdersPerAccount", "12345678", now))
+        .await;
     assert_eq!(calls, 1);
     assert_eq!(r.unwrap().decision.remaining, 3);
     assert_eq!(stored_tat(&env, "3:12345678").await, None);
-    let o = lim.spend("NewOrdersPerAccount", "12345678", 1, now).await.unwrap();
+    let o = lim
+        .spend("NewOrdersPerAccount", "12345678", 1, now)
+        .await
+        .unwrap();
     assert_eq!((o.decision.allowed, o.decision.remaining), (true, 2));
 }
 
@@ -219,7 +326,10 @@ async fn cold_spends_take_at_most_two_calls_and_items_expire_when_full() {
         .unwrap();
     let expires = write::int_attr(&item, "expiresAt").unwrap();
     let full_at_secs = (later.as_nanos() + 10 * 1_000_000_000).div_euclid(1_000_000_000);
-    assert!(expires > full_at_secs, "the item outlives the moment the bucket is full");
+    assert!(
+        expires > full_at_secs,
+        "the item outlives the moment the bucket is full"
+    );
     assert!(expires <= full_at_secs + 1 + 60);
 }
 
@@ -233,7 +343,9 @@ async fn thirty_two_concurrent_spenders_get_exactly_the_burst() {
         // Each spender is its own process (own cold limiter), as concurrent Lambdas would be.
         let lim = limiter(&env);
         tasks.push(tokio::spawn(async move {
-            lim.spend("Worked", "hot", 1, now).await.map(|o| o.decision.allowed)
+            lim.spend("Worked", "hot", 1, now)
+                .await
+                .map(|o| o.decision.allowed)
         }));
     }
     let mut allowed = 0;
@@ -242,20 +354,42 @@ async fn thirty_two_concurrent_spenders_get_exactly_the_burst() {
             allowed += 1;
         }
     }
-    assert_eq!(allowed, burst, "exactly the burst is admitted, no lost updates");
+    assert_eq!(
+        allowed, burst,
+        "exactly the burst is admitted, no lost updates"
+    );
     let calls = env.counter.total();
-    println!("32 cold concurrent spenders, burst 10: {calls} calls {:?}", env.counter.by_operation());
-    assert!(calls <= 64, "each cold spender makes at most two calls; made {calls}");
-    assert_eq!(env.counter.by_operation().keys().collect::<Vec<_>>(), vec!["UpdateItem"]);
+    println!(
+        "32 cold concurrent spenders, burst 10: {calls} calls {:?}",
+        env.counter.by_operation()
+    );
+    assert!(
+        calls <= 64,
+        "each cold spender makes at most two calls; made {calls}"
+    );
+    assert_eq!(
+        env.counter.by_operation().keys().collect::<Vec<_>>(),
+        vec!["UpdateItem"]
+    );
     let spent = stored_tat(&env, "2:hot").await.unwrap() - now.as_nanos();
-    assert_eq!(spent, 10 * 1_000_000_000, "the TAT moved by exactly ten emission intervals");
+    assert_eq!(
+        spent,
+        10 * 1_000_000_000,
+        "the TAT moved by exactly ten emission intervals"
+    );
 
     // One shared limiter (warm hints) on another bucket: the same exactness.
     let shared = Arc::new(limiter(&env));
     let mut tasks = Vec::new();
     for _ in 0..32 {
         let lim = shared.clone();
-        tasks.push(tokio::spawn(async move { lim.spend("Worked", "hot2", 1, now).await.unwrap().decision.allowed }));
+        tasks.push(tokio::spawn(async move {
+            lim.spend("Worked", "hot2", 1, now)
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        }));
     }
     let mut allowed = 0;
     for t in tasks {
@@ -273,7 +407,10 @@ async fn a_batch_spend_is_all_or_nothing_and_the_strictest_decision_wins() {
     let (b, calls) = env.counter.measure(lim.spend_batch(&batch, now)).await;
     let b = b.unwrap();
     assert_eq!(calls, 1);
-    assert_eq!(env.counter.by_operation().get("TransactWriteItems"), Some(&1));
+    assert_eq!(
+        env.counter.by_operation().get("TransactWriteItems"),
+        Some(&1)
+    );
     assert!(b.decision.allowed);
     assert_eq!(b.decision.remaining, 2, "the tightest bucket's remaining");
     assert_eq!(b.deciding, "NewOrdersPerAccount:7");
@@ -289,23 +426,37 @@ async fn a_batch_spend_is_all_or_nothing_and_the_strictest_decision_wins() {
     let worked_before = stored_tat(&env, "2:acct").await;
     let (b, calls) = env.counter.measure(lim.spend_batch(&batch, now)).await;
     let b = b.unwrap();
-    assert_eq!(calls, 1, "the denial is decided from the cancellation reasons' old items");
+    assert_eq!(
+        calls, 1,
+        "the denial is decided from the cancellation reasons' old items"
+    );
     assert!(!b.decision.allowed, "a denial always wins");
     assert_eq!(b.deciding, "NewOrdersPerAccount:7");
     assert_eq!(b.decision.retry_in, Duration::from_secs(3600), "180m / 3");
-    assert_eq!(stored_tat(&env, "2:acct").await, worked_before, "nothing was spent");
+    assert_eq!(
+        stored_tat(&env, "2:acct").await,
+        worked_before,
+        "nothing was spent"
+    );
 
     // Cold batch (fresh process, both buckets draining): at most two transactions.
     let cold = limiter(&env);
-    let (b, calls) = env.counter.measure(cold.spend_batch(&[("Worked", "acct", 1), ("Worked", "new", 1)], now)).await;
+    let (b, calls) = env
+        .counter
+        .measure(cold.spend_batch(&[("Worked", "acct", 1), ("Worked", "new", 1)], now))
+        .await;
     assert!(b.unwrap().decision.allowed);
     assert!(calls <= 2, "{calls}");
 
     assert!(matches!(
-        lim.spend_batch(&[("Worked", "x", 1), ("Worked", "x", 1)], now).await,
+        lim.spend_batch(&[("Worked", "x", 1), ("Worked", "x", 1)], now)
+            .await,
         Err(KvError::DuplicateInBatch(_))
     ));
-    assert!(matches!(lim.spend_batch(&[], now).await, Err(KvError::EmptyBatch)));
+    assert!(matches!(
+        lim.spend_batch(&[], now).await,
+        Err(KvError::EmptyBatch)
+    ));
 }
 
 /// The reusable piece for other tables' transactions (the `$connect` case): a GCRA bucket on the
@@ -318,7 +469,11 @@ async fn the_gcra_update_works_inside_another_tables_transaction() {
     let now = env.clock.now();
     let target = Target {
         table: table.clone(),
-        key: [("key".to_string(), AttributeValue::S("acme:gcra:tenantPerMinute".into()))].into(),
+        key: [(
+            "key".to_string(),
+            AttributeValue::S("acme:gcra:tenantPerMinute".into()),
+        )]
+        .into(),
         tat_attr: "tat".into(),
         ttl_attr: Some("itemTTL".into()),
         ttl_margin: Duration::from_secs(1),
@@ -338,7 +493,11 @@ async fn the_gcra_update_works_inside_another_tables_transaction() {
                 .dynamo
                 .transact_write_items()
                 .transact_items(TransactWriteItem::builder().put(other).build())
-                .transact_items(TransactWriteItem::builder().update(plan.transact_update(&target).unwrap()).build())
+                .transact_items(
+                    TransactWriteItem::builder()
+                        .update(plan.transact_update(&target).unwrap())
+                        .build(),
+                )
                 .send()
                 .await;
             match res {
@@ -370,6 +529,17 @@ async fn the_gcra_update_works_inside_another_tables_transaction() {
         }
     }
     assert_eq!(admitted, 2);
-    let scan = env.deps.dynamo.scan().table_name(table).send().await.unwrap();
-    assert_eq!(scan.count(), 3, "two connection rows and the bucket; the refused one wrote nothing");
+    let scan = env
+        .deps
+        .dynamo
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        scan.count(),
+        3,
+        "two connection rows and the bucket; the refused one wrote nothing"
+    );
 }

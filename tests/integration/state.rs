@@ -70,11 +70,18 @@ async fn state_is_written_by_the_admission_itself_and_survives_a_restart() {
     assert_eq!(s.reset_at, t0.plus(Duration::from_secs(5)).to_rfc3339());
     assert_eq!(s.window_end, s.reset_at);
     assert_eq!(s.is_throttled, Some(false));
-    assert_eq!(s.peak_request_rate, Some(5.0), "5 requests over a 1 s window");
+    assert_eq!(
+        s.peak_request_rate,
+        Some(5.0),
+        "5 requests over a 1 s window"
+    );
     assert_eq!(s.throttle_count, Some(0));
 
     // Name:id resolves through the limits file to the same bucket.
-    let named = reader(&env, Some(set())).state("Worked:s", t1).await.unwrap();
+    let named = reader(&env, Some(set()))
+        .state("Worked:s", t1)
+        .await
+        .unwrap();
     assert_eq!(named, s);
 
     // Once full again, a new window starts with the next spend.
@@ -95,23 +102,36 @@ async fn denials_are_recorded_under_the_version_lock_without_touching_the_admiss
     }
     let deny_at = t0.plus(Duration::from_millis(10));
     for _ in 0..2 {
-        let (o, calls) = env.counter.measure(lim.spend("Ip", "192.0.2.1", 1, deny_at)).await;
+        let (o, calls) = env
+            .counter
+            .measure(lim.spend("Ip", "192.0.2.1", 1, deny_at))
+            .await;
         assert!(!o.unwrap().decision.allowed);
         assert_eq!(calls, 1, "a denial writes nothing");
     }
     assert_eq!(lim.held_throttles(), 2);
-    let s = reader(&env, None).state("5:192.0.2.1", deny_at).await.unwrap();
+    let s = reader(&env, None)
+        .state("5:192.0.2.1", deny_at)
+        .await
+        .unwrap();
     assert_eq!(s.is_throttled, Some(true), "derived exactly from the TAT");
     assert_eq!(s.throttle_count, Some(0), "not yet written");
 
     let (flushed, calls) = env.counter.measure(lim.flush_throttles(deny_at)).await;
     assert_eq!((flushed.unwrap(), calls), (1, 1));
     assert_eq!(lim.held_throttles(), 0);
-    let s = reader(&env, None).state("5:192.0.2.1", deny_at).await.unwrap();
+    let s = reader(&env, None)
+        .state("5:192.0.2.1", deny_at)
+        .await
+        .unwrap();
     assert_eq!(s.throttle_count, Some(2));
     assert_eq!(s.throttled_at, Some(deny_at.to_rfc3339()));
     assert_eq!(s.version, Some(4));
-    assert_eq!(s.request_count, Some(3), "denials are not requests admitted");
+    assert_eq!(
+        s.request_count,
+        Some(3),
+        "denials are not requests admitted"
+    );
     let (n, calls) = env.counter.measure(lim.flush_throttles(deny_at)).await;
     assert_eq!((n.unwrap(), calls), (0, 0), "nothing held, nothing written");
 
@@ -125,7 +145,10 @@ async fn denials_are_recorded_under_the_version_lock_without_touching_the_admiss
     let o = lim.spend("Ip", "192.0.2.1", 1, deny_at).await.unwrap();
     assert!(o.decision.allowed);
     assert_eq!(lim.held_throttles(), 0);
-    let s = reader(&env, None).state("5:192.0.2.1", deny_at).await.unwrap();
+    let s = reader(&env, None)
+        .state("5:192.0.2.1", deny_at)
+        .await
+        .unwrap();
     assert_eq!((s.throttle_count, s.version), (Some(3), Some(6)));
 }
 
@@ -138,20 +161,38 @@ async fn buckets_without_items_and_other_tables() {
         table: env.deps.tables.buckets.clone(),
         limits: Some(set()),
     });
-    let (s, calls) = env.counter.measure(registry.read("Ip:2001:0db8::1", now)).await;
+    let (s, calls) = env
+        .counter
+        .measure(registry.read("Ip:2001:0db8::1", now))
+        .await;
     assert_eq!(calls, 1, "one GetItem");
     let s = s.unwrap();
     assert_eq!(s.bucket, "5:2001:db8::1");
     assert_eq!((s.tokens_available, s.is_throttled), (Some(3), Some(false)));
-    assert_eq!(registry.read("buckets:5:2001:db8::1", now).await.unwrap(), s);
+    assert_eq!(
+        registry.read("buckets:5:2001:db8::1", now).await.unwrap(),
+        s
+    );
     assert!(matches!(
-        Registry::default().with(reader(&env, None)).read("5:10.0.0.1", now).await,
+        Registry::default()
+            .with(reader(&env, None))
+            .read("5:10.0.0.1", now)
+            .await,
         Err(StateError::NoRate(_))
     ));
     assert!(matches!(
-        Registry::default().with(reader(&env, None)).read("Ip:10.0.0.1", now).await,
+        Registry::default()
+            .with(reader(&env, None))
+            .read("Ip:10.0.0.1", now)
+            .await,
         Err(StateError::Unsupported(_))
     ));
-    assert!(matches!(registry.read("counters:acme:minute", now).await, Err(StateError::Unsupported(_))));
-    assert!(matches!(registry.read("Nope:1", now).await, Err(StateError::Key(_))));
+    assert!(matches!(
+        registry.read("counters:acme:minute", now).await,
+        Err(StateError::Unsupported(_))
+    ));
+    assert!(matches!(
+        registry.read("Nope:1", now).await,
+        Err(StateError::Key(_))
+    ));
 }

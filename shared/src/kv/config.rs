@@ -178,12 +178,15 @@ impl LimitSet {
             .names
             .get(name)
             .ok_or_else(|| KeyError::UnknownName(name.to_string()))?;
-        let id = def.format.canonical(raw_id).map_err(|reason| KeyError::BadId {
-            name: def.name.clone(),
-            format: def.format,
-            id: raw_id.to_string(),
-            reason,
-        })?;
+        let id = def
+            .format
+            .canonical(raw_id)
+            .map_err(|reason| KeyError::BadId {
+                name: def.name.clone(),
+                format: def.format,
+                id: raw_id.to_string(),
+                reason,
+            })?;
         Ok(BucketKey {
             name: def.name.clone(),
             name_id: def.id,
@@ -379,7 +382,10 @@ fn rate_of(key: &Spanned<String>, spec: &LimitSpec, problems: &mut Vec<Problem>)
     }
     let period = match parse_period(&spec.period.value) {
         Ok(p) if p.is_zero() => {
-            problems.push(at(&spec.period, format!("{k}: period must be longer than zero")));
+            problems.push(at(
+                &spec.period,
+                format!("{k}: period must be longer than zero"),
+            ));
             None
         }
         Ok(p) => Some(p),
@@ -405,19 +411,23 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
     let mut problems = Vec::new();
     let mut set = LimitSet::default();
     let mut first_line: HashMap<String, u64> = HashMap::new();
-    let mut dup = |section: &str, key: &str, span: &Spanned<String>, problems: &mut Vec<Problem>| {
-        let line = span.referenced.line();
-        match first_line.insert(format!("{section}\u{0}{key}"), line) {
-            Some(prev) => {
-                problems.push(at(
-                    span,
-                    format!("duplicate key {:?} in {section} (first at line {prev})", span.value),
-                ));
-                true
+    let mut dup =
+        |section: &str, key: &str, span: &Spanned<String>, problems: &mut Vec<Problem>| {
+            let line = span.referenced.line();
+            match first_line.insert(format!("{section}\u{0}{key}"), line) {
+                Some(prev) => {
+                    problems.push(at(
+                        span,
+                        format!(
+                            "duplicate key {:?} in {section} (first at line {prev})",
+                            span.value
+                        ),
+                    ));
+                    true
+                }
+                None => false,
             }
-            None => false,
-        }
-    };
+        };
 
     for (key, spec) in &file.names {
         if let Err(reason) = check_name(&key.value) {
@@ -435,13 +445,19 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
             }
         };
         if spec.id.value == 0 {
-            problems.push(at(&spec.id, format!("{}: id must be at least 1", key.value)));
+            problems.push(at(
+                &spec.id,
+                format!("{}: id must be at least 1", key.value),
+            ));
             continue;
         }
         if let Some(other) = set.by_number.get(&spec.id.value) {
             problems.push(at(
                 &spec.id,
-                format!("{}: id {} is already used by {other}", key.value, spec.id.value),
+                format!(
+                    "{}: id {} is already used by {other}",
+                    key.value, spec.id.value
+                ),
             ));
             continue;
         }
@@ -458,7 +474,13 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
 
     for (key, spec) in &file.defaults {
         let Some(def) = set.names.get(&key.value).cloned() else {
-            problems.push(at(key, format!("unknown limit name {:?} (declare it under names)", key.value)));
+            problems.push(at(
+                key,
+                format!(
+                    "unknown limit name {:?} (declare it under names)",
+                    key.value
+                ),
+            ));
             continue;
         };
         let is_dup = dup("defaults", &key.value, key, &mut problems);
@@ -471,13 +493,19 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
 
     for (key, spec) in &file.overrides {
         let Some((name, raw_id)) = key.value.split_once(':') else {
-            problems.push(at(key, format!("override key {:?} is not Name:id", key.value)));
+            problems.push(at(
+                key,
+                format!("override key {:?} is not Name:id", key.value),
+            ));
             continue;
         };
         let bucket = match set.bucket(name, raw_id) {
             Ok(b) => b,
             Err(KeyError::UnknownName(n)) => {
-                problems.push(at(key, format!("unknown limit name {n:?} in override {:?}", key.value)));
+                problems.push(at(
+                    key,
+                    format!("unknown limit name {n:?} in override {:?}", key.value),
+                ));
                 continue;
             }
             Err(e) => {
@@ -558,16 +586,37 @@ overrides:
         assert_eq!(set.rate(&b).unwrap().count, 600);
         let other = set.bucket("NewOrdersPerAccount", "42").unwrap();
         assert_eq!(set.rate(&other).unwrap().count, 300);
-        let ip = set.bucket("NewRegistrationsPerIPAddress", "10.0.0.2").unwrap();
-        assert_eq!(set.rate(&ip).unwrap(), Rate::new(20, 40, Duration::from_secs(1)).unwrap());
-        assert_eq!(set.parse_bucket("2:10.0.0.2").unwrap(), ip);
-        assert_eq!(set.parse_bucket("NewRegistrationsPerIPAddress:10.0.0.2").unwrap(), ip);
-        let fq = set
-            .bucket("CertificatesPerFQDNSetPerAccount", "12345678:EXAMPLE.com,example.org")
+        let ip = set
+            .bucket("NewRegistrationsPerIPAddress", "10.0.0.2")
             .unwrap();
-        assert_eq!(set.rate(&fq).unwrap().burst, 5, "fqdn sets match in any order");
-        let v6 = set.bucket("NewRegistrationsPerIPv6Range", "2001:db8::/48").unwrap();
-        assert_eq!(set.rate(&v6).unwrap_err(), KeyError::NoLimit("NewRegistrationsPerIPv6Range".into()));
+        assert_eq!(
+            set.rate(&ip).unwrap(),
+            Rate::new(20, 40, Duration::from_secs(1)).unwrap()
+        );
+        assert_eq!(set.parse_bucket("2:10.0.0.2").unwrap(), ip);
+        assert_eq!(
+            set.parse_bucket("NewRegistrationsPerIPAddress:10.0.0.2")
+                .unwrap(),
+            ip
+        );
+        let fq = set
+            .bucket(
+                "CertificatesPerFQDNSetPerAccount",
+                "12345678:EXAMPLE.com,example.org",
+            )
+            .unwrap();
+        assert_eq!(
+            set.rate(&fq).unwrap().burst,
+            5,
+            "fqdn sets match in any order"
+        );
+        let v6 = set
+            .bucket("NewRegistrationsPerIPv6Range", "2001:db8::/48")
+            .unwrap();
+        assert_eq!(
+            set.rate(&v6).unwrap_err(),
+            KeyError::NoLimit("NewRegistrationsPerIPv6Range".into())
+        );
         assert_eq!(set.names().len(), 4);
         assert_eq!(set.override_count(), 3);
     }
@@ -592,9 +641,18 @@ defaults:
 ";
         let p = problems(src);
         assert_eq!(p.len(), 3, "{p:?}");
-        assert_eq!((p[0].line, p[0].reason.as_str()), (5, "A: burst must be at least 1"));
-        assert_eq!((p[1].line, p[1].reason.as_str()), (6, "A: count must be at least 1"));
-        assert_eq!((p[2].line, p[2].reason.as_str()), (7, "A: period must be longer than zero"));
+        assert_eq!(
+            (p[0].line, p[0].reason.as_str()),
+            (5, "A: burst must be at least 1")
+        );
+        assert_eq!(
+            (p[1].line, p[1].reason.as_str()),
+            (6, "A: count must be at least 1")
+        );
+        assert_eq!(
+            (p[2].line, p[2].reason.as_str()),
+            (7, "A: period must be longer than zero")
+        );
     }
 
     #[test]
@@ -615,12 +673,19 @@ overrides:
         let lines: Vec<u64> = p.iter().map(|p| p.line).collect();
         assert_eq!(lines, vec![5, 7, 8, 9, 10], "{p:?}");
         assert!(p[0].reason.contains("unknown limit name \"Nope\""));
-        assert!(p[1].reason.contains("not an IPv4 or IPv6 address"), "{}", p[1].reason);
+        assert!(
+            p[1].reason.contains("not an IPv4 or IPv6 address"),
+            "{}",
+            p[1].reason
+        );
         assert!(p[2].reason.contains("exactly /48"), "{}", p[2].reason);
         assert!(p[3].reason.contains("unknown limit name \"Missing\""));
         assert!(p[4].reason.contains("not Name:id"));
         let shown = LoadError::Invalid(p).to_string();
-        assert!(shown.starts_with("limits file refused: line 5: unknown limit name"), "{shown}");
+        assert!(
+            shown.starts_with("limits file refused: line 5: unknown limit name"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -669,7 +734,9 @@ defaults:
         let p = problems("names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 1, count: 1, period: 1 fortnight }\n");
         assert_eq!(p[0].line, 4, "{p:?}");
         assert!(p[0].reason.contains("is not a period"), "{p:?}");
-        let p = problems("names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 1, count: 1 }\n");
+        let p = problems(
+            "names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 1, count: 1 }\n",
+        );
         assert!(p[0].reason.contains("period"), "{p:?}");
     }
 
@@ -693,11 +760,17 @@ defaults:
             .reload_yaml("names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 0, count: 1, period: 1s }\n")
             .unwrap_err();
         assert_eq!(err.problems()[0].line, 4);
-        assert!(Arc::ptr_eq(&before, &limits.current()), "nothing was swapped in");
+        assert!(
+            Arc::ptr_eq(&before, &limits.current()),
+            "nothing was swapped in"
+        );
         limits
             .reload_yaml("names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 1, count: 1, period: 1s }\n")
             .unwrap();
         assert!(limits.current().name("NewOrdersPerAccount").is_none());
-        assert!(before.name("NewOrdersPerAccount").is_some(), "an old snapshot stays usable");
+        assert!(
+            before.name("NewOrdersPerAccount").is_some(),
+            "an old snapshot stays usable"
+        );
     }
 }

@@ -8,10 +8,19 @@ pub fn parse_instant(s: &str) -> Result<Timestamp, String> {
     let s = s.trim();
     let bad = || format!("{s:?} is neither epoch milliseconds nor an RFC 3339 date-time");
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse::<i64>().map(Timestamp::from_millis).map_err(|_| bad());
+        return s
+            .parse::<i64>()
+            .map(Timestamp::from_millis)
+            .map_err(|_| bad());
     }
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return Err(bad());
     }
     let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
@@ -22,8 +31,20 @@ pub fn parse_instant(s: &str) -> Result<Timestamp, String> {
             Err(bad())
         }
     };
-    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=days_in_month(y, mo)).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+    let (y, mo, d, h, mi, sec) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
+    if !(1..=12).contains(&mo)
+        || !(1..=days_in_month(y, mo)).contains(&d)
+        || h > 23
+        || mi > 59
+        || sec > 60
+    {
         return Err(bad());
     }
     let mut rest = &s[19..];
@@ -38,7 +59,10 @@ pub fn parse_instant(s: &str) -> Result<Timestamp, String> {
     }
     let offset_secs = match rest {
         "Z" | "z" => 0,
-        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
+        _ if rest.len() == 6
+            && (rest.starts_with('+') || rest.starts_with('-'))
+            && &rest[3..4] == ":" =>
+        {
             let oh: i64 = rest[1..3].parse().map_err(|_| bad())?;
             let om: i64 = rest[4..6].parse().map_err(|_| bad())?;
             let sign = if rest.starts_with('-') { -1 } else { 1 };
@@ -90,7 +114,14 @@ mod tests {
             parse_instant("1970-01-01T00:00:00.000000001Z").unwrap(),
             Timestamp::from_nanos(1)
         );
-        for bad in ["", "yesterday", "2024-02-30T00:00:00Z", "2024-03-15T14:30:45", "2024-03-15T25:00:00Z", "-5"] {
+        for bad in [
+            "",
+            "yesterday",
+            "2024-02-30T00:00:00Z",
+            "2024-03-15T14:30:45",
+            "2024-03-15T25:00:00Z",
+            "-5",
+        ] {
             assert!(parse_instant(bad).is_err(), "{bad}");
         }
     }

@@ -145,7 +145,14 @@ impl Limiter {
 
     /// Puts back throttles that were not written, adding `denied` new ones at `now` (decided from
     /// an item at `version`).
-    fn keep_pending(&self, key: &str, taken: Option<Pending>, denied: u64, now: Timestamp, version: Option<i64>) {
+    fn keep_pending(
+        &self,
+        key: &str,
+        taken: Option<Pending>,
+        denied: u64,
+        now: Timestamp,
+        version: Option<i64>,
+    ) {
         let count = taken.map_or(0, |p| p.count) + denied;
         if count == 0 {
             return;
@@ -153,7 +160,11 @@ impl Limiter {
         let first = taken.map_or(now, |p| p.first.min(now));
         let version = version.or(taken.and_then(|p| p.version));
         if let Ok(mut p) = self.pending.lock() {
-            let e = p.entry(key.to_string()).or_insert(Pending { count: 0, first, version });
+            let e = p.entry(key.to_string()).or_insert(Pending {
+                count: 0,
+                first,
+                version,
+            });
             e.count += count;
             e.first = e.first.min(first);
             if version.is_some() {
@@ -187,13 +198,18 @@ impl Limiter {
                 .table_name(&self.table)
                 .key(super::attr::BUCKET, AttributeValue::S(key.clone()))
                 .condition_expression("#ver = :v")
-                .update_expression("SET #ta = if_not_exists(#ta, :ft), #ua = :now ADD #tc :n, #ver :one")
+                .update_expression(
+                    "SET #ta = if_not_exists(#ta, :ft), #ua = :now ADD #tc :n, #ver :one",
+                )
                 .expression_attribute_names("#ver", write::attr::VERSION)
                 .expression_attribute_names("#ta", write::attr::THROTTLED_AT)
                 .expression_attribute_names("#tc", write::attr::THROTTLE_COUNT)
                 .expression_attribute_names("#ua", write::attr::UPDATED_AT)
                 .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
-                .expression_attribute_values(":ft", AttributeValue::N(p.first.as_nanos().to_string()))
+                .expression_attribute_values(
+                    ":ft",
+                    AttributeValue::N(p.first.as_nanos().to_string()),
+                )
                 .expression_attribute_values(":now", AttributeValue::N(now.as_nanos().to_string()))
                 .expression_attribute_values(":n", AttributeValue::N(p.count.to_string()))
                 .expression_attribute_values(":one", AttributeValue::N("1".into()))
@@ -201,7 +217,9 @@ impl Limiter {
                 .await;
             match res {
                 Ok(_) => written += 1,
-                Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+                Err(SdkError::ServiceError(e))
+                    if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+                {
                     self.keep_pending(&key, Some(Pending { version: None, ..p }), 0, now, None);
                 }
                 Err(e) => {
@@ -218,7 +236,10 @@ impl Limiter {
 
     /// Denials held in memory, not yet written (tests and diagnostics).
     pub fn held_throttles(&self) -> u64 {
-        self.pending.lock().map(|p| p.values().map(|p| p.count).sum()).unwrap_or(0)
+        self.pending
+            .lock()
+            .map(|p| p.values().map(|p| p.count).sum())
+            .unwrap_or(0)
     }
 
     fn resolve(&self, set: &LimitSet, name: &str, id: &str) -> Result<(BucketKey, Rate), KvError> {
@@ -246,7 +267,13 @@ impl Limiter {
     /// admitted or denied (a denial is decided from the old item the failed condition returns);
     /// **≤ 2** when cold (a wrong guess of the case costs one more conditional write, never a read).
     /// A denial writes nothing: its throttle count is carried into the bucket's next write.
-    pub async fn spend(&self, name: &str, id: &str, cost: u64, now: Timestamp) -> Result<Outcome, KvError> {
+    pub async fn spend(
+        &self,
+        name: &str,
+        id: &str,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, KvError> {
         if cost == 0 {
             return Err(KvError::ZeroCost);
         }
@@ -269,7 +296,9 @@ impl Limiter {
                     self.remember(&key, Some(d.new_tat));
                     return Ok(Self::outcome(&bucket, rate, d));
                 }
-                Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+                Err(SdkError::ServiceError(e))
+                    if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+                {
                     let old = match e.err() {
                         UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                         _ => None,
@@ -277,7 +306,9 @@ impl Limiter {
                     self.remember(&key, write::stored_tat(old.as_ref(), write::attr::TAT));
                     match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
                         Next::Refused(d) => {
-                            let version = old.as_ref().and_then(|i| write::int_attr(i, write::attr::VERSION));
+                            let version = old
+                                .as_ref()
+                                .and_then(|i| write::int_attr(i, write::attr::VERSION));
                             self.keep_pending(&key, pending, 1, now, version);
                             return Ok(Self::outcome(&bucket, rate, d));
                         }
@@ -294,33 +325,46 @@ impl Limiter {
         Err(KvError::Contended(key))
     }
 
-    /// What a spend of `cost` (≥ 0) would decide now, without writing.
+    /// What a spend of `cost` (≥ 0) would decide now, without writing (cost 0: the bucket as it is).
     ///
     /// DynamoDB calls: **1** strongly consistent `GetItem`.
-    pub async fn check(&self, name: &str, id: &str, cost: u64, now: Timestamp) -> Result<Outcome, KvError> {
+    pub async fn check(
+        &self,
+        name: &str,
+        id: &str,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, KvError> {
         let set = self.limits.current();
         let (bucket, rate) = self.resolve(&set, name, id)?;
         let item = self.read(&bucket.key()).await?;
         let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
         self.remember(&bucket.key(), tat);
-        let mut d = gcra::spend(&rate, tat, now, cost)?;
-        if cost > 0 && d.allowed {
-            // A check spends nothing: report the bucket as it is, with the verdict for `cost`.
-            let as_is = gcra::spend(&rate, tat, now, 0)?;
-            d = Decision { allowed: true, ..as_is };
-        }
+        // The decision a spend of `cost` would get (remaining after it, as Boulder reports), with
+        // the stored TAT left as it is.
+        let d = gcra::spend(&rate, tat, now, cost)?;
+        let d = Decision {
+            new_tat: tat.map_or(now, |t| t.max(now)),
+            ..d
+        };
         Ok(Self::outcome(&bucket, rate, d))
     }
 
     /// The stored item of a bucket (`None` if absent).
     ///
     /// DynamoDB calls: **1** strongly consistent `GetItem`.
-    pub async fn read(&self, bucket_key: &str) -> Result<Option<HashMap<String, AttributeValue>>, KvError> {
+    pub async fn read(
+        &self,
+        bucket_key: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, KvError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key(super::attr::BUCKET, AttributeValue::S(bucket_key.to_string()))
+            .key(
+                super::attr::BUCKET,
+                AttributeValue::S(bucket_key.to_string()),
+            )
             .consistent_read(true)
             .send()
             .await
@@ -332,7 +376,13 @@ impl Limiter {
     /// bucket is already full.
     ///
     /// DynamoDB calls: **1** `UpdateItem` warm or when refused; **≤ 2** cold.
-    pub async fn refund(&self, name: &str, id: &str, cost: u64, now: Timestamp) -> Result<Outcome, KvError> {
+    pub async fn refund(
+        &self,
+        name: &str,
+        id: &str,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, KvError> {
         if cost == 0 {
             return Err(KvError::ZeroCost);
         }
@@ -340,7 +390,10 @@ impl Limiter {
         let (bucket, rate) = self.resolve(&set, name, id)?;
         let key = bucket.key();
         let target = self.target(&bucket);
-        let state = StateWrite { limit_name: Some(bucket.name.clone()), ..StateWrite::default() };
+        let state = StateWrite {
+            limit_name: Some(bucket.name.clone()),
+            ..StateWrite::default()
+        };
         let mut plan = SpendPlan::refund(rate, now, cost, self.hint(&key))?.with_state(state);
         for _ in 0..MAX_ATTEMPTS {
             match plan.update_item(&self.client, &target).send().await {
@@ -353,7 +406,9 @@ impl Limiter {
                     self.remember(&key, Some(d.new_tat));
                     return Ok(Self::outcome(&bucket, rate, d));
                 }
-                Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+                Err(SdkError::ServiceError(e))
+                    if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+                {
                     let old = match e.err() {
                         UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                         _ => None,
@@ -397,7 +452,11 @@ impl Limiter {
     /// DynamoDB calls: **1** `TransactWriteItems` when warm (admitted, or denied from the old items
     /// the cancellation reasons carry); **≤ 2** cold. Transaction conflicts with concurrent writers
     /// are retried, up to 4 transactions in all.
-    pub async fn spend_batch(&self, spends: &[(&str, &str, u64)], now: Timestamp) -> Result<BatchOutcome, KvError> {
+    pub async fn spend_batch(
+        &self,
+        spends: &[(&str, &str, u64)],
+        now: Timestamp,
+    ) -> Result<BatchOutcome, KvError> {
         if spends.is_empty() {
             return Err(KvError::EmptyBatch);
         }
@@ -416,7 +475,10 @@ impl Limiter {
             let plan = SpendPlan::spend(rate, now, *cost, hint)?;
             items.push((bucket, rate, plan, hint));
         }
-        let pendings: Vec<Option<Pending>> = items.iter().map(|(b, ..)| self.take_pending(&b.key())).collect();
+        let pendings: Vec<Option<Pending>> = items
+            .iter()
+            .map(|(b, ..)| self.take_pending(&b.key()))
+            .collect();
         for ((bucket, _, plan, _), p) in items.iter_mut().zip(&pendings) {
             plan.state = Some(StateWrite {
                 limit_name: Some(bucket.name.clone()),
@@ -437,7 +499,12 @@ impl Limiter {
                 let update = plan.transact_update(&self.target(bucket))?;
                 writes.push(TransactWriteItem::builder().update(update).build());
             }
-            let res = self.client.transact_write_items().set_transact_items(Some(writes)).send().await;
+            let res = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(writes))
+                .send()
+                .await;
             match res {
                 Ok(_) => {
                     let mut exact = true;
@@ -452,9 +519,16 @@ impl Limiter {
                         .collect();
                     return Ok(strictest(each, exact));
                 }
-                Err(SdkError::ServiceError(e)) if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) => {
+                Err(SdkError::ServiceError(e))
+                    if matches!(
+                        e.err(),
+                        TransactWriteItemsError::TransactionCanceledException(_)
+                    ) =>
+                {
                     let reasons = match e.err() {
-                        TransactWriteItemsError::TransactionCanceledException(c) => c.cancellation_reasons().to_vec(),
+                        TransactWriteItemsError::TransactionCanceledException(c) => {
+                            c.cancellation_reasons().to_vec()
+                        }
                         _ => Vec::new(),
                     };
                     let mut denials = Vec::new();
@@ -469,7 +543,8 @@ impl Limiter {
                                 *hint = tat;
                                 match plan.on_condition_failed(old, write::attr::TAT) {
                                     Next::Refused(d) => {
-                                        let version = old.and_then(|i| write::int_attr(i, write::attr::VERSION));
+                                        let version = old
+                                            .and_then(|i| write::int_attr(i, write::attr::VERSION));
                                         denials.push((Self::outcome(bucket, *rate, d), version));
                                     }
                                     Next::Retry(p) => *plan = p,
@@ -480,8 +555,10 @@ impl Limiter {
                         }
                     }
                     if !denials.is_empty() {
-                        let denied: HashMap<String, Option<i64>> =
-                            denials.iter().map(|(o, v)| (o.bucket.clone(), *v)).collect();
+                        let denied: HashMap<String, Option<i64>> = denials
+                            .iter()
+                            .map(|(o, v)| (o.bucket.clone(), *v))
+                            .collect();
                         give_back(&denied);
                         // The others' numbers as last seen, for the caller's headers.
                         let mut each = Vec::with_capacity(items.len());
@@ -508,7 +585,13 @@ impl Limiter {
             }
         }
         give_back(&HashMap::new());
-        Err(KvError::Contended(items.iter().map(|(b, ..)| b.display_name()).collect::<Vec<_>>().join(",")))
+        Err(KvError::Contended(
+            items
+                .iter()
+                .map(|(b, ..)| b.display_name())
+                .collect::<Vec<_>>()
+                .join(","),
+        ))
     }
 }
 
@@ -522,19 +605,42 @@ fn strictest(each: Vec<Outcome>, exact: bool) -> BatchOutcome {
         Some(o) => (o.decision, o.limit.clone()),
         None => {
             let tightest = each.iter().min_by_key(|o| o.decision.remaining);
-            let retry_in = each.iter().map(|o| o.decision.retry_in).max().unwrap_or_default();
-            let reset_in = each.iter().map(|o| o.decision.reset_in).max().unwrap_or_default();
+            let retry_in = each
+                .iter()
+                .map(|o| o.decision.retry_in)
+                .max()
+                .unwrap_or_default();
+            let reset_in = each
+                .iter()
+                .map(|o| o.decision.reset_in)
+                .max()
+                .unwrap_or_default();
             match tightest {
                 Some(o) => (
-                    Decision { retry_in, reset_in, ..o.decision },
+                    Decision {
+                        retry_in,
+                        reset_in,
+                        ..o.decision
+                    },
                     o.limit.clone(),
                 ),
                 None => (
-                    Decision { allowed: true, remaining: 0, retry_in, reset_in, new_tat: Timestamp::default() },
+                    Decision {
+                        allowed: true,
+                        remaining: 0,
+                        retry_in,
+                        reset_in,
+                        new_tat: Timestamp::default(),
+                    },
                     String::new(),
                 ),
             }
         }
     };
-    BatchOutcome { decision, deciding, each, exact }
+    BatchOutcome {
+        decision,
+        deciding,
+        each,
+        exact,
+    }
 }

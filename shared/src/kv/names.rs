@@ -152,7 +152,9 @@ fn reg_id(raw: &str) -> Result<String, String> {
     if ok {
         Ok(raw.to_string())
     } else {
-        Err(format!("{raw:?} is not a registration id (a positive integer)"))
+        Err(format!(
+            "{raw:?} is not a registration id (a positive integer)"
+        ))
     }
 }
 
@@ -245,10 +247,7 @@ mod tests {
         let b = f.canonical("12345678:example.com,EXAMPLE.org").unwrap();
         assert_eq!(a, "12345678:example.com,example.org");
         assert_eq!(a, b);
-        assert_eq!(
-            f.canonical("1:b.com,a.com,b.com").unwrap(),
-            "1:a.com,b.com"
-        );
+        assert_eq!(f.canonical("1:b.com,a.com,b.com").unwrap(), "1:a.com,b.com");
         assert!(f.canonical("1:a.com,,b.com").is_err());
     }
 

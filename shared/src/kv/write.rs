@@ -144,24 +144,44 @@ pub fn int_attr(item: &HashMap<String, AttributeValue>, name: &str) -> Option<i6
 }
 
 /// The stored TAT of an item, if any.
-pub fn stored_tat(item: Option<&HashMap<String, AttributeValue>>, tat_attr: &str) -> Option<Timestamp> {
-    item.and_then(|i| int_attr(i, tat_attr)).map(Timestamp::from_nanos)
+pub fn stored_tat(
+    item: Option<&HashMap<String, AttributeValue>>,
+    tat_attr: &str,
+) -> Option<Timestamp> {
+    item.and_then(|i| int_attr(i, tat_attr))
+        .map(Timestamp::from_nanos)
 }
 
 impl SpendPlan {
     /// A spend (`cost` ≥ 1), betting on the case the hint implies: a hint in the future means the
     /// bucket is draining; no hint or a past one means idle.
-    pub fn spend(rate: Rate, now: Timestamp, cost: u64, hint: Option<Timestamp>) -> Result<Self, RateError> {
+    pub fn spend(
+        rate: Rate,
+        now: Timestamp,
+        cost: u64,
+        hint: Option<Timestamp>,
+    ) -> Result<Self, RateError> {
         gcra::spend(&rate, None, now, cost)?; // validates cost <= burst
         let case = match hint {
             Some(t) if t > now => Case::Draining,
             _ => Case::Idle,
         };
-        Ok(SpendPlan { rate, now, cost, case, state: None })
+        Ok(SpendPlan {
+            rate,
+            now,
+            cost,
+            case,
+            state: None,
+        })
     }
 
     /// A refund, betting on the case the hint implies.
-    pub fn refund(rate: Rate, now: Timestamp, cost: u64, hint: Option<Timestamp>) -> Result<Self, RateError> {
+    pub fn refund(
+        rate: Rate,
+        now: Timestamp,
+        cost: u64,
+        hint: Option<Timestamp>,
+    ) -> Result<Self, RateError> {
         gcra::refund(&rate, None, now, cost)?;
         let inc = gcra::increment_nanos(&rate, cost);
         let case = match hint {
@@ -170,7 +190,13 @@ impl SpendPlan {
             }
             _ => Case::RefundPartial,
         };
-        Ok(SpendPlan { rate, now, cost, case, state: None })
+        Ok(SpendPlan {
+            rate,
+            now,
+            cost,
+            case,
+            state: None,
+        })
     }
 
     pub fn with_state(mut self, state: StateWrite) -> Self {
@@ -201,7 +227,10 @@ impl SpendPlan {
             }
             Case::Draining => {
                 values.insert(":inc".into(), n(inc));
-                values.insert(":lim".into(), n(gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos()));
+                values.insert(
+                    ":lim".into(),
+                    n(gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos()),
+                );
                 set.push("#tat = #tat + :inc".into());
                 "#tat > :now AND #tat <= :lim".to_string()
             }
@@ -221,7 +250,8 @@ impl SpendPlan {
             // The TAT after this write is at most now + burst offset (the admit limit + inc), so
             // the item outlives the moment the bucket is full again by at least the margin.
             let full_at = now.saturating_add(self.rate.burst_offset_nanos());
-            let secs = full_at.div_euclid(1_000_000_000) + i64::from(full_at.rem_euclid(1_000_000_000) > 0);
+            let secs = full_at.div_euclid(1_000_000_000)
+                + i64::from(full_at.rem_euclid(1_000_000_000) > 0);
             let margin = i64::try_from(target.ttl_margin.as_secs()).unwrap_or(i64::MAX / 4);
             names.insert("#ttl".into(), ttl.clone());
             values.insert(":ttl".into(), n(secs.saturating_add(margin)));
@@ -237,9 +267,18 @@ impl SpendPlan {
             name("#count", attr::COUNT);
             name("#period", attr::PERIOD_NS);
             values.insert(":one".into(), n(1));
-            values.insert(":burst".into(), n(i64::try_from(self.rate.burst).unwrap_or(i64::MAX)));
-            values.insert(":count".into(), n(i64::try_from(self.rate.count).unwrap_or(i64::MAX)));
-            values.insert(":period".into(), n(crate::clock::duration_nanos(self.rate.period)));
+            values.insert(
+                ":burst".into(),
+                n(i64::try_from(self.rate.burst).unwrap_or(i64::MAX)),
+            );
+            values.insert(
+                ":count".into(),
+                n(i64::try_from(self.rate.count).unwrap_or(i64::MAX)),
+            );
+            values.insert(
+                ":period".into(),
+                n(crate::clock::duration_nanos(self.rate.period)),
+            );
             add.push("#ver :one".into());
             set.push("#ua = :now".into());
             set.push("#burst = :burst".into());
@@ -295,7 +334,12 @@ impl SpendPlan {
         };
         names.retain(|k: &String, _| used(k));
         values.retain(|k: &String, _| used(k));
-        Expr { condition, update, names, values }
+        Expr {
+            condition,
+            update,
+            names,
+            values,
+        }
     }
 
     /// The write as a single `UpdateItem` (1 call): returns the updated TAT on success and the old
@@ -345,7 +389,9 @@ impl SpendPlan {
                     Some(t) => t.as_nanos() - inc,
                     None => hint.map_or(now + 1, |h| h.as_nanos()),
                 };
-                Some(Timestamp::from_nanos(old.clamp(now + 1, limit.max(now + 1))))
+                Some(Timestamp::from_nanos(
+                    old.clamp(now + 1, limit.max(now + 1)),
+                ))
             }
             Case::RefundPartial => {
                 let old = match new_tat {
@@ -372,7 +418,11 @@ impl SpendPlan {
     }
 
     /// Decides from the old item a failed condition returned (`None`: there was no item).
-    pub fn on_condition_failed(&self, old_item: Option<&HashMap<String, AttributeValue>>, tat_attr: &str) -> Next {
+    pub fn on_condition_failed(
+        &self,
+        old_item: Option<&HashMap<String, AttributeValue>>,
+        tat_attr: &str,
+    ) -> Next {
         let old = stored_tat(old_item, tat_attr);
         let now = self.now.as_nanos();
         if self.is_refund() {
@@ -385,7 +435,10 @@ impl SpendPlan {
                         Some(t) if t.as_nanos() < now + inc => Case::RefundToFull,
                         _ => Case::RefundPartial,
                     };
-                    Next::Retry(SpendPlan { case, ..self.clone() })
+                    Next::Retry(SpendPlan {
+                        case,
+                        ..self.clone()
+                    })
                 }
                 Err(_) => Next::Refused(self.admitted(None, None)),
             };
@@ -397,7 +450,10 @@ impl SpendPlan {
                     Some(t) if t.as_nanos() > now => Case::Draining,
                     _ => Case::Idle,
                 };
-                Next::Retry(SpendPlan { case, ..self.clone() })
+                Next::Retry(SpendPlan {
+                    case,
+                    ..self.clone()
+                })
             }
         }
     }
@@ -432,13 +488,20 @@ mod tests {
     #[test]
     fn the_hint_picks_the_case() {
         let now = Timestamp::from_secs(100);
-        assert_eq!(SpendPlan::spend(rate(), now, 1, None).unwrap().case, Case::Idle);
         assert_eq!(
-            SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(99))).unwrap().case,
+            SpendPlan::spend(rate(), now, 1, None).unwrap().case,
             Case::Idle
         );
         assert_eq!(
-            SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(101))).unwrap().case,
+            SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(99)))
+                .unwrap()
+                .case,
+            Case::Idle
+        );
+        assert_eq!(
+            SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(101)))
+                .unwrap()
+                .case,
             Case::Draining
         );
         assert!(SpendPlan::spend(rate(), now, 11, None).is_err());
@@ -450,15 +513,30 @@ mod tests {
         let target = Target::bucket("b", "1:x", Duration::from_secs(60));
         let plan = SpendPlan::spend(rate(), now, 3, Some(Timestamp::from_secs(105)))
             .unwrap()
-            .with_state(StateWrite { limit_name: Some("L".into()), pending_throttles: 2, first_throttle: Some(now) });
+            .with_state(StateWrite {
+                limit_name: Some("L".into()),
+                pending_throttles: 2,
+                first_throttle: Some(now),
+            });
         let e = plan.expression(&target);
         assert_eq!(e.condition, "#tat > :now AND #tat <= :lim");
         assert_eq!(e.values[":lim"], n(100 * S + 1 + 7 * S));
-        assert!(e.update.starts_with("SET #tat = #tat + :inc, #ttl = :ttl"), "{}", e.update);
-        assert!(e.update.contains("ADD #ver :one, #rc :one, #tc :pend"), "{}", e.update);
+        assert!(
+            e.update.starts_with("SET #tat = #tat + :inc, #ttl = :ttl"),
+            "{}",
+            e.update
+        );
+        assert!(
+            e.update.contains("ADD #ver :one, #rc :one, #tc :pend"),
+            "{}",
+            e.update
+        );
         // full at most at now + 10 s → ceil to 111 s, plus the margin.
         assert_eq!(e.values[":ttl"], n(111 + 60));
-        for placeholder in e.update.split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_')) {
+        for placeholder in e
+            .update
+            .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
+        {
             if placeholder.starts_with('#') {
                 assert!(e.names.contains_key(placeholder), "{placeholder}");
             }
@@ -471,13 +549,20 @@ mod tests {
             .with_state(StateWrite::default());
         all_used(&plain.expression(&target));
         all_used(&e);
-        let idle = SpendPlan::spend(rate(), now, 1, None).unwrap().with_state(StateWrite::default());
+        let idle = SpendPlan::spend(rate(), now, 1, None)
+            .unwrap()
+            .with_state(StateWrite::default());
         all_used(&idle.expression(&target));
         for case_plan in [
             SpendPlan::refund(rate(), now, 1, None).unwrap(),
             SpendPlan::refund(rate(), now, 5, Some(Timestamp::from_secs(102))).unwrap(),
         ] {
-            all_used(&case_plan.clone().with_state(StateWrite::default()).expression(&target));
+            all_used(
+                &case_plan
+                    .clone()
+                    .with_state(StateWrite::default())
+                    .expression(&target),
+            );
             all_used(&case_plan.expression(&target));
         }
         let e = idle.expression(&target);

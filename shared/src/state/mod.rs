@@ -84,7 +84,9 @@ fn per_sec(count: u64, span: Duration) -> f64 {
 /// Why a state view could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("bucket {0} has no stored limit parameters and no limits file was given to supply them")]
+    #[error(
+        "bucket {0} has no stored limit parameters and no limits file was given to supply them"
+    )]
     NoRate(String),
     #[error(transparent)]
     Key(#[from] KeyError),
@@ -112,7 +114,9 @@ impl RateLimitState {
             let period = Duration::from_nanos(uint(i, attr::PERIOD_NS)?);
             Rate::new(burst, count, period).ok()
         });
-        let rate = stored_rate.or(rate).ok_or_else(|| StateError::NoRate(bucket.to_string()))?;
+        let rate = stored_rate
+            .or(rate)
+            .ok_or_else(|| StateError::NoRate(bucket.to_string()))?;
         let ei = rate.emission_interval_nanos();
         let offset = rate.burst_offset_nanos();
         let now_n = now.as_nanos();
@@ -252,7 +256,11 @@ impl RateLimitState {
 pub trait StateReader: Send + Sync {
     fn kind(&self) -> TableKind;
     /// The bucket's state, from its key as the user wrote it (without the `table:` prefix).
-    fn read<'a>(&'a self, key: &'a str, now: Timestamp) -> BoxFuture<'a, Result<RateLimitState, StateError>>;
+    fn read<'a>(
+        &'a self,
+        key: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<RateLimitState, StateError>>;
 }
 
 /// The readers `turnstile state` consults, by table.
@@ -277,9 +285,16 @@ impl Registry {
             },
             None => (TableKind::Buckets, spec),
         };
-        let reader = self.readers.iter().find(|r| r.kind() == kind).ok_or_else(|| {
-            StateError::Unsupported(format!("no state reader for the {} table yet", kind.as_str()))
-        })?;
+        let reader = self
+            .readers
+            .iter()
+            .find(|r| r.kind() == kind)
+            .ok_or_else(|| {
+                StateError::Unsupported(format!(
+                    "no state reader for the {} table yet",
+                    kind.as_str()
+                ))
+            })?;
         reader.read(key, now).await
     }
 }
@@ -302,7 +317,9 @@ impl GcraReader {
                 (b.key(), b.name.clone(), b.id.clone(), rate)
             }
             None => {
-                let (head, id) = key.split_once(':').ok_or_else(|| KeyError::Malformed(key.to_string()))?;
+                let (head, id) = key
+                    .split_once(':')
+                    .ok_or_else(|| KeyError::Malformed(key.to_string()))?;
                 if head.parse::<u16>().is_err() {
                     return Err(StateError::Unsupported(format!(
                         "{key:?} names its limit; give the limits file (--config) or use the stored key nameId:id"
@@ -315,7 +332,10 @@ impl GcraReader {
             .client
             .get_item()
             .table_name(&self.table)
-            .key(crate::kv::attr::BUCKET, AttributeValue::S(stored_key.clone()))
+            .key(
+                crate::kv::attr::BUCKET,
+                AttributeValue::S(stored_key.clone()),
+            )
             .consistent_read(true)
             .send()
             .await
@@ -328,7 +348,11 @@ impl StateReader for GcraReader {
     fn kind(&self) -> TableKind {
         TableKind::Buckets
     }
-    fn read<'a>(&'a self, key: &'a str, now: Timestamp) -> BoxFuture<'a, Result<RateLimitState, StateError>> {
+    fn read<'a>(
+        &'a self,
+        key: &'a str,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<RateLimitState, StateError>> {
         Box::pin(self.state(key, now))
     }
 }
@@ -358,7 +382,10 @@ mod tests {
             (attr::BURST.to_string(), n(10)),
             (attr::COUNT.to_string(), n(1)),
             (attr::PERIOD_NS.to_string(), n(S)),
-            (attr::LIMIT_NAME.to_string(), AttributeValue::S("Worked".into())),
+            (
+                attr::LIMIT_NAME.to_string(),
+                AttributeValue::S("Worked".into()),
+            ),
         ]);
         let s = RateLimitState::from_gcra_item("2:a", "2", "a", Some(&item), None, now).unwrap();
         assert_eq!(s.entity_type, "Worked");
@@ -373,9 +400,24 @@ mod tests {
         assert_eq!(s.peak_request_rate, Some(2.0));
         let json = serde_json::to_value(&s).unwrap();
         for field in [
-            "@type", "entityType", "entityId", "bucket", "requestCount", "windowStart", "windowEnd",
-            "tokensAvailable", "tokenCapacity", "refillRate", "lastRefillAt", "resetAt", "isThrottled",
-            "throttleCount", "lastRequestAt", "peakRequestRate", "version", "updatedAt",
+            "@type",
+            "entityType",
+            "entityId",
+            "bucket",
+            "requestCount",
+            "windowStart",
+            "windowEnd",
+            "tokensAvailable",
+            "tokenCapacity",
+            "refillRate",
+            "lastRefillAt",
+            "resetAt",
+            "isThrottled",
+            "throttleCount",
+            "lastRequestAt",
+            "peakRequestRate",
+            "version",
+            "updatedAt",
         ] {
             assert!(json.get(field).is_some(), "{field} missing in {json}");
         }
@@ -386,23 +428,59 @@ mod tests {
         assert_eq!((s.tokens_available, s.is_throttled), (Some(0), Some(true)));
         // No item: a full bucket; the rate must come from the config.
         assert!(RateLimitState::from_gcra_item("2:a", "Worked", "a", None, None, now).is_err());
-        let s = RateLimitState::from_gcra_item("2:a", "Worked", "a", None, Some(rate), now).unwrap();
-        assert_eq!((s.tokens_available, s.request_count, s.version), (Some(10), Some(0), None));
+        let s =
+            RateLimitState::from_gcra_item("2:a", "Worked", "a", None, Some(rate), now).unwrap();
+        assert_eq!(
+            (s.tokens_available, s.request_count, s.version),
+            (Some(10), Some(0), None)
+        );
     }
 
     #[test]
     fn fixed_windows_and_token_buckets() {
         let start = Timestamp::from_secs(1_710_511_140); // 2024-03-15T13:59:00Z
         let now = start.plus(Duration::from_secs(55));
-        let s = RateLimitState::fixed_window("ip_address", "203.0.113.45", "ip:203.0.113.45:auth", 10, 10, start, Duration::from_secs(60), None, now);
+        let s = RateLimitState::fixed_window(
+            "ip_address",
+            "203.0.113.45",
+            "ip:203.0.113.45:auth",
+            10,
+            10,
+            start,
+            Duration::from_secs(60),
+            None,
+            now,
+        );
         assert_eq!(s.window_end, "2024-03-15T14:00:00.000Z");
         assert_eq!(s.reset_at, s.window_end);
         assert_eq!(s.is_throttled, Some(true));
-        let after = RateLimitState::fixed_window("t", "i", "b", 10, 10, start, Duration::from_secs(60), None, start.plus(Duration::from_secs(61)));
-        assert_eq!((after.request_count, after.is_throttled), (Some(0), Some(false)));
+        let after = RateLimitState::fixed_window(
+            "t",
+            "i",
+            "b",
+            10,
+            10,
+            start,
+            Duration::from_secs(60),
+            None,
+            start.plus(Duration::from_secs(61)),
+        );
+        assert_eq!(
+            (after.request_count, after.is_throttled),
+            (Some(0), Some(false))
+        );
 
         let last = Timestamp::from_secs(1_000);
-        let tb = RateLimitState::token_bucket("account", "a1", "svc:a1", 5.0, 10, 0.1, last, last.plus(Duration::from_secs(30)));
+        let tb = RateLimitState::token_bucket(
+            "account",
+            "a1",
+            "svc:a1",
+            5.0,
+            10,
+            0.1,
+            last,
+            last.plus(Duration::from_secs(30)),
+        );
         assert_eq!(tb.tokens_available, Some(8));
         assert_eq!(tb.reset_at, last.plus(Duration::from_secs(50)).to_rfc3339());
         assert_eq!(tb.is_throttled, Some(false));
