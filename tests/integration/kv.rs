@@ -333,7 +333,7 @@ async fn cold_spends_take_at_most_two_calls_and_items_expire_when_full() {
     assert!(expires <= full_at_secs + 1 + 60);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_concurrent_spenders_get_exactly_the_burst() {
     let env = TestEnv::new(&[TableKind::Buckets]).await;
     let now = env.clock.now(); // frozen: the clock never moves in this test
@@ -542,4 +542,38 @@ async fn the_gcra_update_works_inside_another_tables_transaction() {
         3,
         "two connection rows and the bucket; the refused one wrote nothing"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batch_spends_stay_exact() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let now = env.clock.now();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let lim = limiter(&env);
+        tasks.push(tokio::spawn(async move {
+            lim.spend_batch(&[("NewOrdersPerAccount", "9", 1), ("Worked", "batch", 1)], now)
+                .await
+                .map(|b| b.decision.allowed)
+        }));
+    }
+    let mut allowed = 0;
+    let mut contended = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(true) => allowed += 1,
+            Ok(false) => {}
+            Err(KvError::Contended(_)) => contended += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    println!("8 concurrent batches: {allowed} admitted, {contended} contended, {} calls", env.counter.total());
+    assert!(allowed <= 3, "never more than the tighter burst");
+    let orders = stored_tat(&env, "3:9").await.unwrap() - now.as_nanos();
+    let worked = stored_tat(&env, "2:batch").await.unwrap() - now.as_nanos();
+    assert_eq!(orders, allowed * 3_600 * 1_000_000_000, "all or nothing: each admitted batch spent both");
+    assert_eq!(worked, allowed * 1_000_000_000);
+    if contended == 0 {
+        assert_eq!(allowed, 3);
+    }
 }
