@@ -467,17 +467,13 @@ async fn the_gcra_update_works_inside_another_tables_transaction() {
     let table = &env.deps.tables.counters;
     let rate = Rate::new(2, 2, Duration::from_secs(60)).unwrap();
     let now = env.clock.now();
-    let target = Target {
-        table: table.clone(),
-        key: [(
-            "key".to_string(),
-            AttributeValue::S("acme:gcra:tenantPerMinute".into()),
-        )]
-        .into(),
-        tat_attr: "tat".into(),
-        ttl_attr: Some("itemTTL".into()),
-        ttl_margin: Duration::from_secs(1),
-    };
+    let target = Target::new(
+        table,
+        "key",
+        "acme:gcra:tenantPerMinute",
+        Some("itemTTL"),
+        Duration::from_secs(1),
+    );
     let mut hint: Option<Timestamp> = None;
     let mut admitted = 0;
     for conn in 0..3 {
@@ -552,9 +548,12 @@ async fn concurrent_batch_spends_stay_exact() {
     for _ in 0..8 {
         let lim = limiter(&env);
         tasks.push(tokio::spawn(async move {
-            lim.spend_batch(&[("NewOrdersPerAccount", "9", 1), ("Worked", "batch", 1)], now)
-                .await
-                .map(|b| b.decision.allowed)
+            lim.spend_batch(
+                &[("NewOrdersPerAccount", "9", 1), ("Worked", "batch", 1)],
+                now,
+            )
+            .await
+            .map(|b| b.decision.allowed)
         }));
     }
     let mut allowed = 0;
@@ -567,13 +566,55 @@ async fn concurrent_batch_spends_stay_exact() {
             Err(e) => panic!("{e}"),
         }
     }
-    println!("8 concurrent batches: {allowed} admitted, {contended} contended, {} calls", env.counter.total());
+    println!(
+        "8 concurrent batches: {allowed} admitted, {contended} contended, {} calls",
+        env.counter.total()
+    );
     assert!(allowed <= 3, "never more than the tighter burst");
     let orders = stored_tat(&env, "3:9").await.unwrap() - now.as_nanos();
     let worked = stored_tat(&env, "2:batch").await.unwrap() - now.as_nanos();
-    assert_eq!(orders, allowed * 3_600 * 1_000_000_000, "all or nothing: each admitted batch spent both");
+    assert_eq!(
+        orders,
+        allowed * 3_600 * 1_000_000_000,
+        "all or nothing: each admitted batch spent both"
+    );
     assert_eq!(worked, allowed * 1_000_000_000);
     if contended == 0 {
         assert_eq!(allowed, 3);
     }
+}
+
+/// An idle bucket's item carries a TTL so DynamoDB deletes it once the bucket is full again. Real
+/// DynamoDB deletes late, so an expired item that is still there must read as full too.
+#[tokio::test]
+async fn expired_buckets_read_as_full_whether_or_not_deleted_yet() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    // A spend one hour ago: its bucket was full again 4 s later, and its TTL has passed.
+    let now = env.clock.now();
+    let then = now.minus(Duration::from_secs(3_600));
+    let lim = limiter(&env).with_ttl_margin(Duration::ZERO);
+    lim.spend("Worked", "idle", 4, then).await.unwrap();
+    let item = env
+        .deps
+        .dynamo
+        .get_item()
+        .table_name(&env.deps.tables.buckets)
+        .key("bucket", AttributeValue::S("2:idle".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item;
+    if let Some(item) = item {
+        assert!(write::int_attr(&item, "expiresAt").unwrap() < now.as_secs());
+    }
+    let c = lim.check("Worked", "idle", 0, now).await.unwrap();
+    assert_eq!(c.decision.remaining, 10);
+    let fresh = limiter(&env);
+    let (o, calls) = env
+        .counter
+        .measure(fresh.spend("Worked", "idle", 1, now))
+        .await;
+    assert_eq!(o.unwrap().decision.remaining, 9);
+    assert_eq!(calls, 1, "a cold spend on an idle bucket is one call");
 }

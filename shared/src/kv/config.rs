@@ -161,6 +161,14 @@ impl LimitSet {
         Self::from_yaml(&src)
     }
 
+    /// The file named by `TURNSTILE_LIMITS_FILE`, if set (`None` when unset: no key-value limits).
+    pub fn from_vars(vars: &crate::config::Vars) -> Result<Option<LimitSet>, LoadError> {
+        match vars.get(LIMITS_FILE_VAR) {
+            Some(path) => Self::from_path(&path).map(Some),
+            None => Ok(None),
+        }
+    }
+
     pub fn name(&self, name: &str) -> Option<&NameDef> {
         self.names.get(name)
     }
@@ -738,6 +746,19 @@ defaults:
             "names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 1, count: 1 }\n",
         );
         assert!(p[0].reason.contains("period"), "{p:?}");
+    }
+
+    #[test]
+    fn the_file_comes_from_the_environment() {
+        let vars = crate::config::Vars::from_pairs([(LIMITS_FILE_VAR, "/no/such/limits.yaml")]);
+        let err = LimitSet::from_vars(&vars).unwrap_err();
+        assert!(matches!(err, LoadError::Read { .. }), "{err}");
+        assert!(err.to_string().contains("/no/such/limits.yaml"));
+        let none = crate::config::Vars::from_pairs::<&str, &str>([]);
+        assert!(LimitSet::from_vars(&none).unwrap().is_none());
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/limits.example.yaml");
+        let vars = crate::config::Vars::from_pairs([(LIMITS_FILE_VAR, path)]);
+        assert!(LimitSet::from_vars(&vars).unwrap().is_some());
     }
 
     #[test]

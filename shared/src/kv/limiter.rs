@@ -26,7 +26,8 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// transactions conflict.
 const MAX_ATTEMPTS: usize = 4;
 
-/// Hints kept per limiter before the map is cleared (a hint is only an optimisation).
+/// Hints kept per limiter before the map is cleared (a hint is only an optimisation); also the
+/// most buckets with held denials.
 const MAX_HINTS: usize = 100_000;
 
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +161,11 @@ impl Limiter {
         let first = taken.map_or(now, |p| p.first.min(now));
         let version = version.or(taken.and_then(|p| p.version));
         if let Ok(mut p) = self.pending.lock() {
+            if p.len() >= MAX_HINTS && !p.contains_key(key) {
+                // Best effort (docs/decisions/0603): under a flood of distinct keys, drop rather
+                // than grow without bound.
+                return;
+            }
             let e = p.entry(key.to_string()).or_insert(Pending {
                 count: 0,
                 first,

@@ -65,6 +65,24 @@ pub struct Target {
 }
 
 impl Target {
+    /// A bucket on any table with a single string partition key, e.g. the counters table:
+    /// `Target::new(&tables.counters, "key", "acme:tenantPerMinute", Some("itemTTL"), margin)`.
+    pub fn new(
+        table: &str,
+        key_attr: &str,
+        key: &str,
+        ttl_attr: Option<&str>,
+        ttl_margin: Duration,
+    ) -> Self {
+        Target {
+            table: table.to_string(),
+            key: HashMap::from([(key_attr.to_string(), AttributeValue::S(key.to_string()))]),
+            tat_attr: attr::TAT.to_string(),
+            ttl_attr: ttl_attr.map(str::to_string),
+            ttl_margin,
+        }
+    }
+
     /// A bucket in the buckets table (`kv::table`).
     pub fn bucket(table: &str, bucket_key: &str, ttl_margin: Duration) -> Self {
         Target {
