@@ -618,3 +618,149 @@ async fn expired_buckets_read_as_full_whether_or_not_deleted_yet() {
     assert_eq!(o.unwrap().decision.remaining, 9);
     assert_eq!(calls, 1, "a cold spend on an idle bucket is one call");
 }
+
+/// Seed 004's narrative step by step, with the manual clock: 20 per second, burst 20.
+#[tokio::test]
+async fn seed_004_narrative_with_the_manual_clock() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let ip = "172.23.45.99";
+    let first = lim
+        .spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.decision.remaining, first.decision.reset_in),
+        (19, ms(50))
+    );
+    env.clock.advance(ms(5));
+    assert!(
+        lim.spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    // "A total of 18 requests over the next 44 ms": all allowed (20 in all, the burst).
+    for _ in 0..18 {
+        env.clock.advance(ms(2));
+        let o = lim
+            .spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+            .await
+            .unwrap();
+        assert!(o.decision.allowed);
+    }
+    env.clock.advance(ms(8)); // 49 ms after the first request
+    let denied = lim
+        .spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+        .await
+        .unwrap();
+    assert!(
+        !denied.decision.allowed,
+        "the 21st request within 50 ms is refused"
+    );
+    assert_eq!(
+        denied.decision.retry_in,
+        ms(1),
+        "one token is earned 50 ms after the first"
+    );
+    env.clock.advance(ms(1));
+    assert!(
+        lim.spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    // "... and will allow 1 request every 50 ms, indefinitely."
+    for _ in 0..5 {
+        assert!(
+            !lim.spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+        env.clock.advance(ms(50));
+        assert!(
+            lim.spend("NewFoosPerIPAddress", ip, 1, env.clock.now())
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+    }
+}
+
+/// A long scripted run of spends, checks, refunds, resets and waits against DynamoDB, compared
+/// decision by decision with the pure arithmetic (`shared::gcra`) on a model TAT.
+#[tokio::test]
+async fn a_long_random_script_matches_the_pure_arithmetic() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let fresh_each_time = limiter(&env); // a second process sharing the bucket (cold hints)
+    let rate = Rate::new(10, 1, Duration::from_secs(1)).unwrap();
+    let mut model: Option<Timestamp> = None;
+    let mut seed: u64 = 0x5eed_0004;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    for step in 0..150 {
+        let now = env.clock.now();
+        let cost = 1 + next(4);
+        let who = if next(3) == 0 { &fresh_each_time } else { &lim };
+        match next(10) {
+            0..=5 => {
+                let got = who
+                    .spend("Worked", "script", cost, now)
+                    .await
+                    .unwrap()
+                    .decision;
+                let want = shared::gcra::spend(&rate, model, now, cost).unwrap();
+                assert_eq!(got, want, "step {step}: spend {cost}");
+                if want.allowed {
+                    model = Some(want.new_tat);
+                }
+            }
+            6 => {
+                let got = who
+                    .check("Worked", "script", cost, now)
+                    .await
+                    .unwrap()
+                    .decision;
+                let want = shared::gcra::spend(&rate, model, now, cost).unwrap();
+                assert_eq!(
+                    (got.allowed, got.remaining, got.retry_in, got.reset_in),
+                    (want.allowed, want.remaining, want.retry_in, want.reset_in),
+                    "step {step}: check {cost}"
+                );
+            }
+            7 | 8 => {
+                let got = who
+                    .refund("Worked", "script", cost, now)
+                    .await
+                    .unwrap()
+                    .decision;
+                let want = shared::gcra::refund(&rate, model, now, cost).unwrap();
+                assert_eq!(
+                    (got.allowed, got.remaining, got.retry_in, got.reset_in),
+                    (want.allowed, want.remaining, want.retry_in, want.reset_in),
+                    "step {step}: refund {cost}"
+                );
+                if want.allowed {
+                    model = Some(want.new_tat);
+                }
+            }
+            _ => {
+                if next(4) == 0 {
+                    who.reset("Worked", "script", now).await.unwrap();
+                    model = None;
+                }
+            }
+        }
+        env.clock.advance(Duration::from_millis(next(1_500)));
+    }
+}
