@@ -457,6 +457,12 @@ async fn a_batch_spend_is_all_or_nothing_and_the_strictest_decision_wins() {
         lim.spend_batch(&[], now).await,
         Err(KvError::EmptyBatch)
     ));
+    let ids: Vec<String> = (0..101).map(|i| format!("k{i}")).collect();
+    let many: Vec<(&str, &str, u64)> = ids.iter().map(|id| ("Worked", id.as_str(), 1)).collect();
+    assert!(matches!(
+        lim.spend_batch(&many, now).await,
+        Err(KvError::BatchTooLarge(101))
+    ));
 }
 
 /// The reusable piece for other tables' transactions (the `$connect` case): a GCRA bucket on the

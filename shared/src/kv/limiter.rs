@@ -26,6 +26,9 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// transactions conflict.
 const MAX_ATTEMPTS: usize = 4;
 
+/// Most buckets in one batch spend: DynamoDB's limit of items per transaction.
+pub const MAX_BATCH: usize = 100;
+
 /// Hints kept per limiter before the map is cleared (a hint is only an optimisation); also the
 /// most buckets with held denials.
 const MAX_HINTS: usize = 100_000;
@@ -42,6 +45,8 @@ pub enum KvError {
     DuplicateInBatch(String),
     #[error("a batch needs at least one limit")]
     EmptyBatch,
+    #[error("a batch of {0} limits exceeds DynamoDB's {MAX_BATCH} items per transaction")]
+    BatchTooLarge(usize),
     #[error("bucket {0} is contended: no decision after {MAX_ATTEMPTS} conditional writes")]
     Contended(String),
     #[error(transparent)]
@@ -465,6 +470,9 @@ impl Limiter {
     ) -> Result<BatchOutcome, KvError> {
         if spends.is_empty() {
             return Err(KvError::EmptyBatch);
+        }
+        if spends.len() > MAX_BATCH {
+            return Err(KvError::BatchTooLarge(spends.len()));
         }
         let set = self.limits.current();
         let mut items = Vec::with_capacity(spends.len());
