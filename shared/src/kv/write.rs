@@ -98,6 +98,31 @@ impl Target {
     }
 }
 
+/// How a per-window limit (seed 003's per-minute connection limits) is enforced, chosen per tenant.
+/// `Fixed` is the seed's minute window (one counter per `floor(epoch/60)`), which lets up to twice
+/// the limit through across a window boundary; `Gcra` is a bucket of `Rate::per_minute(limit)` spent
+/// with a [`SpendPlan`], which never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowAlgorithm {
+    #[default]
+    Fixed,
+    Gcra,
+}
+
+impl std::str::FromStr for WindowAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fixed" => Ok(WindowAlgorithm::Fixed),
+            "gcra" => Ok(WindowAlgorithm::Gcra),
+            other => Err(format!(
+                "{other:?} is not a window algorithm (fixed or gcra)"
+            )),
+        }
+    }
+}
+
 /// Which condition a write bets on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Case {
@@ -501,6 +526,20 @@ mod tests {
         for k in e.names.keys().chain(e.values.keys()) {
             assert!(used(k), "{k} unused in {text}");
         }
+    }
+
+    #[test]
+    fn window_algorithms_parse() {
+        assert_eq!(
+            "gcra".parse::<WindowAlgorithm>().unwrap(),
+            WindowAlgorithm::Gcra
+        );
+        assert_eq!(
+            "fixed".parse::<WindowAlgorithm>().unwrap(),
+            WindowAlgorithm::Fixed
+        );
+        assert_eq!(WindowAlgorithm::default(), WindowAlgorithm::Fixed);
+        assert!("sliding".parse::<WindowAlgorithm>().is_err());
     }
 
     #[test]
