@@ -1,8 +1,10 @@
 //! `turnstile`: the operator CLI. Each subcommand lives in its own module and only translates
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 
+mod kv;
 mod limits;
 mod reservation;
+mod state;
 mod tables;
 mod token;
 
@@ -34,6 +36,10 @@ enum Command {
     Reservation(reservation::Args),
     /// Load and list per-account limits (rate-limiter-py's JSON format).
     Limits(limits::Args),
+    /// Key-value GCRA limits (seed 004): check, spend, refund or reset one bucket; validate a file.
+    Kv(kv::Args),
+    /// Print a bucket's rate-limit state (seed 002) as JSON.
+    State(state::Args),
 }
 
 #[tokio::main]
@@ -45,6 +51,8 @@ async fn main() -> ExitCode {
         Command::Token(args) => token::run(args).await,
         Command::Reservation(args) => reservation::run(args).await,
         Command::Limits(args) => limits::run(args).await,
+        Command::Kv(args) => kv::run(args).await,
+        Command::State(args) => state::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

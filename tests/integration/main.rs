@@ -1,7 +1,9 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
 mod foundation;
+mod kv;
 mod reservations;
+mod state;
 mod token_remover;
 mod tokens;
 mod tokens_limits;
