@@ -63,10 +63,15 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout. A closed pipe (`turnstile ... | head`) is not an error.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> shared::Result<()> {
+    use std::io::Write;
     let s = serde_json::to_string_pretty(value)
         .map_err(|e| shared::Error::Other(format!("formatting output: {e}")))?;
-    println!("{s}");
-    Ok(())
+    match writeln!(std::io::stdout().lock(), "{s}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(shared::Error::Other(format!("writing output: {e}")))
+        }
+        _ => Ok(()),
+    }
 }

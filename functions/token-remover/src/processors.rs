@@ -110,7 +110,7 @@ impl Processors {
     pub fn parse(text: &str) -> Result<Processors, String> {
         let doc: Value = match serde_json::from_str(text) {
             Ok(v) => v,
-            Err(json_err) => serde_yaml_ng::from_str(text)
+            Err(json_err) => serde_saphyr::from_str(text)
                 .map_err(|yaml_err| format!("neither JSON ({json_err}) nor YAML ({yaml_err})"))?,
         };
         let list = match &doc {
