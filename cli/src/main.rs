@@ -1,7 +1,12 @@
 //! `turnstile`: the operator CLI. Each subcommand lives in its own module and only translates
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 
+mod kv;
+mod limits;
+mod reservation;
+mod state;
 mod tables;
+mod token;
 
 use std::process::ExitCode;
 
@@ -25,6 +30,16 @@ struct Cli {
 enum Command {
     /// Create or describe Turnstile's DynamoDB tables.
     Tables(tables::Args),
+    /// Take fungible tokens by hand (prints each decision as JSON).
+    Token(token::Args),
+    /// Reserve, bind, delete and list non-fungible tokens.
+    Reservation(reservation::Args),
+    /// Load and list per-account limits (rate-limiter-py's JSON format).
+    Limits(limits::Args),
+    /// Key-value GCRA limits (seed 004): check, spend, refund or reset one bucket; validate a file.
+    Kv(kv::Args),
+    /// Print a bucket's rate-limit state (seed 002) as JSON.
+    State(state::Args),
 }
 
 #[tokio::main]
@@ -33,6 +48,11 @@ async fn main() -> ExitCode {
     shared::telemetry::init_cli(cli.json_logs);
     let result = match cli.command {
         Command::Tables(args) => tables::run(args).await,
+        Command::Token(args) => token::run(args).await,
+        Command::Reservation(args) => reservation::run(args).await,
+        Command::Limits(args) => limits::run(args).await,
+        Command::Kv(args) => kv::run(args).await,
+        Command::State(args) => state::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -43,10 +63,15 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout. A closed pipe (`turnstile ... | head`) is not an error.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> shared::Result<()> {
+    use std::io::Write;
     let s = serde_json::to_string_pretty(value)
         .map_err(|e| shared::Error::Other(format!("formatting output: {e}")))?;
-    println!("{s}");
-    Ok(())
+    match writeln!(std::io::stdout().lock(), "{s}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(shared::Error::Other(format!("writing output: {e}")))
+        }
+        _ => Ok(()),
+    }
 }

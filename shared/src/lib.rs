@@ -19,6 +19,7 @@ pub mod limit;
 pub mod refusal;
 pub mod reservation;
 pub mod session;
+pub mod state;
 pub mod table;
 pub mod telemetry;
 pub mod tenant;

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::gcra::{Decision, Rate};
+
 /// Problem type the draft registers for a caller exceeding its own quota.
 pub const QUOTA_EXCEEDED_TYPE: &str =
     "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -189,6 +191,25 @@ pub fn usage_headers(u: &Usage) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A GCRA limit as a policy: `q` = the burst (no client ever has more), `w` = the burst offset
+/// (the time an empty bucket takes to fill), so `r` never exceeds `q` and `t` never exceeds `w`.
+pub fn gcra_policy(name: &str, rate: &Rate) -> Policy {
+    Policy::new(
+        name,
+        rate.burst,
+        Some(Duration::from_nanos(rate.burst_offset_nanos().max(0) as u64)),
+    )
+}
+
+/// A GCRA decision as this request's usage: `r` = tokens left, `t` = time until the bucket is full.
+pub fn gcra_usage(name: &str, rate: &Rate, decision: &Decision) -> Usage {
+    Usage {
+        policy: gcra_policy(name, rate),
+        remaining: decision.remaining,
+        reset: Some(decision.reset_in),
+    }
+}
+
 #[derive(Serialize)]
 struct Problem<'a> {
     #[serde(rename = "type")]
@@ -210,6 +231,16 @@ impl Refusal {
             retry_after,
             detail: detail.into(),
         }
+    }
+
+    /// A refused GCRA spend: retry when the decision says a spend of the same cost can succeed.
+    pub fn from_gcra(
+        name: &str,
+        rate: &Rate,
+        decision: &Decision,
+        detail: impl Into<String>,
+    ) -> Self {
+        Refusal::new(gcra_usage(name, rate, decision), decision.retry_in, detail)
     }
 
     /// The problem+json body, also usable as a WebSocket error frame.
@@ -241,6 +272,29 @@ impl Refusal {
             headers,
             body: self.problem_json(),
         }
+    }
+}
+
+impl Refusal {
+    /// The 429 with the state of the other policies that applied to the request (a batch spend)
+    /// listed after the violated one in `RateLimit-Policy` and `RateLimit`.
+    pub fn to_http_with(&self, others: &[Usage]) -> HttpAnswer {
+        let mut http = self.to_http();
+        let all: Vec<&Usage> = std::iter::once(&self.usage)
+            .chain(
+                others
+                    .iter()
+                    .filter(|u| u.policy.name != self.usage.policy.name),
+            )
+            .collect();
+        for (name, value) in http.headers.iter_mut() {
+            if *name == "RateLimit-Policy" {
+                *value = policy_header(all.iter().map(|u| &u.policy));
+            } else if *name == "RateLimit" {
+                *value = usage_header(all.iter().copied());
+            }
+        }
+        http
     }
 }
 
@@ -343,5 +397,52 @@ mod tests {
         assert_eq!(body["violated-policies"][0], "tenantPerMinute");
         assert_eq!(body["retryAfter"], 2);
         assert!(body["detail"].as_str().unwrap().contains("acme"));
+    }
+
+    #[test]
+    fn a_refused_gcra_spend_says_when_to_retry() {
+        // Seed 004: 20 per second, burst 20; the 21st request in the same instant waits 50 ms.
+        let rate = Rate::new(20, 20, Duration::from_secs(1)).unwrap();
+        let now = crate::clock::Timestamp::from_secs(5_000);
+        let mut tat = None;
+        for _ in 0..20 {
+            tat = Some(crate::gcra::spend(&rate, tat, now, 1).unwrap().new_tat);
+        }
+        let denied = crate::gcra::spend(&rate, tat, now, 1).unwrap();
+        let http = Refusal::from_gcra("NewFoosPerIPAddress", &rate, &denied, "slow down").to_http();
+        assert_eq!(http.status, 429);
+        assert_eq!(
+            http.header("Retry-After"),
+            Some("1"),
+            "50 ms rounds up to 1 s"
+        );
+        assert_eq!(
+            http.header("RateLimit-Policy"),
+            Some(r#""NewFoosPerIPAddress";q=20;w=1"#)
+        );
+        assert_eq!(
+            http.header("RateLimit"),
+            Some(r#""NewFoosPerIPAddress";r=0;t=1"#)
+        );
+        // Boulder's case: burst 10 at 1 per second, empty: retry in 1 s, full in 10 s.
+        let slow = Rate::new(10, 1, Duration::from_secs(1)).unwrap();
+        let d = crate::gcra::spend(&slow, Some(now.plus(Duration::from_secs(10))), now, 1).unwrap();
+        let http =
+            Refusal::from_gcra("per \"account\"", &slow, &d, "x").to_http_with(&[gcra_usage(
+                "daily",
+                &Rate::new(1000, 1000, Duration::from_secs(86_400)).unwrap(),
+                &crate::gcra::spend(&slow, None, now, 0).unwrap(),
+            )]);
+        assert_eq!(http.header("Retry-After"), Some("1"));
+        assert_eq!(
+            http.header("RateLimit-Policy"),
+            Some(r#""per \"account\"";q=10;w=10, "daily";q=1000;w=86400"#)
+        );
+        assert_eq!(
+            http.header("RateLimit"),
+            Some(r#""per \"account\"";r=0;t=10, "daily";r=10;t=0"#)
+        );
+        let body: serde_json::Value = serde_json::from_str(&http.body).unwrap();
+        assert_eq!(body["violated-policies"][0], "per \"account\"");
     }
 }

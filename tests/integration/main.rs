@@ -2,3 +2,9 @@
 
 mod foundation;
 mod local_stream_bridge;
+mod kv;
+mod reservations;
+mod state;
+mod token_remover;
+mod tokens;
+mod tokens_limits;

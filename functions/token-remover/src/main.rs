@@ -1,13 +1,17 @@
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use serde_json::Value;
+use token_remover::{handle, Config, Remover};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = shared::Deps::from_env().await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
-        let deps = &deps;
-        async move { Ok::<_, Error>(token_remover::handle(deps, event.payload).await?) }
+    let config = Config::from_vars(&deps.vars)?;
+    let remover = Remover::new(&deps, config);
+    lambda_runtime::run(service_fn(|event: LambdaEvent<EventBridgeEvent<Value>>| {
+        let remover = &remover;
+        async move { Ok::<_, Error>(handle(remover, event.payload).await?) }
     }))
     .await
 }

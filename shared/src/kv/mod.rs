@@ -1,6 +1,18 @@
-//! Key-value GCRA buckets (seed 004) and their persistent state (seed 002).
+//! Key-value GCRA limits (seed 004): names and id formats ([`names`]), the limits file
+//! ([`config`]), the conditional writes that spend a bucket in one round trip ([`write`]), and the
+//! DynamoDB-backed limiter ([`limiter`]). The bucket's state view (seed 002) is in [`crate::state`].
 
 use crate::table::{KeyAttr, TableDef, TableKind};
+
+pub mod config;
+pub mod instant;
+pub mod limiter;
+pub mod names;
+pub mod write;
+
+pub use config::{BucketKey, KeyError, LimitSet, Limits, LoadError, NameDef, Problem};
+pub use limiter::{BatchOutcome, KvError, Limiter, Outcome};
+pub use names::IdFormat;
 
 pub mod attr {
     /// `{nameId}:{id}`, the interned bucket key of seed 004.

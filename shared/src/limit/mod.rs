@@ -1,4 +1,13 @@
 //! Per-account limits (seeds 001/000): the limit and window for (resource, account), owned by a service.
+//!
+//! [`LimitStore`] reads rows and caches them (found or not) for `TURNSTILE_LIMIT_CACHE_SECS`;
+//! [`load`] diffs a rate-limiter-py limits file against the `serviceName` index.
+
+pub(crate) mod item;
+pub mod load;
+mod store;
+
+pub use store::{Effective, LimitRow, LimitStore, Quota, CACHE_SECS_VAR, DEFAULT_CACHE};
 
 use crate::table::{AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};
 

@@ -1,4 +1,15 @@
 //! Non-fungible tokens (seed 001): one row per reservation or resource token.
+//!
+//! [`NonFungibleLimiter::get_reservation`] holds a unit of capacity; [`Reservation::create_token`]
+//! binds it to a resource; [`Reservation::delete`] and [`NonFungibleLimiter::remove_by_resource_id`]
+//! release it. Design: `docs/decisions/0101-non-fungible-tokens.md`.
+
+mod limiter;
+
+pub use limiter::{
+    NonFungibleLimiter, Reservation, ReservationError, Token, TokenRow, DEFAULT_RESERVATION_TTL,
+    DEFAULT_TOKEN_TTL, LEDGER_ID, LEDGER_MAP,
+};
 
 use crate::table::{AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};
 

@@ -1,6 +1,31 @@
 //! Fungible tokens (seeds 001/000): a token bucket per (resource, account).
+//!
+//! [`bucket`] is the refill arithmetic; [`FungibleLimiter`] the DynamoDB side: direct
+//! ([`FungibleLimiter::get_token`]), scoped ([`FungibleLimiter::with_token`]) and a Lambda handler
+//! wrapper ([`FungibleLimiter::guard`]). Design: `docs/decisions/0100-fungible-tokens.md`.
+
+/// The README's Rust examples, compiled as doc tests (`cargo test -p shared --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
+pub mod bucket;
+mod limiter;
+
+pub use limiter::{account_at, Decision, FungibleLimiter, Guarded, Source, TokenError};
+pub(crate) use limiter::{backoff, is_conflict};
 
 use crate::table::{AttributeStyle, KeyAttr, TableDef, TableKind};
+
+/// The value at a dotted path (`detail.clusterId`) of a JSON document; array elements by index
+/// (`resources.0`).
+pub fn json_path<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(doc, |v, part| match v {
+        serde_json::Value::Object(m) => m.get(part),
+        serde_json::Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
+}
 
 /// The token table's attribute names in one naming style.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,684 @@
+//! One GCRA spend (or refund) as one conditional write, with no read first — usable as a single
+//! `UpdateItem` or as one item of a `TransactWriteItems` (e.g. the WebSocket `$connect`
+//! transaction), on any table: the caller names the key, the TAT attribute and the TTL attribute.
+//!
+//! A spend is in one of two cases, each an exact condition over the stored TAT (see
+//! `docs/decisions/0601-gcra-single-conditional-write.md`):
+//!
+//! - **Idle**: `attribute_not_exists(tat) OR tat <= :now` → `SET tat = :now + :inc`
+//!   (the bucket is full, so the spend is admitted whatever the cost, cost ≤ burst);
+//! - **Draining**: `tat > :now AND tat <= :admitLimit` → `SET tat = tat + :inc`, where
+//!   `admitLimit = gcra::admit_limit(rate, now, cost)`; concurrent writers serialise on the item,
+//!   and each one's condition is re-evaluated against the TAT the previous one left, so exactly the
+//!   admissible spends succeed.
+//!
+//! The case is guessed from a hint (the TAT last seen for the key). When the guess is wrong the
+//! write fails, DynamoDB returns the old item (`ReturnValuesOnConditionCheckFailure::ALL_OLD`), and
+//! [`SpendPlan::on_condition_failed`] decides from it: a denial (no further call) or a retry under
+//! the right case (one more call, still no read).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, Update,
+};
+use aws_sdk_dynamodb::Client;
+
+use crate::clock::Timestamp;
+use crate::gcra::{self, Decision, Rate, RateError};
+
+/// Item attributes the GCRA write uses. Times are epoch nanoseconds (N) unless said otherwise.
+pub mod attr {
+    /// Theoretical arrival time: when the bucket is full again.
+    pub const TAT: &str = "tat";
+    /// Incremented by one on every successful write (seed 002's `version`).
+    pub const VERSION: &str = "version";
+    pub const LAST_REQUEST_AT: &str = "lastRequestAt";
+    pub const UPDATED_AT: &str = "updatedAt";
+    /// When the bucket last started draining from full (the start of the current "window").
+    pub const WINDOW_START: &str = "windowStart";
+    /// Admitted spends since `windowStart`.
+    pub const REQUEST_COUNT: &str = "requestCount";
+    /// Denials since `windowStart` (best effort: flushed with the next write).
+    pub const THROTTLE_COUNT: &str = "throttleCount";
+    /// First denial since `windowStart` (best effort, as `throttleCount`).
+    pub const THROTTLED_AT: &str = "throttledAt";
+    /// The limit's name and parameters at the last write, so the state view needs no config.
+    pub const LIMIT_NAME: &str = "limitName";
+    pub const BURST: &str = "burst";
+    pub const COUNT: &str = "count";
+    pub const PERIOD_NS: &str = "periodNs";
+}
+
+/// Where a bucket lives: table, key, and the names of its TAT and TTL attributes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub table: String,
+    pub key: HashMap<String, AttributeValue>,
+    pub tat_attr: String,
+    /// Epoch-seconds TTL attribute; `None` to write no TTL.
+    pub ttl_attr: Option<String>,
+    /// How long past the moment the bucket is full again its item is kept.
+    pub ttl_margin: Duration,
+}
+
+impl Target {
+    /// A bucket on any table with a single string partition key, e.g. the counters table:
+    /// `Target::new(&tables.counters, "key", "acme:tenantPerMinute", Some("itemTTL"), margin)`.
+    pub fn new(
+        table: &str,
+        key_attr: &str,
+        key: &str,
+        ttl_attr: Option<&str>,
+        ttl_margin: Duration,
+    ) -> Self {
+        Target {
+            table: table.to_string(),
+            key: HashMap::from([(key_attr.to_string(), AttributeValue::S(key.to_string()))]),
+            tat_attr: attr::TAT.to_string(),
+            ttl_attr: ttl_attr.map(str::to_string),
+            ttl_margin,
+        }
+    }
+
+    /// A bucket in the buckets table (`kv::table`).
+    pub fn bucket(table: &str, bucket_key: &str, ttl_margin: Duration) -> Self {
+        Target {
+            table: table.to_string(),
+            key: HashMap::from([(
+                super::attr::BUCKET.to_string(),
+                AttributeValue::S(bucket_key.to_string()),
+            )]),
+            tat_attr: attr::TAT.to_string(),
+            ttl_attr: Some(super::attr::EXPIRES_AT.to_string()),
+            ttl_margin,
+        }
+    }
+}
+
+/// How a per-window limit (seed 003's per-minute connection limits) is enforced, chosen per tenant.
+/// `Fixed` is the seed's minute window (one counter per `floor(epoch/60)`), which lets up to twice
+/// the limit through across a window boundary; `Gcra` is a bucket of `Rate::per_minute(limit)` spent
+/// with a [`SpendPlan`], which never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowAlgorithm {
+    #[default]
+    Fixed,
+    Gcra,
+}
+
+impl std::str::FromStr for WindowAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fixed" => Ok(WindowAlgorithm::Fixed),
+            "gcra" => Ok(WindowAlgorithm::Gcra),
+            other => Err(format!(
+                "{other:?} is not a window algorithm (fixed or gcra)"
+            )),
+        }
+    }
+}
+
+/// Which condition a write bets on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// Spend: the bucket is full (no TAT, or TAT ≤ now).
+    Idle,
+    /// Spend: the bucket is partly drained but still admits the cost.
+    Draining,
+    /// Refund: TAT − cost·EI is still ≥ now, so `tat = tat − inc`.
+    RefundPartial,
+    /// Refund: the refund fills the bucket, so `tat = now`.
+    RefundToFull,
+}
+
+/// The seed 002 fields written with the TAT. `None` for tables that keep only the TAT.
+#[derive(Debug, Clone, Default)]
+pub struct StateWrite {
+    pub limit_name: Option<String>,
+    /// Denials seen by this process since its last write to the bucket, and the first one's time.
+    /// Added by a draining spend; dropped by an idle one (their window is over).
+    pub pending_throttles: u64,
+    pub first_throttle: Option<Timestamp>,
+}
+
+/// A spend or refund of `cost` at `now`, betting on one [`Case`].
+#[derive(Debug, Clone)]
+pub struct SpendPlan {
+    pub rate: Rate,
+    pub now: Timestamp,
+    pub cost: u64,
+    pub case: Case,
+    pub state: Option<StateWrite>,
+}
+
+/// What to do after a failed condition.
+#[derive(Debug, Clone)]
+pub enum Next {
+    /// Decided from the old item: refused, nothing was written.
+    Refused(Decision),
+    /// The guess was wrong; send this plan instead (one more call, still no read).
+    Retry(SpendPlan),
+}
+
+/// A conditional write as expression parts, for any request builder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub condition: String,
+    pub update: String,
+    pub names: HashMap<String, String>,
+    pub values: HashMap<String, AttributeValue>,
+}
+
+fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Reads an epoch-nanosecond (or any integer) attribute.
+pub fn int_attr(item: &HashMap<String, AttributeValue>, name: &str) -> Option<i64> {
+    match item.get(name) {
+        Some(AttributeValue::N(s)) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The stored TAT of an item, if any.
+pub fn stored_tat(
+    item: Option<&HashMap<String, AttributeValue>>,
+    tat_attr: &str,
+) -> Option<Timestamp> {
+    item.and_then(|i| int_attr(i, tat_attr))
+        .map(Timestamp::from_nanos)
+}
+
+impl SpendPlan {
+    /// A spend (`cost` ≥ 1), betting on the case the hint implies: a hint in the future means the
+    /// bucket is draining; no hint or a past one means idle.
+    pub fn spend(
+        rate: Rate,
+        now: Timestamp,
+        cost: u64,
+        hint: Option<Timestamp>,
+    ) -> Result<Self, RateError> {
+        gcra::spend(&rate, None, now, cost)?; // validates cost <= burst
+        let case = match hint {
+            Some(t) if t > now => Case::Draining,
+            _ => Case::Idle,
+        };
+        Ok(SpendPlan {
+            rate,
+            now,
+            cost,
+            case,
+            state: None,
+        })
+    }
+
+    /// A refund, betting on the case the hint implies.
+    pub fn refund(
+        rate: Rate,
+        now: Timestamp,
+        cost: u64,
+        hint: Option<Timestamp>,
+    ) -> Result<Self, RateError> {
+        gcra::refund(&rate, None, now, cost)?;
+        let inc = gcra::increment_nanos(&rate, cost);
+        let case = match hint {
+            Some(t) if t.as_nanos() > now.as_nanos() && t.as_nanos() < now.as_nanos() + inc => {
+                Case::RefundToFull
+            }
+            _ => Case::RefundPartial,
+        };
+        Ok(SpendPlan {
+            rate,
+            now,
+            cost,
+            case,
+            state: None,
+        })
+    }
+
+    pub fn with_state(mut self, state: StateWrite) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    fn is_refund(&self) -> bool {
+        matches!(self.case, Case::RefundPartial | Case::RefundToFull)
+    }
+
+    /// The condition and update for `target`.
+    pub fn expression(&self, target: &Target) -> Expr {
+        let now = self.now.as_nanos();
+        let inc = gcra::increment_nanos(&self.rate, self.cost);
+        let mut names: HashMap<String, String> =
+            HashMap::from([("#tat".to_string(), target.tat_attr.clone())]);
+        let mut values: HashMap<String, AttributeValue> = HashMap::new();
+        let mut set: Vec<String> = Vec::new();
+        let mut add: Vec<String> = Vec::new();
+        let mut remove: Vec<String> = Vec::new();
+        values.insert(":now".into(), n(now));
+        let condition = match self.case {
+            Case::Idle => {
+                values.insert(":newTat".into(), n(now + inc));
+                set.push("#tat = :newTat".into());
+                "attribute_not_exists(#tat) OR #tat <= :now".to_string()
+            }
+            Case::Draining => {
+                values.insert(":inc".into(), n(inc));
+                values.insert(
+                    ":lim".into(),
+                    n(gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos()),
+                );
+                set.push("#tat = #tat + :inc".into());
+                "#tat > :now AND #tat <= :lim".to_string()
+            }
+            Case::RefundPartial => {
+                values.insert(":inc".into(), n(inc));
+                values.insert(":floor".into(), n(now + inc));
+                set.push("#tat = #tat - :inc".into());
+                "#tat >= :floor".to_string()
+            }
+            Case::RefundToFull => {
+                values.insert(":floor".into(), n(now + inc));
+                set.push("#tat = :now".into());
+                "#tat > :now AND #tat < :floor".to_string()
+            }
+        };
+        if let Some(ttl) = &target.ttl_attr {
+            // The TAT after this write is at most now + burst offset (the admit limit + inc), so
+            // the item outlives the moment the bucket is full again by at least the margin.
+            let full_at = now.saturating_add(self.rate.burst_offset_nanos());
+            let secs = full_at.div_euclid(1_000_000_000)
+                + i64::from(full_at.rem_euclid(1_000_000_000) > 0);
+            let margin = i64::try_from(target.ttl_margin.as_secs()).unwrap_or(i64::MAX / 4);
+            names.insert("#ttl".into(), ttl.clone());
+            values.insert(":ttl".into(), n(secs.saturating_add(margin)));
+            set.push("#ttl = :ttl".into());
+        }
+        if let Some(state) = &self.state {
+            let mut name = |placeholder: &str, attr: &str| {
+                names.insert(placeholder.to_string(), attr.to_string());
+            };
+            name("#ver", attr::VERSION);
+            name("#ua", attr::UPDATED_AT);
+            name("#burst", attr::BURST);
+            name("#count", attr::COUNT);
+            name("#period", attr::PERIOD_NS);
+            values.insert(":one".into(), n(1));
+            values.insert(
+                ":burst".into(),
+                n(i64::try_from(self.rate.burst).unwrap_or(i64::MAX)),
+            );
+            values.insert(
+                ":count".into(),
+                n(i64::try_from(self.rate.count).unwrap_or(i64::MAX)),
+            );
+            values.insert(
+                ":period".into(),
+                n(crate::clock::duration_nanos(self.rate.period)),
+            );
+            add.push("#ver :one".into());
+            set.push("#ua = :now".into());
+            set.push("#burst = :burst".into());
+            set.push("#count = :count".into());
+            set.push("#period = :period".into());
+            if let Some(ln) = &state.limit_name {
+                name("#ln", attr::LIMIT_NAME);
+                values.insert(":ln".into(), AttributeValue::S(ln.clone()));
+                set.push("#ln = :ln".into());
+            }
+            if !self.is_refund() {
+                name("#lr", attr::LAST_REQUEST_AT);
+                name("#rc", attr::REQUEST_COUNT);
+                set.push("#lr = :now".into());
+                let pending = i64::try_from(state.pending_throttles).unwrap_or(i64::MAX);
+                let first = state.first_throttle.map(|t| t.as_nanos());
+                if self.case == Case::Idle {
+                    // A new window: the counters restart. Denials this process still holds were
+                    // of the window that has ended (the bucket filled up since), so they are dropped.
+                    name("#ws", attr::WINDOW_START);
+                    name("#tc", attr::THROTTLE_COUNT);
+                    name("#ta", attr::THROTTLED_AT);
+                    set.push("#ws = :now".into());
+                    set.push("#rc = :one".into());
+                    values.insert(":zero".into(), n(0));
+                    set.push("#tc = :zero".into());
+                    remove.push("#ta".into());
+                } else {
+                    add.push("#rc :one".into());
+                    if let (Some(t), true) = (first, pending > 0) {
+                        name("#tc", attr::THROTTLE_COUNT);
+                        name("#ta", attr::THROTTLED_AT);
+                        values.insert(":pend".into(), n(pending));
+                        values.insert(":ft".into(), n(t));
+                        add.push("#tc :pend".into());
+                        set.push("#ta = if_not_exists(#ta, :ft)".into());
+                    }
+                }
+            }
+        }
+        let mut update = format!("SET {}", set.join(", "));
+        if !add.is_empty() {
+            update.push_str(&format!(" ADD {}", add.join(", ")));
+        }
+        if !remove.is_empty() {
+            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        // DynamoDB refuses names or values the expressions do not use.
+        let text = format!("{condition} {update}");
+        let used = |p: &str| {
+            text.split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
+                .any(|t| t == p)
+        };
+        names.retain(|k: &String, _| used(k));
+        values.retain(|k: &String, _| used(k));
+        Expr {
+            condition,
+            update,
+            names,
+            values,
+        }
+    }
+
+    /// The write as a single `UpdateItem` (1 call): returns the updated TAT on success and the old
+    /// item on a failed condition.
+    pub fn update_item(&self, client: &Client, target: &Target) -> UpdateItemFluentBuilder {
+        let e = self.expression(target);
+        client
+            .update_item()
+            .table_name(&target.table)
+            .set_key(Some(target.key.clone()))
+            .condition_expression(e.condition)
+            .update_expression(e.update)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .return_values(ReturnValue::UpdatedNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    }
+
+    /// The write as one item of a `TransactWriteItems`; a failed condition cancels the transaction
+    /// and its `CancellationReason` at this item's index carries the old item.
+    pub fn transact_update(&self, target: &Target) -> Result<Update, crate::Error> {
+        let e = self.expression(target);
+        Update::builder()
+            .table_name(&target.table)
+            .set_key(Some(target.key.clone()))
+            .condition_expression(e.condition)
+            .update_expression(e.update)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| crate::Error::Other(format!("building a GCRA update: {err}")))
+    }
+
+    /// The decision for a write that succeeded. `new_tat` is the TAT DynamoDB returned
+    /// (`UpdateItem` with `UPDATED_NEW`); inside a transaction nothing is returned, so pass `None`
+    /// and the decision of a draining spend is computed from `hint` (exact when no other writer
+    /// touched the bucket since the hint was taken; the admission itself is exact regardless).
+    pub fn admitted(&self, new_tat: Option<Timestamp>, hint: Option<Timestamp>) -> Decision {
+        let inc = gcra::increment_nanos(&self.rate, self.cost);
+        let now = self.now.as_nanos();
+        let old = match self.case {
+            Case::Idle => None,
+            Case::Draining => {
+                let limit = gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos();
+                let old = match new_tat {
+                    Some(t) => t.as_nanos() - inc,
+                    None => hint.map_or(now + 1, |h| h.as_nanos()),
+                };
+                Some(Timestamp::from_nanos(
+                    old.clamp(now + 1, limit.max(now + 1)),
+                ))
+            }
+            Case::RefundPartial => {
+                let old = match new_tat {
+                    Some(t) => t.as_nanos() + inc,
+                    None => hint.map_or(now + inc, |h| h.as_nanos()),
+                };
+                Some(Timestamp::from_nanos(old.max(now + inc)))
+            }
+            Case::RefundToFull => Some(Timestamp::from_nanos(now + 1)),
+        };
+        // Cost was validated when the plan was made, so the arithmetic cannot fail.
+        let d = if self.is_refund() {
+            gcra::refund(&self.rate, old, self.now, self.cost)
+        } else {
+            gcra::spend(&self.rate, old, self.now, self.cost)
+        };
+        d.unwrap_or(Decision {
+            allowed: true,
+            remaining: 0,
+            retry_in: Duration::ZERO,
+            reset_in: Duration::ZERO,
+            new_tat: self.now,
+        })
+    }
+
+    /// Decides from the old item a failed condition returned (`None`: there was no item).
+    pub fn on_condition_failed(
+        &self,
+        old_item: Option<&HashMap<String, AttributeValue>>,
+        tat_attr: &str,
+    ) -> Next {
+        let old = stored_tat(old_item, tat_attr);
+        let now = self.now.as_nanos();
+        if self.is_refund() {
+            let d = gcra::refund(&self.rate, old, self.now, self.cost);
+            return match d {
+                Ok(d) if !d.allowed => Next::Refused(d),
+                Ok(_) => {
+                    let inc = gcra::increment_nanos(&self.rate, self.cost);
+                    let case = match old {
+                        Some(t) if t.as_nanos() < now + inc => Case::RefundToFull,
+                        _ => Case::RefundPartial,
+                    };
+                    Next::Retry(SpendPlan {
+                        case,
+                        ..self.clone()
+                    })
+                }
+                Err(_) => Next::Refused(self.admitted(None, None)),
+            };
+        }
+        match gcra::spend(&self.rate, old, self.now, self.cost) {
+            Ok(d) if !d.allowed => Next::Refused(d),
+            _ => {
+                let case = match old {
+                    Some(t) if t.as_nanos() > now => Case::Draining,
+                    _ => Case::Idle,
+                };
+                Next::Retry(SpendPlan {
+                    case,
+                    ..self.clone()
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    fn rate() -> Rate {
+        Rate::new(10, 1, Duration::from_secs(1)).unwrap()
+    }
+
+    fn item(tat: i64) -> HashMap<String, AttributeValue> {
+        HashMap::from([(attr::TAT.to_string(), n(tat))])
+    }
+
+    /// DynamoDB refuses unused names or values, so every one must appear in the expressions.
+    fn all_used(e: &Expr) {
+        let text = format!("{} {}", e.condition, e.update);
+        let used = |p: &str| {
+            text.split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
+                .any(|t| t == p)
+        };
+        for k in e.names.keys().chain(e.values.keys()) {
+            assert!(used(k), "{k} unused in {text}");
+        }
+    }
+
+    #[test]
+    fn window_algorithms_parse() {
+        assert_eq!(
+            "gcra".parse::<WindowAlgorithm>().unwrap(),
+            WindowAlgorithm::Gcra
+        );
+        assert_eq!(
+            "fixed".parse::<WindowAlgorithm>().unwrap(),
+            WindowAlgorithm::Fixed
+        );
+        assert_eq!(WindowAlgorithm::default(), WindowAlgorithm::Fixed);
+        assert!("sliding".parse::<WindowAlgorithm>().is_err());
+    }
+
+    #[test]
+    fn the_hint_picks_the_case() {
+        let now = Timestamp::from_secs(100);
+        assert_eq!(
+            SpendPlan::spend(rate(), now, 1, None).unwrap().case,
+            Case::Idle
+        );
+        assert_eq!(
+            SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(99)))
+                .unwrap()
+                .case,
+            Case::Idle
+        );
+        assert_eq!(
+            SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(101)))
+                .unwrap()
+                .case,
+            Case::Draining
+        );
+        assert!(SpendPlan::spend(rate(), now, 11, None).is_err());
+    }
+
+    #[test]
+    fn expressions_name_every_attribute_and_bound_the_ttl() {
+        let now = Timestamp::from_nanos(100 * S + 1);
+        let target = Target::bucket("b", "1:x", Duration::from_secs(60));
+        let plan = SpendPlan::spend(rate(), now, 3, Some(Timestamp::from_secs(105)))
+            .unwrap()
+            .with_state(StateWrite {
+                limit_name: Some("L".into()),
+                pending_throttles: 2,
+                first_throttle: Some(now),
+            });
+        let e = plan.expression(&target);
+        assert_eq!(e.condition, "#tat > :now AND #tat <= :lim");
+        assert_eq!(e.values[":lim"], n(100 * S + 1 + 7 * S));
+        assert!(
+            e.update.starts_with("SET #tat = #tat + :inc, #ttl = :ttl"),
+            "{}",
+            e.update
+        );
+        assert!(
+            e.update.contains("ADD #ver :one, #rc :one, #tc :pend"),
+            "{}",
+            e.update
+        );
+        // full at most at now + 10 s → ceil to 111 s, plus the margin.
+        assert_eq!(e.values[":ttl"], n(111 + 60));
+        for placeholder in e
+            .update
+            .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
+        {
+            if placeholder.starts_with('#') {
+                assert!(e.names.contains_key(placeholder), "{placeholder}");
+            }
+            if placeholder.starts_with(':') {
+                assert!(e.values.contains_key(placeholder), "{placeholder}");
+            }
+        }
+        let plain = SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(105)))
+            .unwrap()
+            .with_state(StateWrite::default());
+        all_used(&plain.expression(&target));
+        all_used(&e);
+        let idle = SpendPlan::spend(rate(), now, 1, None)
+            .unwrap()
+            .with_state(StateWrite::default());
+        all_used(&idle.expression(&target));
+        for case_plan in [
+            SpendPlan::refund(rate(), now, 1, None).unwrap(),
+            SpendPlan::refund(rate(), now, 5, Some(Timestamp::from_secs(102))).unwrap(),
+        ] {
+            all_used(
+                &case_plan
+                    .clone()
+                    .with_state(StateWrite::default())
+                    .expression(&target),
+            );
+            all_used(&case_plan.expression(&target));
+        }
+        let e = idle.expression(&target);
+        assert_eq!(e.condition, "attribute_not_exists(#tat) OR #tat <= :now");
+        assert!(e.update.ends_with("REMOVE #ta"), "{}", e.update);
+    }
+
+    #[test]
+    fn a_failed_condition_decides_or_retries_from_the_old_item() {
+        let now = Timestamp::from_secs(1_000);
+        let plan = SpendPlan::spend(rate(), now, 1, None).unwrap();
+        // Draining but admissible: retry as draining.
+        match plan.on_condition_failed(Some(&item(1_005 * S)), attr::TAT) {
+            Next::Retry(p) => assert_eq!(p.case, Case::Draining),
+            other => panic!("{other:?}"),
+        }
+        // Empty: refused with Boulder's numbers, no further call.
+        match plan.on_condition_failed(Some(&item(1_010 * S)), attr::TAT) {
+            Next::Refused(d) => {
+                assert!(!d.allowed);
+                assert_eq!(d.retry_in, Duration::from_secs(1));
+                assert_eq!(d.reset_in, Duration::from_secs(10));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A draining bet on a bucket that has since filled: retry as idle.
+        let draining = SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(1_001))).unwrap();
+        match draining.on_condition_failed(Some(&item(999 * S)), attr::TAT) {
+            Next::Retry(p) => assert_eq!(p.case, Case::Idle),
+            other => panic!("{other:?}"),
+        }
+        match draining.on_condition_failed(None, attr::TAT) {
+            Next::Retry(p) => assert_eq!(p.case, Case::Idle),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn admitted_decisions_match_the_pure_arithmetic() {
+        let now = Timestamp::from_secs(1_000);
+        let idle = SpendPlan::spend(rate(), now, 1, None).unwrap();
+        let d = idle.admitted(None, None);
+        assert_eq!((d.remaining, d.reset_in), (9, Duration::from_secs(1)));
+        let draining = SpendPlan::spend(rate(), now, 9, Some(Timestamp::from_secs(1_001))).unwrap();
+        let d = draining.admitted(Some(Timestamp::from_secs(1_010)), None);
+        assert_eq!(
+            (d.remaining, d.retry_in, d.reset_in),
+            (0, Duration::from_secs(9), Duration::from_secs(10))
+        );
+        let refund = SpendPlan::refund(rate(), now, 2, Some(Timestamp::from_secs(1_003))).unwrap();
+        assert_eq!(refund.case, Case::RefundPartial);
+        let d = refund.admitted(Some(Timestamp::from_secs(1_001)), None);
+        assert_eq!(d.remaining, 9);
+        let to_full = SpendPlan::refund(rate(), now, 5, Some(Timestamp::from_secs(1_003))).unwrap();
+        assert_eq!(to_full.case, Case::RefundToFull);
+        assert_eq!(to_full.admitted(None, None).remaining, 10);
+        match to_full.on_condition_failed(None, attr::TAT) {
+            Next::Refused(d) => assert!(!d.allowed && d.remaining == 10),
+            other => panic!("{other:?}"),
+        }
+    }
+}

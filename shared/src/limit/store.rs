@@ -1,0 +1,385 @@
+//! Limit rows and their in-memory cache.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use serde::Serialize;
+
+use super::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
+use super::Attrs;
+use crate::clock::{SharedClock, Timestamp};
+use crate::config::{ConfigError, Vars};
+use crate::error::{Error, Result};
+use crate::table::AttributeStyle;
+use crate::Deps;
+
+/// Env var: seconds a limit row (or its absence) is cached in memory. `0` disables the cache.
+pub const CACHE_SECS_VAR: &str = "TURNSTILE_LIMIT_CACHE_SECS";
+/// Default limit-row cache time.
+pub const DEFAULT_CACHE: Duration = Duration::from_secs(60);
+/// Cached entries beyond this are dropped wholesale, bounding memory in a long-lived process.
+const MAX_CACHED: usize = 10_000;
+
+/// A caller's default allowance: `limit` tokens per `window`, used when no limit row exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Quota {
+    pub limit: i64,
+    #[serde(rename = "window_sec")]
+    pub window_secs: i64,
+}
+
+impl Quota {
+    /// `limit` tokens per `window_secs` seconds (the seed's `limit`, `windowSec`).
+    pub const fn new(limit: i64, window_secs: i64) -> Self {
+        Quota { limit, window_secs }
+    }
+}
+
+/// One row of the limit table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LimitRow {
+    pub resource_name: String,
+    pub account_id: String,
+    pub limit: i64,
+    /// Absent on rows that only limit non-fungible tokens.
+    pub window_sec: Option<i64>,
+    pub service_name: Option<String>,
+}
+
+/// What a (row, default) pair means for a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Effective {
+    /// `limit <= 0`: the account may take nothing.
+    Blocked,
+    /// `limit` tokens per `window_ms` (window is 0 where no window applies).
+    Limited { limit: u64, window_ms: u64 },
+}
+
+impl Effective {
+    /// The row overrides the default's limit and (when present) its window; `limit <= 0` blocks.
+    /// A window that is not positive is an error naming where it came from.
+    pub fn resolve(row: Option<&LimitRow>, default: Quota, table: &str) -> Result<Effective> {
+        let limit = row.map_or(default.limit, |r| r.limit);
+        if limit <= 0 {
+            return Ok(Effective::Blocked);
+        }
+        let (window, from) = match row.and_then(|r| r.window_sec) {
+            Some(w) => (w, "limit row"),
+            None => (default.window_secs, "default quota"),
+        };
+        if window <= 0 {
+            return Err(Error::MalformedItem {
+                table: table.to_string(),
+                reason: format!("{from} has window {window} s; it must be positive"),
+            });
+        }
+        Ok(Effective::Limited {
+            limit: limit as u64,
+            window_ms: (window as u64).saturating_mul(1000),
+        })
+    }
+
+    /// For non-fungible tokens only the count matters.
+    pub fn capacity(row: Option<&LimitRow>, default_limit: i64) -> Effective {
+        let limit = row.map_or(default_limit, |r| r.limit);
+        if limit <= 0 {
+            Effective::Blocked
+        } else {
+            Effective::Limited {
+                limit: limit as u64,
+                window_ms: 0,
+            }
+        }
+    }
+}
+
+type Cache = HashMap<(String, String), (Timestamp, Option<LimitRow>)>;
+
+/// Reads limit rows, remembering each answer (including "no row") for the cache time, so a warm
+/// limiter spends no DynamoDB call on limits. Clones share the cache.
+#[derive(Debug, Clone)]
+pub struct LimitStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    table: String,
+    index: String,
+    attrs: Attrs,
+    clock: SharedClock,
+    ttl: Duration,
+    cache: Mutex<Cache>,
+}
+
+impl LimitStore {
+    pub fn new(
+        client: Client,
+        table: &str,
+        service_index: &str,
+        style: AttributeStyle,
+        clock: SharedClock,
+        ttl: Duration,
+    ) -> Self {
+        LimitStore {
+            inner: Arc::new(Inner {
+                client,
+                table: table.to_string(),
+                index: service_index.to_string(),
+                attrs: Attrs::of(style),
+                clock,
+                ttl,
+                cache: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The limit table from `deps`, caching rows for `TURNSTILE_LIMIT_CACHE_SECS` (default 60).
+    pub fn from_deps(deps: &Deps) -> Result<Self, ConfigError> {
+        Ok(Self::new(
+            deps.dynamo.clone(),
+            &deps.tables.limits,
+            &deps.tables.limit_service_index,
+            deps.style,
+            deps.clock.clone(),
+            Self::cache_ttl(&deps.vars)?,
+        ))
+    }
+
+    /// Reads `TURNSTILE_LIMIT_CACHE_SECS`.
+    pub fn cache_ttl(vars: &Vars) -> Result<Duration, ConfigError> {
+        vars.secs_or(CACHE_SECS_VAR, DEFAULT_CACHE)
+    }
+
+    pub fn table(&self) -> &str {
+        &self.inner.table
+    }
+
+    pub fn attrs(&self) -> Attrs {
+        self.inner.attrs
+    }
+
+    /// The cached answer for (resource, account) if still fresh: `Some(None)` means "known: no row".
+    pub fn cached(&self, resource: &str, account: &str) -> Option<Option<LimitRow>> {
+        if self.inner.ttl.is_zero() {
+            return None;
+        }
+        let now = self.inner.clock.now();
+        let cache = self.inner.cache.lock().ok()?;
+        let (at, row) = cache.get(&(resource.to_string(), account.to_string()))?;
+        (now < at.plus(self.inner.ttl) && now >= *at).then(|| row.clone())
+    }
+
+    /// Records an answer read elsewhere (e.g. by a limiter's BatchGetItem).
+    pub fn remember(&self, resource: &str, account: &str, row: Option<LimitRow>) {
+        if self.inner.ttl.is_zero() {
+            return;
+        }
+        let now = self.inner.clock.now();
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+            cache.insert((resource.to_string(), account.to_string()), (now, row));
+        }
+    }
+
+    /// Forgets every cached answer (after loading new limits in the same process).
+    pub fn clear(&self) {
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            cache.clear();
+        }
+    }
+
+    pub fn key(&self, resource: &str, account: &str) -> Item {
+        let a = self.inner.attrs;
+        Item::from([
+            (a.resource_name.to_string(), s(resource)),
+            (a.account_id.to_string(), s(account)),
+        ])
+    }
+
+    /// Parses a limit-table item.
+    pub fn parse(&self, item: &Item) -> Result<LimitRow> {
+        let a = self.inner.attrs;
+        let t = &self.inner.table;
+        Ok(LimitRow {
+            resource_name: req_str(item, t, a.resource_name)?,
+            account_id: req_str(item, t, a.account_id)?,
+            limit: req_int(item, t, a.limit)?,
+            window_sec: opt_int(item, t, a.window_sec)?,
+            service_name: opt_str(item, t, a.service_name)?,
+        })
+    }
+
+    pub(crate) fn to_item(&self, row: &LimitRow) -> Item {
+        let a = self.inner.attrs;
+        let mut item = self.key(&row.resource_name, &row.account_id);
+        item.insert(a.limit.into(), n(row.limit));
+        if let Some(w) = row.window_sec {
+            item.insert(a.window_sec.into(), n(w));
+        }
+        if let Some(svc) = &row.service_name {
+            item.insert(a.service_name.into(), s(svc));
+        }
+        item
+    }
+
+    /// The row for (resource, account). **0 calls** when cached, else **1** GetItem.
+    pub async fn get(&self, resource: &str, account: &str) -> Result<Option<LimitRow>> {
+        if let Some(hit) = self.cached(resource, account) {
+            return Ok(hit);
+        }
+        let out = self
+            .inner
+            .client
+            .get_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(resource, account)))
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("GetItem", e))?;
+        let row = out.item().map(|i| self.parse(i)).transpose()?;
+        self.remember(resource, account, row.clone());
+        Ok(row)
+    }
+
+    /// Every row of `service` (by the `serviceName` index, paginated), or of the whole table.
+    /// One Query/Scan call per page.
+    pub async fn list(&self, service: Option<&str>) -> Result<Vec<LimitRow>> {
+        let mut rows = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = match service {
+                Some(svc) => {
+                    let out = self
+                        .inner
+                        .client
+                        .query()
+                        .table_name(&self.inner.table)
+                        .index_name(&self.inner.index)
+                        .key_condition_expression("#svc = :svc")
+                        .expression_attribute_names("#svc", self.inner.attrs.service_name)
+                        .expression_attribute_values(":svc", s(svc))
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(|e| Error::dynamo("Query", e))?;
+                    (out.items().to_vec(), out.last_evaluated_key().cloned())
+                }
+                None => {
+                    let out = self
+                        .inner
+                        .client
+                        .scan()
+                        .table_name(&self.inner.table)
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(|e| Error::dynamo("Scan", e))?;
+                    (out.items().to_vec(), out.last_evaluated_key().cloned())
+                }
+            };
+            for item in &page.0 {
+                rows.push(self.parse(item)?);
+            }
+            match page.1 {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        rows.sort_by(|a, b| {
+            (&a.resource_name, &a.account_id).cmp(&(&b.resource_name, &b.account_id))
+        });
+        Ok(rows)
+    }
+
+    /// Writes a row (1 PutItem) and forgets its cached answer.
+    pub async fn put(&self, row: &LimitRow) -> Result<()> {
+        self.inner
+            .client
+            .put_item()
+            .table_name(&self.inner.table)
+            .set_item(Some(self.to_item(row)))
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("PutItem", e))?;
+        self.forget(&row.resource_name, &row.account_id);
+        Ok(())
+    }
+
+    /// Deletes a row (1 DeleteItem) and forgets its cached answer.
+    pub async fn delete(&self, resource: &str, account: &str) -> Result<()> {
+        self.inner
+            .client
+            .delete_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(resource, account)))
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("DeleteItem", e))?;
+        self.forget(resource, account);
+        Ok(())
+    }
+
+    fn forget(&self, resource: &str, account: &str) {
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            cache.remove(&(resource.to_string(), account.to_string()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(limit: i64, window: Option<i64>) -> LimitRow {
+        LimitRow {
+            resource_name: "r".into(),
+            account_id: "a".into(),
+            limit,
+            window_sec: window,
+            service_name: None,
+        }
+    }
+
+    #[test]
+    fn the_row_overrides_the_default_and_zero_blocks() {
+        let d = Quota::new(10, 100);
+        assert_eq!(
+            Effective::resolve(None, d, "t").unwrap(),
+            Effective::Limited {
+                limit: 10,
+                window_ms: 100_000
+            }
+        );
+        assert_eq!(
+            Effective::resolve(Some(&row(3, Some(5))), d, "t").unwrap(),
+            Effective::Limited {
+                limit: 3,
+                window_ms: 5_000
+            }
+        );
+        assert_eq!(
+            Effective::resolve(Some(&row(3, None)), d, "t").unwrap(),
+            Effective::Limited {
+                limit: 3,
+                window_ms: 100_000
+            }
+        );
+        assert_eq!(
+            Effective::resolve(Some(&row(0, Some(5))), d, "t").unwrap(),
+            Effective::Blocked
+        );
+        assert_eq!(
+            Effective::resolve(Some(&row(-1, None)), d, "t").unwrap(),
+            Effective::Blocked
+        );
+        assert!(Effective::resolve(Some(&row(1, Some(0))), d, "t").is_err());
+        assert_eq!(Effective::capacity(None, 0), Effective::Blocked);
+    }
+}

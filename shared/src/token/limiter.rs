@@ -1,0 +1,582 @@
+//! The fungible limiter: one conditional write per decision, no read on the warm path.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
+use aws_sdk_dynamodb::Client;
+use serde::Serialize;
+
+use super::bucket::{format_ms, parse_ms, refill, time_for, BucketState};
+use super::Attrs;
+use crate::clock::{SharedClock, Timestamp};
+use crate::config::ConfigError;
+use crate::error::{Error, Result};
+use crate::limit::item::{n, s, Item};
+use crate::limit::{Effective, LimitRow, LimitStore, Quota};
+use crate::Deps;
+
+/// Attempts before a decision gives up with [`Error::Other`] ("contended"); each failed attempt
+/// returned the bucket's real state, so this only trips under extreme contention.
+const MAX_ATTEMPTS: u32 = 64;
+/// Bucket states remembered beyond this are dropped wholesale (bounded memory).
+const MAX_CACHED: usize = 10_000;
+
+/// How a decision was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A conditional write (granted), or the state a write's failed condition returned (denied).
+    Dynamodb,
+    /// Refused from the last state seen: the bucket cannot hold a token before `retry_after`.
+    RejectionCache,
+    /// The limit row says `limit <= 0`.
+    Blocked,
+}
+
+/// The answer to one `get_token`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub resource: String,
+    pub account: String,
+    pub granted: bool,
+    /// Tokens left after this decision.
+    pub remaining: u64,
+    /// The limit and window that applied (0 when blocked).
+    pub limit: u64,
+    pub window_ms: u64,
+    /// Denied: how long until a token can be had (`None` when blocked: no wait will help).
+    pub retry_after_ms: Option<u64>,
+    /// How long until the bucket is full again.
+    pub reset_ms: u64,
+    /// The instant decided at, and the reset instant, in RFC 3339.
+    pub at: String,
+    pub reset_at: String,
+    pub source: Source,
+}
+
+impl Decision {
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_ms.map(Duration::from_millis)
+    }
+    pub fn reset(&self) -> Duration {
+        Duration::from_millis(self.reset_ms)
+    }
+}
+
+/// Why scoped work did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("rate limited: no token for {} / {} (retry after {:?} ms)", .0.resource, .0.account, .0.retry_after_ms)]
+    Limited(Box<Decision>),
+    #[error("the event carries no account id for resource {0}")]
+    MissingAccount(String),
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// What we last saw of a bucket row: the parsed state and the raw values the next write's condition
+/// must match exactly (Python may have written `8.0` where we would write `8`).
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    tokens_raw: Option<AttributeValue>,
+    refill_raw: Option<AttributeValue>,
+    state: Option<BucketState>,
+}
+
+/// Fungible tokens (seeds 001/000): a token bucket per (resource, account) in the token table, with
+/// limits from the limit table. Clones share caches; build one per process.
+///
+/// Call budget of [`get_token`](Self::get_token): warm (limit row cached and bucket seen) **1**
+/// UpdateItem; cold **2** (one BatchGetItem for the limit row and bucket, then the write); a
+/// bucket known to be empty **0** until its next token is due; each lost race adds 1 (the failed
+/// write returns the winner's state, so no read is needed).
+#[derive(Debug, Clone)]
+pub struct FungibleLimiter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    table: String,
+    attrs: Attrs,
+    limits: LimitStore,
+    clock: SharedClock,
+    seen: Mutex<HashMap<(String, String), Seen>>,
+}
+
+impl FungibleLimiter {
+    pub fn new(
+        client: Client,
+        table: &str,
+        style: crate::table::AttributeStyle,
+        limits: LimitStore,
+        clock: SharedClock,
+    ) -> Self {
+        FungibleLimiter {
+            inner: Arc::new(Inner {
+                client,
+                table: table.to_string(),
+                attrs: Attrs::of(style),
+                limits,
+                clock,
+                seen: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The token and limit tables named in `deps`; limit rows cached for
+    /// `TURNSTILE_LIMIT_CACHE_SECS` (default 60 s).
+    pub fn from_deps(deps: &Deps) -> Result<Self, ConfigError> {
+        Ok(Self::new(
+            deps.dynamo.clone(),
+            &deps.tables.fungible_tokens,
+            deps.style,
+            LimitStore::from_deps(deps)?,
+            deps.clock.clone(),
+        ))
+    }
+
+    pub fn limits(&self) -> &LimitStore {
+        &self.inner.limits
+    }
+
+    fn key(&self, resource: &str, account: &str) -> Item {
+        let a = self.inner.attrs;
+        Item::from([
+            (a.resource_name.to_string(), s(resource)),
+            (a.account_id.to_string(), s(account)),
+        ])
+    }
+
+    fn parse(&self, item: Option<&Item>) -> Result<Seen> {
+        let Some(item) = item.filter(|i| !i.is_empty()) else {
+            return Ok(Seen::default());
+        };
+        let a = self.inner.attrs;
+        let t = &self.inner.table;
+        let tokens_raw = item.get(a.tokens).cloned();
+        let refill_raw = item.get(a.last_refill).cloned();
+        let tokens = crate::limit::item::opt_int(item, t, a.tokens)?;
+        let last_refill = match &refill_raw {
+            None | Some(AttributeValue::Null(_)) => None,
+            Some(AttributeValue::N(v)) => {
+                Some(parse_ms(v).ok_or_else(|| Error::MalformedItem {
+                    table: t.clone(),
+                    reason: format!("{}={v:?} is not a number", a.last_refill),
+                })?)
+            }
+            Some(other) => {
+                return Err(Error::MalformedItem {
+                    table: t.clone(),
+                    reason: format!("{} should be a number, found {other:?}", a.last_refill),
+                })
+            }
+        };
+        Ok(Seen {
+            state: tokens.map(|tokens| BucketState {
+                tokens,
+                last_refill,
+            }),
+            tokens_raw,
+            refill_raw,
+        })
+    }
+
+    fn seen(&self, resource: &str, account: &str) -> Option<Seen> {
+        let map = self.inner.seen.lock().ok()?;
+        map.get(&(resource.to_string(), account.to_string()))
+            .cloned()
+    }
+
+    fn remember(&self, resource: &str, account: &str, seen: &Seen) {
+        if let Ok(mut map) = self.inner.seen.lock() {
+            if map.len() >= MAX_CACHED {
+                map.clear();
+            }
+            map.insert((resource.to_string(), account.to_string()), seen.clone());
+        }
+    }
+
+    /// Takes one token from (resource, account)'s bucket if it has one.
+    ///
+    /// `default` applies when the limit table has no row for the pair; a row with `limit <= 0`
+    /// blocks the account. DynamoDB calls: **1** warm, **2** cold, **0** when the last state seen
+    /// shows the bucket empty until after now (the rejection cache: it only ever refuses), plus 1 per
+    /// lost race.
+    pub async fn get_token(
+        &self,
+        resource: &str,
+        account: &str,
+        default: Quota,
+    ) -> Result<Decision> {
+        if resource.is_empty() || account.is_empty() {
+            return Err(Error::Other(
+                "resource name and account id must be non-empty".into(),
+            ));
+        }
+        let now = self.inner.clock.now();
+        let (row, mut seen, mut from_cache) = match (
+            self.inner.limits.cached(resource, account),
+            self.seen(resource, account),
+        ) {
+            (Some(row), Some(seen)) => (row, seen, true),
+            // Bucket unknown: assume it is new; a failed condition returns the real row.
+            (Some(row), None) => (row, Seen::default(), false),
+            (None, Some(seen)) => (self.inner.limits.get(resource, account).await?, seen, true),
+            (None, None) => {
+                let (row, seen) = self.read_cold(resource, account).await?;
+                (row, seen, false)
+            }
+        };
+        let (limit, window) =
+            match Effective::resolve(row.as_ref(), default, self.inner.limits.table())? {
+                Effective::Blocked => return Ok(self.blocked(resource, account, now)),
+                Effective::Limited { limit, window_ms } => (limit, window_ms),
+            };
+        let window_ns = window.saturating_mul(1_000_000);
+        for attempt in 0..MAX_ATTEMPTS {
+            let r = refill(seen.state.as_ref(), limit, window_ns, now.as_nanos());
+            if r.available == 0 {
+                let source = if from_cache {
+                    Source::RejectionCache
+                } else {
+                    Source::Dynamodb
+                };
+                return Ok(self.decision(
+                    resource,
+                    account,
+                    now,
+                    false,
+                    0,
+                    r.last_refill,
+                    limit,
+                    window,
+                    source,
+                ));
+            }
+            match self
+                .write(
+                    resource,
+                    account,
+                    &seen,
+                    r.available - 1,
+                    r.last_refill,
+                    now,
+                )
+                .await
+            {
+                Ok(new) => {
+                    self.remember(resource, account, &new);
+                    return Ok(self.decision(
+                        resource,
+                        account,
+                        now,
+                        true,
+                        r.available - 1,
+                        r.last_refill,
+                        limit,
+                        window,
+                        Source::Dynamodb,
+                    ));
+                }
+                Err(Lost::Race(actual)) => {
+                    seen = actual;
+                    from_cache = false;
+                    self.remember(resource, account, &seen);
+                }
+                Err(Lost::Conflict) => backoff(attempt).await,
+                Err(Lost::Failed(e)) => return Err(e),
+            }
+        }
+        Err(Error::Other(format!(
+            "bucket {resource}/{account} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// Runs `work` only if a token is granted; otherwise returns [`TokenError::Limited`] without
+    /// polling it. Same call budget as [`get_token`](Self::get_token).
+    pub async fn with_token<F: Future>(
+        &self,
+        resource: &str,
+        account: &str,
+        default: Quota,
+        work: F,
+    ) -> Result<F::Output, TokenError> {
+        let d = self.get_token(resource, account, default).await?;
+        if d.granted {
+            Ok(work.await)
+        } else {
+            Err(TokenError::Limited(Box::new(d)))
+        }
+    }
+
+    /// Wraps a Lambda handler: each event's account id comes from `account_of` (see
+    /// [`account_at`] for JSON events) and the handler runs only when that account gets a token.
+    pub fn guard<A, H>(
+        self,
+        resource: &str,
+        default: Quota,
+        account_of: A,
+        handler: H,
+    ) -> Guarded<A, H> {
+        Guarded {
+            limiter: self,
+            resource: resource.to_string(),
+            default,
+            account_of,
+            handler,
+        }
+    }
+
+    /// Cold read: the limit row and the bucket in **1** BatchGetItem (the bucket read strongly
+    /// consistent). Unprocessed keys fall back to a GetItem for the limit and "unknown" for the bucket.
+    async fn read_cold(&self, resource: &str, account: &str) -> Result<(Option<LimitRow>, Seen)> {
+        let limits = &self.inner.limits;
+        if limits.table() == self.inner.table {
+            return Ok((limits.get(resource, account).await?, Seen::default()));
+        }
+        let req = |key: Item, consistent: bool| {
+            KeysAndAttributes::builder()
+                .keys(key)
+                .consistent_read(consistent)
+                .build()
+                .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
+        };
+        let out = self
+            .inner
+            .client
+            .batch_get_item()
+            .request_items(limits.table(), req(limits.key(resource, account), false)?)
+            .request_items(&self.inner.table, req(self.key(resource, account), true)?)
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
+        let unprocessed = |table: &str| {
+            out.unprocessed_keys()
+                .and_then(|u| u.get(table))
+                .is_some_and(|k| !k.keys().is_empty())
+        };
+        let got = |table: &str| {
+            out.responses()
+                .and_then(|r| r.get(table))
+                .and_then(|items| items.first())
+        };
+        let row = if unprocessed(limits.table()) {
+            limits.get(resource, account).await?
+        } else {
+            let row = got(limits.table()).map(|i| limits.parse(i)).transpose()?;
+            limits.remember(resource, account, row.clone());
+            row
+        };
+        let seen = if unprocessed(&self.inner.table) {
+            Seen::default()
+        } else {
+            let seen = self.parse(got(&self.inner.table))?;
+            self.remember(resource, account, &seen);
+            seen
+        };
+        Ok((row, seen))
+    }
+
+    /// The conditional write: the bucket must still be exactly as `seen`.
+    async fn write(
+        &self,
+        resource: &str,
+        account: &str,
+        seen: &Seen,
+        tokens: u64,
+        last_refill: i64,
+        now: Timestamp,
+    ) -> std::result::Result<Seen, Lost> {
+        let a = self.inner.attrs;
+        let mut cond = Vec::new();
+        let mut req = self
+            .inner
+            .client
+            .update_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(resource, account)))
+            .update_expression("SET #t = :nt, #r = :nr, #l = :now")
+            .expression_attribute_names("#t", a.tokens)
+            .expression_attribute_names("#r", a.last_refill)
+            .expression_attribute_names("#l", a.last_token)
+            .expression_attribute_values(":nt", n(tokens as i64))
+            .expression_attribute_values(":nr", AttributeValue::N(format_ms(last_refill)))
+            .expression_attribute_values(":now", AttributeValue::N(format_ms(now.as_nanos())))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match &seen.tokens_raw {
+            Some(v) => {
+                cond.push("#t = :ot");
+                req = req.expression_attribute_values(":ot", v.clone());
+            }
+            None => cond.push("attribute_not_exists(#t)"),
+        }
+        match &seen.refill_raw {
+            Some(v) => {
+                cond.push("#r = :or");
+                req = req.expression_attribute_values(":or", v.clone());
+            }
+            None => cond.push("attribute_not_exists(#r)"),
+        }
+        match req.condition_expression(cond.join(" AND ")).send().await {
+            Ok(out) => self.parse(out.attributes()).map_err(Lost::Failed),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                UpdateItemError::ConditionalCheckFailedException(c) => match self.parse(c.item()) {
+                    Ok(actual) => Err(Lost::Race(actual)),
+                    Err(e) => Err(Lost::Failed(e)),
+                },
+                e if is_conflict(e.code()) => Err(Lost::Conflict),
+                _ => Err(Lost::Failed(Error::dynamo(
+                    "UpdateItem",
+                    SdkError::ServiceError(se),
+                ))),
+            },
+            Err(e) => Err(Lost::Failed(Error::dynamo("UpdateItem", e))),
+        }
+    }
+
+    fn blocked(&self, resource: &str, account: &str, now: Timestamp) -> Decision {
+        Decision {
+            resource: resource.into(),
+            account: account.into(),
+            granted: false,
+            remaining: 0,
+            limit: 0,
+            window_ms: 0,
+            retry_after_ms: None,
+            reset_ms: 0,
+            at: now.to_rfc3339(),
+            reset_at: now.to_rfc3339(),
+            source: Source::Blocked,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decision(
+        &self,
+        resource: &str,
+        account: &str,
+        now: Timestamp,
+        granted: bool,
+        remaining: u64,
+        last_refill: i64,
+        limit: u64,
+        window_ms: u64,
+        source: Source,
+    ) -> Decision {
+        let window_ns = window_ms.saturating_mul(1_000_000);
+        let until = |t: i64| Timestamp::from_nanos(t).since(now);
+        let next = until(time_for(remaining, 1, last_refill, limit, window_ns));
+        let full_at =
+            Timestamp::from_nanos(time_for(remaining, limit, last_refill, limit, window_ns))
+                .max(now);
+        Decision {
+            resource: resource.into(),
+            account: account.into(),
+            granted,
+            remaining,
+            limit,
+            window_ms,
+            retry_after_ms: (!granted).then(|| ceil_ms(next)),
+            reset_ms: ceil_ms(full_at.since(now)),
+            at: now.to_rfc3339(),
+            reset_at: full_at.to_rfc3339(),
+            source,
+        }
+    }
+}
+
+fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// Why a conditional write did not land.
+enum Lost {
+    /// Someone else wrote first; this is the row as they left it.
+    Race(Seen),
+    /// A transaction held the item; retry after a pause.
+    Conflict,
+    Failed(Error),
+}
+
+/// Error codes that mean "no definite outcome; try again".
+pub(crate) fn is_conflict(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "TransactionConflictException"
+                | "TransactionConflict"
+                | "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "ThrottlingError"
+                | "RequestLimitExceeded"
+                | "TransactionInProgressException"
+        )
+    )
+}
+
+/// Jittered exponential pause before retrying a conflicted write: 1-2 ms doubling up to ~64-128 ms.
+/// (Real time on purpose: this paces retries, it decides nothing.)
+pub(crate) async fn backoff(attempt: u32) {
+    let base = 1u64 << attempt.min(6);
+    let jitter = fastrand::u64(0..=base);
+    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+}
+
+/// A Lambda handler that runs only when the event's account gets a token; see
+/// [`FungibleLimiter::guard`].
+#[derive(Debug, Clone)]
+pub struct Guarded<A, H> {
+    limiter: FungibleLimiter,
+    resource: String,
+    default: Quota,
+    account_of: A,
+    handler: H,
+}
+
+impl<A, H> Guarded<A, H> {
+    /// Takes a token for the event's account, then runs the handler. A denial or a missing account
+    /// id is an error the handler's error type absorbs (e.g. `lambda_runtime::Error`).
+    pub async fn call<E, Fut, R, Err>(&self, event: E) -> std::result::Result<R, Err>
+    where
+        A: Fn(&E) -> Option<String>,
+        H: Fn(E) -> Fut,
+        Fut: Future<Output = std::result::Result<R, Err>>,
+        Err: From<TokenError>,
+    {
+        let account = (self.account_of)(&event)
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| TokenError::MissingAccount(self.resource.clone()))?;
+        let d = self
+            .limiter
+            .get_token(&self.resource, &account, self.default)
+            .await
+            .map_err(TokenError::Store)?;
+        if !d.granted {
+            return Err(TokenError::Limited(Box::new(d)).into());
+        }
+        (self.handler)(event).await
+    }
+}
+
+/// Reads the account id at a dotted path (`requestContext.accountId`) of a JSON event; strings and
+/// numbers are accepted.
+pub fn account_at(
+    path: &str,
+) -> impl Fn(&serde_json::Value) -> Option<String> + Clone + Send + Sync {
+    let path = path.to_string();
+    move |event| match crate::token::json_path(event, &path)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}

@@ -1,0 +1,388 @@
+//! Non-fungible tokens against DynamoDB Local: exact capacity under concurrency, expiry without
+//! waiting for TTL, binding rules, the scoped form, call counts and both attribute styles.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use futures::future::join_all;
+use shared::limit::LimitRow;
+use shared::reservation::{NonFungibleLimiter, ReservationError, LEDGER_ID};
+use shared::table::{AttributeStyle, TableKind};
+use turnstile_tests::TestEnv;
+
+const TABLES: [TableKind; 2] = [TableKind::NonFungibleTokens, TableKind::Limits];
+
+fn limiter(env: &TestEnv) -> NonFungibleLimiter {
+    NonFungibleLimiter::from_deps(&env.deps).expect("limiter")
+}
+
+async fn live(l: &NonFungibleLimiter, account: &str) -> usize {
+    l.list("emr", account)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.live)
+        .count()
+}
+
+async fn concurrent(ls: Vec<NonFungibleLimiter>, account: &'static str, limit: i64) -> usize {
+    join_all(
+        ls.into_iter()
+            .map(|l| tokio::spawn(async move { l.get_reservation("emr", account, limit).await })),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.expect("task"))
+    .filter(|r| match r {
+        Ok(_) => true,
+        Err(ReservationError::Limited { .. }) => false,
+        Err(e) => panic!("unexpected error: {e}"),
+    })
+    .count()
+}
+
+#[tokio::test]
+async fn forty_concurrent_callers_get_exactly_the_capacity() {
+    let env = TestEnv::new(&TABLES).await;
+    let one = limiter(&env);
+    assert_eq!(concurrent(vec![one.clone(); 40], "shared", 5).await, 5);
+    eprintln!(
+        "40 callers on one limiter: {:?}",
+        env.counter.by_operation()
+    );
+    assert_eq!(live(&one, "shared").await, 5);
+
+    let many: Vec<_> = (0..40).map(|_| limiter(&env)).collect();
+    assert_eq!(concurrent(many, "cold", 3).await, 3);
+    assert_eq!(live(&one, "cold").await, 3);
+
+    // Once they expire, a second wave again gets exactly the capacity, pruning the old entries.
+    env.clock.advance(Duration::from_secs(300));
+    let many: Vec<_> = (0..40).map(|_| limiter(&env)).collect();
+    assert_eq!(concurrent(many, "cold", 3).await, 3);
+    assert_eq!(live(&one, "cold").await, 3);
+}
+
+#[tokio::test]
+async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
+    let env = TestEnv::new(&TABLES).await;
+    let first = limiter(&env);
+    env.counter.reset();
+    let r = first.get_reservation("emr", "acct", 3).await.unwrap();
+    assert_eq!(
+        env.counter.by_operation(),
+        [
+            ("BatchGetItem".to_string(), 1),
+            ("Query".to_string(), 1),
+            ("TransactWriteItems".to_string(), 1)
+        ]
+        .into(),
+        "a coordinate's first use also counts rows written without a ledger"
+    );
+    r.delete().await.unwrap();
+    let l = limiter(&env);
+    env.counter.reset();
+    let r = l.get_reservation("emr", "acct", 2).await.unwrap();
+    assert_eq!(
+        env.counter.by_operation(),
+        [
+            ("BatchGetItem".to_string(), 1),
+            ("TransactWriteItems".to_string(), 1)
+        ]
+        .into(),
+        "cold"
+    );
+    env.counter.reset();
+    let r2 = l.get_reservation("emr", "acct", 2).await.unwrap();
+    assert_eq!(env.counter.total(), 1, "warm");
+    env.counter.reset();
+    r.create_token("j-CLUSTER1").await.unwrap();
+    assert_eq!(env.counter.total(), 1, "create_token");
+    env.counter.reset();
+    r2.delete().await.unwrap();
+    assert_eq!(env.counter.total(), 1, "delete");
+    // A refusal predicted by the cached ledger is confirmed with one read.
+    let _r3 = l.get_reservation("emr", "acct", 2).await.unwrap();
+    env.counter.reset();
+    let err = l.get_reservation("emr", "acct", 2).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReservationError::Limited {
+                limit: 2,
+                live: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        env.counter.by_operation(),
+        [("GetItem".to_string(), 1)].into()
+    );
+}
+
+#[tokio::test]
+async fn expired_reservations_and_tokens_stop_counting_at_their_expiry() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let a = l.get_reservation("emr", "acct", 2).await.unwrap();
+    let _b = l.get_reservation("emr", "acct", 2).await.unwrap();
+    assert!(l.get_reservation("emr", "acct", 2).await.is_err());
+    a.create_token("j-A").await.unwrap();
+    env.clock.advance(Duration::from_secs(299));
+    assert!(
+        l.get_reservation("emr", "acct", 2).await.is_err(),
+        "b is still live"
+    );
+    env.clock.advance(Duration::from_secs(1));
+    // b's 5 minutes are over (TTL has not removed its row: the rows are still there).
+    assert_eq!(l.list("emr", "acct").await.unwrap().len(), 2);
+    let c = l.get_reservation("emr", "acct", 2).await.unwrap();
+    assert!(
+        l.get_reservation("emr", "acct", 2).await.is_err(),
+        "a's token lives 8 h"
+    );
+    env.clock.advance(Duration::from_secs(8 * 3600));
+    assert!(l.get_reservation("emr", "acct", 2).await.is_ok());
+    assert!(l.get_reservation("emr", "acct", 2).await.is_ok());
+    assert!(l.get_reservation("emr", "acct", 2).await.is_err());
+    drop(c);
+}
+
+#[tokio::test]
+async fn create_token_on_an_expired_or_deleted_reservation_is_an_error() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+
+    let expired = l.get_reservation("emr", "acct", 5).await.unwrap();
+    env.clock.advance(Duration::from_secs(300));
+    let err = expired.create_token("j-LATE").await.unwrap_err();
+    assert!(matches!(err, ReservationError::Gone { .. }), "{err}");
+    let rows = l.list("emr", "acct").await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].resource_id, None, "nothing was written");
+
+    let deleted = l.get_reservation("emr", "acct", 5).await.unwrap();
+    deleted.delete().await.unwrap();
+    deleted.delete().await.unwrap(); // idempotent
+    let err = deleted.create_token("j-GONE").await.unwrap_err();
+    assert!(matches!(err, ReservationError::Gone { .. }), "{err}");
+    assert!(
+        l.list("emr", "acct")
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.reservation_id != deleted.id),
+        "no partial row was recreated"
+    );
+
+    let r = l.get_reservation("emr", "acct", 5).await.unwrap();
+    let t = r.create_token("j-ONE").await.unwrap();
+    assert_eq!(t.resource_id, "j-ONE");
+    r.create_token("j-ONE")
+        .await
+        .expect("binding to the same resource again is harmless");
+    let err = r.create_token("j-TWO").await.unwrap_err();
+    assert!(
+        matches!(err, ReservationError::AlreadyBound { ref bound_to, .. } if bound_to == "j-ONE"),
+        "{err}"
+    );
+}
+
+#[derive(Debug)]
+enum WorkError {
+    Limiter(ReservationError),
+    Failed,
+}
+
+impl From<ReservationError> for WorkError {
+    fn from(e: ReservationError) -> Self {
+        WorkError::Limiter(e)
+    }
+}
+
+#[tokio::test]
+async fn the_scoped_form_deletes_the_reservation_when_the_work_fails_or_panics() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+
+    let out: Result<(), WorkError> = l
+        .with_reservation("emr", "acct", 1, |_r| async { Err(WorkError::Failed) })
+        .await;
+    assert!(matches!(out, Err(WorkError::Failed)));
+    assert_eq!(live(&l, "acct").await, 0, "released after the failure");
+
+    let l2 = l.clone();
+    let joined = tokio::spawn(async move {
+        l2.with_reservation("emr", "acct", 1, |_r| async {
+            if true {
+                panic!("work panicked");
+            }
+            Ok::<(), WorkError>(())
+        })
+        .await
+    })
+    .await;
+    assert!(joined.unwrap_err().is_panic(), "the panic is resumed");
+    assert_eq!(live(&l, "acct").await, 0, "released after the panic");
+
+    let token = l
+        .with_reservation("emr", "acct", 1, |r| async move {
+            let cluster = "j-NEW"; // create_emr_cluster()
+            Ok::<_, WorkError>(r.create_token(cluster).await?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(token.resource_id, "j-NEW");
+    let out: Result<(), WorkError> = l
+        .with_reservation("emr", "acct", 1, |_r| async { Ok(()) })
+        .await;
+    assert!(matches!(
+        out,
+        Err(WorkError::Limiter(ReservationError::Limited { .. }))
+    ));
+}
+
+#[tokio::test]
+async fn limit_rows_apply_and_zero_blocks() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let row = |account: &str, limit| LimitRow {
+        resource_name: "emr".into(),
+        account_id: account.into(),
+        limit,
+        window_sec: None,
+        service_name: Some("svc".into()),
+    };
+    l.limits().put(&row("one", 1)).await.unwrap();
+    l.limits().put(&row("none", 0)).await.unwrap();
+    assert!(l.get_reservation("emr", "one", 10).await.is_ok());
+    assert!(matches!(
+        l.get_reservation("emr", "one", 10).await,
+        Err(ReservationError::Limited { limit: 1, .. })
+    ));
+    assert!(matches!(
+        l.get_reservation("emr", "none", 10).await,
+        Err(ReservationError::Blocked { .. })
+    ));
+}
+
+#[tokio::test]
+async fn remove_by_resource_id_releases_capacity_and_is_idempotent() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    for i in 0..3 {
+        let r = l.get_reservation("emr", "acct", 3).await.unwrap();
+        r.create_token(if i < 2 { "j-SAME" } else { "j-OTHER" })
+            .await
+            .unwrap();
+    }
+    assert!(l.get_reservation("emr", "acct", 3).await.is_err());
+    // Page size 1: the index query is paginated.
+    let removed = l.remove_by_resource_id("j-SAME", Some(1)).await.unwrap();
+    assert_eq!(removed.len(), 2);
+    assert_eq!(live(&l, "acct").await, 1);
+    assert!(l
+        .remove_by_resource_id("j-SAME", None)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
+    assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
+    assert!(l.get_reservation("emr", "acct", 3).await.is_err());
+}
+
+#[tokio::test]
+async fn snake_case_tables_work_unchanged() {
+    let env = TestEnv::with_style(&TABLES, AttributeStyle::Snake).await;
+    let l = limiter(&env);
+    let r = l.get_reservation("emr", "acct", 1).await.unwrap();
+    r.create_token("j-SNAKE").await.unwrap();
+    let items = env
+        .deps
+        .dynamo
+        .scan()
+        .table_name(&env.deps.tables.non_fungible_tokens)
+        .send()
+        .await
+        .unwrap();
+    let items = items.items();
+    assert_eq!(items.len(), 2, "the token row and the ledger");
+    let row = items
+        .iter()
+        .find(|i| i.get("reservation_id") != Some(&AttributeValue::S(LEDGER_ID.into())))
+        .unwrap();
+    assert_eq!(
+        row.get("resource_id"),
+        Some(&AttributeValue::S("j-SNAKE".into()))
+    );
+    assert_eq!(
+        row.get("resource_coordinate"),
+        Some(&AttributeValue::S("emr:acct".into()))
+    );
+    assert!(row.contains_key("expiration_time"));
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 1).await,
+        Err(ReservationError::Limited { .. })
+    ));
+    assert_eq!(
+        l.remove_by_resource_id("j-SNAKE", None)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
+}
+
+#[tokio::test]
+async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
+    let env = TestEnv::new(&TABLES).await;
+    let now = shared::clock::Clock::now(&env.clock).as_secs();
+    // Two live tokens and one expired reservation, as rate-limiter-py writes them.
+    for (id, exp, cluster) in [
+        ("py-1", now + 3600, Some("j-PY1")),
+        ("py-2", now + 60, None),
+        ("py-old", now - 1, None),
+    ] {
+        let mut put = env
+            .deps
+            .dynamo
+            .put_item()
+            .table_name(&env.deps.tables.non_fungible_tokens)
+            .item("resourceCoordinate", AttributeValue::S("emr:acct".into()))
+            .item("reservationId", AttributeValue::S(id.into()))
+            .item("resourceName", AttributeValue::S("emr".into()))
+            .item("accountId", AttributeValue::S("acct".into()))
+            .item("expirationTime", AttributeValue::N(exp.to_string()));
+        if let Some(c) = cluster {
+            put = put.item("resourceId", AttributeValue::S(c.into()));
+        }
+        put.send().await.unwrap();
+    }
+    let l = limiter(&env);
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 2).await,
+        Err(ReservationError::Limited { live: 2, .. })
+    ));
+    let r = l
+        .get_reservation("emr", "acct", 3)
+        .await
+        .expect("one unit is free");
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 3).await,
+        Err(ReservationError::Limited { live: 3, .. })
+    ));
+    // The legacy reservation can still be bound, and the remover releases the legacy token.
+    l.reservation("emr", "acct", "py-2")
+        .create_token("j-PY2")
+        .await
+        .unwrap();
+    assert_eq!(
+        l.remove_by_resource_id("j-PY1", None).await.unwrap().len(),
+        1
+    );
+    assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
+    drop(r);
+}
