@@ -210,3 +210,14 @@ impl Gateway {
             .collect()
     }
 }
+
+/// `TURNSTILE_MANAGEMENT_ENDPOINT`, required (for functions with no WebSocket event to take the
+/// endpoint from: the session API and the TTL sweeper).
+pub fn required_endpoint(vars: &Vars) -> Result<String, ConfigError> {
+    Gateway::endpoint_from_vars(vars)?.ok_or_else(|| ConfigError::Missing {
+        var: ENDPOINT_VAR.into(),
+        hint: "the WebSocket API's Management API endpoint, \
+               https://{api-id}.execute-api.{region}.amazonaws.com/{stage}, to close connections"
+            .into(),
+    })
+}

@@ -10,10 +10,12 @@
 //! - [`release::release`]: 1 TransactWriteItems per 99 connections.
 
 pub mod connect;
+pub mod context;
 pub mod item;
 pub mod message;
 pub mod precheck;
 pub mod release;
+pub mod respond;
 pub mod txn;
 
 use std::time::Duration;
