@@ -3,3 +3,5 @@
 mod foundation;
 mod ws_admission;
 mod ws_support;
+mod ws_authorizer;
+mod ws_session_api;

@@ -122,7 +122,13 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
             (s, cid, r)
         }
     });
+    w.env.counter.reset();
     let results = join_all(attempts).await;
+    // Each attempt is one TransactWriteItems; more means concurrent transactions collided and were
+    // retried (DynamoDB Local may serialise them; DynamoDB reports TransactionConflict).
+    let calls = w.env.counter.total();
+    eprintln!("50 concurrent connects: {calls} TransactWriteItems calls");
+    assert!(calls >= 50);
     let admitted: Vec<_> = results.iter().filter(|(_, _, r)| r.status_code == 200).collect();
     let refused: Vec<_> = results.iter().filter(|(_, _, r)| r.status_code == 429).collect();
     assert_eq!(admitted.len(), 10, "tenant cap");
