@@ -5,3 +5,5 @@ mod ws_admission;
 mod ws_support;
 mod ws_authorizer;
 mod ws_session_api;
+mod ws_message;
+mod ws_sweeper;
