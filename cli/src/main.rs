@@ -2,6 +2,7 @@
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 
 mod tables;
+mod tenant;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// Create or describe Turnstile's DynamoDB tables.
     Tables(tables::Args),
+    /// Create, show, list or delete tenants and their WebSocket limits (seed 003).
+    Tenant(tenant::Args),
 }
 
 #[tokio::main]
@@ -33,6 +36,7 @@ async fn main() -> ExitCode {
     shared::telemetry::init_cli(cli.json_logs);
     let result = match cli.command {
         Command::Tables(args) => tables::run(args).await,
+        Command::Tenant(args) => tenant::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

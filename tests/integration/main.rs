@@ -7,3 +7,4 @@ mod ws_authorizer;
 mod ws_session_api;
 mod ws_message;
 mod ws_sweeper;
+mod ws_tenant;
