@@ -2,9 +2,9 @@
 
 mod foundation;
 mod ws_admission;
-mod ws_support;
 mod ws_authorizer;
-mod ws_session_api;
 mod ws_message;
+mod ws_session_api;
+mod ws_support;
 mod ws_sweeper;
 mod ws_tenant;

@@ -20,23 +20,42 @@ async fn connect_admits_records_and_disconnect_releases_in_one_call_each() {
     w.env.counter.reset();
     let r = w.connect(T, "s1", "conn-A=", &SMALL).await;
     assert_eq!(r.status_code, 200, "{:?}", r.body);
-    assert_eq!(w.env.counter.total(), 1, "$connect: {:?}", w.env.counter.by_operation());
-    assert_eq!(w.env.counter.by_operation().get("TransactWriteItems"), Some(&1));
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "$connect: {:?}",
+        w.env.counter.by_operation()
+    );
+    assert_eq!(
+        w.env.counter.by_operation().get("TransactWriteItems"),
+        Some(&1)
+    );
 
     assert_eq!(w.count(T).await, Some(1));
     assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
     assert_eq!(w.count(&format!("{T}:s1:minute:{m}")).await, Some(1));
     let s = w.session(T, "s1").await.unwrap();
     assert_eq!(s.connection_ids, vec!["conn-A=".to_string()]);
-    assert!(w.counter_keys().await.contains(&format!("{T}:conn:conn-A=")));
+    assert!(w
+        .counter_keys()
+        .await
+        .contains(&format!("{T}:conn:conn-A=")));
 
     w.env.counter.reset();
     let r = w.disconnect(T, "s1", "conn-A=").await;
     assert_eq!(r.status_code, 200);
-    assert_eq!(w.env.counter.total(), 1, "$disconnect: {:?}", w.env.counter.by_operation());
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "$disconnect: {:?}",
+        w.env.counter.by_operation()
+    );
     assert_eq!(w.count(T).await, Some(0));
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
-    assert!(!w.counter_keys().await.contains(&format!("{T}:conn:conn-A=")));
+    assert!(!w
+        .counter_keys()
+        .await
+        .contains(&format!("{T}:conn:conn-A=")));
     // Per-minute counts are rates: a disconnect does not give them back.
     assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
 }
@@ -59,14 +78,20 @@ async fn duplicate_and_missing_disconnects_never_go_negative() {
     w.env.counter.reset();
     let r = w.disconnect(T, "s1", "never-connected").await;
     assert_eq!(r.status_code, 200);
-    assert!(body_json(&r)["message"].as_str().unwrap().contains("already released"));
+    assert!(body_json(&r)["message"]
+        .as_str()
+        .unwrap()
+        .contains("already released"));
     assert_eq!(w.env.counter.total(), 1);
     assert_eq!(w.count(T).await, Some(1));
     // A disconnect for another tenant's connection id cannot touch this tenant.
     w.put_tenant("tenant-2", SMALL).await;
     assert_eq!(w.disconnect("tenant-2", "s1", "c2").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));
-    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids, vec!["c2".to_string()]);
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().connection_ids,
+        vec!["c2".to_string()]
+    );
     // A repeated $connect of an admitted connection is idempotent.
     assert_eq!(w.connect(T, "s1", "c2", &SMALL).await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));
@@ -100,7 +125,10 @@ async fn disconnect_after_the_session_was_deleted_by_ttl_still_releases_once() {
     assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
     assert_eq!(w.env.counter.total(), 2);
     assert_eq!(w.count(T).await, Some(0));
-    assert!(w.session(T, "s1").await.is_none(), "the session was not recreated");
+    assert!(
+        w.session(T, "s1").await.is_none(),
+        "the session was not recreated"
+    );
 }
 
 /// Caps of 10 (tenant) and 3 (session) with 50 simultaneous connects: exactly those numbers get in.
@@ -129,8 +157,14 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     let calls = w.env.counter.total();
     eprintln!("50 concurrent connects: {calls} TransactWriteItems calls");
     assert!(calls >= 50);
-    let admitted: Vec<_> = results.iter().filter(|(_, _, r)| r.status_code == 200).collect();
-    let refused: Vec<_> = results.iter().filter(|(_, _, r)| r.status_code == 429).collect();
+    let admitted: Vec<_> = results
+        .iter()
+        .filter(|(_, _, r)| r.status_code == 200)
+        .collect();
+    let refused: Vec<_> = results
+        .iter()
+        .filter(|(_, _, r)| r.status_code == 429)
+        .collect();
     assert_eq!(admitted.len(), 10, "tenant cap");
     assert_eq!(refused.len(), 40);
     assert_eq!(w.count(T).await, Some(10));
@@ -145,7 +179,10 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     for (_, _, r) in &refused {
         let body = body_json(r);
         let name = body["violated-policies"][0].as_str().unwrap();
-        assert!(["tenantConnections", "connectionsPerSession"].contains(&name), "{name}");
+        assert!(
+            ["tenantConnections", "connectionsPerSession"].contains(&name),
+            "{name}"
+        );
         assert_eq!(r.headers.get("retry-after").unwrap(), "10");
     }
     // Rejected attempts spent no per-minute quota.
@@ -160,7 +197,12 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     };
     assert_eq!(per_session, 10);
     // Connection rows exist exactly for the admitted.
-    let rows = w.counter_keys().await.into_iter().filter(|k| k.contains(":conn:")).count();
+    let rows = w
+        .counter_keys()
+        .await
+        .into_iter()
+        .filter(|k| k.contains(":conn:"))
+        .count();
     assert_eq!(rows, 10);
 }
 
@@ -181,7 +223,10 @@ async fn fifty_concurrent_connects_into_one_session_admit_exactly_three() {
     assert_eq!(w.session(T, "one").await.unwrap().connection_ids.len(), 3);
     for r in results.iter().filter(|r| r.status_code != 200) {
         assert_eq!(r.status_code, 429);
-        assert_eq!(body_json(r)["violated-policies"][0], "connectionsPerSession");
+        assert_eq!(
+            body_json(r)["violated-policies"][0],
+            "connectionsPerSession"
+        );
     }
     let m = w.minute();
     assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(3));
@@ -200,7 +245,9 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
     // Freeze the clock well inside a minute so the whole burst falls in one window.
     let now = shared::clock::Clock::now(&w.env.clock);
     let start = shared::counter::window::MinuteWindow::at(now).start;
-    w.env.clock.set(shared::clock::Timestamp::from_secs(start + 60 + 5));
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 5));
     let m = w.minute();
     let results = join_all((0..50).map(|i| {
         let w = &w;
@@ -211,22 +258,35 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
     let admitted = results.iter().filter(|(_, r)| r.status_code == 200).count();
     assert_eq!(admitted, 7, "tenant per minute");
     assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(7));
-    assert_eq!(w.count(T).await, Some(7), "refused attempts hold no open capacity");
+    assert_eq!(
+        w.count(T).await,
+        Some(7),
+        "refused attempts hold no open capacity"
+    );
     for s in ["a", "b", "c"] {
         let n = w.count(&format!("{T}:{s}:minute:{m}")).await.unwrap_or(0);
         assert!(n <= 4, "session {s}: {n}");
     }
     for (_, r) in results.iter().filter(|(_, r)| r.status_code != 200) {
         assert_eq!(r.status_code, 429);
-        let name = body_json(r)["violated-policies"][0].as_str().unwrap().to_string();
-        assert!(name == "tenantPerMinute" || name == "sessionPerMinute", "{name}");
+        let name = body_json(r)["violated-policies"][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            name == "tenantPerMinute" || name == "sessionPerMinute",
+            "{name}"
+        );
         // 55 s remain in the minute.
         assert_eq!(r.headers.get("retry-after").unwrap(), "55");
     }
 
     // The next minute opens a fresh window.
     w.env.clock.advance(Duration::from_secs(60));
-    assert_eq!(w.connect(T, "a", "next-minute", &limits).await.status_code, 200);
+    assert_eq!(
+        w.connect(T, "a", "next-minute", &limits).await.status_code,
+        200
+    );
     assert_eq!(w.count(&format!("{T}:minute:{}", m + 60)).await, Some(1));
     // Rows carry their expiry one second after the window.
     let out = w
@@ -234,11 +294,21 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
         .dynamo
         .get_item()
         .table_name(&w.deps().tables.counters)
-        .key("key", aws_sdk_dynamodb::types::AttributeValue::S(format!("{T}:minute:{m}")))
+        .key(
+            "key",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("{T}:minute:{m}")),
+        )
         .send()
         .await
         .unwrap();
-    let ttl = out.item().unwrap().get("itemTTL").unwrap().as_n().unwrap().clone();
+    let ttl = out
+        .item()
+        .unwrap()
+        .get("itemTTL")
+        .unwrap()
+        .as_n()
+        .unwrap()
+        .clone();
     assert_eq!(ttl, (m + 61).to_string());
 }
 
@@ -248,8 +318,11 @@ async fn session_per_minute_is_exact_for_one_session() {
     let limits = Limits::example(1_000, 5, 100, 1_000, 300, 60);
     w.put_tenant(T, limits).await;
     w.put_session(T, "s").await;
-    let start = shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
-    w.env.clock.set(shared::clock::Timestamp::from_secs(start + 60 + 1));
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 1));
     let results = join_all((0..50).map(|i| {
         let w = &w;
         async move { w.connect(T, "s", &format!("c{i}"), &limits).await }
@@ -275,12 +348,21 @@ async fn connect_to_a_missing_or_expired_session_is_refused_without_writing() {
     w.put_tenant(T, SMALL).await;
     let r = w.connect(T, "nope", "c1", &SMALL).await;
     assert_eq!(r.status_code, 404);
-    assert!(w.session(T, "nope").await.is_none(), "no session was created");
+    assert!(
+        w.session(T, "nope").await.is_none(),
+        "no session was created"
+    );
     w.put_session(T, "s1").await;
-    w.env.clock.advance(Duration::from_secs(SMALL.session_ttl + 1));
+    w.env
+        .clock
+        .advance(Duration::from_secs(SMALL.session_ttl + 1));
     let r = w.connect(T, "s1", "c2", &SMALL).await;
     assert_eq!(r.status_code, 404);
-    assert!(w.counter_keys().await.is_empty(), "{:?}", w.counter_keys().await);
+    assert!(
+        w.counter_keys().await.is_empty(),
+        "{:?}",
+        w.counter_keys().await
+    );
 }
 
 #[tokio::test]
@@ -295,11 +377,23 @@ async fn connect_without_limits_in_the_context_reads_the_tenant_once() {
     assert_eq!(w.env.counter.total(), 2);
     let ev = ws_event("connect/connect.json", T, "s1", "c2", None);
     w.env.counter.reset();
-    assert_eq!(connect::handle(w.deps(), &w.connect, ev).await.unwrap().status_code, 200);
+    assert_eq!(
+        connect::handle(w.deps(), &w.connect, ev)
+            .await
+            .unwrap()
+            .status_code,
+        200
+    );
     assert_eq!(w.env.counter.total(), 1, "warm tenant cache");
     // Unknown tenant.
     let ev = ws_event("connect/connect.json", "ghost", "s1", "c3", None);
-    assert_eq!(connect::handle(w.deps(), &w.connect, ev).await.unwrap().status_code, 403);
+    assert_eq!(
+        connect::handle(w.deps(), &w.connect, ev)
+            .await
+            .unwrap()
+            .status_code,
+        403
+    );
 }
 
 #[tokio::test]
@@ -311,7 +405,9 @@ async fn the_sample_connect_event_runs_as_is() {
     let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
     assert_eq!(r.status_code, 200);
     let ev = typed(sample("disconnect/disconnect.json"));
-    let r = disconnect::handle(w.deps(), &w.disconnect, ev).await.unwrap();
+    let r = disconnect::handle(w.deps(), &w.disconnect, ev)
+        .await
+        .unwrap();
     assert_eq!(r.status_code, 200);
     assert_eq!(w.count("tenant-1").await, Some(0));
 }

@@ -20,10 +20,17 @@ async fn allow_carries_the_context_and_costs_two_calls_cold_one_warm() {
     w.put_session(T, "s1").await;
     w.env.counter.reset();
     let ev = authorizer_event(&[("tenantId", T), ("sessionId", "s1")]);
-    let r = authorizer::handle(w.deps(), &w.authorizer, ev).await.unwrap();
+    let r = authorizer::handle(w.deps(), &w.authorizer, ev)
+        .await
+        .unwrap();
     assert_eq!(authorizer::decision(&r), Decision::Allow);
     // The session API's PUT warmed nothing in the authorizer's own cache: this was cold.
-    assert_eq!(w.env.counter.total(), 2, "{:?}", w.env.counter.by_operation());
+    assert_eq!(
+        w.env.counter.total(),
+        2,
+        "{:?}",
+        w.env.counter.by_operation()
+    );
     assert_eq!(r.context["tenantId"], T);
     assert_eq!(r.context["sessionId"], "s1");
     assert_eq!(r.context["tenantConnections"], 10);
@@ -42,7 +49,10 @@ async fn allow_carries_the_context_and_costs_two_calls_cold_one_warm() {
 async fn unknown_tenant_missing_or_expired_session_are_denied() {
     let w = World::new().await;
     w.put_tenant(T, SMALL).await;
-    assert!(denied(&w.authorize("ghost", "s1").await, "tenant ghost does not exist"));
+    assert!(denied(
+        &w.authorize("ghost", "s1").await,
+        "tenant ghost does not exist"
+    ));
     assert!(denied(&w.authorize(T, "s1").await, "does not exist"));
     w.put_session(T, "s1").await;
     assert_eq!(w.authorize(T, "s1").await, Decision::Allow);
@@ -79,10 +89,16 @@ async fn each_of_the_four_limits_denies() {
     w.put_session("tenant-2", "x").await;
     for i in 0..3 {
         let cid = format!("x{i}");
-        assert_eq!(w.connect("tenant-2", "x", &cid, &roomy).await.status_code, 200);
+        assert_eq!(
+            w.connect("tenant-2", "x", &cid, &roomy).await.status_code,
+            200
+        );
         assert_eq!(w.disconnect("tenant-2", "x", &cid).await.status_code, 200);
     }
-    assert!(denied(&w.authorize("tenant-2", "x").await, "sessionPerMinute"));
+    assert!(denied(
+        &w.authorize("tenant-2", "x").await,
+        "sessionPerMinute"
+    ));
 }
 
 #[tokio::test]
@@ -95,13 +111,24 @@ async fn bad_ids_are_denied_without_any_call() {
         (vec![("sessionId", "s1")], "tenantId is missing"),
         (vec![("tenantId", "a:b"), ("sessionId", "s1")], "':'"),
         (vec![("tenantId", T), ("sessionId", "s:1")], "':'"),
-        (vec![("tenantId", &long), ("sessionId", "s1")], "4096 characters"),
-        (vec![("tenantId", T), ("sessionId", &long)], "4096 characters"),
-        (vec![("tenantId", ""), ("sessionId", "s1")], "tenantId is missing"),
+        (
+            vec![("tenantId", &long), ("sessionId", "s1")],
+            "4096 characters",
+        ),
+        (
+            vec![("tenantId", T), ("sessionId", &long)],
+            "4096 characters",
+        ),
+        (
+            vec![("tenantId", ""), ("sessionId", "s1")],
+            "tenantId is missing",
+        ),
     ];
     for (query, expect) in cases {
         w.env.counter.reset();
-        let r = authorizer::handle(w.deps(), &w.authorizer, authorizer_event(&query)).await.unwrap();
+        let r = authorizer::handle(w.deps(), &w.authorizer, authorizer_event(&query))
+            .await
+            .unwrap();
         let d = authorizer::decision(&r);
         assert!(denied(&d, expect), "{query:?}: {d:?}");
         assert_eq!(w.env.counter.total(), 0, "{query:?}");
@@ -113,12 +140,19 @@ async fn the_sample_authorizer_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
     w.put_session("tenant-1", "session-1").await;
-    let r = authorizer::handle(w.deps(), &w.authorizer, typed(sample("authorizer/connect-request.json")))
-        .await
-        .unwrap();
+    let r = authorizer::handle(
+        w.deps(),
+        &w.authorizer,
+        typed(sample("authorizer/connect-request.json")),
+    )
+    .await
+    .unwrap();
     assert_eq!(authorizer::decision(&r), Decision::Allow);
     // The response serialises to what API Gateway expects.
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["policyDocument"]["Statement"][0]["Effect"], "Allow");
-    assert_eq!(v["policyDocument"]["Statement"][0]["Action"][0], "execute-api:Invoke");
+    assert_eq!(
+        v["policyDocument"]["Statement"][0]["Action"][0],
+        "execute-api:Invoke"
+    );
 }

@@ -26,15 +26,30 @@ async fn a_message_is_echoed_and_forwarded_in_one_call_and_refreshes_the_ttl() {
     let r = w.send(T, "s1", "alice", &SMALL, "hello").await;
     assert_eq!(r.status_code, 200, "{:?}", r.body);
     // First message of the minute in this process: the guess (new minute) is right.
-    assert_eq!(w.env.counter.total(), 1, "{:?}", w.env.counter.by_operation());
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "{:?}",
+        w.env.counter.by_operation()
+    );
     let posts = w.api.received_by("POST");
     assert_eq!(posts.len(), 2, "one post per recipient: {posts:?}");
-    let to = |c: &str| posts.iter().find(|p| p.connection_id == c).unwrap().body_str().to_string();
+    let to = |c: &str| {
+        posts
+            .iter()
+            .find(|p| p.connection_id == c)
+            .unwrap()
+            .body_str()
+            .to_string()
+    };
     assert_eq!(to("alice"), "hello");
     let fwd: Value = serde_json::from_str(&to("bob")).unwrap();
     assert_eq!(fwd["from"], "alice");
     assert_eq!(fwd["message"], "hello");
-    assert!(posts.iter().all(|p| p.connection_id != "carol"), "other sessions get nothing");
+    assert!(
+        posts.iter().all(|p| p.connection_id != "carol"),
+        "other sessions get nothing"
+    );
     assert_eq!(w.session(T, "s1").await.unwrap().session_ttl, now + 200);
 
     // Same minute, warm hint: still one call.
@@ -51,8 +66,11 @@ async fn messages_per_minute_is_exact_and_the_refusal_is_a_frame_with_retry_time
     w.put_session(T, "s1").await;
     assert_eq!(w.connect(T, "s1", "a", &limits).await.status_code, 200);
     assert_eq!(w.connect(T, "s1", "b", &limits).await.status_code, 200);
-    let start = shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
-    w.env.clock.set(shared::clock::Timestamp::from_secs(start + 60 + 20));
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 20));
     w.api.clear();
     let results = futures::future::join_all((0..10).map(|i| {
         let w = &w;
@@ -76,7 +94,10 @@ async fn messages_per_minute_is_exact_and_the_refusal_is_a_frame_with_retry_time
     assert_eq!(frames, 7);
     // The next minute admits again (the stored minute is older: one write).
     w.env.clock.advance(Duration::from_secs(60));
-    assert_eq!(w.send(T, "s1", "a", &limits, "later").await.status_code, 200);
+    assert_eq!(
+        w.send(T, "s1", "a", &limits, "later").await.status_code,
+        200
+    );
 }
 
 #[tokio::test]
@@ -102,14 +123,23 @@ async fn a_wrong_minute_guess_costs_one_more_call() {
         e.body = Some("2".into());
         e
     };
-    assert_eq!(message::handle(w.deps(), &other, ev).await.unwrap().status_code, 200);
+    assert_eq!(
+        message::handle(w.deps(), &other, ev)
+            .await
+            .unwrap()
+            .status_code,
+        200
+    );
     assert_eq!(w.env.counter.total(), 2);
     let out = w
         .deps()
         .dynamo
         .get_item()
         .table_name(&w.deps().tables.sessions)
-        .set_key(Some(shared::session::store::key(&T.parse().unwrap(), &"s1".parse().unwrap())))
+        .set_key(Some(shared::session::store::key(
+            &T.parse().unwrap(),
+            &"s1".parse().unwrap(),
+        )))
         .send()
         .await
         .unwrap();
@@ -129,9 +159,16 @@ async fn a_gone_recipient_is_pruned_and_its_capacity_released() {
     let r = w.send(T, "s1", "a", &MEDIUM, "x").await;
     assert_eq!(r.status_code, 200);
     assert_eq!(body_json(&r)["gone"], serde_json::json!(["b"]));
-    assert_eq!(w.env.counter.total(), 2, "UpdateItem + one release transaction");
+    assert_eq!(
+        w.env.counter.total(),
+        2,
+        "UpdateItem + one release transaction"
+    );
     assert_eq!(w.count(T).await, Some(2));
-    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids, vec!["a", "c"]);
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().connection_ids,
+        vec!["a", "c"]
+    );
     // The late $disconnect for b changes nothing.
     w.disconnect(T, "s1", "b").await;
     assert_eq!(w.count(T).await, Some(2));
@@ -144,7 +181,9 @@ async fn a_message_on_a_dead_session_closes_the_connection_and_never_recreates_i
     w.put_session(T, "s1").await;
     assert_eq!(w.connect(T, "s1", "a", &SMALL).await.status_code, 200);
     // Expired but not yet deleted.
-    w.env.clock.advance(Duration::from_secs(SMALL.session_ttl + 1));
+    w.env
+        .clock
+        .advance(Duration::from_secs(SMALL.session_ttl + 1));
     let r = w.send(T, "s1", "a", &SMALL, "late").await;
     assert_eq!(r.status_code, 410);
     assert_eq!(w.api.received_by("DELETE").len(), 1);
@@ -165,9 +204,13 @@ async fn the_sample_message_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
     w.put_session("tenant-1", "session-1").await;
-    let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json"))).await.unwrap();
+    let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
+        .await
+        .unwrap();
     assert_eq!(r.status_code, 200);
-    let r = message::handle(w.deps(), &w.message, typed(sample("message/message.json"))).await.unwrap();
+    let r = message::handle(w.deps(), &w.message, typed(sample("message/message.json")))
+        .await
+        .unwrap();
     assert_eq!(r.status_code, 200);
     let posts = w.api.received_by("POST");
     assert_eq!(posts.len(), 1);

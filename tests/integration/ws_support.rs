@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aws_lambda_events::apigw::{
-    ApiGatewayCustomAuthorizerRequestTypeRequest, ApiGatewayProxyResponse,
-    ApiGatewayV2httpRequest, ApiGatewayWebsocketProxyRequest,
+    ApiGatewayCustomAuthorizerRequestTypeRequest, ApiGatewayProxyResponse, ApiGatewayV2httpRequest,
+    ApiGatewayWebsocketProxyRequest,
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
@@ -33,7 +33,8 @@ pub fn events_dir() -> std::path::PathBuf {
 /// A sample event as JSON.
 pub fn sample(path: &str) -> Value {
     let p = events_dir().join(path);
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+    let text =
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", p.display()))
 }
 
@@ -71,7 +72,8 @@ impl World {
         let message = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw());
         let session_api =
             session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw());
-        let sweeper = ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw());
+        let sweeper =
+            ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw());
         World {
             env,
             api,
@@ -99,7 +101,9 @@ impl World {
 
     /// `PUT /session` through the session API; panics unless 200.
     pub async fn put_session(&self, t: &str, s: &str) -> Value {
-        let r = self.session_call("PUT", &[("tenantId", t), ("sessionId", s)], None).await;
+        let r = self
+            .session_call("PUT", &[("tenantId", t), ("sessionId", s)], None)
+            .await;
         assert_eq!(r.0, 200, "PUT /session: {}", r.1);
         serde_json::from_str(&r.1).unwrap()
     }
@@ -116,33 +120,62 @@ impl World {
     }
 
     pub async fn session_raw(&self, ev: ApiGatewayV2httpRequest) -> (i64, String) {
-        let r = session_api::handle(self.deps(), &self.session_api, ev).await.unwrap();
+        let r = session_api::handle(self.deps(), &self.session_api, ev)
+            .await
+            .unwrap();
         (r.status_code, respond::body_text(&r.body))
     }
 
     pub async fn authorize(&self, t: &str, s: &str) -> authorizer::Decision {
-        let r = authorizer::handle(self.deps(), &self.authorizer, authorizer_event(&[("tenantId", t), ("sessionId", s)]))
-            .await
-            .unwrap();
+        let r = authorizer::handle(
+            self.deps(),
+            &self.authorizer,
+            authorizer_event(&[("tenantId", t), ("sessionId", s)]),
+        )
+        .await
+        .unwrap();
         authorizer::decision(&r)
     }
 
-    pub async fn connect(&self, t: &str, s: &str, cid: &str, limits: &Limits) -> ApiGatewayProxyResponse {
-        connect::handle(self.deps(), &self.connect, ws_event("connect/connect.json", t, s, cid, Some(limits)))
-            .await
-            .unwrap()
+    pub async fn connect(
+        &self,
+        t: &str,
+        s: &str,
+        cid: &str,
+        limits: &Limits,
+    ) -> ApiGatewayProxyResponse {
+        connect::handle(
+            self.deps(),
+            &self.connect,
+            ws_event("connect/connect.json", t, s, cid, Some(limits)),
+        )
+        .await
+        .unwrap()
     }
 
     pub async fn disconnect(&self, t: &str, s: &str, cid: &str) -> ApiGatewayProxyResponse {
-        disconnect::handle(self.deps(), &self.disconnect, ws_event("disconnect/disconnect.json", t, s, cid, Some(&SMALL)))
-            .await
-            .unwrap()
+        disconnect::handle(
+            self.deps(),
+            &self.disconnect,
+            ws_event("disconnect/disconnect.json", t, s, cid, Some(&SMALL)),
+        )
+        .await
+        .unwrap()
     }
 
-    pub async fn send(&self, t: &str, s: &str, cid: &str, limits: &Limits, body: &str) -> ApiGatewayProxyResponse {
+    pub async fn send(
+        &self,
+        t: &str,
+        s: &str,
+        cid: &str,
+        limits: &Limits,
+        body: &str,
+    ) -> ApiGatewayProxyResponse {
         let mut ev = ws_event("message/message.json", t, s, cid, Some(limits));
         ev.body = Some(body.to_string());
-        message::handle(self.deps(), &self.message, ev).await.unwrap()
+        message::handle(self.deps(), &self.message, ev)
+            .await
+            .unwrap()
     }
 
     /// A counter row's itemCount (None when the row does not exist).
@@ -164,9 +197,13 @@ impl World {
     }
 
     pub async fn session(&self, t: &str, s: &str) -> Option<shared::session::Session> {
-        shared::session::store::get(self.deps(), &TenantId::parse(t).unwrap(), &SessionId::parse(s).unwrap())
-            .await
-            .unwrap()
+        shared::session::store::get(
+            self.deps(),
+            &TenantId::parse(t).unwrap(),
+            &SessionId::parse(s).unwrap(),
+        )
+        .await
+        .unwrap()
     }
 
     /// Every key in the counter table.
@@ -211,7 +248,13 @@ pub fn authorizer_event(query: &[(&str, &str)]) -> ApiGatewayCustomAuthorizerReq
 
 /// A WebSocket route event from a sample, for this tenant/session/connection; `limits` None leaves
 /// the limits out of the authorizer context (the handler then reads the tenant).
-pub fn ws_event(sample_path: &str, t: &str, s: &str, cid: &str, limits: Option<&Limits>) -> ApiGatewayWebsocketProxyRequest {
+pub fn ws_event(
+    sample_path: &str,
+    t: &str,
+    s: &str,
+    cid: &str,
+    limits: Option<&Limits>,
+) -> ApiGatewayWebsocketProxyRequest {
     let mut v = sample(sample_path);
     let mut auth = match limits {
         Some(l) => {
@@ -230,12 +273,18 @@ pub fn ws_event(sample_path: &str, t: &str, s: &str, cid: &str, limits: Option<&
     v["requestContext"]["connectionId"] = Value::String(cid.into());
     if v.get("queryStringParameters").is_some() {
         v["queryStringParameters"] = serde_json::json!({"tenantId": t, "sessionId": s});
-        v["multiValueQueryStringParameters"] = serde_json::json!({"tenantId": [t], "sessionId": [s]});
+        v["multiValueQueryStringParameters"] =
+            serde_json::json!({"tenantId": [t], "sessionId": [s]});
     }
     typed(v)
 }
 
-pub fn session_event(method: &str, path: &str, query: &[(&str, &str)], body: Option<&str>) -> ApiGatewayV2httpRequest {
+pub fn session_event(
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    body: Option<&str>,
+) -> ApiGatewayV2httpRequest {
     let mut v = sample("session-api/put.json");
     let q: serde_json::Map<String, Value> = query
         .iter()
@@ -243,7 +292,11 @@ pub fn session_event(method: &str, path: &str, query: &[(&str, &str)], body: Opt
         .collect();
     v["queryStringParameters"] = Value::Object(q);
     v["rawQueryString"] = Value::String(
-        query.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&"),
+        query
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&"),
     );
     v["rawPath"] = Value::String(path.into());
     v["requestContext"]["http"]["path"] = Value::String(path.into());

@@ -42,7 +42,12 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(w.env.counter.total(), 1, "one release transaction");
     assert_eq!(w.count(T).await, Some(1));
-    let mut closed: Vec<String> = w.api.received_by("DELETE").into_iter().map(|r| r.connection_id).collect();
+    let mut closed: Vec<String> = w
+        .api
+        .received_by("DELETE")
+        .into_iter()
+        .map(|r| r.connection_id)
+        .collect();
     closed.sort();
     assert_eq!(closed, vec!["a", "b"]);
     // Redelivered: nothing more is released; closing gone connections is fine.
@@ -101,7 +106,11 @@ async fn failures_are_reported_per_record() {
         ttl_record(T, "s1", &["a"], "201"),
     ]);
     let r = ttl_sweeper::handle(w.deps(), &dead, ev.clone()).await;
-    let failed: Vec<_> = r.batch_item_failures.iter().map(|f| f.item_identifier.clone().unwrap()).collect();
+    let failed: Vec<_> = r
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone().unwrap())
+        .collect();
     assert_eq!(failed, vec!["201"]);
     // The capacity was released anyway, and the retry (with a working API) closes without
     // releasing twice.
@@ -111,7 +120,15 @@ async fn failures_are_reported_per_record() {
     assert_eq!(w.count(T).await, Some(0));
     assert_eq!(w.api.received_by("DELETE").len(), 1);
     // The response serialises as Lambda expects.
-    let v = serde_json::to_value(&ttl_sweeper::handle(w.deps(), &dead, event(vec![ttl_record(T, "s1", &["a"], "7")])).await).unwrap();
+    let v = serde_json::to_value(
+        &ttl_sweeper::handle(
+            w.deps(),
+            &dead,
+            event(vec![ttl_record(T, "s1", &["a"], "7")]),
+        )
+        .await,
+    )
+    .unwrap();
     assert_eq!(v["batchItemFailures"][0]["itemIdentifier"], "7");
 }
 
@@ -120,14 +137,26 @@ async fn the_sample_stream_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
     w.put_session("tenant-1", "session-1").await;
-    let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json"))).await.unwrap();
+    let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
+        .await
+        .unwrap();
     assert_eq!(r.status_code, 200);
     assert_eq!(w.count("tenant-1").await, Some(1));
-    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, typed(sample("ttl-sweeper/ttl-expiry.json"))).await;
+    let r = ttl_sweeper::handle(
+        w.deps(),
+        &w.sweeper,
+        typed(sample("ttl-sweeper/ttl-expiry.json")),
+    )
+    .await;
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(w.count("tenant-1").await, Some(0));
     // Only the TTL record's two connections were closed (not the user delete's nor the update's).
-    let mut closed: Vec<String> = w.api.received_by("DELETE").into_iter().map(|r| r.connection_id).collect();
+    let mut closed: Vec<String> = w
+        .api
+        .received_by("DELETE")
+        .into_iter()
+        .map(|r| r.connection_id)
+        .collect();
     closed.sort();
     assert_eq!(closed, vec!["Nx0MPcOFvHcCIhw=", "Nx0QRcOFvHcXyZw="]);
 }

@@ -87,7 +87,10 @@ pub async fn handle(
     match message::count(deps, &t, &sid, &cid, &limits, &state.hint).await? {
         MessageAdmission::Refused(refusal) => {
             let answer = refusal.to_http();
-            if state.gateway.post(&endpoint, cid.as_str(), answer.body.as_bytes()).await?
+            if state
+                .gateway
+                .post(&endpoint, cid.as_str(), answer.body.as_bytes())
+                .await?
                 == Delivery::Gone
             {
                 release::release(deps, &t, Some(&sid), std::slice::from_ref(&cid)).await?;

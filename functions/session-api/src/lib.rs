@@ -75,7 +75,10 @@ fn ids(event: &ApiGatewayV2httpRequest) -> Result<(TenantId, SessionId), HttpAns
             respond::message(400, format!("the request body is not valid JSON: {e}"))
         })?;
         let Some(obj) = v.as_object() else {
-            return Err(respond::message(400, "the request body must be a JSON object"));
+            return Err(respond::message(
+                400,
+                "the request body must be a JSON object",
+            ));
         };
         let field = |name: &str| -> Result<Option<String>, HttpAnswer> {
             match obj.get(name) {
@@ -113,7 +116,10 @@ async fn answer(
         .or_else(|| event.request_context.http.path.clone())
         .unwrap_or_default();
     if !is_session_path(&path) {
-        return Ok(respond::message(404, format!("no route for {path}; try /session")));
+        return Ok(respond::message(
+            404,
+            format!("no route for {path}; try /session"),
+        ));
     }
     let method = event.request_context.http.method.clone();
     if ![Method::PUT, Method::GET, Method::DELETE].contains(&method) {

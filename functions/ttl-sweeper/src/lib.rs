@@ -49,9 +49,9 @@ impl State {
 /// True for a deletion by DynamoDB's TTL process.
 pub fn is_ttl_removal(r: &EventRecord) -> bool {
     r.event_name == "REMOVE"
-        && r.user_identity.as_ref().is_some_and(|u| {
-            u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com"
-        })
+        && r.user_identity
+            .as_ref()
+            .is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com")
 }
 
 /// What one expired session held: tenant and connection ids.
@@ -59,7 +59,11 @@ fn expired_session(r: &EventRecord) -> Result<(TenantId, Vec<String>), String> {
     let img = &r.change.old_image;
     let tenant = match img.get(sattr::TENANT_ID) {
         Some(AttributeValue::S(s)) => s.clone(),
-        _ => return Err("the old image has no tenantId (is the stream view NEW_AND_OLD_IMAGES?)".into()),
+        _ => {
+            return Err(
+                "the old image has no tenantId (is the stream view NEW_AND_OLD_IMAGES?)".into(),
+            )
+        }
     };
     let t = TenantId::parse(&tenant).map_err(|e| e.to_string())?;
     let ids = match img.get(sattr::CONNECTION_IDS) {
@@ -88,7 +92,11 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         let ok = match release::release(deps, &t, None, &release::parse_ids(&ids)).await {
             Ok(n) => {
                 tracing::info!(tenant = %t, released = n, connections = ids.len(), "expired session swept");
-                state.gateway.close_all(&state.endpoint, &ids).await.is_empty()
+                state
+                    .gateway
+                    .close_all(&state.endpoint, &ids)
+                    .await
+                    .is_empty()
             }
             Err(e) => {
                 tracing::warn!(event_id = %r.event_id, error = %e, "releasing an expired session failed");

@@ -88,7 +88,8 @@ fn build(
             (":cap", n(cap)),
         ])
     };
-    let session_ttl = now_secs.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
+    let session_ttl =
+        now_secs.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
     let mut conn_row = counter_key(keys::connection(t, cid));
     conn_row.insert(cattr::TENANT_ID.into(), s(t.as_str()));
     conn_row.insert(cattr::SESSION_ID.into(), s(sid.as_str()));
@@ -186,7 +187,63 @@ fn decide(
     }
     if reasons.iter().any(|r| matches!(r, Reason::Other(_))) {
         // Throttling and the like: retrying with backoff is the right answer too.
-        tracing::warn!(?reasons, "connect transaction cancelled for a non-condition reason");
+        tracing::warn!(
+            ?reasons,
+            "connect transaction cancelled for a non-condition reason"
+        );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Timestamp;
+
+    fn ids() -> (TenantId, SessionId) {
+        (TenantId::parse("acme").unwrap(), SessionId::parse("s1").unwrap())
+    }
+
+    fn live_session(now: i64) -> Option<Item> {
+        Some(Item::from([(sattr::SESSION_TTL.to_string(), n(now + 100))]))
+    }
+
+    #[test]
+    fn cancellation_reasons_decide_without_a_read() {
+        let (t, s) = ids();
+        let l = Limits::example(60, 5, 2, 10, 200, 60);
+        let now = Timestamp::from_secs(1_700_000_070);
+        let ok = Reason::Ok;
+        let failed = |i: Option<Item>| Reason::ConditionFailed(i);
+        // Only collisions: retry.
+        let r = [Reason::Conflict, ok.clone(), ok.clone(), Reason::Conflict, ok.clone()];
+        assert!(decide(&r, &l, now, &t, &s).is_none());
+        // The connection row exists: a repeated $connect.
+        let r = [failed(None), ok.clone(), ok.clone(), ok.clone(), failed(None)];
+        assert!(matches!(decide(&r, &l, now, &t, &s), Some(Admission::AlreadyAdmitted)));
+        // Session condition failed on a missing or expired item: no session.
+        let r = [ok.clone(), failed(None), ok.clone(), ok.clone(), ok.clone()];
+        assert!(matches!(decide(&r, &l, now, &t, &s), Some(Admission::NoSession)));
+        let expired = Some(Item::from([(sattr::SESSION_TTL.to_string(), n(now.as_secs()))]));
+        let r = [ok.clone(), failed(expired), ok.clone(), ok.clone(), ok.clone()];
+        assert!(matches!(decide(&r, &l, now, &t, &s), Some(Admission::NoSession)));
+        // On a live session it is the per-session cap; the seed's order picks the first limit.
+        let r = [ok.clone(), failed(live_session(now.as_secs())), failed(None), ok.clone(), ok.clone()];
+        match decide(&r, &l, now, &t, &s) {
+            Some(Admission::Refused { limit, refusal }) => {
+                assert_eq!(limit, Limit::ConnectionsPerSession);
+                assert_eq!(refusal.retry_after, super::super::OPEN_CONNECTION_RETRY);
+            }
+            other => panic!("{other:?}"),
+        }
+        let r = [ok.clone(), ok.clone(), ok.clone(), failed(None), ok.clone()];
+        match decide(&r, &l, now, &t, &s) {
+            Some(Admission::Refused { limit, refusal }) => {
+                assert_eq!(limit, Limit::SessionPerMinute);
+                assert_eq!(refusal.retry_after, std::time::Duration::from_secs(50));
+                assert_eq!(refusal.to_http().header("retry-after"), Some("50"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -73,7 +73,12 @@ mod tests {
         assert_eq!(limits(&fields), Some(l));
         let mut strings: HashMap<String, Value> = fields
             .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.to_string().trim_matches('"').into())))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::String(v.to_string().trim_matches('"').into()),
+                )
+            })
             .collect();
         assert_eq!(limits(&strings), Some(l));
         strings.remove(tattr::SESSION_TTL);

@@ -103,9 +103,9 @@ pub async fn count(
                         hint.set(sm);
                         if stored_count >= limits.messages_per_minute as i64 {
                             let who = format!("session {sid} of tenant {t}");
-                            return Ok(MessageAdmission::Refused(Limit::MessagesPerMinute.refusal(
-                                limits, now, &who,
-                            )));
+                            return Ok(MessageAdmission::Refused(
+                                Limit::MessagesPerMinute.refusal(limits, now, &who),
+                            ));
                         }
                         case = Case::SameMinute(sm);
                     }
@@ -154,9 +154,7 @@ async fn attempt(
             .expression_attribute_values(":cap", n(limits.messages_per_minute)),
         Case::NewMinute(m) => req
             .update_expression("SET #m = :m, #n = :one, #ttl = :ttl")
-            .condition_expression(format!(
-                "{live} AND (attribute_not_exists(#m) OR #m < :m)"
-            ))
+            .condition_expression(format!("{live} AND (attribute_not_exists(#m) OR #m < :m)"))
             .expression_attribute_values(":m", n(m)),
     };
     match req.send().await {

@@ -24,7 +24,12 @@ pub enum Precheck {
 
 /// 1 BatchGetItem (strongly consistent). Rows DynamoDB leaves unprocessed are not checked here
 /// (`$connect` checks everything again).
-pub async fn check(deps: &Deps, t: &TenantId, sid: &SessionId, limits: &Limits) -> Result<Precheck> {
+pub async fn check(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    limits: &Limits,
+) -> Result<Precheck> {
     let now = deps.clock.now();
     let w = MinuteWindow::at(now);
     let k = |key: String| Item::from([(cattr::KEY.to_string(), s(key))]);
@@ -79,11 +84,19 @@ pub async fn check(deps: &Deps, t: &TenantId, sid: &SessionId, limits: &Limits) 
         ),
         (session_open, Limit::ConnectionsPerSession),
         (
-            Some(count_of(responses, counters, &keys::tenant_minute(t, w.start))),
+            Some(count_of(
+                responses,
+                counters,
+                &keys::tenant_minute(t, w.start),
+            )),
             Limit::TenantPerMinute,
         ),
         (
-            Some(count_of(responses, counters, &keys::session_minute(t, sid, w.start))),
+            Some(count_of(
+                responses,
+                counters,
+                &keys::session_minute(t, sid, w.start),
+            )),
             Limit::SessionPerMinute,
         ),
     ];

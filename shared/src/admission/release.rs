@@ -88,9 +88,7 @@ async fn release_chunk(
                     .collect();
                 changed |= pending.len() != before;
                 // The session item is last when present: its condition fails once it is deleted.
-                if session.is_some()
-                    && matches!(reasons.last(), Some(Reason::ConditionFailed(_)))
-                {
+                if session.is_some() && matches!(reasons.last(), Some(Reason::ConditionFailed(_))) {
                     session = None;
                     changed = true;
                 }

@@ -37,17 +37,6 @@ pub enum Outcome {
     Cancelled(Vec<Reason>),
 }
 
-impl Outcome {
-    /// True when some item collided with a concurrent transaction and none failed for a reason a
-    /// retry cannot change.
-    pub fn is_retryable(reasons: &[Reason]) -> bool {
-        reasons.iter().any(|r| matches!(r, Reason::Conflict))
-            && !reasons
-                .iter()
-                .any(|r| matches!(r, Reason::ConditionFailed(_) | Reason::Other(_)))
-    }
-}
-
 /// Builds names/values maps from slices.
 pub fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs

@@ -58,6 +58,9 @@ mod tests {
         assert_eq!(w.start, 1_700_000_040);
         assert_eq!(w.item_ttl(), 1_700_000_101);
         assert_eq!(w.until_next(now), Duration::from_millis(24_500));
-        assert_eq!(MinuteWindow::at(Timestamp::from_secs(1_700_000_040)).start, 1_700_000_040);
+        assert_eq!(
+            MinuteWindow::at(Timestamp::from_secs(1_700_000_040)).start,
+            1_700_000_040
+        );
     }
 }

@@ -5,13 +5,16 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
+use crate::admission::item;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
-use crate::admission::item;
 use crate::Deps;
 
 fn key(id: &TenantId) -> HashMap<String, AttributeValue> {
-    HashMap::from([(attr::TENANT_ID.to_string(), AttributeValue::S(id.to_string()))])
+    HashMap::from([(
+        attr::TENANT_ID.to_string(),
+        AttributeValue::S(id.to_string()),
+    )])
 }
 
 /// Reads a tenant row into a [`Tenant`]. The four seed-003 limits are required; `sessionTTL` and
