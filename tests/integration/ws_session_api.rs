@@ -289,24 +289,16 @@ async fn bad_input_is_a_precise_4xx() {
             "sessionId is 4096 characters long",
         ),
     ];
-    for (method, path, query, body, status, message) in [(
-        "PUT",
-        "/session",
-        vec![("tenantId", T), ("sessionId", "s1")],
-        Some(r#"{"sessionId": "ignored-query-wins"}"#),
-        200,
-        "s1",
-    )] {
-        cases.push(Case {
-            method,
-            path,
-            query,
-            body,
-            status,
-            message,
-            calls: 2,
-        });
-    }
+    // The query wins over a body that names other ids.
+    cases.push(Case {
+        method: "PUT",
+        path: "/session",
+        query: vec![("tenantId", T), ("sessionId", "s1")],
+        body: Some(r#"{"sessionId": "ignored-query-wins"}"#),
+        status: 200,
+        message: "\"s1\"",
+        calls: 2,
+    });
     for c in &cases {
         w.env.counter.reset();
         let ev = session_event(c.method, c.path, &c.query, c.body);

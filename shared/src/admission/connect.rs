@@ -201,7 +201,10 @@ mod tests {
     use crate::clock::Timestamp;
 
     fn ids() -> (TenantId, SessionId) {
-        (TenantId::parse("acme").unwrap(), SessionId::parse("s1").unwrap())
+        (
+            TenantId::parse("acme").unwrap(),
+            SessionId::parse("s1").unwrap(),
+        )
     }
 
     fn live_session(now: i64) -> Option<Item> {
@@ -216,19 +219,55 @@ mod tests {
         let ok = Reason::Ok;
         let failed = |i: Option<Item>| Reason::ConditionFailed(i);
         // Only collisions: retry.
-        let r = [Reason::Conflict, ok.clone(), ok.clone(), Reason::Conflict, ok.clone()];
+        let r = [
+            Reason::Conflict,
+            ok.clone(),
+            ok.clone(),
+            Reason::Conflict,
+            ok.clone(),
+        ];
         assert!(decide(&r, &l, now, &t, &s).is_none());
         // The connection row exists: a repeated $connect.
-        let r = [failed(None), ok.clone(), ok.clone(), ok.clone(), failed(None)];
-        assert!(matches!(decide(&r, &l, now, &t, &s), Some(Admission::AlreadyAdmitted)));
+        let r = [
+            failed(None),
+            ok.clone(),
+            ok.clone(),
+            ok.clone(),
+            failed(None),
+        ];
+        assert!(matches!(
+            decide(&r, &l, now, &t, &s),
+            Some(Admission::AlreadyAdmitted)
+        ));
         // Session condition failed on a missing or expired item: no session.
         let r = [ok.clone(), failed(None), ok.clone(), ok.clone(), ok.clone()];
-        assert!(matches!(decide(&r, &l, now, &t, &s), Some(Admission::NoSession)));
-        let expired = Some(Item::from([(sattr::SESSION_TTL.to_string(), n(now.as_secs()))]));
-        let r = [ok.clone(), failed(expired), ok.clone(), ok.clone(), ok.clone()];
-        assert!(matches!(decide(&r, &l, now, &t, &s), Some(Admission::NoSession)));
+        assert!(matches!(
+            decide(&r, &l, now, &t, &s),
+            Some(Admission::NoSession)
+        ));
+        let expired = Some(Item::from([(
+            sattr::SESSION_TTL.to_string(),
+            n(now.as_secs()),
+        )]));
+        let r = [
+            ok.clone(),
+            failed(expired),
+            ok.clone(),
+            ok.clone(),
+            ok.clone(),
+        ];
+        assert!(matches!(
+            decide(&r, &l, now, &t, &s),
+            Some(Admission::NoSession)
+        ));
         // On a live session it is the per-session cap; the seed's order picks the first limit.
-        let r = [ok.clone(), failed(live_session(now.as_secs())), failed(None), ok.clone(), ok.clone()];
+        let r = [
+            ok.clone(),
+            failed(live_session(now.as_secs())),
+            failed(None),
+            ok.clone(),
+            ok.clone(),
+        ];
         match decide(&r, &l, now, &t, &s) {
             Some(Admission::Refused { limit, refusal }) => {
                 assert_eq!(limit, Limit::ConnectionsPerSession);
@@ -240,8 +279,8 @@ mod tests {
         match decide(&r, &l, now, &t, &s) {
             Some(Admission::Refused { limit, refusal }) => {
                 assert_eq!(limit, Limit::SessionPerMinute);
-                assert_eq!(refusal.retry_after, std::time::Duration::from_secs(50));
-                assert_eq!(refusal.to_http().header("retry-after"), Some("50"));
+                assert_eq!(refusal.retry_after, std::time::Duration::from_secs(30));
+                assert_eq!(refusal.to_http().header("retry-after"), Some("30"));
             }
             other => panic!("{other:?}"),
         }

@@ -58,34 +58,6 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn context_round_trips_and_accepts_stringified_numbers() {
-        let t = TenantId::parse("acme").unwrap();
-        let s = SessionId::parse("s1").unwrap();
-        let l = Limits::example(60, 5, 2, 10, 200, 60);
-        let v = build(&t, &s, &l);
-        let fields: HashMap<String, Value> = serde_json::from_value(v).unwrap();
-        assert_eq!(ids(&fields).unwrap(), (t, s));
-        assert_eq!(limits(&fields), Some(l));
-        let mut strings: HashMap<String, Value> = fields
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    Value::String(v.to_string().trim_matches('"').into()),
-                )
-            })
-            .collect();
-        assert_eq!(limits(&strings), Some(l));
-        strings.remove(tattr::SESSION_TTL);
-        assert_eq!(limits(&strings), None);
-    }
-}
-
 /// Who a WebSocket event is from: the tenant and session from the authorizer context (falling back
 /// to the `tenantId`/`sessionId` query strings, present on `$connect`), and the connection id.
 pub fn websocket_ids(
@@ -115,4 +87,32 @@ pub async fn websocket_limits(
         return Ok(Some(l));
     }
     Ok(cache.get(deps, t).await?.map(|t| t.limits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_round_trips_and_accepts_stringified_numbers() {
+        let t = TenantId::parse("acme").unwrap();
+        let s = SessionId::parse("s1").unwrap();
+        let l = Limits::example(60, 5, 2, 10, 200, 60);
+        let v = build(&t, &s, &l);
+        let fields: HashMap<String, Value> = serde_json::from_value(v).unwrap();
+        assert_eq!(ids(&fields).unwrap(), (t, s));
+        assert_eq!(limits(&fields), Some(l));
+        let mut strings: HashMap<String, Value> = fields
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::String(v.to_string().trim_matches('"').into()),
+                )
+            })
+            .collect();
+        assert_eq!(limits(&strings), Some(l));
+        strings.remove(tattr::SESSION_TTL);
+        assert_eq!(limits(&strings), None);
+    }
 }
