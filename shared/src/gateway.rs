@@ -190,6 +190,31 @@ impl Gateway {
         }
     }
 
+    /// `GET /@connections/{id}`: whether the connection is still open (false when gone).
+    pub async fn is_live(&self, endpoint: &str, connection_id: &str) -> Result<bool> {
+        match self
+            .client(endpoint)
+            .get_connection()
+            .connection_id(connection_id)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    aws_sdk_apigatewaymanagement::operation::get_connection::GetConnectionError::GoneException(_)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::Other(format!(
+                "GetConnection {connection_id}: {}",
+                crate::error::error_chain(&e)
+            ))),
+        }
+    }
+
     /// Closes every connection, concurrently; returns the ids whose close failed (not gone: failed).
     pub async fn close_all(&self, endpoint: &str, connection_ids: &[String]) -> Vec<String> {
         let results = futures::future::join_all(

@@ -411,3 +411,41 @@ async fn the_sample_connect_event_runs_as_is() {
     assert_eq!(r.status_code, 200);
     assert_eq!(w.count("tenant-1").await, Some(0));
 }
+
+#[tokio::test]
+async fn a_refused_attempt_spends_no_other_limits_quota() {
+    let w = World::new().await;
+    let limits = Limits::example(60, 5, 1, 10, 300, 60);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "c1", &limits).await.status_code, 200);
+    let m = w.minute();
+    let before = (
+        w.count(T).await,
+        w.count(&format!("{T}:minute:{m}")).await,
+        w.count(&format!("{T}:s1:minute:{m}")).await,
+    );
+    for i in 0..5 {
+        let r = w.connect(T, "s1", &format!("x{i}"), &limits).await;
+        assert_eq!(r.status_code, 429);
+        assert_eq!(
+            body_json(&r)["violated-policies"][0],
+            "connectionsPerSession"
+        );
+        assert_eq!(
+            r.headers.get("ratelimit-policy").unwrap(),
+            r#""connectionsPerSession";q=1;qu="concurrent-requests""#
+        );
+    }
+    let after = (
+        w.count(T).await,
+        w.count(&format!("{T}:minute:{m}")).await,
+        w.count(&format!("{T}:s1:minute:{m}")).await,
+    );
+    assert_eq!(before, after);
+    assert_eq!(before, (Some(1), Some(1), Some(1)));
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().session_ttl,
+        shared::clock::Clock::now(&w.env.clock).as_secs() + 300
+    );
+}

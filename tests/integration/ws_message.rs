@@ -217,3 +217,50 @@ async fn the_sample_message_event_runs_as_is() {
     assert_eq!(posts[0].connection_id, "Nx0MPcOFvHcCIhw=");
     assert_eq!(posts[0].body_str(), r#"{"action":"say","text":"hello"}"#);
 }
+
+/// The local Management API speaks API Gateway's wire format to the real SDK client: POST, GET and
+/// DELETE, ids needing percent-encoding, a stage prefix, and GoneException for gone connections.
+#[tokio::test]
+async fn the_local_management_api_answers_the_real_sdk_client() {
+    let w = World::new().await;
+    let gw = shared::gateway::Gateway::local(&format!("{}/production", w.api.url()));
+    let ep = gw.fixed_endpoint().unwrap();
+    let id = "Ab+/c=";
+    assert!(gw.is_live(&ep, id).await.unwrap());
+    assert_eq!(
+        gw.post(&ep, id, b"payload").await.unwrap(),
+        shared::gateway::Delivery::Delivered
+    );
+    assert_eq!(
+        gw.close(&ep, id).await.unwrap(),
+        shared::gateway::Delivery::Delivered
+    );
+    assert!(!gw.is_live(&ep, id).await.unwrap());
+    assert_eq!(
+        gw.post(&ep, id, b"late").await.unwrap(),
+        shared::gateway::Delivery::Gone
+    );
+    assert_eq!(
+        gw.close(&ep, id).await.unwrap(),
+        shared::gateway::Delivery::Gone
+    );
+    let got: Vec<(String, String, u16)> = w
+        .api
+        .received()
+        .into_iter()
+        .map(|r| (r.method, r.connection_id, r.status))
+        .collect();
+    let want: Vec<(String, String, u16)> = [
+        ("GET", 200),
+        ("POST", 200),
+        ("DELETE", 204),
+        ("GET", 410),
+        ("POST", 410),
+        ("DELETE", 410),
+    ]
+    .into_iter()
+    .map(|(m, s)| (m.to_string(), id.to_string(), s))
+    .collect();
+    assert_eq!(got, want);
+    assert_eq!(w.api.received()[1].body_str(), "payload");
+}
