@@ -449,3 +449,49 @@ async fn a_refused_attempt_spends_no_other_limits_quota() {
         shared::clock::Clock::now(&w.env.clock).as_secs() + 300
     );
 }
+
+/// Malformed WebSocket events answer a precise 4xx and touch nothing.
+#[tokio::test]
+async fn malformed_websocket_events_are_4xx_without_any_call() {
+    let w = World::new().await;
+    let long = "c".repeat(4096);
+    let cases: Vec<(&str, &str, &str, &str)> = vec![
+        ("", "s1", "c1", "tenantId is missing"),
+        (T, "", "c1", "sessionId is missing"),
+        (T, "s1", "", "connectionId is missing"),
+        ("a:b", "s1", "c1", "tenantId contains ':'"),
+        (T, "s:1", "c1", "sessionId contains ':'"),
+        (T, "s1", "c:1", "connectionId contains ':'"),
+        (T, "s1", &long, "connectionId is 4096 characters long"),
+    ];
+    for (t, s, c, message) in cases {
+        for sample_path in [
+            "connect/connect.json",
+            "disconnect/disconnect.json",
+            "message/message.json",
+        ] {
+            let mut ev = ws_event(sample_path, t, s, c, Some(&SMALL));
+            if c.is_empty() {
+                ev.request_context.connection_id = None;
+            }
+            ev.query_string_parameters = Default::default();
+            w.env.counter.reset();
+            let r = match sample_path {
+                "connect/connect.json" => connect::handle(w.deps(), &w.connect, ev).await,
+                "disconnect/disconnect.json" => {
+                    disconnect::handle(w.deps(), &w.disconnect, ev).await
+                }
+                _ => message::handle(w.deps(), &w.message, ev).await,
+            }
+            .unwrap();
+            assert_eq!(r.status_code, 400, "{sample_path} {t:?} {s:?}");
+            let body = body_json(&r);
+            assert!(
+                body["message"].as_str().unwrap().contains(message),
+                "{sample_path}: {body}"
+            );
+            assert_eq!(w.env.counter.total(), 0);
+        }
+    }
+    assert!(w.api.received().is_empty());
+}
