@@ -22,8 +22,8 @@ pub enum Precheck {
     OverLimit(Limit),
 }
 
-/// 1 BatchGetItem (strongly consistent). Rows DynamoDB leaves unprocessed are not checked here
-/// (`$connect` checks everything again).
+/// 1 BatchGetItem (strongly consistent); unprocessed keys are asked again (at most 2 more calls)
+/// and, if still unprocessed, not checked here (`$connect` checks everything again).
 pub async fn check(
     deps: &Deps,
     t: &TenantId,
@@ -45,19 +45,37 @@ pub async fn check(
             .build()
             .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
     };
-    let out = deps
-        .dynamo
-        .batch_get_item()
-        .request_items(&deps.tables.sessions, built(vec![sstore::key(t, sid)])?)
-        .request_items(&deps.tables.counters, built(counter_keys)?)
-        .return_consumed_capacity(ReturnConsumedCapacity::None)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("BatchGetItem", e))?;
-    let responses = out.responses();
+    let mut request = std::collections::HashMap::from([
+        (
+            deps.tables.sessions.clone(),
+            built(vec![sstore::key(t, sid)])?,
+        ),
+        (deps.tables.counters.clone(), built(counter_keys)?),
+    ]);
+    let mut rows: std::collections::HashMap<String, Vec<Item>> = Default::default();
+    // Keys DynamoDB leaves unprocessed (throttling) are asked again, at most twice.
+    for _ in 0..3 {
+        let out = deps
+            .dynamo
+            .batch_get_item()
+            .set_request_items(Some(request))
+            .return_consumed_capacity(ReturnConsumedCapacity::None)
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
+        for (table, items) in out.responses().cloned().unwrap_or_default() {
+            rows.entry(table).or_default().extend(items);
+        }
+        request = out.unprocessed_keys().cloned().unwrap_or_default();
+        request.retain(|_, ka| !ka.keys().is_empty());
+        if request.is_empty() {
+            break;
+        }
+    }
+    let responses = Some(&rows);
     let unprocessed = |table: &str| {
-        out.unprocessed_keys()
-            .and_then(|u| u.get(table))
+        request
+            .get(table)
             .map(|ka| ka.keys().to_vec())
             .unwrap_or_default()
     };
