@@ -14,7 +14,8 @@
 use super::item::{n, s, Item};
 use super::txn::{self, Outcome, Reason};
 use super::Limit;
-use crate::counter::{attr as cattr, keys, window::MinuteWindow};
+use crate::counter::window::{self, MinuteWindow};
+use crate::counter::{attr as cattr, keys};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::refusal::Refusal;
@@ -79,15 +80,6 @@ fn build(
     let counters = &deps.tables.counters;
     let now_secs = now.as_secs();
     let w = MinuteWindow::at(now);
-    let (minute_update, minute_cond) = MinuteWindow::admit_expressions(":cap");
-    let count_names = || txn::names(&[("#c", cattr::ITEM_COUNT), ("#t", cattr::ITEM_TTL)]);
-    let minute_values = |cap: u64| {
-        txn::values(vec![
-            (":one", n(1)),
-            (":ttl", n(w.item_ttl())),
-            (":cap", n(cap)),
-        ])
-    };
     let session_ttl =
         now_secs.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
     let mut conn_row = counter_key(keys::connection(t, cid));
@@ -127,21 +119,17 @@ fn build(
                 (":cap", n(limits.connections_per_session)),
             ]),
         )?,
-        txn::update(
+        window::admit_item(
             counters,
-            counter_key(keys::tenant_minute(t, w.start)),
-            &minute_update,
-            Some(&minute_cond),
-            count_names(),
-            minute_values(limits.tenant_per_minute),
+            keys::tenant_minute(t, w.start),
+            limits.tenant_per_minute,
+            now,
         )?,
-        txn::update(
+        window::admit_item(
             counters,
-            counter_key(keys::session_minute(t, sid, w.start)),
-            &minute_update,
-            Some(&minute_cond),
-            count_names(),
-            minute_values(limits.session_per_minute),
+            keys::session_minute(t, sid, w.start),
+            limits.session_per_minute,
+            now,
         )?,
         txn::put_new(counters, conn_row, cattr::KEY)?,
     ])

@@ -35,16 +35,36 @@ impl MinuteWindow {
     pub fn duration() -> Duration {
         Duration::from_secs(WINDOW_SECS as u64)
     }
+}
 
-    /// The admission as an UpdateItem fragment on a counter row: `(update, condition)` using the
-    /// placeholders `#c` (itemCount), `#t` (itemTTL), `:one`, `:ttl` and `cap` (the limit's
-    /// placeholder). One write, and no quota spent when the condition fails.
-    pub fn admit_expressions(cap: &str) -> (String, String) {
-        (
-            "ADD #c :one SET #t = :ttl".to_string(),
-            format!("attribute_not_exists(#c) OR #c < {cap}"),
-        )
-    }
+/// The per-minute admission of one counter row as a transaction item: `ADD itemCount 1` and
+/// `SET itemTTL = minStart + 61`, if the row is absent or `itemCount < cap`. One write, and nothing
+/// spent when the condition fails. This is the one place a per-tenant GCRA option (issue 6) replaces:
+/// `connect` calls it for both per-minute limits and only reads whether its condition failed.
+pub fn admit_item(
+    table: &str,
+    key: String,
+    cap: u64,
+    now: Timestamp,
+) -> crate::Result<aws_sdk_dynamodb::types::TransactWriteItem> {
+    use crate::admission::{item::n, txn};
+    use crate::counter::attr;
+    let w = MinuteWindow::at(now);
+    txn::update(
+        table,
+        std::collections::HashMap::from([(
+            attr::KEY.to_string(),
+            aws_sdk_dynamodb::types::AttributeValue::S(key),
+        )]),
+        "ADD #c :one SET #t = :ttl",
+        Some("attribute_not_exists(#c) OR #c < :cap"),
+        txn::names(&[("#c", attr::ITEM_COUNT), ("#t", attr::ITEM_TTL)]),
+        txn::values(vec![
+            (":one", n(1)),
+            (":ttl", n(w.item_ttl())),
+            (":cap", n(cap)),
+        ]),
+    )
 }
 
 #[cfg(test)]
