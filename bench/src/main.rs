@@ -86,6 +86,7 @@ struct SpecLine<'a> {
     single_call: bool,
     accuracy: bool,
     peer_workload: Option<&'a str>,
+    refuses: bool,
 }
 
 fn emit<T: Serialize>(line: &T) -> Result<(), BenchError> {
@@ -129,6 +130,7 @@ async fn ours(
             single_call: spec.single_call,
             accuracy: spec.accuracy,
             peer_workload: spec.peer_workload,
+            refuses: spec.refuses,
         })?;
         let Availability::Ready(build) = spec.availability else {
             eprintln!("bench: {} — not yet available", spec.id);

@@ -107,6 +107,9 @@ pub struct Spec {
     pub accuracy: bool,
     /// Which peer workload it is compared with in the report (`"acquire"`), if any.
     pub peer_workload: Option<&'static str>,
+    /// Every decision is a refusal by design (the cached rejection); otherwise every decision of a
+    /// throughput run must be an admission, since its limit is above the budget.
+    pub refuses: bool,
     pub availability: Availability,
 }
 
@@ -120,6 +123,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: true,
             accuracy: true,
             peer_workload: Some("acquire"),
+            refuses: false,
             availability: Availability::Ready(|ctx, p| Box::pin(workloads::floor::build(ctx, p))),
         },
         Spec {
@@ -129,6 +133,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: true,
             accuracy: true,
             peer_workload: Some("acquire"),
+            refuses: false,
             availability: Availability::Pending(
                 "needs shared::token get_token (tokens branch, not merged yet)",
             ),
@@ -140,6 +145,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: false,
             accuracy: true,
             peer_workload: None,
+            refuses: false,
             availability: Availability::Pending(
                 "needs shared::reservation reserve/create_token (tokens branch, not merged yet)",
             ),
@@ -151,6 +157,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: true,
             accuracy: true,
             peer_workload: Some("acquire"),
+            refuses: false,
             availability: Availability::Pending(
                 "needs shared::kv spend (gcra branch, not merged yet)",
             ),
@@ -162,6 +169,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: false,
             accuracy: false,
             peer_workload: None,
+            refuses: true,
             availability: Availability::Pending(
                 "needs the rejection cache in shared (tokens/gcra branches, not merged yet)",
             ),
@@ -173,6 +181,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: false,
             accuracy: true,
             peer_workload: None,
+            refuses: false,
             availability: Availability::Pending(
                 "needs the authorizer/connect/disconnect handlers (ws branch, not merged yet)",
             ),
@@ -184,6 +193,7 @@ pub fn registry() -> Vec<Spec> {
             single_call: false,
             accuracy: false,
             peer_workload: None,
+            refuses: false,
             availability: Availability::Pending(
                 "needs the local WebSocket stack (`make dev`, ws branch, not merged yet)",
             ),
