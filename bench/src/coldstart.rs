@@ -414,6 +414,44 @@ mod tests {
         assert_eq!(median(vec![]), None);
     }
 
+    async fn parse(raw: &'static [u8]) -> Vec<(String, String)> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let writer = tokio::spawn(async move {
+            let mut c = TcpStream::connect(addr).await.expect("connect");
+            c.write_all(raw).await.expect("write");
+        });
+        let (s, _) = listener.accept().await.expect("accept");
+        let mut r = BufReader::new(s);
+        let mut got = Vec::new();
+        while let Ok(Some(req)) = read_request(&mut r).await {
+            got.push((req.method, req.path));
+        }
+        writer.await.expect("writer");
+        got
+    }
+
+    #[tokio::test]
+    async fn reads_keep_alive_requests_with_both_body_framings() {
+        let raw = b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\n\r\n\
+POST /2018-06-01/runtime/invocation/abc/response HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+POST /2018-06-01/runtime/invocation/abc/error HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n\
+GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n";
+        let got = parse(raw).await;
+        let paths: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/2018-06-01/runtime/invocation/next",
+                "/2018-06-01/runtime/invocation/abc/response",
+                "/2018-06-01/runtime/invocation/abc/error",
+                "/2018-06-01/runtime/invocation/next",
+            ]
+        );
+        assert_eq!(got[1].0, "POST");
+    }
+
     #[test]
     fn missing_event_falls_back_to_empty_object() {
         let (name, body) = sample_event(Path::new("/nonexistent"), "authorizer");
