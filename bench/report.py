@@ -77,10 +77,11 @@ def fx(r: float | None) -> str:
     return "—" if r is None else f"{r:.2f}×"
 
 
-def ops(d: dict[str, int] | None, n: int) -> str:
-    if not d or not n:
+def ops(d: dict[str, int] | None) -> str:
+    """Total calls by operation over the timed decisions."""
+    if not d:
         return "—"
-    return ", ".join(f"{k} {v / n:.2f}" for k, v in d.items())
+    return ", ".join(f"{k} {v:,}" for k, v in d.items())
 
 
 def build(dirpath: Path) -> dict[str, Any]:
@@ -232,16 +233,17 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "`shared::dynamo::CallCounter` on the client (one per HTTP attempt, retries included); write units "
       "are the `ConsumedCapacity` DynamoDB returned, where the path asks for it.")
     w("")
-    w("| workload | c | decisions | p50 ms | p99 ms | decisions/s | calls/decision | write units/decision | admitted | errors |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("| workload | c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | write units/decision | admitted | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in data["specs"]:
         rows = [r for r in ours if r["workload"] == s["workload"]]
         if not s["available"]:
-            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | |")
+            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | | | |")
             continue
         for r in rows:
             w(f"| {s['workload']} | {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
-              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'])} | {f(r['write_units_per_decision'])} "
+              f"| {f(r['max_ms'])} | {f(r.get('over_1s'))} "
+              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} | {f(r['write_units_per_decision'])} "
               f"| {f(r['admitted'])} | {f(r['errors'])} |")
     w("")
     pend = [s for s in data["specs"] if not s["available"]]
@@ -285,12 +287,12 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
             continue
         w(f"**{impl} {rows[0].get('version', '')}**")
         w("")
-        w("| c | decisions | p50 ms | p99 ms | decisions/s | calls/decision (by operation) | admitted | errors |")
-        w("|---:|---:|---:|---:|---:|---|---:|---:|")
+        w("| c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | admitted | errors |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
         for r in rows:
-            w(f"| {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
-              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'])} ({ops(r['calls_by_operation'], r['decisions'])}) "
-              f"| {f(r['admitted'])} | {f(r['errors'])} |")
+            w(f"| {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} | {f(r['max_ms'])} "
+              f"| {f(r.get('over_1s'))} | {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} "
+              f"| {ops(r['calls_by_operation'])} | {f(r['admitted'])} | {f(r['errors'])} |")
         w("")
 
     comparable = [s for s in data["specs"] if s["peer_workload"] and s["available"]]
@@ -339,8 +341,11 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("- DynamoDB Local shares the cores with the harness and the peers; it serialises writes to one item "
       "differently from DynamoDB's partitions, so hot-item numbers at high concurrency say more about the "
       "client than about DynamoDB.")
-    w("- zae-limiter runs on aiobotocore with its default connection pool (10 connections), so at c = 32 "
-      "requests queue in its client; that is how the library ships. rate-limiter-py is synchronous; each of its "
+    w("- zae-limiter runs on aiobotocore with its default connection pool (10 connections; `Repository` takes "
+      "no client config), so at c = 32 requests queue in its client for a connection; that is how the library "
+      "ships. When some of its decisions wait far longer than the rest, the *decisions > 1 s* and *max* "
+      "columns show how many and how long; waiting for a pooled connection is the likely cause, not isolated "
+      "further here. rate-limiter-py is synchronous; each of its "
       "threads has its own boto3 resource. Both run under CPython's GIL in one process; ours is one Rust "
       "process on tokio's multi-threaded runtime.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "

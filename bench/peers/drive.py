@@ -111,6 +111,7 @@ def throughput_line(impl: str, version: str, concurrency: int, samples: list[flo
         "p99_ms": percentile(s, 0.99) * ms,
         "max_ms": (s[-1] * ms) if s else 0.0,
         "mean_ms": (sum(s) / n * ms) if n else 0.0,
+        "over_1s": sum(1 for x in s if x > 1.0),
         "wall_s": wall,
         "decisions_per_s": (n / wall) if wall > 0 else 0.0,
         "calls_per_decision": (calls / n) if n else 0.0,

@@ -18,6 +18,8 @@ pub struct Latency {
     pub p99_ms: f64,
     pub max_ms: f64,
     pub mean_ms: f64,
+    /// Decisions that took longer than one second (a starved task shows up here, not in p50).
+    pub over_1s: u64,
 }
 
 /// Nearest-rank percentile of sorted samples (`q` in 0..=1).
@@ -43,6 +45,10 @@ pub fn summarize(mut samples: Vec<Duration>) -> Latency {
         } else {
             ms(total) / samples.len() as f64
         },
+        over_1s: samples
+            .iter()
+            .filter(|d| **d > Duration::from_secs(1))
+            .count() as u64,
     }
 }
 
