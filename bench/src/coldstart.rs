@@ -312,6 +312,8 @@ pub async fn cold_start_once(
     tokio::pin!(deadline);
     while result.is_none() {
         tokio::select! {
+            // Prefer a posted result over a simultaneous exit or deadline.
+            biased;
             ev = rx.recv() => match ev {
                 Some(Event::NextRequested(t)) => { init.get_or_insert(t.duration_since(t0)); }
                 Some(Event::Posted(t, o)) => { result = Some((Some(t.duration_since(t0)), o)); }
