@@ -206,7 +206,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
                  ("memory", f"{mach.get('memory_gib')} GiB"), ("kernel", mach.get("kernel")),
                  ("load average at start (1/5/15 min)", meta.get("loadavg_start")),
                  ("load average at end", meta.get("loadavg_end")),
-                 ("rustc", meta.get("rustc")), ("build profile", meta.get("profile")),
+                 ("rustc", meta.get("rustc")), ("build profile (harness)", meta.get("profile")),
+                 ("build profile (cold-start binaries)", meta.get("coldstart_profile", meta.get("profile"))),
                  ("Java (DynamoDB Local)", meta.get("java")), ("DynamoDB Local", meta.get("ddb_local")),
                  ("Python (peers)", meta.get("python")),
                  ("decisions per run", meta.get("decisions")), ("warm-up decisions per run", meta.get("warmup")),
@@ -323,10 +324,14 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     if not cold:
         w(f"Not run — {data['meta'].get('skipped', {}).get('cold_start', 'not run')}.")
     else:
+        prof = data["meta"].get("coldstart_profile", data["meta"].get("profile", "?"))
+        note = ("" if prof == "release" else
+                f" These binaries are the `{prof}` build, not the shipping `release` build (fat LTO): sizes and "
+                "start times of the shipped binaries can differ; `BENCH_COLDSTART_PROFILE=release make bench` measures those.")
         w("Time from spawning the process until it has handled its first invocation (posted a response or an "
           "error to a minimal Lambda Runtime API on loopback), after one untimed start so the binary is in the "
           "page cache. *Init* is process start → first `GET /next`. Handlers that are still placeholders answer "
-          "with an error; that is measured the same way (the outcome column says which).")
+          "with an error; that is measured the same way (the outcome column says which)." + note)
         w("")
         w("| function | size on disk | runs | init median ms | first invocation median ms | min | max | outcomes | event |")
         w("|---|---:|---:|---:|---:|---:|---:|---|---|")

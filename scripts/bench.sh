@@ -13,6 +13,8 @@
 #   BENCH_CONCURRENCY   comma list (1,8,32)
 #   BENCH_PEERS         peers to run: "zae rlp" (both modes); "" to skip
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
+#   BENCH_COLDSTART_PROFILE cargo profile of the function binaries whose cold start is timed (= BENCH_PROFILE);
+#                       `release` times the shipping binaries without building the harness with fat LTO
 # Outputs: full → BENCHMARKS.md, bench/results.json (and raw lines in bench/out/full/);
 #          smoke → bench/out/smoke/ only (BENCHMARKS.md + results.json there), exit 1 if an invariant fails.
 set -uo pipefail
@@ -52,11 +54,16 @@ functions=(authorizer connect disconnect message session-api ttl-sweeper token-r
 pkgs=(-p turnstile-bench); for f in "${functions[@]}"; do pkgs+=(-p "$f"); done
 begin build
 if ! cargo build --locked --profile "$profile" "${pkgs[@]}" --bins; then say "build failed"; exit 1; fi
+cold_profile="${BENCH_COLDSTART_PROFILE:-$profile}"
+if [ "$cold_profile" != "$profile" ]; then
+  fpkgs=(); for f in "${functions[@]}"; do fpkgs+=(-p "$f"); done
+  if ! cargo build --locked --profile "$cold_profile" "${fpkgs[@]}" --bins; then say "build ($cold_profile) failed"; exit 1; fi
+fi
 end build
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-case "$profile" in dev) pdir=debug ;; *) pdir="$profile" ;; esac
-bin_dir="$target_dir/$pdir"
-bench_bin="$bin_dir/turnstile-bench"
+profile_dir() { case "$1" in dev) echo "$target_dir/debug" ;; *) echo "$target_dir/$1" ;; esac; }
+bench_bin="$(profile_dir "$profile")/turnstile-bench"
+cold_bin_dir="$(profile_dir "$cold_profile")"
 
 # --- peers' virtualenvs (each peer its own: rate-limiter-py 0.3.0 pins botocore 1.13) ------------
 ready_peers=()
@@ -100,7 +107,7 @@ done
 
 # --- cold starts -------------------------------------------------------------------------------
 begin cold-start
-"$bench_bin" cold-start --bin-dir "$bin_dir" --events-dir "$root/events" --endpoint "$endpoint" \
+"$bench_bin" cold-start --bin-dir "$cold_bin_dir" --events-dir "$root/events" --endpoint "$endpoint" \
   --runs "$cold_runs" >"$out/coldstart.jsonl" || { say "cold-start failed"; skipped[cold_start]="the harness failed"; status=1; }
 end cold-start
 
@@ -116,6 +123,7 @@ WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut 
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
 PEER_PY="$("$root/bench/peers/.venv-zae/bin/python" -V 2>/dev/null || python3 -V)" COLD_RUNS="$cold_runs" \
+COLD_PROFILE="$cold_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
@@ -126,7 +134,7 @@ print(json.dumps({
     "started_utc": os.environ["STARTED"], "finished_utc": os.environ["FINISHED"],
     "profile": os.environ["PROFILE"], "decisions": int(os.environ["DECISIONS"]),
     "warmup": int(os.environ["WARMUP"]), "concurrency": os.environ["CONCURRENCY"],
-    "coldstart_runs": int(os.environ["COLD_RUNS"]),
+    "coldstart_runs": int(os.environ["COLD_RUNS"]), "coldstart_profile": os.environ["COLD_PROFILE"],
     "loadavg_start": os.environ["LOAD0"], "loadavg_end": os.environ["LOAD1"],
     "durations": {k: float(d[k]) for k in order if k in d},
     "skipped": kv(os.environ["SKIPS"]), "peers_requested": os.environ["PEERS_READY"].split(),
