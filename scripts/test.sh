@@ -28,4 +28,8 @@ run() { step "$*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "FAILED ($rc): $*"
 run cargo fmt --all -- --check
 run cargo clippy --workspace --all-targets --locked -- -D warnings
 run cargo test --workspace --locked
+# The benchmark smoke (issue #8): a few decisions per workload, peers included, on its own DynamoDB Local
+# (port 8011); asserts 0 over-admission and calls/decision so `make bench` never rots. About a minute
+# once the peers' venvs exist. TURNSTILE_BENCH_SMOKE=0 skips it. The full `make bench` is never run here.
+if [ "${TURNSTILE_BENCH_SMOKE:-1}" != 0 ]; then run scripts/bench.sh smoke; fi
 exit $status

@@ -6,6 +6,7 @@ mod limits;
 mod reservation;
 mod state;
 mod tables;
+mod tenant;
 mod token;
 
 use std::process::ExitCode;
@@ -40,6 +41,8 @@ enum Command {
     Kv(kv::Args),
     /// Print a bucket's rate-limit state (seed 002) as JSON.
     State(state::Args),
+    /// Create, show, list or delete tenants and their WebSocket limits (seed 003).
+    Tenant(tenant::Args),
 }
 
 #[tokio::main]
@@ -53,6 +56,7 @@ async fn main() -> ExitCode {
         Command::Limits(args) => limits::run(args).await,
         Command::Kv(args) => kv::run(args).await,
         Command::State(args) => state::run(args).await,
+        Command::Tenant(args) => tenant::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

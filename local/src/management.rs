@@ -161,7 +161,10 @@ pub struct ManagementApi {
 
 impl ManagementApi {
     /// Binds `addr` (use port 0 for a free port) and serves until dropped.
-    pub async fn start(addr: SocketAddr, connections: Arc<dyn Connections>) -> std::io::Result<Self> {
+    pub async fn start(
+        addr: SocketAddr,
+        connections: Arc<dyn Connections>,
+    ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (app, log) = router(connections);

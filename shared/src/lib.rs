@@ -6,12 +6,14 @@
 //! Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (the one definition of every
 //! table), [`dynamo`] (clients and the call counter), [`ids`] (validated identifiers).
 
+pub mod admission;
 pub mod clock;
 pub mod config;
 pub mod counter;
 pub mod deps;
 pub mod dynamo;
 pub mod error;
+pub mod gateway;
 pub mod gcra;
 pub mod ids;
 pub mod kv;

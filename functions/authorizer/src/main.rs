@@ -1,13 +1,17 @@
+use aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = shared::Deps::from_env().await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
-        let deps = &deps;
-        async move { Ok::<_, Error>(authorizer::handle(deps, event.payload).await?) }
-    }))
+    let config = authorizer::Config::from_vars(&deps.vars)?;
+    let state = authorizer::State::new(&config);
+    lambda_runtime::run(service_fn(
+        |event: LambdaEvent<ApiGatewayCustomAuthorizerRequestTypeRequest>| {
+            let (deps, state) = (&deps, &state);
+            async move { Ok::<_, Error>(authorizer::handle(deps, state, event.payload).await?) }
+        },
+    ))
     .await
 }

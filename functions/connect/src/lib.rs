@@ -1,15 +1,75 @@
-//! The `connect` Lambda function: translates its event, calls `shared`, and shapes the response.
-//! (The WebSocket, token and deploy issues fill in the behaviour; this crate exists so the workspace,
-//! the SAM template and the build are in place.)
+//! `$connect` (seed 003 step 5): admits the connection with one TransactWriteItems that adds it to
+//! the session (refreshing the TTL), counts it against the tenant's open connections and both
+//! per-minute limits, and records a connection row — all or nothing (`shared::admission::connect`).
+//!
+//! Answers: 200 admitted (or already admitted); 429 over a limit, with a problem+json body naming
+//! it and `Retry-After` (via `shared::refusal`); 404 session missing or expired; 400 bad ids;
+//! 403 unknown tenant. Budget: 1 DynamoDB call (the tenant comes from the authorizer context; a
+//! context without limits costs 1 cached tenant read).
 
-use serde_json::Value;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
+use shared::admission::connect::{self, Admission};
+use shared::admission::{context, respond};
+use shared::config::{ConfigError, Vars};
+use shared::tenant::TenantCache;
 use shared::Deps;
 
-/// Handles one invocation.
-pub async fn handle(_deps: &Deps, event: Value) -> Result<Value, shared::Error> {
-    tracing::warn!(function = "connect", "no behaviour yet");
-    Err(shared::Error::Other(format!(
-        "connect: not implemented yet (event had {} top-level fields)",
-        event.as_object().map_or(0, |o| o.len())
-    )))
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `TURNSTILE_TENANT_CACHE_SECS`: used only when the authorizer context lacks the limits.
+    pub tenant_cache: Duration,
+}
+
+impl Config {
+    pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
+        Ok(Config {
+            tenant_cache: TenantCache::ttl_from_vars(vars)?,
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct State {
+    pub tenants: TenantCache,
+}
+
+impl State {
+    pub fn new(config: &Config) -> Self {
+        State {
+            tenants: TenantCache::new(config.tenant_cache),
+        }
+    }
+}
+
+pub async fn handle(
+    deps: &Deps,
+    state: &State,
+    event: ApiGatewayWebsocketProxyRequest,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let (t, sid, cid) = match context::websocket_ids(&event) {
+        Ok(ids) => ids,
+        Err(e) => return Ok(respond::websocket(&respond::message(400, e.to_string()))),
+    };
+    let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
+        return Ok(respond::websocket(&respond::message(
+            403,
+            format!("tenant {t} does not exist"),
+        )));
+    };
+    let answer = match connect::admit(deps, &t, &sid, &cid, &limits).await? {
+        Admission::Admitted | Admission::AlreadyAdmitted => {
+            respond::message(200, format!("connected to session {sid}"))
+        }
+        Admission::Refused { limit, refusal } => {
+            tracing::info!(tenant = %t, session = %sid, limit = limit.name(), "connect refused");
+            refusal.to_http()
+        }
+        Admission::NoSession => respond::message(
+            404,
+            format!("session {sid} of tenant {t} does not exist or has expired"),
+        ),
+    };
+    Ok(respond::websocket(&answer))
 }

@@ -1,13 +1,17 @@
+use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = shared::Deps::from_env().await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
-        let deps = &deps;
-        async move { Ok::<_, Error>(connect::handle(deps, event.payload).await?) }
-    }))
+    let config = connect::Config::from_vars(&deps.vars)?;
+    let state = connect::State::new(&config);
+    lambda_runtime::run(service_fn(
+        |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
+            let (deps, state) = (&deps, &state);
+            async move { Ok::<_, Error>(connect::handle(deps, state, event.payload).await?) }
+        },
+    ))
     .await
 }

@@ -1,15 +1,44 @@
-//! The `disconnect` Lambda function: translates its event, calls `shared`, and shapes the response.
-//! (The WebSocket, token and deploy issues fill in the behaviour; this crate exists so the workspace,
-//! the SAM template and the build are in place.)
+//! `$disconnect` (seed 003 step 7): releases the connection exactly once — deletes its connection
+//! row (only if present), decrements the tenant's open connections and removes it from the
+//! session, in one TransactWriteItems (`shared::admission::release`). A repeated disconnect, or
+//! one for a connection already released by pruning, a session delete or the TTL sweeper, changes
+//! nothing. Always answers 200 (API Gateway ignores a `$disconnect` answer; it cannot be refused).
+//! Budget: 1 DynamoDB call (2 when the session is already gone).
 
-use serde_json::Value;
+use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
+use shared::admission::{context, release, respond};
+use shared::config::{ConfigError, Vars};
 use shared::Deps;
 
-/// Handles one invocation.
-pub async fn handle(_deps: &Deps, event: Value) -> Result<Value, shared::Error> {
-    tracing::warn!(function = "disconnect", "no behaviour yet");
-    Err(shared::Error::Other(format!(
-        "disconnect: not implemented yet (event had {} top-level fields)",
-        event.as_object().map_or(0, |o| o.len())
-    )))
+/// This function reads no variables beyond table names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {}
+
+impl Config {
+    pub fn from_vars(_vars: &Vars) -> Result<Config, ConfigError> {
+        Ok(Config {})
+    }
+}
+
+pub async fn handle(
+    deps: &Deps,
+    _config: &Config,
+    event: ApiGatewayWebsocketProxyRequest,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let (t, sid, cid) = match context::websocket_ids(&event) {
+        Ok(ids) => ids,
+        Err(e) => {
+            // Nothing was admitted under ids that do not parse: acknowledge and log.
+            tracing::warn!(error = %e, "disconnect without usable ids; nothing to release");
+            return Ok(respond::websocket(&respond::message(400, e.to_string())));
+        }
+    };
+    let released = release::disconnect(deps, &t, &sid, &cid).await?;
+    tracing::info!(tenant = %t, session = %sid, connection = %cid, released, "disconnect");
+    let text = if released {
+        "released"
+    } else {
+        "already released"
+    };
+    Ok(respond::websocket(&respond::message(200, text)))
 }

@@ -1,15 +1,145 @@
-//! The `message` Lambda function: translates its event, calls `shared`, and shapes the response.
-//! (The WebSocket, token and deploy issues fill in the behaviour; this crate exists so the workspace,
-//! the SAM template and the build are in place.)
+//! `$default` (seed 003 step 6): counts the message against the session's `messagesPerMinute`,
+//! refreshes the session TTL and reads the recipients in one conditional UpdateItem
+//! (`shared::admission::message`), then echoes the message to the sender and forwards it to the
+//! session's other connections through the Management API (one post per recipient).
+//!
+//! - Over the limit: the sender gets an error frame (problem+json from `shared::refusal`, with
+//!   `retryAfter` seconds) and the answer is 429.
+//! - The session is gone or expired, or the sender is no longer in it: the sender's connection is
+//!   closed (the session is never recreated) and the answer is 410.
+//! - A recipient that is gone (410) is pruned: one release transaction frees its capacity.
+//!
+//! Frames: the sender receives its message back as sent; every other connection receives
+//! `{"from": "<sender connection id>", "message": "<the message>"}` — the inbound message and the
+//! echo in one frame. Budget: 1 DynamoDB call (+1 to prune gone connections), 1 post per recipient.
 
-use serde_json::Value;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
+use shared::admission::message::{self, MessageAdmission, MinuteHint};
+use shared::admission::{context, release, respond};
+use shared::config::{ConfigError, Vars};
+use shared::gateway::{Delivery, Gateway};
+use shared::tenant::TenantCache;
 use shared::Deps;
 
-/// Handles one invocation.
-pub async fn handle(_deps: &Deps, event: Value) -> Result<Value, shared::Error> {
-    tracing::warn!(function = "message", "no behaviour yet");
-    Err(shared::Error::Other(format!(
-        "message: not implemented yet (event had {} top-level fields)",
-        event.as_object().map_or(0, |o| o.len())
-    )))
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `TURNSTILE_TENANT_CACHE_SECS`: used only when the authorizer context lacks the limits.
+    pub tenant_cache: Duration,
+    /// `TURNSTILE_MANAGEMENT_ENDPOINT`: overrides the endpoint built from the event's domain/stage.
+    pub management_endpoint: Option<String>,
+}
+
+impl Config {
+    pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
+        Ok(Config {
+            tenant_cache: TenantCache::ttl_from_vars(vars)?,
+            management_endpoint: Gateway::endpoint_from_vars(vars)?,
+        })
+    }
+}
+
+/// Built once per process.
+#[derive(Debug)]
+pub struct State {
+    pub tenants: TenantCache,
+    pub gateway: Gateway,
+    pub hint: MinuteHint,
+}
+
+impl State {
+    pub fn new(config: &Config, gateway: Gateway) -> Self {
+        State {
+            tenants: TenantCache::new(config.tenant_cache),
+            gateway,
+            hint: MinuteHint::default(),
+        }
+    }
+}
+
+/// The frame other connections of the session receive.
+pub fn forward_frame(from: &str, message: &str) -> String {
+    serde_json::json!({ "from": from, "message": message }).to_string()
+}
+
+pub async fn handle(
+    deps: &Deps,
+    state: &State,
+    event: ApiGatewayWebsocketProxyRequest,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let (t, sid, cid) = match context::websocket_ids(&event) {
+        Ok(ids) => ids,
+        Err(e) => return Ok(respond::websocket(&respond::message(400, e.to_string()))),
+    };
+    let rc = &event.request_context;
+    let endpoint = state
+        .gateway
+        .endpoint(rc.domain_name.as_deref(), rc.stage.as_deref())?;
+    let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
+        state.gateway.close(&endpoint, cid.as_str()).await?;
+        return Ok(respond::websocket(&respond::message(
+            410,
+            format!("tenant {t} does not exist"),
+        )));
+    };
+    let body = event.body.clone().unwrap_or_default();
+    match message::count(deps, &t, &sid, &cid, &limits, &state.hint).await? {
+        MessageAdmission::Refused(refusal) => {
+            let answer = refusal.to_http();
+            if state
+                .gateway
+                .post(&endpoint, cid.as_str(), answer.body.as_bytes())
+                .await?
+                == Delivery::Gone
+            {
+                release::release(deps, &t, Some(&sid), std::slice::from_ref(&cid)).await?;
+            }
+            Ok(respond::websocket(&answer))
+        }
+        MessageAdmission::NoSession => {
+            state.gateway.close(&endpoint, cid.as_str()).await?;
+            Ok(respond::websocket(&respond::message(
+                410,
+                format!("session {sid} of tenant {t} no longer exists; connection closed"),
+            )))
+        }
+        MessageAdmission::Admitted { connection_ids } => {
+            let frame = forward_frame(cid.as_str(), &body);
+            let sends = connection_ids.iter().map(|c| {
+                let data = if c == cid.as_str() {
+                    body.as_bytes()
+                } else {
+                    frame.as_bytes()
+                };
+                let (gateway, endpoint) = (&state.gateway, &endpoint);
+                async move { (c, gateway.post(endpoint, c, data).await) }
+            });
+            let results = futures::future::join_all(sends).await;
+            let mut gone = Vec::new();
+            let mut failed = 0;
+            for (c, r) in results {
+                match r {
+                    Ok(Delivery::Delivered) => {}
+                    Ok(Delivery::Gone) => gone.push(c.clone()),
+                    Err(e) => {
+                        failed += 1;
+                        tracing::warn!(connection = %c, error = %e, "forwarding a message failed");
+                    }
+                }
+            }
+            if !gone.is_empty() {
+                let ids = release::parse_ids(&gone);
+                let n = release::release(deps, &t, Some(&sid), &ids).await?;
+                tracing::info!(tenant = %t, session = %sid, pruned = n, "pruned gone connections");
+            }
+            Ok(respond::websocket(&respond::json_answer(
+                200,
+                &serde_json::json!({
+                    "delivered": connection_ids.len() - gone.len() - failed,
+                    "gone": gone,
+                }),
+            )))
+        }
+    }
 }

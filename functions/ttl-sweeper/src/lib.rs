@@ -1,15 +1,119 @@
-//! The `ttl-sweeper` Lambda function: translates its event, calls `shared`, and shapes the response.
-//! (The WebSocket, token and deploy issues fill in the behaviour; this crate exists so the workspace,
-//! the SAM template and the build are in place.)
+//! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
+//! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
+//! dynamodb.amazonaws.com}` — it releases the capacity of every connection in the old image
+//! (1 TransactWriteItems; connection rows make it exactly-once, so a redelivered record changes
+//! nothing) and closes each connection through the Management API (a gone one is fine). Other
+//! records (inserts, updates, user deletes, which the session API already handled) are ignored.
+//! A record that fails is reported in `batchItemFailures` (by sequence number) for redelivery;
+//! a record whose image is unusable is logged and acknowledged, since retrying cannot fix it.
 
-use serde_json::Value;
+use aws_lambda_events::dynamodb::{Event, EventRecord};
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use serde_dynamo::AttributeValue;
+use shared::admission::release;
+use shared::config::{ConfigError, Vars};
+use shared::gateway::{self, Gateway};
+use shared::ids::TenantId;
+use shared::session::attr as sattr;
 use shared::Deps;
 
-/// Handles one invocation.
-pub async fn handle(_deps: &Deps, event: Value) -> Result<Value, shared::Error> {
-    tracing::warn!(function = "ttl-sweeper", "no behaviour yet");
-    Err(shared::Error::Other(format!(
-        "ttl-sweeper: not implemented yet (event had {} top-level fields)",
-        event.as_object().map_or(0, |o| o.len())
-    )))
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `TURNSTILE_MANAGEMENT_ENDPOINT` (required): where connections are closed.
+    pub management_endpoint: String,
+}
+
+impl Config {
+    pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
+        Ok(Config {
+            management_endpoint: gateway::required_endpoint(vars)?,
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct State {
+    pub gateway: Gateway,
+    pub endpoint: String,
+}
+
+impl State {
+    pub fn new(config: &Config, gateway: Gateway) -> Self {
+        State {
+            gateway,
+            endpoint: config.management_endpoint.clone(),
+        }
+    }
+}
+
+/// True for a deletion by DynamoDB's TTL process.
+pub fn is_ttl_removal(r: &EventRecord) -> bool {
+    r.event_name == "REMOVE"
+        && r.user_identity
+            .as_ref()
+            .is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com")
+}
+
+/// What one expired session held: tenant and connection ids.
+fn expired_session(r: &EventRecord) -> Result<(TenantId, Vec<String>), String> {
+    let img = &r.change.old_image;
+    let tenant = match img.get(sattr::TENANT_ID) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        _ => {
+            return Err(
+                "the old image has no tenantId (is the stream view NEW_AND_OLD_IMAGES?)".into(),
+            )
+        }
+    };
+    let t = TenantId::parse(&tenant).map_err(|e| e.to_string())?;
+    let ids = match img.get(sattr::CONNECTION_IDS) {
+        Some(AttributeValue::Ss(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    Ok((t, ids))
+}
+
+pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventResponse {
+    let mut failures = Vec::new();
+    for r in &event.records {
+        if !is_ttl_removal(r) {
+            continue;
+        }
+        let (t, ids) = match expired_session(r) {
+            Ok(x) => x,
+            Err(reason) => {
+                tracing::error!(event_id = %r.event_id, %reason, "unusable TTL record; skipped");
+                continue;
+            }
+        };
+        if ids.is_empty() {
+            continue;
+        }
+        let ok = match release::release(deps, &t, None, &release::parse_ids(&ids)).await {
+            Ok(n) => {
+                tracing::info!(tenant = %t, released = n, connections = ids.len(), "expired session swept");
+                state
+                    .gateway
+                    .close_all(&state.endpoint, &ids)
+                    .await
+                    .is_empty()
+            }
+            Err(e) => {
+                tracing::warn!(event_id = %r.event_id, error = %e, "releasing an expired session failed");
+                false
+            }
+        };
+        if !ok {
+            let mut f = DynamoDbBatchItemFailure::default();
+            f.item_identifier = r
+                .change
+                .sequence_number
+                .clone()
+                .or_else(|| Some(r.event_id.clone()));
+            failures.push(f);
+        }
+    }
+    let mut resp = DynamoDbEventResponse::default();
+    resp.batch_item_failures = failures;
+    resp
 }

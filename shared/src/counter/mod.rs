@@ -1,4 +1,8 @@
-//! Counters: seed 003's "Limit table" of open-connection counts and per-minute counters.
+//! Counters: seed 003's "Limit table" of open-connection counts and per-minute counters, plus one
+//! row per open connection (see `docs/decisions/0301-connection-rows.md`).
+
+pub mod keys;
+pub mod window;
 
 use crate::table::{KeyAttr, TableDef, TableKind};
 
@@ -7,6 +11,12 @@ pub mod attr {
     pub const ITEM_COUNT: &str = "itemCount";
     /// Epoch seconds; per-minute rows expire one second after their minute.
     pub const ITEM_TTL: &str = "itemTTL";
+    /// On connection rows: the owning tenant, session and API Gateway connection id.
+    pub const TENANT_ID: &str = "tenantId";
+    pub const SESSION_ID: &str = "sessionId";
+    pub const CONNECTION_ID: &str = "connectionId";
+    /// On connection rows: epoch seconds the connection was admitted.
+    pub const CONNECTED_AT: &str = "connectedAt";
 }
 
 pub fn table(name: &str) -> TableDef {

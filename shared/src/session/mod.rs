@@ -1,5 +1,9 @@
 //! Sessions (seed 003): a tenant's session, its live connection ids, and its expiry.
 
+pub mod store;
+
+use serde::Serialize;
+
 use crate::table::{KeyAttr, TableDef, TableKind};
 
 pub mod attr {
@@ -8,6 +12,10 @@ pub mod attr {
     pub const CONNECTION_IDS: &str = "connectionIds";
     /// Epoch seconds; DynamoDB's TTL deletes the session after it, and the stream tells the sweeper.
     pub const SESSION_TTL: &str = "sessionTTL";
+    /// Epoch seconds of the minute the message counter belongs to.
+    pub const MSG_MINUTE: &str = "msgMinute";
+    /// Messages sent on the session during `msgMinute`.
+    pub const MSG_COUNT: &str = "msgCount";
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -19,5 +27,25 @@ pub fn table(name: &str) -> TableDef {
         indexes: vec![],
         ttl_attribute: Some(attr::SESSION_TTL),
         stream: Some("NEW_AND_OLD_IMAGES"),
+    }
+}
+
+/// A session as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub tenant_id: String,
+    pub session_id: String,
+    /// Epoch seconds after which the session is expired (whether or not DynamoDB deleted it yet).
+    #[serde(rename = "sessionTTL")]
+    pub session_ttl: i64,
+    /// Open connections, sorted.
+    pub connection_ids: Vec<String>,
+}
+
+impl Session {
+    /// Expired when `sessionTTL <= now`: DynamoDB deletes expired items late (hours to days).
+    pub fn is_expired(&self, now_secs: i64) -> bool {
+        self.session_ttl <= now_secs
     }
 }

@@ -1,6 +1,13 @@
-//! Tenants (seed 003): each tenant's WebSocket limits.
+//! Tenants (seed 003): each tenant's WebSocket limits, their store and an in-memory read cache.
+
+pub mod cache;
+pub mod store;
+
+use serde::{Deserialize, Serialize};
 
 use crate::table::{KeyAttr, TableDef, TableKind};
+
+pub use cache::TenantCache;
 
 /// Attribute names, as seed 003 and the AWS sample write them.
 pub mod attr {
@@ -23,4 +30,71 @@ pub fn table(name: &str) -> TableDef {
         ttl_attribute: None,
         stream: None,
     }
+}
+
+/// Seconds a session lives when a tenant row written by seed 003 (which has no `sessionTTL`) lacks it.
+pub const DEFAULT_SESSION_TTL_SECS: u64 = 300;
+/// Messages per minute per session when a seed-003 tenant row lacks `messagesPerMinute`.
+pub const DEFAULT_MESSAGES_PER_MINUTE: u64 = 600;
+
+/// A tenant's WebSocket limits. A limit of 0 blocks that dimension entirely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Open connections one session may hold.
+    pub connections_per_session: u64,
+    /// Open connections the whole tenant may hold.
+    pub tenant_connections: u64,
+    /// New connections per minute for one session.
+    pub session_per_minute: u64,
+    /// New connections per minute for the tenant.
+    pub tenant_per_minute: u64,
+    /// Seconds a session lives after its last use (`sessionTTL` on the tenant row).
+    #[serde(rename = "sessionTTL")]
+    pub session_ttl: u64,
+    /// Messages per minute, per session.
+    pub messages_per_minute: u64,
+}
+
+impl Limits {
+    /// The AWS sample's example tenants: (tenantPerMinute, sessionPerMinute, connectionsPerSession,
+    /// tenantConnections, sessionTTL, messagesPerMinute).
+    pub const fn example(
+        tenant_per_minute: u64,
+        session_per_minute: u64,
+        connections_per_session: u64,
+        tenant_connections: u64,
+        session_ttl: u64,
+        messages_per_minute: u64,
+    ) -> Limits {
+        Limits {
+            connections_per_session,
+            tenant_connections,
+            session_per_minute,
+            tenant_per_minute,
+            session_ttl,
+            messages_per_minute,
+        }
+    }
+
+    /// `(name, value)` for every limit, in the tenant row's attribute names.
+    pub fn fields(&self) -> [(&'static str, u64); 6] {
+        [
+            (attr::CONNECTIONS_PER_SESSION, self.connections_per_session),
+            (attr::TENANT_CONNECTIONS, self.tenant_connections),
+            (attr::SESSION_PER_MINUTE, self.session_per_minute),
+            (attr::TENANT_PER_MINUTE, self.tenant_per_minute),
+            (attr::SESSION_TTL, self.session_ttl),
+            (attr::MESSAGES_PER_MINUTE, self.messages_per_minute),
+        ]
+    }
+}
+
+/// A tenant row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tenant {
+    pub tenant_id: crate::ids::TenantId,
+    #[serde(flatten)]
+    pub limits: Limits,
 }

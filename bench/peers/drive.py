@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Peer drivers for `make bench`: zae-limiter and rate-limiter-py 0.3.0, driven through their own
+public APIs against the same DynamoDB Local as Turnstile, emitting the same JSON lines as
+`turnstile-bench ours` (one per result, on stdout).
+
+    python drive.py --peer zae --endpoint http://127.0.0.1:8001 --decisions 2000
+    python drive.py --peer rlp --endpoint http://127.0.0.1:8001 --decisions 2000
+
+Each peer lives in its own virtualenv (rate-limiter-py 0.3.0 pins botocore 1.13, which zae-limiter
+cannot share), so this file imports only the peer it is asked for and the standard library.
+
+Workloads
+- ``acquire``: one admission of cost 1 on one hot bucket (one entity / account), limit far above the
+  decision budget so every decision is an admission, at each concurrency. zae-limiter: asyncio tasks
+  on one ``RateLimiter`` (its API is async); rate-limiter-py: threads, one ``rate_limit`` decorator
+  (hence one boto3 resource) per thread (its API is synchronous, and boto3 resources are not
+  thread-safe).
+- ``accuracy``: limit 50 in one window (a 1-hour window, so refill during the test is < 1 token),
+  16 workers x 20 attempts at once; count what was admitted.
+
+How each number is obtained (docs/decisions/0803-peer-drivers.md)
+- latency: ``time.perf_counter()`` around one decision (the acquire context entered and left),
+  closed loop, the same definition as the Rust runner;
+- DynamoDB calls: a botocore ``before-send`` event handler on the peer's own client, which fires once
+  per HTTP attempt (retries included), the same definition as Turnstile's CallCounter;
+- write units: neither library asks DynamoDB for ``ReturnConsumedCapacity``, so none are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+REGION = "us-east-1"
+
+
+def log(msg: str) -> None:
+    print(f"peers: {msg}", file=sys.stderr, flush=True)
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def percentile(sorted_s: list[float], q: float) -> float:
+    """Nearest-rank percentile, the same definition as the Rust runner."""
+    if not sorted_s:
+        return 0.0
+    rank = math.ceil(q * len(sorted_s))
+    return sorted_s[min(max(rank, 1), len(sorted_s)) - 1]
+
+
+class CallCounter:
+    """Counts botocore ``before-send`` events (one per HTTP attempt), in total and by operation."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = 0
+        self.by_op: dict[str, int] = {}
+
+    def __call__(self, event_name: str = "", **_: Any) -> None:
+        op = event_name.rsplit(".", 1)[-1] if event_name else "unknown"
+        with self.lock:
+            self.total += 1
+            self.by_op[op] = self.by_op.get(op, 0) + 1
+
+    def reset(self) -> None:
+        with self.lock:
+            self.total = 0
+            self.by_op = {}
+
+    def snapshot(self) -> tuple[int, dict[str, int]]:
+        with self.lock:
+            return self.total, dict(sorted(self.by_op.items()))
+
+
+CALLS_SOURCE = "botocore before-send hook on the peer's client (one per HTTP attempt)"
+
+
+def throughput_line(impl: str, version: str, concurrency: int, samples: list[float], admitted: int,
+                    refused: int, errors: int, first_error: str | None, wall: float,
+                    counter: CallCounter, warmup: int) -> dict[str, Any]:
+    s = sorted(samples)
+    n = len(s)
+    calls, by_op = counter.snapshot()
+    ms = 1000.0
+    return {
+        "kind": "throughput",
+        "implementation": impl,
+        "version": version,
+        "workload": "acquire",
+        "concurrency": concurrency,
+        "decisions": n,
+        "admitted": admitted,
+        "refused": refused,
+        "errors": errors,
+        "first_error": first_error,
+        "p50_ms": percentile(s, 0.50) * ms,
+        "p90_ms": percentile(s, 0.90) * ms,
+        "p99_ms": percentile(s, 0.99) * ms,
+        "max_ms": (s[-1] * ms) if s else 0.0,
+        "mean_ms": (sum(s) / n * ms) if n else 0.0,
+        "over_1s": sum(1 for x in s if x > 1.0),
+        "wall_s": wall,
+        "decisions_per_s": (n / wall) if wall > 0 else 0.0,
+        "calls_per_decision": (calls / n) if n else 0.0,
+        "calls_by_operation": by_op,
+        "calls_source": CALLS_SOURCE,
+        "write_units_per_decision": None,
+        "warmup_decisions": warmup,
+    }
+
+
+def accuracy_line(impl: str, version: str, limit: int, window_s: int, workers: int, attempts: int,
+                  admitted: int, errors: int, first_error: str | None, wall: float) -> dict[str, Any]:
+    total = workers * attempts
+    refill = math.floor(limit * wall / window_s)
+    allowed = min(limit + refill, total)
+    return {
+        "kind": "accuracy",
+        "implementation": impl,
+        "version": version,
+        "workload": "acquire",
+        "limit": limit,
+        "workers": workers,
+        "attempts_per_worker": attempts,
+        "attempts": total,
+        "admitted": admitted,
+        "allowed": allowed,
+        "over_admission": admitted - allowed,
+        "errors": errors,
+        "first_error": first_error,
+        "wall_s": wall,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# rate-limiter-py 0.3.0 (synchronous, boto3)
+# --------------------------------------------------------------------------------------------------
+
+def run_rlp(args: argparse.Namespace) -> None:
+    import boto3
+    import limiter.managers
+    from limiter import rate_limit
+    from limiter.exceptions import CapacityExhaustedException
+
+    version = "0.3.0"
+    impl = "rate-limiter-py"
+    counter = CallCounter()
+
+    def resource() -> Any:
+        # The library builds its client with `boto3.resource('dynamodb')`; its botocore (1.13) predates
+        # AWS_ENDPOINT_URL, so the endpoint is supplied here. Same calls, same tables, only the address.
+        res = boto3.resource("dynamodb", endpoint_url=args.endpoint, region_name=REGION,
+                             aws_access_key_id="local", aws_secret_access_key="local")
+        res.meta.client.meta.events.register("before-send.dynamodb", counter)
+        return res
+
+    limiter.managers.dynamodb = resource  # the library's client factory, imported by name
+
+    base = f"peer-rlp-{uuid.uuid4().hex[:8]}"
+    token_table, limit_table = f"{base}-fungible-tokens", f"{base}-limits"
+    admin = resource()
+    # The tables as the library's README describes them: (resourceName, accountId) keys; the limit
+    # table's serviceName index is used only by its limit loader, created for completeness.
+    admin.create_table(
+        TableName=token_table, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "resourceName", "AttributeType": "S"},
+                              {"AttributeName": "accountId", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "resourceName", "KeyType": "HASH"},
+                   {"AttributeName": "accountId", "KeyType": "RANGE"}])
+    admin.create_table(
+        TableName=limit_table, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "resourceName", "AttributeType": "S"},
+                              {"AttributeName": "accountId", "AttributeType": "S"},
+                              {"AttributeName": "serviceName", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "resourceName", "KeyType": "HASH"},
+                   {"AttributeName": "accountId", "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[{
+            "IndexName": f"{base}-limits-service-index",
+            "KeySchema": [{"AttributeName": "serviceName", "KeyType": "HASH"},
+                          {"AttributeName": "resourceName", "KeyType": "RANGE"}],
+            "Projection": {"ProjectionType": "ALL"}}])
+    for t in (token_table, limit_table):
+        admin.meta.client.get_waiter("table_exists").wait(TableName=t)
+
+    tl = threading.local()
+
+    def decorated(account: str, limit: int, window_s: int) -> Callable[[str], bool]:
+        # One decorated function per thread and bucket, as the README shows the decorator used; its
+        # manager creates one boto3 resource on first use and reuses it (kept across the warm-up and
+        # the timed phase, which run on the same threads).
+        key = (account, limit, window_s)
+        cache = getattr(tl, "fns", None)
+        if cache is None:
+            cache = tl.fns = {}
+        if key not in cache:
+            @rate_limit("bench-resource", limit, window_s, token_table=token_table,
+                        limit_table=limit_table, account_id_pos=0)
+            def admitted(_account: str) -> bool:
+                return True
+            cache[key] = admitted
+        return cache[key]
+
+    def run(pool: ThreadPoolExecutor, concurrency: int, total: int, account: str, limit: int,
+            window_s: int) -> tuple[list[float], int, int, int, str | None, float]:
+        nxt = iter(range(total))
+        lock = threading.Lock()
+        samples: list[float] = []
+        tally = {"admitted": 0, "refused": 0, "errors": 0}
+        first_error: list[str] = []
+
+        def worker() -> None:
+            fn = decorated(account, limit, window_s)
+            local: list[float] = []
+            a = r = e = 0
+            while True:
+                with lock:
+                    i = next(nxt, None)
+                if i is None:
+                    break
+                t0 = time.perf_counter()
+                try:
+                    fn(account)
+                    a += 1
+                except CapacityExhaustedException:
+                    r += 1
+                except Exception as ex:  # counted and reported, never hidden
+                    e += 1
+                    if not first_error:
+                        first_error.append(f"{type(ex).__name__}: {ex}")
+                local.append(time.perf_counter() - t0)
+            with lock:
+                samples.extend(local)
+                tally["admitted"] += a
+                tally["refused"] += r
+                tally["errors"] += e
+
+        t0 = time.perf_counter()
+        futs = [pool.submit(worker) for _ in range(concurrency)]
+        for f in futs:
+            f.result()
+        wall = time.perf_counter() - t0
+        return (samples, tally["admitted"], tally["refused"], tally["errors"],
+                first_error[0] if first_error else None, wall)
+
+    for c in args.concurrency:
+        log(f"{impl} acquire at concurrency {c} ({args.decisions} decisions)")
+        account = f"acct-c{c}-{uuid.uuid4().hex[:6]}"
+        limit = (args.decisions + args.warmup) * 10
+        with ThreadPoolExecutor(max_workers=c) as pool:
+            run(pool, c, max(args.warmup, c), account, limit, 3600)
+            counter.reset()
+            samples, a, r, e, fe, wall = run(pool, c, args.decisions, account, limit, 3600)
+        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup))
+
+    log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
+    account = f"acct-accuracy-{uuid.uuid4().hex[:6]}"
+    total = args.accuracy_workers * args.accuracy_attempts
+    with ThreadPoolExecutor(max_workers=args.accuracy_workers) as pool:
+        _, a, _, e, fe, wall = run(pool, args.accuracy_workers, total, account,
+                                   args.accuracy_limit, 3600)
+    emit(accuracy_line(impl, version, args.accuracy_limit, 3600, args.accuracy_workers,
+                       args.accuracy_attempts, a, e, fe, wall))
+
+
+# --------------------------------------------------------------------------------------------------
+# zae-limiter (asyncio, aiobotocore)
+# --------------------------------------------------------------------------------------------------
+
+def run_zae(args: argparse.Namespace) -> None:
+    asyncio.run(_run_zae(args))
+
+
+async def _run_zae(args: argparse.Namespace) -> None:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from zae_limiter import Limit, RateLimiter, RateLimitExceeded, Repository
+    from zae_limiter import __version__ as version
+
+    impl = "zae-limiter"
+    stack = f"peer-zae-{uuid.uuid4().hex[:8]}"
+    # `Repository.open()` provisions through CloudFormation when the table is missing, which DynamoDB
+    # Local does not have; the library's own `create_table()` makes the same table directly.
+    bootstrap = Repository(name=stack, region=REGION, endpoint_url=args.endpoint,
+                           _skip_deprecation_warning=True)
+    await bootstrap.create_table()
+    await bootstrap.close()
+    repo = await Repository.open(stack=stack, region=REGION, endpoint_url=args.endpoint)
+    counter = CallCounter()
+    # Observe (never alter) the repository's own aiobotocore client: one event per HTTP attempt.
+    client = await repo._get_client()
+    client.meta.events.register("before-send.dynamodb", counter)
+    limiter = RateLimiter(repository=repo)
+
+    async def run(concurrency: int, total: int, entity: str,
+                  limits: list[Any]) -> tuple[list[float], int, int, int, str | None, float]:
+        nxt = iter(range(total))
+        samples: list[float] = []
+        tally = {"admitted": 0, "refused": 0, "errors": 0}
+        first_error: list[str] = []
+
+        async def worker() -> None:
+            while next(nxt, None) is not None:
+                t0 = time.perf_counter()
+                try:
+                    async with limiter.acquire(entity_id=entity, resource="bench-resource",
+                                               limits=limits, consume={"rph": 1}):
+                        pass
+                    tally["admitted"] += 1
+                except RateLimitExceeded:
+                    tally["refused"] += 1
+                except Exception as ex:  # counted and reported, never hidden
+                    tally["errors"] += 1
+                    if not first_error:
+                        first_error.append(f"{type(ex).__name__}: {ex}")
+                samples.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        return (samples, tally["admitted"], tally["refused"], tally["errors"],
+                first_error[0] if first_error else None, wall)
+
+    for c in args.concurrency:
+        log(f"{impl} acquire at concurrency {c} ({args.decisions} decisions)")
+        entity = f"entity-c{c}-{uuid.uuid4().hex[:6]}"
+        limits = [Limit.per_hour("rph", (args.decisions + args.warmup) * 10)]
+        await run(c, args.warmup, entity, limits)
+        counter.reset()
+        samples, a, r, e, fe, wall = await run(c, args.decisions, entity, limits)
+        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup))
+
+    log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
+    entity = f"entity-accuracy-{uuid.uuid4().hex[:6]}"
+    total = args.accuracy_workers * args.accuracy_attempts
+    _, a, _, e, fe, wall = await run(args.accuracy_workers, total, entity,
+                                     [Limit.per_hour("rph", args.accuracy_limit)])
+    emit(accuracy_line(impl, version, args.accuracy_limit, 3600, args.accuracy_workers,
+                       args.accuracy_attempts, a, e, fe, wall))
+    await repo.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--peer", choices=["zae", "rlp"], required=True)
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--decisions", type=int, default=2000)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
+    p.add_argument("--accuracy-limit", type=int, default=50)
+    p.add_argument("--accuracy-workers", type=int, default=16)
+    p.add_argument("--accuracy-attempts", type=int, default=20)
+    args = p.parse_args()
+    # rate-limiter-py logs a warning for every refill that loses a race; keep errors only.
+    logging.basicConfig(level=logging.ERROR)
+    {"zae": run_zae, "rlp": run_rlp}[args.peer](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""Aggregates the JSON lines of one `make bench` (or `make bench-smoke`) run into BENCHMARKS.md and
+bench/results.json, and checks the invariants that must never rot.
+
+    python3 bench/report.py --dir bench/out/full --md BENCHMARKS.md --json bench/results.json
+    python3 bench/report.py --dir bench/out/smoke --check            # smoke: assert, write nothing
+
+Inputs in --dir (written by scripts/bench.sh): ours.jsonl (turnstile-bench ours), peer-zae.jsonl and
+peer-rlp.jsonl (bench/peers/drive.py), coldstart.jsonl (turnstile-bench cold-start), meta.json (the
+command, dates, profile, phase durations, tool versions, and why a phase was skipped).
+Standard library only, so it runs with any python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+PEERS = {"zae": "zae-limiter", "rlp": "rate-limiter-py"}
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            out.append(json.loads(raw))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"report: {path}:{n} is not JSON ({e})")
+    return out
+
+
+def machine() -> dict[str, Any]:
+    m: dict[str, Any] = {"nproc": os.cpu_count(), "kernel": platform.release(),
+                         "python": platform.python_version()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                m["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                m["memory_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+    except OSError:
+        pass
+    return m
+
+
+def f(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fx(r: float | None) -> str:
+    return "—" if r is None else f"{r:.2f}×"
+
+
+def ops(d: dict[str, int] | None) -> str:
+    """Total calls by operation over the timed decisions."""
+    if not d:
+        return "—"
+    return ", ".join(f"{k} {v:,}" for k, v in d.items())
+
+
+def build(dirpath: Path) -> dict[str, Any]:
+    meta = json.loads((dirpath / "meta.json").read_text()) if (dirpath / "meta.json").exists() else {}
+    ours = read_lines(dirpath / "ours.jsonl")
+    specs = [l for l in ours if l.get("kind") == "spec"]
+    peers = {k: read_lines(dirpath / f"peer-{k}.jsonl") for k in PEERS}
+    cold = read_lines(dirpath / "coldstart.jsonl")
+    throughput = [l for l in ours if l.get("kind") == "throughput"]
+    accuracy = [l for l in ours if l.get("kind") == "accuracy"]
+    for lines in peers.values():
+        throughput += [l for l in lines if l.get("kind") == "throughput"]
+        accuracy += [l for l in lines if l.get("kind") == "accuracy"]
+    return {"meta": meta, "specs": specs, "throughput": throughput, "accuracy": accuracy,
+            "cold_start": [l for l in cold if l.get("kind") == "cold_start"],
+            "peers_run": {PEERS[k]: bool(v) for k, v in peers.items()}}
+
+
+def find(rows: list[dict[str, Any]], impl: str, workload: str, c: int) -> dict[str, Any] | None:
+    for r in rows:
+        if r["implementation"] == impl and r["workload"] == workload and r["concurrency"] == c:
+            return r
+    return None
+
+
+def targets(data: dict[str, Any]) -> list[dict[str, str]]:
+    """Each target of issue #8 with its status: met / NOT MET / not yet measurable, and why."""
+    out = []
+    specs = {s["workload"]: s for s in data["specs"]}
+    tp = [r for r in data["throughput"] if r["implementation"] == "turnstile"]
+    pending = [s["workload"] for s in data["specs"] if not s["available"]]
+
+    # Calls per decision.
+    for s in data["specs"]:
+        if s["expected_calls"] is None:
+            continue
+        name = f"calls/decision = {s['expected_calls']:g} for `{s['workload']}`"
+        rows = [r for r in tp if r["workload"] == s["workload"]]
+        if not s["available"]:
+            out.append({"target": name, "status": "not yet measurable", "evidence": "workload not yet available"})
+        elif rows:
+            got = sorted({round(r["calls_per_decision"], 3) for r in rows})
+            ok = all(abs(r["calls_per_decision"] - s["expected_calls"]) < 1e-9 for r in rows)
+            out.append({"target": name, "status": "met" if ok else "NOT MET",
+                        "evidence": f"measured {', '.join(map(str, got))} at c = {', '.join(str(r['concurrency']) for r in rows)}"})
+
+    # p50 within 1.2x the floor for every single-call workload (the floor itself excluded).
+    for s in data["specs"]:
+        if not s["single_call"] or s["workload"] == "floor":
+            continue
+        name = f"p50 ≤ 1.2 × floor for `{s['workload']}`"
+        if not s["available"]:
+            out.append({"target": name, "status": "not yet measurable", "evidence": "workload not yet available"})
+            continue
+        ev, ok = [], True
+        for r in tp:
+            if r["workload"] != s["workload"]:
+                continue
+            fl = find(tp, "turnstile", "floor", r["concurrency"])
+            q = ratio(r["p50_ms"], fl["p50_ms"] if fl else None)
+            ev.append(f"c={r['concurrency']}: {fx(q)}")
+            ok = ok and q is not None and q <= 1.2
+        out.append({"target": name, "status": "met" if ok and ev else "NOT MET", "evidence": "; ".join(ev)})
+
+    # Ahead of zae-limiter at 8 and 32 (our limiter workloads, not the floor).
+    zae = [r for r in data["throughput"] if r["implementation"] == "zae-limiter"]
+    limiters = [s["workload"] for s in data["specs"]
+                if s["peer_workload"] and s["workload"] != "floor" and s["available"]]
+    name = "ahead of zae-limiter in decisions/s and p99 at c = 8 and 32"
+    if not zae:
+        out.append({"target": name, "status": "not yet measurable", "evidence": "zae-limiter was not run"})
+    elif not limiters:
+        wanted = [s["workload"] for s in data["specs"] if s["peer_workload"] and s["workload"] != "floor"]
+        out.append({"target": name, "status": "not yet measurable",
+                    "evidence": f"our limiter workloads ({', '.join(wanted)}) are not yet available; "
+                                "the floor is compared below as the lower bound"})
+    else:
+        ev, ok = [], True
+        for w in limiters:
+            for c in (8, 32):
+                ours, theirs = find(tp, "turnstile", w, c), find(zae, "zae-limiter", "acquire", c)
+                if not ours or not theirs:
+                    continue
+                good = ours["decisions_per_s"] > theirs["decisions_per_s"] and ours["p99_ms"] < theirs["p99_ms"]
+                ok = ok and good
+                ev.append(f"{w} c={c}: {fx(ratio(ours['decisions_per_s'], theirs['decisions_per_s']))} "
+                          f"decisions/s, p99 {f(ours['p99_ms'])} vs {f(theirs['p99_ms'])} ms")
+        out.append({"target": name, "status": "met" if ok and ev else "NOT MET", "evidence": "; ".join(ev)})
+
+    # Zero over-admission for ours.
+    acc = [a for a in data["accuracy"] if a["implementation"] == "turnstile"]
+    bad = [a for a in acc if a["over_admission"] != 0]
+    over_tp = [r for r in tp if r["admitted"] + r["refused"] + r["errors"] != r["decisions"]]
+    out.append({"target": "0 over-admission everywhere (ours)",
+                "status": "met" if acc and not bad and not over_tp else ("NOT MET" if acc else "not yet measurable"),
+                "evidence": "; ".join(f"{a['workload']}: admitted {a['admitted']} of allowed {a['allowed']}" for a in acc)
+                            + (f" (accuracy not yet measurable for {', '.join(w for w in pending if specs[w]['accuracy'])})"
+                               if any(specs[w]['accuracy'] for w in pending) else "")})
+    return out
+
+
+def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
+    meta = data["meta"]
+    L: list[str] = []
+    w = L.append
+    w("# Benchmarks")
+    w("")
+    w(f"Generated by `{meta.get('command', 'make bench')}` on {meta.get('finished_utc', '?')} (UTC); "
+      "do not edit by hand — rerun the command. Raw numbers: [`bench/results.json`](bench/results.json). "
+      "How it is measured and why: [bench/README.md](bench/README.md) and `docs/decisions/080*.md`.")
+    w("")
+    w("**Read these numbers as relative, not absolute.** Everything runs on one small machine against "
+      "DynamoDB Local (a Java process on the same cores), not DynamoDB: absolute latencies are far from "
+      "what AWS gives, and the load average below says how busy the machine was. What carries over is the "
+      "comparison under identical conditions: same endpoint, same machine, same run.")
+    w("")
+    w("## Machine and run")
+    w("")
+    w("| | |")
+    w("|---|---|")
+    for k, v in [("CPU", mach.get("cpu")), ("cores (nproc)", mach.get("nproc")),
+                 ("memory", f"{mach.get('memory_gib')} GiB"), ("kernel", mach.get("kernel")),
+                 ("load average at start (1/5/15 min)", meta.get("loadavg_start")),
+                 ("load average at end", meta.get("loadavg_end")),
+                 ("rustc", meta.get("rustc")), ("build profile (harness)", meta.get("profile")),
+                 ("build profile (cold-start binaries)", meta.get("coldstart_profile", meta.get("profile"))),
+                 ("Java (DynamoDB Local)", meta.get("java")), ("DynamoDB Local", meta.get("ddb_local")),
+                 ("Python (peers)", meta.get("python")),
+                 ("decisions per run", meta.get("decisions")), ("warm-up decisions per run", meta.get("warmup")),
+                 ("concurrency", meta.get("concurrency")),
+                 ("started / finished (UTC)", f"{meta.get('started_utc')} / {meta.get('finished_utc')}"),
+                 ("phase durations (s)", ", ".join(f"{k} {v}" for k, v in meta.get("durations", {}).items()))]:
+        w(f"| {k} | {f(v)} |")
+    w("")
+
+    w("## Targets (issue #8)")
+    w("")
+    w("| target | status | evidence |")
+    w("|---|---|---|")
+    for t in targets(data):
+        w(f"| {t['target']} | **{t['status']}** | {t['evidence']} |")
+    w("")
+
+    tp = data["throughput"]
+    ours = [r for r in tp if r["implementation"] == "turnstile"]
+    w("## Turnstile workloads")
+    w("")
+    w("Closed loop: `c` tasks each send the next decision when the previous one returns, on one bucket "
+      "(one item). Latency is per decision, measured in the client. Calls are counted by "
+      "`shared::dynamo::CallCounter` on the client (one per HTTP attempt, retries included); write units "
+      "are the `ConsumedCapacity` DynamoDB returned, where the path asks for it.")
+    w("")
+    w("| workload | c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | write units/decision | admitted | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in data["specs"]:
+        rows = [r for r in ours if r["workload"] == s["workload"]]
+        if not s["available"]:
+            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | | | |")
+            continue
+        for r in rows:
+            w(f"| {s['workload']} | {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
+              f"| {f(r['max_ms'])} | {f(r.get('over_1s'))} "
+              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} | {f(r['write_units_per_decision'])} "
+              f"| {f(r['admitted'])} | {f(r['errors'])} |")
+    w("")
+    pend = [s for s in data["specs"] if not s["available"]]
+    if pend:
+        w("Not yet available (no numbers are shown for them, and none are invented):")
+        w("")
+        for s in pend:
+            w(f"- `{s['workload']}` — {s['title']}: {s['pending_reason']}.")
+        w("")
+
+    w("## Concurrent accuracy: limit 50 in one window, 16 workers × 20 attempts")
+    w("")
+    w("All 320 attempts start together on one fresh bucket. *Allowed* is the limit plus whatever the "
+      "window refills during the test (a one-hour window: under one token). Over-admission = admitted − allowed.")
+    w("")
+    w("| implementation | workload | admitted | allowed | over-admission | errors | wall s |")
+    w("|---|---|---:|---:|---:|---:|---:|")
+    for a in data["accuracy"]:
+        impl = a["implementation"] + (f" {a['version']}" if a.get("version") else "")
+        w(f"| {impl} | {a['workload']} | {a['admitted']} | {a['allowed']} | **{a['over_admission']}** "
+          f"| {a['errors']} | {f(a['wall_s'])} |")
+    for s in data["specs"]:
+        if s["accuracy"] and not s["available"]:
+            w(f"| turnstile | {s['workload']} | *not yet available* | | | | |")
+    w("")
+
+    w("## Peers, same run, same DynamoDB Local")
+    w("")
+    w("Each peer through its own public API (bench/peers/drive.py): one admission of cost 1 on one hot "
+      "bucket, limit far above the budget. zae-limiter: `RateLimiter.acquire(...)` as an async context "
+      "manager, `c` asyncio tasks; rate-limiter-py 0.3.0: the `rate_limit` decorator, `c` threads. Calls "
+      "are counted by a botocore `before-send` hook on the peer's own client (one per HTTP attempt). "
+      "Neither library asks DynamoDB for consumed capacity, so write units are not reported.")
+    w("")
+    for key, impl in PEERS.items():
+        rows = [r for r in tp if r["implementation"] == impl]
+        if not rows:
+            why = data["meta"].get("skipped", {}).get(key, "not run")
+            w(f"**{impl}**: not run — {why}.")
+            w("")
+            continue
+        w(f"**{impl} {rows[0].get('version', '')}**")
+        w("")
+        w("| c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | admitted | errors |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+        for r in rows:
+            w(f"| {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} | {f(r['max_ms'])} "
+              f"| {f(r.get('over_1s'))} | {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} "
+              f"| {ops(r['calls_by_operation'])} | {f(r['admitted'])} | {f(r['errors'])} |")
+        w("")
+
+    comparable = [s for s in data["specs"] if s["peer_workload"] and s["available"]]
+    peer_impls = [impl for impl in PEERS.values() if any(r["implementation"] == impl for r in tp)]
+    if comparable and peer_impls:
+        w("### Ratios (Turnstile ÷ peer for decisions/s; peer ÷ Turnstile for latency: above 1× means Turnstile is ahead)")
+        w("")
+        w("The floor is not a rate limiter — it is the cheapest possible conditional write, the lower bound "
+          "any DynamoDB limiter pays. Until our limiter workloads land, the rows below compare the peers with "
+          "that bound; each limiter workload gets its own rows automatically when it becomes available.")
+        w("")
+        w("| ours | peer | c | decisions/s ratio | p50 ratio | p99 ratio |")
+        w("|---|---|---:|---:|---:|---:|")
+        for s in comparable:
+            for impl in peer_impls:
+                for r in [r for r in ours if r["workload"] == s["workload"]]:
+                    p = find(tp, impl, "acquire", r["concurrency"])
+                    if not p:
+                        continue
+                    w(f"| {s['workload']} | {impl} | {r['concurrency']} "
+                      f"| {fx(ratio(r['decisions_per_s'], p['decisions_per_s']))} "
+                      f"| {fx(ratio(p['p50_ms'], r['p50_ms']))} | {fx(ratio(p['p99_ms'], r['p99_ms']))} |")
+        w("")
+
+    w("## Cold start of each function binary")
+    w("")
+    cold = data["cold_start"]
+    if not cold:
+        w(f"Not run — {data['meta'].get('skipped', {}).get('cold_start', 'not run')}.")
+    else:
+        prof = data["meta"].get("coldstart_profile", data["meta"].get("profile", "?"))
+        note = ("" if prof == "release" else
+                f" These binaries are the `{prof}` build, not the shipping `release` build (fat LTO): sizes and "
+                "start times of the shipped binaries can differ; `BENCH_COLDSTART_PROFILE=release make bench` measures those.")
+        w("Time from spawning the process until it has handled its first invocation (posted a response or an "
+          "error to a minimal Lambda Runtime API on loopback), after one untimed start so the binary is in the "
+          "page cache. *Init* is process start → first `GET /next`. Handlers that are still placeholders answer "
+          "with an error; that is measured the same way (the outcome column says which)." + note)
+        w("")
+        w("| function | size on disk | runs | init median ms | first invocation median ms | min | max | outcomes | event |")
+        w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+        for c in cold:
+            outs = sorted(set(c["outcomes"]))
+            w(f"| {c['function']} | {c['size_bytes'] / 1024 / 1024:.1f} MiB | {c['runs']} | {f(c['init_ms_median'])} "
+              f"| {f(c['first_invocation_ms_median'])} | {f(c['first_invocation_ms_min'])} "
+              f"| {f(c['first_invocation_ms_max'])} | {', '.join(outs)} | {Path(c['event']).name if '/' in c['event'] else c['event']} |")
+    w("")
+    w("## Caveats")
+    w("")
+    w("- DynamoDB Local shares the cores with the harness and the peers; it serialises writes to one item "
+      "differently from DynamoDB's partitions, so hot-item numbers at high concurrency say more about the "
+      "client than about DynamoDB.")
+    w("- zae-limiter runs on aiobotocore with its default connection pool (10 connections; `Repository` takes "
+      "no client config), so at c = 32 requests queue in its client for a connection; that is how the library "
+      "ships. When some of its decisions wait far longer than the rest, the *decisions > 1 s* and *max* "
+      "columns show how many and how long; waiting for a pooled connection is the likely cause, not isolated "
+      "further here. rate-limiter-py is synchronous; each of its "
+      "threads has its own boto3 resource. Both run under CPython's GIL in one process; ours is one Rust "
+      "process on tokio's multi-threaded runtime.")
+    w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
+      "write (its calls/decision above). Its source writes the refill time as `lastRefill` but reads it back "
+      "as `last_refill`, so every call computes the refill from time 0 and refills the bucket to the limit; "
+      "the accuracy table shows what that does under concurrency.")
+    w("")
+    return "\n".join(L)
+
+
+def check(data: dict[str, Any]) -> list[str]:
+    """The invariants the smoke run asserts (timing-independent)."""
+    errs = []
+    specs = {s["workload"]: s for s in data["specs"]}
+    if not specs:
+        errs.append("no workload specs in ours.jsonl (turnstile-bench ours did not run)")
+    for s in specs.values():
+        if s["available"] and not any(r["workload"] == s["workload"] and r["implementation"] == "turnstile"
+                                      for r in data["throughput"]):
+            errs.append(f"{s['workload']}: available but produced no throughput line")
+    for r in data["throughput"]:
+        if r["implementation"] != "turnstile":
+            continue
+        s = specs.get(r["workload"])
+        tag = f"{r['workload']} c={r['concurrency']}"
+        if r["errors"]:
+            errs.append(f"{tag}: {r['errors']} errors (first: {r['first_error']})")
+        if s and s.get("refuses"):
+            if r["refused"] != r["decisions"]:
+                errs.append(f"{tag}: refused {r['refused']} of {r['decisions']} on a bucket known to be empty")
+        elif r["admitted"] != r["decisions"]:
+            errs.append(f"{tag}: admitted {r['admitted']} of {r['decisions']} under a limit above the budget")
+        if s and s["expected_calls"] is not None and abs(r["calls_per_decision"] - s["expected_calls"]) > 1e-9:
+            errs.append(f"{tag}: {r['calls_per_decision']} calls/decision, expected {s['expected_calls']}")
+    for a in data["accuracy"]:
+        if a["implementation"] == "turnstile" and (a["over_admission"] != 0 or a["errors"]):
+            errs.append(f"accuracy {a['workload']}: over-admission {a['over_admission']}, errors {a['errors']}")
+        if a["implementation"] == "turnstile" and a["admitted"] != a["allowed"]:
+            errs.append(f"accuracy {a['workload']}: admitted {a['admitted']}, allowed {a['allowed']} (under-admission)")
+    for key, impl in PEERS.items():
+        if key in data["meta"].get("peers_requested", []) and not data["peers_run"].get(impl):
+            errs.append(f"peer {impl}: requested but produced no lines (driver broken?)")
+    for c in data["cold_start"]:
+        if c["first_invocation_ms_median"] is None:
+            errs.append(f"cold start {c['function']}: never handled an invocation ({c['outcomes']})")
+    return errs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True, type=Path)
+    p.add_argument("--md", type=Path)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--check", action="store_true", help="assert the invariants; non-zero exit on failure")
+    args = p.parse_args()
+    data = build(args.dir)
+    mach = machine()
+    if args.json:
+        out = {"generated_by": data["meta"].get("command"), "machine": mach, "meta": data["meta"],
+               "workloads": data["specs"], "throughput": data["throughput"], "accuracy": data["accuracy"],
+               "cold_start": data["cold_start"], "targets": targets(data)}
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if args.md:
+        args.md.write_text(markdown(data, mach) + "\n")
+    status = 0
+    for t in targets(data):
+        print(f"report: target [{t['status']}] {t['target']} — {t['evidence']}", file=sys.stderr)
+    if args.check:
+        errs = check(data)
+        for e in errs:
+            print(f"report: FAILED {e}", file=sys.stderr)
+        if errs:
+            status = 1
+        else:
+            print("report: all invariants hold", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+//! `turnstile-bench`: the Rust half of `make bench` (scripts/bench.sh drives it).
+//!
+//! - `ours`: every workload in [`workload::registry`] at each concurrency, plus the concurrent
+//!   accuracy test, against a DynamoDB Local endpoint; one JSON line per result on stdout.
+//! - `cold-start`: each function binary started against a loopback Lambda Runtime API; one JSON
+//!   line per function.
+//!
+//! The Python peer drivers (bench/peers/drive.py) emit the same JSON lines; bench/report.py turns
+//! them all into BENCHMARKS.md and bench/results.json. To add a workload see [`workload`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use shared::dynamo::{local_client, CallCounter};
+use shared::table::TableNames;
+
+use turnstile_bench::error::BenchError;
+use turnstile_bench::workload::{self, Availability, BenchCtx};
+use turnstile_bench::{coldstart, runner};
+
+#[derive(Parser)]
+#[command(
+    name = "turnstile-bench",
+    about = "Turnstile benchmarks (see BENCHMARKS.md)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run Turnstile's workloads and the accuracy test; JSON lines on stdout.
+    Ours {
+        /// DynamoDB endpoint (a DynamoDB Local started for the bench).
+        #[arg(long)]
+        endpoint: String,
+        /// Timed decisions per workload and concurrency.
+        #[arg(long, default_value_t = 2000)]
+        decisions: u64,
+        /// Untimed decisions before each timed run (connection set-up, JIT of DynamoDB Local).
+        #[arg(long, default_value_t = 100)]
+        warmup: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value_t = 50)]
+        accuracy_limit: u64,
+        #[arg(long, default_value_t = 16)]
+        accuracy_workers: usize,
+        #[arg(long, default_value_t = 20)]
+        accuracy_attempts: u64,
+        /// Only these workload ids (default: all).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
+    /// Cold start and size of each function binary; JSON lines on stdout.
+    ColdStart {
+        /// Folder holding the built function binaries.
+        #[arg(long)]
+        bin_dir: PathBuf,
+        /// Folder of sample events (`events/<fn>.json` or `events/<fn>/*.json`).
+        #[arg(long, default_value = "events")]
+        events_dir: PathBuf,
+        /// DynamoDB endpoint given to the functions (`AWS_ENDPOINT_URL_DYNAMODB`).
+        #[arg(long)]
+        endpoint: String,
+        /// Timed starts per function (after one untimed start).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Only these functions (default: all seven).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
+}
+
+#[derive(Serialize)]
+struct SpecLine<'a> {
+    kind: &'static str,
+    workload: &'a str,
+    title: &'a str,
+    available: bool,
+    pending_reason: Option<&'a str>,
+    expected_calls: Option<f64>,
+    single_call: bool,
+    accuracy: bool,
+    peer_workload: Option<&'a str>,
+    refuses: bool,
+}
+
+fn emit<T: Serialize>(line: &T) -> Result<(), BenchError> {
+    let s = serde_json::to_string(line).map_err(|e| BenchError::Other(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
+
+async fn ours(
+    endpoint: String,
+    decisions: u64,
+    warmup: u64,
+    concurrency: Vec<usize>,
+    accuracy: (u64, usize, u64),
+    only: Vec<String>,
+) -> Result<(), BenchError> {
+    let counter = CallCounter::new();
+    let prefix = format!("bench-{}-", runner::short_id());
+    let ctx = BenchCtx {
+        client: local_client(&endpoint, Some(&counter)),
+        endpoint,
+        counter,
+        tables: TableNames::with_prefix(&prefix),
+        prefix,
+    };
+    for spec in workload::registry() {
+        if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
+            continue;
+        }
+        let pending = match &spec.availability {
+            Availability::Pending(why) => Some(*why),
+            Availability::Ready(_) => None,
+        };
+        emit(&SpecLine {
+            kind: "spec",
+            workload: spec.id,
+            title: spec.title,
+            available: pending.is_none(),
+            pending_reason: pending,
+            expected_calls: spec.expected_calls,
+            single_call: spec.single_call,
+            accuracy: spec.accuracy,
+            peer_workload: spec.peer_workload,
+            refuses: spec.refuses,
+        })?;
+        let Availability::Ready(build) = spec.availability else {
+            eprintln!("bench: {} — not yet available", spec.id);
+            continue;
+        };
+        for &c in &concurrency {
+            eprintln!(
+                "bench: {} at concurrency {c} ({decisions} decisions)",
+                spec.id
+            );
+            let line = runner::throughput(&ctx, &spec, build, c, decisions, warmup).await?;
+            emit(&line)?;
+        }
+        if spec.accuracy {
+            let (limit, workers, attempts) = accuracy;
+            eprintln!(
+                "bench: {} accuracy (limit {limit}, {workers} x {attempts})",
+                spec.id
+            );
+            let line = runner::accuracy(&ctx, &spec, build, limit, workers, attempts).await?;
+            emit(&line)?;
+        }
+    }
+    Ok(())
+}
+
+async fn cold_start(
+    bin_dir: PathBuf,
+    events_dir: PathBuf,
+    endpoint: String,
+    runs: usize,
+    only: Vec<String>,
+) -> Result<(), BenchError> {
+    let env = vec![
+        ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), endpoint),
+        (
+            "TURNSTILE_TABLE_PREFIX".to_string(),
+            format!("coldstart-{}-", runner::short_id()),
+        ),
+    ];
+    for f in coldstart::FUNCTIONS {
+        if !only.is_empty() && !only.iter().any(|o| o == f) {
+            continue;
+        }
+        eprintln!("bench: cold start of {f} ({runs} runs)");
+        let line = coldstart::measure(&bin_dir, &events_dir, f, runs.max(1), &env).await?;
+        emit(&line)?;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::Ours {
+            endpoint,
+            decisions,
+            warmup,
+            concurrency,
+            accuracy_limit,
+            accuracy_workers,
+            accuracy_attempts,
+            only,
+        } => {
+            ours(
+                endpoint,
+                decisions,
+                warmup,
+                concurrency,
+                (accuracy_limit, accuracy_workers, accuracy_attempts),
+                only,
+            )
+            .await
+        }
+        Command::ColdStart {
+            bin_dir,
+            events_dir,
+            endpoint,
+            runs,
+            only,
+        } => cold_start(bin_dir, events_dir, endpoint, runs, only).await,
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("turnstile-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

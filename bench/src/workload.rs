@@ -1,0 +1,217 @@
+//! The workload trait and the registry: **the plug-in point for every Turnstile path measured by
+//! `make bench`.**
+//!
+//! A workload is one kind of admission decision (the floor, fungible `get_token`, a GCRA spend, ...).
+//! The runner ([`crate::runner`]) calls [`Workload::decide`] from `concurrency` tasks until the
+//! decision budget is spent, timing each call and counting the DynamoDB calls made by the client that
+//! [`BenchCtx`] hands out. A workload does **not** time, count or retry anything itself.
+//!
+//! ## Adding a workload (the lead, after merging the feature branches)
+//!
+//! 1. Write `bench/src/workloads/<name>.rs` with a struct implementing [`Workload`] and an
+//!    `async fn build(ctx: &BenchCtx, params: &Params) -> Result<Arc<dyn Workload>, BenchError>`
+//!    that creates its tables (via `shared::table::ensure` with `ctx.tables`) and its fresh bucket
+//!    for this run (use `params.key` so runs never share state). `decide` calls the `shared` function
+//!    once and maps "admitted" / "refused" into [`Decision`]; any other failure is an `Err`.
+//! 2. In [`registry`], replace the workload's `Availability::Pending(..)` with
+//!    `Availability::Ready(|ctx, p| Box::pin(workloads::<name>::build(ctx, p)))`.
+//!
+//! Nothing else changes: the runner, the accuracy test, the JSON lines, the report and the smoke
+//! assertions pick it up from its [`Spec`] (expected calls per decision, whether the 1.2 x floor
+//! latency target applies, whether it is compared with the peers).
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+use futures::future::BoxFuture;
+use shared::dynamo::CallCounter;
+use shared::table::TableNames;
+
+use crate::error::BenchError;
+use crate::workloads;
+
+/// What one decision came to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub admitted: bool,
+    /// Write capacity units DynamoDB reported for this decision, when the path asks for them
+    /// (`ReturnConsumedCapacity`); `None` when not reported.
+    pub write_units: Option<f64>,
+}
+
+impl Decision {
+    pub fn admitted(write_units: Option<f64>) -> Self {
+        Decision {
+            admitted: true,
+            write_units,
+        }
+    }
+    pub fn refused(write_units: Option<f64>) -> Self {
+        Decision {
+            admitted: false,
+            write_units,
+        }
+    }
+}
+
+/// One admission path under test. Built fresh for every (workload, concurrency) run.
+pub trait Workload: Send + Sync {
+    /// Makes one decision. `worker` is the task index (0..concurrency), `seq` the global decision
+    /// number; a workload may use them to pick keys (e.g. one reservation id per decision).
+    fn decide(&self, worker: usize, seq: u64) -> BoxFuture<'_, Result<Decision, BenchError>>;
+}
+
+/// What a workload gets to build itself: a DynamoDB client whose calls are counted, and table names
+/// under this bench run's private prefix.
+#[derive(Clone)]
+pub struct BenchCtx {
+    pub endpoint: String,
+    pub client: Client,
+    pub counter: CallCounter,
+    /// Turnstile's tables under this run's prefix (`bench-<id>-tenants`, ...).
+    pub tables: TableNames,
+    pub prefix: String,
+}
+
+/// The bucket a run uses and how much it may admit.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// A key unique to this run (workload, concurrency, phase): the bucket/account/resource id.
+    pub key: String,
+    /// The limit the bucket is configured with. Throughput runs set it above the decision budget so
+    /// every decision is a full admission; the accuracy test sets 50.
+    pub limit: u64,
+    /// The window of that limit in seconds (3600 in both cases, so refill during a run is < 1 token
+    /// per 72 s and "allowed" is the limit itself).
+    pub window_secs: u64,
+}
+
+pub type Factory =
+    for<'a> fn(&'a BenchCtx, &'a Params) -> BoxFuture<'a, Result<Arc<dyn Workload>, BenchError>>;
+
+pub enum Availability {
+    Ready(Factory),
+    /// Not measurable yet; the text says what it waits for. Reported as "not yet available".
+    Pending(&'static str),
+}
+
+pub struct Spec {
+    /// Stable id used in JSON lines and the report.
+    pub id: &'static str,
+    pub title: &'static str,
+    /// Warm DynamoDB calls per decision the design promises (`None`: no promise).
+    pub expected_calls: Option<f64>,
+    /// One DynamoDB call per decision: held to "p50 within 1.2 x the floor".
+    pub single_call: bool,
+    /// Runs the concurrent accuracy test (limit 50, 16 workers x 20 attempts).
+    pub accuracy: bool,
+    /// Which peer workload it is compared with in the report (`"acquire"`), if any.
+    pub peer_workload: Option<&'static str>,
+    /// Every decision is a refusal by design (the cached rejection); otherwise every decision of a
+    /// throughput run must be an admission, since its limit is above the budget.
+    pub refuses: bool,
+    pub availability: Availability,
+}
+
+/// Every workload `make bench` knows, in report order.
+pub fn registry() -> Vec<Spec> {
+    vec![
+        Spec {
+            id: "floor",
+            title: "Floor: one bare conditional UpdateItem on one item",
+            expected_calls: Some(1.0),
+            single_call: true,
+            accuracy: true,
+            peer_workload: Some("acquire"),
+            refuses: false,
+            availability: Availability::Ready(|ctx, p| Box::pin(workloads::floor::build(ctx, p))),
+        },
+        Spec {
+            id: "fungible-get-token",
+            title: "Fungible get_token (token bucket, rate-limiter-py tables)",
+            expected_calls: Some(1.0),
+            single_call: true,
+            accuracy: true,
+            peer_workload: Some("acquire"),
+            refuses: false,
+            availability: Availability::Pending(
+                "needs shared::token get_token (tokens branch, not merged yet)",
+            ),
+        },
+        Spec {
+            id: "reservation-create-token",
+            title: "Non-fungible reservation + create_token",
+            expected_calls: None,
+            single_call: false,
+            accuracy: true,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Pending(
+                "needs shared::reservation reserve/create_token (tokens branch, not merged yet)",
+            ),
+        },
+        Spec {
+            id: "gcra-spend",
+            title: "GCRA spend (key-value limits)",
+            expected_calls: Some(1.0),
+            single_call: true,
+            accuracy: true,
+            peer_workload: Some("acquire"),
+            refuses: false,
+            availability: Availability::Pending(
+                "needs shared::kv spend (gcra branch, not merged yet)",
+            ),
+        },
+        Spec {
+            id: "cached-rejection",
+            title: "Refused request on a known-empty bucket (rejection cache)",
+            expected_calls: Some(0.0),
+            single_call: false,
+            accuracy: false,
+            peer_workload: None,
+            refuses: true,
+            availability: Availability::Pending(
+                "needs the rejection cache in shared (tokens/gcra branches, not merged yet)",
+            ),
+        },
+        Spec {
+            id: "websocket-handlers",
+            title: "WebSocket path at handler level: authorizer + $connect + $disconnect",
+            expected_calls: None,
+            single_call: false,
+            accuracy: true,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Pending(
+                "needs the authorizer/connect/disconnect handlers (ws branch, not merged yet)",
+            ),
+        },
+        Spec {
+            id: "local-stack",
+            title: "Local stack end to end (connects/s, messages/s)",
+            expected_calls: None,
+            single_call: false,
+            accuracy: false,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Pending(
+                "needs the local WebSocket stack (`make dev`, ws branch, not merged yet)",
+            ),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_the_floor_is_first() {
+        let specs = registry();
+        assert_eq!(specs.first().map(|s| s.id), Some("floor"));
+        let mut ids: Vec<_> = specs.iter().map(|s| s.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), specs.len());
+    }
+}

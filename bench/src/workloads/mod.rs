@@ -1,0 +1,3 @@
+//! One module per measured Turnstile path. See [`crate::workload`] for how to add one.
+
+pub mod floor;

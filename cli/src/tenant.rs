@@ -1,0 +1,100 @@
+//! `turnstile tenant put|get|list|delete`: the tenant table (seed 003), one row per tenant with its
+//! WebSocket limits. Output is JSON on stdout.
+
+use clap::Subcommand;
+use shared::ids::TenantId;
+use shared::tenant::{self, Limits, Tenant};
+use shared::{Deps, Error, Result};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Create or replace a tenant and its limits.
+    Put {
+        /// The tenant id (1-128 of letters, digits, '-', '_', '.').
+        #[arg(long)]
+        tenant_id: TenantId,
+        /// Open connections one session may hold.
+        #[arg(long)]
+        connections_per_session: u64,
+        /// Open connections the tenant may hold.
+        #[arg(long)]
+        tenant_connections: u64,
+        /// New connections per minute for one session.
+        #[arg(long)]
+        session_per_minute: u64,
+        /// New connections per minute for the tenant.
+        #[arg(long)]
+        tenant_per_minute: u64,
+        /// Seconds a session lives after its last use.
+        #[arg(long = "session-ttl", default_value_t = tenant::DEFAULT_SESSION_TTL_SECS)]
+        session_ttl: u64,
+        /// Messages per minute, per session.
+        #[arg(long, default_value_t = tenant::DEFAULT_MESSAGES_PER_MINUTE)]
+        messages_per_minute: u64,
+    },
+    /// Print a tenant (exit status 1 if it does not exist).
+    Get {
+        #[arg(long)]
+        tenant_id: TenantId,
+    },
+    /// Print every tenant.
+    List,
+    /// Delete a tenant (exit status 1 if it did not exist).
+    Delete {
+        #[arg(long)]
+        tenant_id: TenantId,
+    },
+}
+
+pub async fn run(args: Args) -> Result<()> {
+    let deps = Deps::from_env().await?;
+    match args.command {
+        Cmd::Put {
+            tenant_id,
+            connections_per_session,
+            tenant_connections,
+            session_per_minute,
+            tenant_per_minute,
+            session_ttl,
+            messages_per_minute,
+        } => {
+            let t = Tenant {
+                tenant_id,
+                limits: Limits {
+                    connections_per_session,
+                    tenant_connections,
+                    session_per_minute,
+                    tenant_per_minute,
+                    session_ttl,
+                    messages_per_minute,
+                },
+            };
+            tenant::store::put(&deps, &t).await?;
+            crate::print_json(&t)
+        }
+        Cmd::Get { tenant_id } => match tenant::store::get(&deps, &tenant_id).await? {
+            Some(t) => crate::print_json(&t),
+            None => Err(Error::Other(format!("tenant {tenant_id} does not exist"))),
+        },
+        Cmd::List => {
+            let (tenants, bad) = tenant::store::list(&deps).await?;
+            for b in &bad {
+                eprintln!("warning: {b}");
+            }
+            crate::print_json(&tenants)
+        }
+        Cmd::Delete { tenant_id } => {
+            if tenant::store::delete(&deps, &tenant_id).await? {
+                crate::print_json(&serde_json::json!({ "deleted": tenant_id }))
+            } else {
+                Err(Error::Other(format!("tenant {tenant_id} does not exist")))
+            }
+        }
+    }
+}

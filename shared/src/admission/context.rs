@@ -1,0 +1,118 @@
+//! The authorizer context: what the authorizer learned (tenant, session, the tenant's limits) travels
+//! with the connection in `requestContext.authorizer`, so `$connect`, `$disconnect` and `$default`
+//! need no tenant read. API Gateway may deliver context numbers as strings: both are accepted.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::ids::{IdError, SessionId, TenantId};
+use crate::tenant::{attr as tattr, Limits};
+
+pub const TENANT_ID: &str = "tenantId";
+pub const SESSION_ID: &str = "sessionId";
+
+/// The context an Allow carries.
+pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
+    let mut m = Map::new();
+    m.insert(TENANT_ID.into(), Value::String(t.to_string()));
+    m.insert(SESSION_ID.into(), Value::String(sid.to_string()));
+    for (name, v) in limits.fields() {
+        m.insert(name.into(), Value::from(v));
+    }
+    Value::Object(m)
+}
+
+fn text(fields: &HashMap<String, Value>, name: &str) -> Option<String> {
+    match fields.get(name)? {
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn number(fields: &HashMap<String, Value>, name: &str) -> Option<u64> {
+    match fields.get(name)? {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Tenant and session from the context, validated.
+pub fn ids(fields: &HashMap<String, Value>) -> Result<(TenantId, SessionId), IdError> {
+    Ok((
+        TenantId::parse_opt(text(fields, TENANT_ID).as_deref())?,
+        SessionId::parse_opt(text(fields, SESSION_ID).as_deref())?,
+    ))
+}
+
+/// The limits, when the context carries all of them.
+pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
+    Some(Limits {
+        connections_per_session: number(fields, tattr::CONNECTIONS_PER_SESSION)?,
+        tenant_connections: number(fields, tattr::TENANT_CONNECTIONS)?,
+        session_per_minute: number(fields, tattr::SESSION_PER_MINUTE)?,
+        tenant_per_minute: number(fields, tattr::TENANT_PER_MINUTE)?,
+        session_ttl: number(fields, tattr::SESSION_TTL)?,
+        messages_per_minute: number(fields, tattr::MESSAGES_PER_MINUTE)?,
+    })
+}
+
+/// Who a WebSocket event is from: the tenant and session from the authorizer context (falling back
+/// to the `tenantId`/`sessionId` query strings, present on `$connect`), and the connection id.
+pub fn websocket_ids(
+    req: &aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest,
+) -> Result<(TenantId, SessionId, crate::ids::ConnectionId), IdError> {
+    let fields = &req.request_context.authorizer.fields;
+    let q = &req.query_string_parameters;
+    let t = text(fields, TENANT_ID).or_else(|| q.first(TENANT_ID).map(str::to_string));
+    let s = text(fields, SESSION_ID).or_else(|| q.first(SESSION_ID).map(str::to_string));
+    let c = req.request_context.connection_id.as_deref();
+    Ok((
+        TenantId::parse_opt(t.as_deref())?,
+        SessionId::parse_opt(s.as_deref())?,
+        crate::ids::ConnectionId::parse_opt(c)?,
+    ))
+}
+
+/// The limits for a WebSocket event: from the authorizer context, else the tenant (cached read).
+/// `Ok(None)` when the tenant does not exist.
+pub async fn websocket_limits(
+    deps: &crate::Deps,
+    cache: &crate::tenant::TenantCache,
+    req: &aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest,
+    t: &TenantId,
+) -> crate::Result<Option<Limits>> {
+    if let Some(l) = limits(&req.request_context.authorizer.fields) {
+        return Ok(Some(l));
+    }
+    Ok(cache.get(deps, t).await?.map(|t| t.limits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_round_trips_and_accepts_stringified_numbers() {
+        let t = TenantId::parse("acme").unwrap();
+        let s = SessionId::parse("s1").unwrap();
+        let l = Limits::example(60, 5, 2, 10, 200, 60);
+        let v = build(&t, &s, &l);
+        let fields: HashMap<String, Value> = serde_json::from_value(v).unwrap();
+        assert_eq!(ids(&fields).unwrap(), (t, s));
+        assert_eq!(limits(&fields), Some(l));
+        let mut strings: HashMap<String, Value> = fields
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::String(v.to_string().trim_matches('"').into()),
+                )
+            })
+            .collect();
+        assert_eq!(limits(&strings), Some(l));
+        strings.remove(tattr::SESSION_TTL);
+        assert_eq!(limits(&strings), None);
+    }
+}

@@ -1,0 +1,173 @@
+//! `$default`: the per-session message counter, the TTL refresh and the read of the recipients, in
+//! one conditional UpdateItem on the session item (no other row is touched).
+//!
+//! The counter is `msgMinute` (the minute it counts) and `msgCount`. Whether this message opens a
+//! new minute or continues the stored one is guessed from the last minute this process saw
+//! ([`MinuteHint`]); a wrong guess costs one more UpdateItem, decided from the `ALL_OLD` image the
+//! failed condition returns (no read).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::item::{self, n, Item};
+use super::Limit;
+use crate::counter::window::MinuteWindow;
+use crate::error::{Error, Result};
+use crate::ids::{ConnectionId, SessionId, TenantId};
+use crate::refusal::Refusal;
+use crate::session::{attr as sattr, store as sstore};
+use crate::tenant::Limits;
+use crate::Deps;
+
+/// The last message minute this process saw, to guess which update to try first.
+#[derive(Debug, Default)]
+pub struct MinuteHint(AtomicI64);
+
+impl MinuteHint {
+    fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn set(&self, m: i64) {
+        self.0.fetch_max(m, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+pub enum MessageAdmission {
+    /// Counted; the session's connections (the sender included) to deliver to.
+    Admitted { connection_ids: Vec<String> },
+    /// Over `messagesPerMinute`: nothing counted.
+    Refused(Refusal),
+    /// The session is gone or expired, or this connection is no longer in it: close the sender.
+    NoSession,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Case {
+    /// The stored counter is for `m`: increment it.
+    SameMinute(i64),
+    /// The stored counter is older (or absent): start `m` at 1.
+    NewMinute(i64),
+}
+
+/// Counts one message from `cid` on the session. 1 UpdateItem when the minute guess is right, 2
+/// when it is wrong.
+pub async fn count(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    cid: &ConnectionId,
+    limits: &Limits,
+    hint: &MinuteHint,
+) -> Result<MessageAdmission> {
+    let now = deps.clock.now();
+    let m = MinuteWindow::at(now).start;
+    if limits.messages_per_minute == 0 {
+        let who = format!("session {sid} of tenant {t}");
+        return Ok(MessageAdmission::Refused(
+            Limit::MessagesPerMinute.refusal(limits, now, &who),
+        ));
+    }
+    let mut case = if hint.get() == m {
+        Case::SameMinute(m)
+    } else {
+        Case::NewMinute(m)
+    };
+    // Two guesses at most; a third only if the minute changed in between (another writer).
+    for _ in 0..3 {
+        match attempt(deps, t, sid, cid, limits, case).await? {
+            Ok(ids) => {
+                hint.set(m);
+                return Ok(MessageAdmission::Admitted {
+                    connection_ids: ids,
+                });
+            }
+            Err(old) => {
+                let Some(old) = old else {
+                    return Ok(MessageAdmission::NoSession);
+                };
+                let ttl = item::num(&old, sattr::SESSION_TTL).unwrap_or(0);
+                let member = item::string_set(&old, sattr::CONNECTION_IDS)
+                    .iter()
+                    .any(|c| c == cid.as_str());
+                if ttl <= now.as_secs() || !member {
+                    return Ok(MessageAdmission::NoSession);
+                }
+                let stored = item::num(&old, sattr::MSG_MINUTE);
+                let stored_count = item::num(&old, sattr::MSG_COUNT).unwrap_or(0);
+                match stored {
+                    Some(sm) if sm >= m => {
+                        hint.set(sm);
+                        if stored_count >= limits.messages_per_minute as i64 {
+                            let who = format!("session {sid} of tenant {t}");
+                            return Ok(MessageAdmission::Refused(
+                                Limit::MessagesPerMinute.refusal(limits, now, &who),
+                            ));
+                        }
+                        case = Case::SameMinute(sm);
+                    }
+                    _ => case = Case::NewMinute(m),
+                }
+            }
+        }
+    }
+    Err(Error::Other(format!(
+        "counting a message on {t}/{sid}: the session's counter kept changing"
+    )))
+}
+
+/// One UpdateItem. `Ok(recipients)` when counted; `Err(old image)` when the condition failed.
+async fn attempt(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    cid: &ConnectionId,
+    limits: &Limits,
+    case: Case,
+) -> Result<std::result::Result<Vec<String>, Option<Item>>> {
+    let now = deps.clock.now().as_secs();
+    let ttl = now.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
+    let live = "#ttl > :now AND contains(#ids, :cid)";
+    let mut req = deps
+        .dynamo
+        .update_item()
+        .table_name(&deps.tables.sessions)
+        .set_key(Some(sstore::key(t, sid)))
+        .expression_attribute_names("#ttl", sattr::SESSION_TTL)
+        .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
+        .expression_attribute_names("#m", sattr::MSG_MINUTE)
+        .expression_attribute_names("#n", sattr::MSG_COUNT)
+        .expression_attribute_values(":now", n(now))
+        .expression_attribute_values(":ttl", n(ttl))
+        .expression_attribute_values(":cid", AttributeValue::S(cid.to_string()))
+        .expression_attribute_values(":one", n(1))
+        .return_values(ReturnValue::AllNew)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    req = match case {
+        Case::SameMinute(m) => req
+            .update_expression("SET #n = #n + :one, #ttl = :ttl")
+            .condition_expression(format!("{live} AND #m = :m AND #n < :cap"))
+            .expression_attribute_values(":m", n(m))
+            .expression_attribute_values(":cap", n(limits.messages_per_minute)),
+        Case::NewMinute(m) => req
+            .update_expression("SET #m = :m, #n = :one, #ttl = :ttl")
+            .condition_expression(format!("{live} AND (attribute_not_exists(#m) OR #m < :m)"))
+            .expression_attribute_values(":m", n(m)),
+    };
+    match req.send().await {
+        Ok(out) => Ok(Ok(item::string_set(
+            out.attributes().unwrap_or(&Item::new()),
+            sattr::CONNECTION_IDS,
+        ))),
+        Err(SdkError::ServiceError(se)) => match se.err() {
+            UpdateItemError::ConditionalCheckFailedException(e) => {
+                Ok(Err(e.item().filter(|i| !i.is_empty()).cloned()))
+            }
+            _ => Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
+        },
+        Err(e) => Err(Error::dynamo("UpdateItem", e)),
+    }
+}

@@ -1,0 +1,112 @@
+//! WebSocket admission (seed 003): the conditional writes behind `$connect`, `$disconnect`,
+//! `$default`, the session API and the TTL sweeper. Every admission is one transaction or one
+//! conditional update; see `docs/decisions/0300-websocket-admission.md` for the design.
+//!
+//! Call budgets (DynamoDB round trips, common path):
+//! - [`precheck::check`] (authorizer): 1 BatchGetItem.
+//! - [`connect::admit`] (`$connect`): 1 TransactWriteItems.
+//! - [`release::disconnect`] (`$disconnect`): 1 TransactWriteItems.
+//! - [`message::count`] (`$default`): 1 UpdateItem (2 when the cached minute guess is wrong).
+//! - [`release::release`]: 1 TransactWriteItems per 99 connections.
+
+pub mod connect;
+pub mod context;
+pub mod item;
+pub mod message;
+pub mod precheck;
+pub mod release;
+pub mod respond;
+pub mod txn;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::counter::window::MinuteWindow;
+use crate::refusal::{Policy, QuotaUnit, Refusal, Usage};
+use crate::tenant::{attr as tattr, Limits};
+
+/// How long a client refused for an open-connection cap is told to wait: the cap has no reset time
+/// (it frees when someone disconnects), so this is only a polite pace for retries.
+pub const OPEN_CONNECTION_RETRY: Duration = Duration::from_secs(10);
+
+/// The limits of seed 003, named as the tenant row names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Limit {
+    #[serde(rename = "tenantConnections")]
+    TenantConnections,
+    #[serde(rename = "connectionsPerSession")]
+    ConnectionsPerSession,
+    #[serde(rename = "tenantPerMinute")]
+    TenantPerMinute,
+    #[serde(rename = "sessionPerMinute")]
+    SessionPerMinute,
+    #[serde(rename = "messagesPerMinute")]
+    MessagesPerMinute,
+}
+
+impl Limit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::TenantConnections => tattr::TENANT_CONNECTIONS,
+            Limit::ConnectionsPerSession => tattr::CONNECTIONS_PER_SESSION,
+            Limit::TenantPerMinute => tattr::TENANT_PER_MINUTE,
+            Limit::SessionPerMinute => tattr::SESSION_PER_MINUTE,
+            Limit::MessagesPerMinute => tattr::MESSAGES_PER_MINUTE,
+        }
+    }
+
+    pub fn cap(self, l: &Limits) -> u64 {
+        match self {
+            Limit::TenantConnections => l.tenant_connections,
+            Limit::ConnectionsPerSession => l.connections_per_session,
+            Limit::TenantPerMinute => l.tenant_per_minute,
+            Limit::SessionPerMinute => l.session_per_minute,
+            Limit::MessagesPerMinute => l.messages_per_minute,
+        }
+    }
+
+    fn per_minute(self) -> bool {
+        matches!(
+            self,
+            Limit::TenantPerMinute | Limit::SessionPerMinute | Limit::MessagesPerMinute
+        )
+    }
+
+    /// The refusal for this limit at `now` (via `shared::refusal`, the one 429 formatter).
+    pub fn refusal(self, limits: &Limits, now: crate::clock::Timestamp, who: &str) -> Refusal {
+        let cap = self.cap(limits);
+        let (policy, reset, retry) = if self.per_minute() {
+            let until = MinuteWindow::at(now).until_next(now);
+            (
+                Policy::new(self.name(), cap, Some(MinuteWindow::duration())),
+                Some(until),
+                until,
+            )
+        } else {
+            (
+                Policy::new(self.name(), cap, None).with_unit(QuotaUnit::ConcurrentRequests),
+                None,
+                OPEN_CONNECTION_RETRY,
+            )
+        };
+        let what = match self {
+            Limit::TenantConnections => format!("{who} holds {cap} open connections, its limit"),
+            Limit::ConnectionsPerSession => {
+                format!("{who} holds {cap} open connections, its limit per session")
+            }
+            Limit::TenantPerMinute => format!("{who} opened {cap} connections this minute"),
+            Limit::SessionPerMinute => format!("{who} opened {cap} connections this minute"),
+            Limit::MessagesPerMinute => format!("{who} sent {cap} messages this minute"),
+        };
+        Refusal::new(
+            Usage {
+                policy,
+                remaining: 0,
+                reset,
+            },
+            retry,
+            what,
+        )
+    }
+}

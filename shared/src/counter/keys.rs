@@ -1,0 +1,61 @@
+//! Key formats of the counter ("Limit") table. Tenant, session and connection ids are validated
+//! (`crate::ids`) and cannot contain `:`, so every key below has one parse and no id can reach
+//! another tenant's rows: the segment count and the literal words tell the formats apart.
+//!
+//! | key | what it counts |
+//! |---|---|
+//! | `{tenant}` | the tenant's open connections (seed 003) |
+//! | `{tenant}:minute:{minStart}` | connections opened by the tenant in that minute (seed 003) |
+//! | `{tenant}:{session}:minute:{minStart}` | connections opened by the session in that minute (seed 003) |
+//! | `{tenant}:conn:{connectionId}` | one open connection; its deletion releases the capacity once |
+//!
+//! Messages per minute are counted on the session item itself (`msgMinute`/`msgCount`), so a
+//! message costs one call; see `docs/decisions/0303-message-counter-on-the-session.md`.
+
+use crate::ids::{ConnectionId, SessionId, TenantId};
+
+/// `{tenant}`: open connections of the tenant.
+pub fn tenant_connections(t: &TenantId) -> String {
+    t.to_string()
+}
+
+/// `{tenant}:minute:{minStart}`.
+pub fn tenant_minute(t: &TenantId, min_start: i64) -> String {
+    format!("{t}:minute:{min_start}")
+}
+
+/// `{tenant}:{session}:minute:{minStart}`.
+pub fn session_minute(t: &TenantId, s: &SessionId, min_start: i64) -> String {
+    format!("{t}:{s}:minute:{min_start}")
+}
+
+/// `{tenant}:conn:{connectionId}`.
+pub fn connection(t: &TenantId, c: &ConnectionId) -> String {
+    format!("{t}:conn:{c}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_seed_and_cannot_collide() {
+        let t = TenantId::parse("acme").unwrap();
+        let s = SessionId::parse("s1").unwrap();
+        let c = ConnectionId::parse("L0SM9cOFvHcCIhw=").unwrap();
+        assert_eq!(tenant_connections(&t), "acme");
+        assert_eq!(tenant_minute(&t, 1_700_000_040), "acme:minute:1700000040");
+        assert_eq!(
+            session_minute(&t, &s, 1_700_000_040),
+            "acme:s1:minute:1700000040"
+        );
+        assert_eq!(connection(&t, &c), "acme:conn:L0SM9cOFvHcCIhw=");
+        // A session called "conn" or "minute" still yields a 4-segment key, never a 3-segment one.
+        let conn = SessionId::parse("conn").unwrap();
+        assert_eq!(session_minute(&t, &conn, 60).split(':').count(), 4);
+        assert_eq!(connection(&t, &c).split(':').count(), 3);
+        // Tenant "ab" never shares a key with tenant "abc": keys are compared whole, never by prefix.
+        let ab = TenantId::parse("ab").unwrap();
+        assert_ne!(tenant_connections(&ab), tenant_connections(&t));
+    }
+}

@@ -1,0 +1,248 @@
+//! The API Gateway Management API (`POST/GET/DELETE /@connections/{id}`), through the real
+//! `aws-sdk-apigatewaymanagement` client. Its endpoint is per WebSocket API and stage: taken from
+//! the event's domain and stage, or from `TURNSTILE_MANAGEMENT_ENDPOINT` when set (the session API
+//! and the TTL sweeper have no WebSocket event, so they need it). One SDK client is built per
+//! endpoint and reused. A connection that is gone (410, or 404 on delete) is a value, not an error.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use aws_credential_types::Credentials;
+use aws_sdk_apigatewaymanagement::config::{BehaviorVersion, Region};
+use aws_sdk_apigatewaymanagement::error::SdkError;
+use aws_sdk_apigatewaymanagement::operation::delete_connection::DeleteConnectionError;
+use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectionError;
+use aws_sdk_apigatewaymanagement::primitives::Blob;
+use aws_sdk_apigatewaymanagement::Client;
+
+use crate::config::{ConfigError, Vars};
+use crate::deps::is_loopback;
+use crate::error::{Error, Result};
+
+/// Env var: the Management API endpoint, e.g. `https://abc123.execute-api.eu-west-1.amazonaws.com/prod`.
+pub const ENDPOINT_VAR: &str = "TURNSTILE_MANAGEMENT_ENDPOINT";
+
+/// What happened to a post or a close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered,
+    /// The connection no longer exists (GoneException): prune it and release its capacity.
+    Gone,
+}
+
+#[derive(Debug, Clone)]
+enum Credentials_ {
+    Sdk(Box<aws_config::SdkConfig>),
+    /// Static dummy credentials (local endpoints need no AWS account).
+    Dummy,
+}
+
+/// A Management API client factory, built once per process.
+#[derive(Debug)]
+pub struct Gateway {
+    creds: Credentials_,
+    endpoint_override: Option<String>,
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+impl Gateway {
+    /// Reads `TURNSTILE_MANAGEMENT_ENDPOINT` (optional).
+    pub fn endpoint_from_vars(vars: &Vars) -> Result<Option<String>, ConfigError> {
+        match vars.get(ENDPOINT_VAR) {
+            None => Ok(None),
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Ok(Some(url.trim_end_matches('/').to_string()))
+            }
+            Some(url) => Err(ConfigError::Invalid {
+                var: ENDPOINT_VAR.into(),
+                value: url,
+                reason: "expected an http:// or https:// URL".into(),
+            }),
+        }
+    }
+
+    /// With the SDK's default credential chain; a loopback override uses dummy credentials.
+    pub async fn from_env(endpoint_override: Option<String>) -> Self {
+        let vars = Vars::process();
+        let local = endpoint_override.as_deref().is_some_and(is_loopback)
+            && vars.get("AWS_ACCESS_KEY_ID").is_none();
+        let creds = if local {
+            Credentials_::Dummy
+        } else {
+            Credentials_::Sdk(Box::new(
+                aws_config::defaults(BehaviorVersion::latest()).load().await,
+            ))
+        };
+        Gateway {
+            creds,
+            endpoint_override,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// For a local Management API (tests, the local stack): dummy credentials, fixed endpoint.
+    pub fn local(endpoint: &str) -> Self {
+        Gateway {
+            creds: Credentials_::Dummy,
+            endpoint_override: Some(endpoint.trim_end_matches('/').to_string()),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The endpoint for an event's domain and stage (`https://{domain}/{stage}`), unless overridden.
+    pub fn endpoint(&self, domain: Option<&str>, stage: Option<&str>) -> Result<String> {
+        if let Some(e) = &self.endpoint_override {
+            return Ok(e.clone());
+        }
+        match (domain, stage) {
+            (Some(d), Some(s)) if !d.is_empty() && !s.is_empty() => {
+                let scheme = if is_loopback(&format!("http://{d}")) {
+                    "http"
+                } else {
+                    "https"
+                };
+                Ok(format!("{scheme}://{d}/{s}"))
+            }
+            _ => Err(Error::Other(format!(
+                "no Management API endpoint: the event has no domain/stage and {ENDPOINT_VAR} is unset"
+            ))),
+        }
+    }
+
+    /// The endpoint when the caller has no WebSocket event (session API, sweeper).
+    pub fn fixed_endpoint(&self) -> Result<String> {
+        self.endpoint(None, None)
+    }
+
+    fn client(&self, endpoint: &str) -> Client {
+        if let Ok(map) = self.clients.lock() {
+            if let Some(c) = map.get(endpoint) {
+                return c.clone();
+            }
+        }
+        let conf = match &self.creds {
+            Credentials_::Sdk(sdk) => aws_sdk_apigatewaymanagement::config::Builder::from(&**sdk)
+                .endpoint_url(endpoint)
+                .build(),
+            Credentials_::Dummy => aws_sdk_apigatewaymanagement::config::Builder::new()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .credentials_provider(Credentials::new(
+                    "local",
+                    "local",
+                    None,
+                    None,
+                    "turnstile-local",
+                ))
+                .endpoint_url(endpoint)
+                .build(),
+        };
+        let client = Client::from_conf(conf);
+        if let Ok(mut map) = self.clients.lock() {
+            map.insert(endpoint.to_string(), client.clone());
+        }
+        client
+    }
+
+    /// `POST /@connections/{id}`: 1 Management API call.
+    pub async fn post(&self, endpoint: &str, connection_id: &str, data: &[u8]) -> Result<Delivery> {
+        match self
+            .client(endpoint)
+            .post_to_connection()
+            .connection_id(connection_id)
+            .data(Blob::new(data))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(Delivery::Delivered),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PostToConnectionError::GoneException(_)) =>
+            {
+                Ok(Delivery::Gone)
+            }
+            Err(e) => Err(Error::Other(format!(
+                "PostToConnection {connection_id}: {}",
+                crate::error::error_chain(&e)
+            ))),
+        }
+    }
+
+    /// `DELETE /@connections/{id}`: closes the connection. Gone (410/404) is reported, not an error.
+    pub async fn close(&self, endpoint: &str, connection_id: &str) -> Result<Delivery> {
+        match self
+            .client(endpoint)
+            .delete_connection()
+            .connection_id(connection_id)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(Delivery::Delivered),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), DeleteConnectionError::GoneException(_))
+                    || se.raw().status().as_u16() == 404 =>
+            {
+                Ok(Delivery::Gone)
+            }
+            Err(e) => Err(Error::Other(format!(
+                "DeleteConnection {connection_id}: {}",
+                crate::error::error_chain(&e)
+            ))),
+        }
+    }
+
+    /// `GET /@connections/{id}`: whether the connection is still open (false when gone).
+    pub async fn is_live(&self, endpoint: &str, connection_id: &str) -> Result<bool> {
+        match self
+            .client(endpoint)
+            .get_connection()
+            .connection_id(connection_id)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    aws_sdk_apigatewaymanagement::operation::get_connection::GetConnectionError::GoneException(_)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::Other(format!(
+                "GetConnection {connection_id}: {}",
+                crate::error::error_chain(&e)
+            ))),
+        }
+    }
+
+    /// Closes every connection, concurrently; returns the ids whose close failed (not gone: failed).
+    pub async fn close_all(&self, endpoint: &str, connection_ids: &[String]) -> Vec<String> {
+        let results = futures::future::join_all(
+            connection_ids
+                .iter()
+                .map(|c| async move { (c, self.close(endpoint, c).await) }),
+        )
+        .await;
+        results
+            .into_iter()
+            .filter_map(|(c, r)| match r {
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(connection = %c, error = %e, "closing a connection failed");
+                    Some(c.clone())
+                }
+            })
+            .collect()
+    }
+}
+
+/// `TURNSTILE_MANAGEMENT_ENDPOINT`, required (for functions with no WebSocket event to take the
+/// endpoint from: the session API and the TTL sweeper).
+pub fn required_endpoint(vars: &Vars) -> Result<String, ConfigError> {
+    Gateway::endpoint_from_vars(vars)?.ok_or_else(|| ConfigError::Missing {
+        var: ENDPOINT_VAR.into(),
+        hint: "the WebSocket API's Management API endpoint, \
+               https://{api-id}.execute-api.{region}.amazonaws.com/{stage}, to close connections"
+            .into(),
+    })
+}

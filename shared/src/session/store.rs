@@ -1,0 +1,147 @@
+//! Session rows: create-or-refresh, get and delete. The closing and releasing of connections that a
+//! replace or delete implies lives in `crate::admission`.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::{attr, Session};
+use crate::admission::item::{self, n, s, Item};
+use crate::error::{Error, Result};
+use crate::ids::{SessionId, TenantId};
+use crate::Deps;
+
+pub fn key(t: &TenantId, sid: &SessionId) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (attr::TENANT_ID.to_string(), s(t.as_str())),
+        (attr::SESSION_ID.to_string(), s(sid.as_str())),
+    ])
+}
+
+pub fn from_item(table: &str, it: &Item) -> Result<Session> {
+    let mut connection_ids = item::string_set(it, attr::CONNECTION_IDS);
+    connection_ids.sort();
+    Ok(Session {
+        tenant_id: item::string(table, it, attr::TENANT_ID)?,
+        session_id: item::string(table, it, attr::SESSION_ID)?,
+        session_ttl: item::opt_number_i64(table, it, attr::SESSION_TTL)?.unwrap_or(0),
+        connection_ids,
+    })
+}
+
+/// What [`create_or_refresh`] found.
+#[derive(Debug)]
+pub enum Upsert {
+    /// The session is live with the new TTL (created, or refreshed while still live).
+    Live(Session),
+    /// A stored session had expired without DynamoDB deleting it yet: it was replaced by a fresh one
+    /// and these are its stale connections, which the caller must close and release.
+    Replaced { session: Session, stale: Session },
+}
+
+/// Creates the session or refreshes its TTL to `ttl` (epoch seconds). 1 UpdateItem in the common
+/// path; an expired-but-not-deleted session costs 1 more (a conditional PutItem replacing it).
+pub async fn create_or_refresh(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+) -> Result<Upsert> {
+    let now = deps.clock.now().as_secs();
+    let table = &deps.tables.sessions;
+    let res = deps
+        .dynamo
+        .update_item()
+        .table_name(table)
+        .set_key(Some(key(t, sid)))
+        .update_expression("SET #ttl = :ttl")
+        .condition_expression("attribute_not_exists(#sid) OR #ttl > :now")
+        .expression_attribute_names("#ttl", attr::SESSION_TTL)
+        .expression_attribute_names("#sid", attr::SESSION_ID)
+        .expression_attribute_values(":ttl", n(ttl))
+        .expression_attribute_values(":now", n(now))
+        .return_values(ReturnValue::AllNew)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    match res {
+        Ok(out) => {
+            let it = out.attributes().cloned().unwrap_or_default();
+            Ok(Upsert::Live(from_item(table, &it)?))
+        }
+        Err(SdkError::ServiceError(se)) => match se.err() {
+            UpdateItemError::ConditionalCheckFailedException(e) => {
+                let old = e.item().cloned().unwrap_or_default();
+                let stale = from_item(table, &old)?;
+                replace_expired(deps, t, sid, ttl, &stale).await?;
+                let session = Session {
+                    tenant_id: t.to_string(),
+                    session_id: sid.to_string(),
+                    session_ttl: ttl,
+                    connection_ids: vec![],
+                };
+                Ok(Upsert::Replaced { session, stale })
+            }
+            _ => Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
+        },
+        Err(e) => Err(Error::dynamo("UpdateItem", e)),
+    }
+}
+
+/// Replaces the expired row with a fresh one, only if it is still the same expired row (same TTL),
+/// so a concurrent refresh is never overwritten.
+async fn replace_expired(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+    stale: &Session,
+) -> Result<()> {
+    let mut it = key(t, sid);
+    it.insert(attr::SESSION_TTL.to_string(), n(ttl));
+    deps.dynamo
+        .put_item()
+        .table_name(&deps.tables.sessions)
+        .set_item(Some(it))
+        .condition_expression("#ttl = :old")
+        .expression_attribute_names("#ttl", attr::SESSION_TTL)
+        .expression_attribute_values(":old", n(stale.session_ttl))
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("PutItem", e))?;
+    Ok(())
+}
+
+/// 1 GetItem (strongly consistent). Returns the row whether or not it has expired.
+pub async fn get(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
+    let out = deps
+        .dynamo
+        .get_item()
+        .table_name(&deps.tables.sessions)
+        .set_key(Some(key(t, sid)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("GetItem", e))?;
+    out.item()
+        .map(|it| from_item(&deps.tables.sessions, it))
+        .transpose()
+}
+
+/// 1 DeleteItem returning the deleted row (whose connections the caller closes and releases).
+pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
+    let out = deps
+        .dynamo
+        .delete_item()
+        .table_name(&deps.tables.sessions)
+        .set_key(Some(key(t, sid)))
+        .return_values(ReturnValue::AllOld)
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("DeleteItem", e))?;
+    out.attributes()
+        .map(|it| from_item(&deps.tables.sessions, it))
+        .transpose()
+}

@@ -1,0 +1,75 @@
+//! A bounded-time, in-memory cache of tenant rows, so a warm authorizer spends no call on the tenant.
+//! Only found tenants are cached: a tenant created a moment ago is seen on the next call, and a
+//! deleted or changed one within the configured time (`TURNSTILE_TENANT_CACHE_SECS`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{store, Tenant};
+use crate::clock::Timestamp;
+use crate::config::{ConfigError, Vars};
+use crate::error::Result;
+use crate::ids::TenantId;
+use crate::Deps;
+
+/// Env var: seconds a tenant row may be served from memory (0 = always read).
+pub const CACHE_SECS_VAR: &str = "TURNSTILE_TENANT_CACHE_SECS";
+pub const DEFAULT_CACHE_SECS: u64 = 60;
+/// Entries kept at most; beyond it the cache is cleared (cheap, and bounds memory under id floods).
+const MAX_ENTRIES: usize = 10_000;
+
+#[derive(Debug)]
+pub struct TenantCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<TenantId, (Tenant, Timestamp)>>,
+}
+
+impl TenantCache {
+    pub fn new(ttl: Duration) -> Self {
+        TenantCache {
+            ttl,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reads `TURNSTILE_TENANT_CACHE_SECS` (default 60).
+    pub fn ttl_from_vars(vars: &Vars) -> Result<Duration, ConfigError> {
+        vars.secs_or(CACHE_SECS_VAR, Duration::from_secs(DEFAULT_CACHE_SECS))
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The tenant, from memory when fresh (0 calls), else 1 GetItem.
+    pub async fn get(&self, deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
+        let now = deps.clock.now();
+        if let Some(t) = self.fresh(id, now) {
+            return Ok(Some(t));
+        }
+        let found = store::get(deps, id).await?;
+        if let Some(t) = &found {
+            self.insert(t.clone(), now);
+        }
+        Ok(found)
+    }
+
+    fn fresh(&self, id: &TenantId, now: Timestamp) -> Option<Tenant> {
+        let map = self.entries.lock().ok()?;
+        let (t, at) = map.get(id)?;
+        (now.since(*at) < self.ttl && *at <= now).then(|| t.clone())
+    }
+
+    pub fn insert(&self, t: Tenant, now: Timestamp) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        if let Ok(mut map) = self.entries.lock() {
+            if map.len() >= MAX_ENTRIES {
+                map.clear();
+            }
+            map.insert(t.tenant_id.clone(), (t, now));
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Tenant rows in the tenant table: get (1 GetItem), put (1 PutItem), list (Scan pages), delete.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
+use crate::admission::item;
+use crate::error::{Error, Result};
+use crate::ids::TenantId;
+use crate::Deps;
+
+fn key(id: &TenantId) -> HashMap<String, AttributeValue> {
+    HashMap::from([(
+        attr::TENANT_ID.to_string(),
+        AttributeValue::S(id.to_string()),
+    )])
+}
+
+/// Reads a tenant row into a [`Tenant`]. The four seed-003 limits are required; `sessionTTL` and
+/// `messagesPerMinute` (added by the AWS sample) default when absent so seed-003 rows keep working.
+pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Tenant> {
+    let id = item::string(table, it, attr::TENANT_ID)?;
+    let tenant_id = TenantId::parse(&id).map_err(|e| Error::MalformedItem {
+        table: table.to_string(),
+        reason: e.to_string(),
+    })?;
+    let req = |name: &str| item::number_u64(table, it, name);
+    let opt = |name: &str, dflt: u64| -> Result<u64> {
+        Ok(item::opt_number_u64(table, it, name)?.unwrap_or(dflt))
+    };
+    Ok(Tenant {
+        tenant_id,
+        limits: Limits {
+            connections_per_session: req(attr::CONNECTIONS_PER_SESSION)?,
+            tenant_connections: req(attr::TENANT_CONNECTIONS)?,
+            session_per_minute: req(attr::SESSION_PER_MINUTE)?,
+            tenant_per_minute: req(attr::TENANT_PER_MINUTE)?,
+            session_ttl: opt(attr::SESSION_TTL, DEFAULT_SESSION_TTL_SECS)?,
+            messages_per_minute: opt(attr::MESSAGES_PER_MINUTE, DEFAULT_MESSAGES_PER_MINUTE)?,
+        },
+    })
+}
+
+/// 1 GetItem (strongly consistent, so a tenant just created by the CLI is seen at once).
+pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
+    let out = deps
+        .dynamo
+        .get_item()
+        .table_name(&deps.tables.tenants)
+        .set_key(Some(key(id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("GetItem", e))?;
+    out.item()
+        .map(|it| from_item(&deps.tables.tenants, it))
+        .transpose()
+}
+
+/// 1 PutItem: creates or replaces the tenant row.
+pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
+    let mut it = key(&tenant.tenant_id);
+    for (name, value) in tenant.limits.fields() {
+        it.insert(name.to_string(), AttributeValue::N(value.to_string()));
+    }
+    deps.dynamo
+        .put_item()
+        .table_name(&deps.tables.tenants)
+        .set_item(Some(it))
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("PutItem", e))?;
+    Ok(())
+}
+
+/// 1 DeleteItem; true when a row was deleted.
+pub async fn delete(deps: &Deps, id: &TenantId) -> Result<bool> {
+    let out = deps
+        .dynamo
+        .delete_item()
+        .table_name(&deps.tables.tenants)
+        .set_key(Some(key(id)))
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("DeleteItem", e))?;
+    Ok(out.attributes().is_some())
+}
+
+/// Every tenant (Scan, one call per 1 MB page), sorted by id. Rows that do not parse are reported in
+/// the second list rather than failing the whole listing.
+pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
+    let mut tenants = Vec::new();
+    let mut bad = Vec::new();
+    let mut start: Option<HashMap<String, AttributeValue>> = None;
+    loop {
+        let out = deps
+            .dynamo
+            .scan()
+            .table_name(&deps.tables.tenants)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("Scan", e))?;
+        for it in out.items() {
+            match from_item(&deps.tables.tenants, it) {
+                Ok(t) => tenants.push(t),
+                Err(e) => bad.push(e.to_string()),
+            }
+        }
+        match out.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => break,
+        }
+    }
+    tenants.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
+    Ok((tenants, bad))
+}

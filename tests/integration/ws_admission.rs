@@ -1,0 +1,497 @@
+//! `$connect` / `$disconnect` against DynamoDB Local: exact limits under concurrency, no quota spent
+//! by refused attempts, exactly-once release, and the call budgets.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use shared::tenant::Limits;
+
+use crate::ws_support::*;
+
+const T: &str = "tenant-1";
+
+#[tokio::test]
+async fn connect_admits_records_and_disconnect_releases_in_one_call_each() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    let m = w.minute();
+
+    w.env.counter.reset();
+    let r = w.connect(T, "s1", "conn-A=", &SMALL).await;
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "$connect: {:?}",
+        w.env.counter.by_operation()
+    );
+    assert_eq!(
+        w.env.counter.by_operation().get("TransactWriteItems"),
+        Some(&1)
+    );
+
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
+    assert_eq!(w.count(&format!("{T}:s1:minute:{m}")).await, Some(1));
+    let s = w.session(T, "s1").await.unwrap();
+    assert_eq!(s.connection_ids, vec!["conn-A=".to_string()]);
+    assert!(w
+        .counter_keys()
+        .await
+        .contains(&format!("{T}:conn:conn-A=")));
+
+    w.env.counter.reset();
+    let r = w.disconnect(T, "s1", "conn-A=").await;
+    assert_eq!(r.status_code, 200);
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "$disconnect: {:?}",
+        w.env.counter.by_operation()
+    );
+    assert_eq!(w.count(T).await, Some(0));
+    assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
+    assert!(!w
+        .counter_keys()
+        .await
+        .contains(&format!("{T}:conn:conn-A=")));
+    // Per-minute counts are rates: a disconnect does not give them back.
+    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
+}
+
+#[tokio::test]
+async fn duplicate_and_missing_disconnects_never_go_negative() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "c1", &SMALL).await.status_code, 200);
+    assert_eq!(w.connect(T, "s1", "c2", &SMALL).await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(2));
+
+    // The same disconnect delivered three times, twice concurrently.
+    let rs = join_all((0..2).map(|_| w.disconnect(T, "s1", "c1"))).await;
+    assert!(rs.iter().all(|r| r.status_code == 200));
+    assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1));
+    // A disconnect for a connection that was never admitted.
+    w.env.counter.reset();
+    let r = w.disconnect(T, "s1", "never-connected").await;
+    assert_eq!(r.status_code, 200);
+    assert!(body_json(&r)["message"]
+        .as_str()
+        .unwrap()
+        .contains("already released"));
+    assert_eq!(w.env.counter.total(), 1);
+    assert_eq!(w.count(T).await, Some(1));
+    // A disconnect for another tenant's connection id cannot touch this tenant.
+    w.put_tenant("tenant-2", SMALL).await;
+    assert_eq!(w.disconnect("tenant-2", "s1", "c2").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().connection_ids,
+        vec!["c2".to_string()]
+    );
+    // A repeated $connect of an admitted connection is idempotent.
+    assert_eq!(w.connect(T, "s1", "c2", &SMALL).await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1));
+    // Disconnect after the session is gone (deleted): still released exactly once.
+    assert_eq!(w.disconnect(T, "s1", "c2").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(0));
+    assert_eq!(w.disconnect(T, "s1", "c2").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(0));
+}
+
+#[tokio::test]
+async fn disconnect_after_the_session_was_deleted_by_ttl_still_releases_once() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "c1", &SMALL).await.status_code, 200);
+    // The session row vanishes without a release (as if DynamoDB TTL deleted it before the
+    // sweeper ran): the disconnect still releases, in 2 calls (the session item is dropped).
+    w.deps()
+        .dynamo
+        .delete_item()
+        .table_name(&w.deps().tables.sessions)
+        .set_key(Some(shared::session::store::key(
+            &"tenant-1".parse().unwrap(),
+            &"s1".parse().unwrap(),
+        )))
+        .send()
+        .await
+        .unwrap();
+    w.env.counter.reset();
+    assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
+    assert_eq!(w.env.counter.total(), 2);
+    assert_eq!(w.count(T).await, Some(0));
+    assert!(
+        w.session(T, "s1").await.is_none(),
+        "the session was not recreated"
+    );
+}
+
+/// Caps of 10 (tenant) and 3 (session) with 50 simultaneous connects: exactly those numbers get in.
+#[tokio::test]
+async fn fifty_concurrent_connects_admit_exactly_the_caps() {
+    let w = World::new().await;
+    let limits = Limits::example(1_000, 1_000, 3, 10, 300, 60);
+    w.put_tenant(T, limits).await;
+    let sessions: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for s in &sessions {
+        w.put_session(T, s).await;
+    }
+    let attempts = (0..50).map(|i| {
+        let s = sessions[i % sessions.len()].clone();
+        let w = &w;
+        async move {
+            let cid = format!("c{i:02}");
+            let r = w.connect(T, &s, &cid, &limits).await;
+            (s, cid, r)
+        }
+    });
+    w.env.counter.reset();
+    let results = join_all(attempts).await;
+    // Each attempt is one TransactWriteItems; more means concurrent transactions collided and were
+    // retried (DynamoDB Local may serialise them; DynamoDB reports TransactionConflict).
+    let calls = w.env.counter.total();
+    eprintln!("50 concurrent connects: {calls} TransactWriteItems calls");
+    assert!(calls >= 50);
+    let admitted: Vec<_> = results
+        .iter()
+        .filter(|(_, _, r)| r.status_code == 200)
+        .collect();
+    let refused: Vec<_> = results
+        .iter()
+        .filter(|(_, _, r)| r.status_code == 429)
+        .collect();
+    assert_eq!(admitted.len(), 10, "tenant cap");
+    assert_eq!(refused.len(), 40);
+    assert_eq!(w.count(T).await, Some(10));
+    let mut total = 0;
+    for s in &sessions {
+        let n = w.session(T, s).await.unwrap().connection_ids.len();
+        assert!(n <= 3, "session {s} holds {n}");
+        total += n;
+    }
+    assert_eq!(total, 10);
+    // Every refusal names a limit and carries a problem+json body.
+    for (_, _, r) in &refused {
+        let body = body_json(r);
+        let name = body["violated-policies"][0].as_str().unwrap();
+        assert!(
+            ["tenantConnections", "connectionsPerSession"].contains(&name),
+            "{name}"
+        );
+        assert_eq!(r.headers.get("retry-after").unwrap(), "10");
+    }
+    // Rejected attempts spent no per-minute quota.
+    let m = w.minute();
+    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(10));
+    let per_session: i64 = {
+        let mut sum = 0;
+        for s in &sessions {
+            sum += w.count(&format!("{T}:{s}:minute:{m}")).await.unwrap_or(0);
+        }
+        sum
+    };
+    assert_eq!(per_session, 10);
+    // Connection rows exist exactly for the admitted.
+    let rows = w
+        .counter_keys()
+        .await
+        .into_iter()
+        .filter(|k| k.contains(":conn:"))
+        .count();
+    assert_eq!(rows, 10);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_connects_into_one_session_admit_exactly_three() {
+    let w = World::new().await;
+    let limits = Limits::example(1_000, 1_000, 3, 10, 300, 60);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "one").await;
+    let results = join_all((0..50).map(|i| {
+        let w = &w;
+        async move { w.connect(T, "one", &format!("c{i}"), &limits).await }
+    }))
+    .await;
+    let admitted = results.iter().filter(|r| r.status_code == 200).count();
+    assert_eq!(admitted, 3);
+    assert_eq!(w.count(T).await, Some(3));
+    assert_eq!(w.session(T, "one").await.unwrap().connection_ids.len(), 3);
+    for r in results.iter().filter(|r| r.status_code != 200) {
+        assert_eq!(r.status_code, 429);
+        assert_eq!(
+            body_json(r)["violated-policies"][0],
+            "connectionsPerSession"
+        );
+    }
+    let m = w.minute();
+    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(3));
+    assert_eq!(w.count(&format!("{T}:one:minute:{m}")).await, Some(3));
+}
+
+#[tokio::test]
+async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
+    let w = World::new().await;
+    // Tenant: 7 new connections a minute; sessions: 4 a minute; open caps out of the way.
+    let limits = Limits::example(7, 4, 100, 1_000, 300, 60);
+    w.put_tenant(T, limits).await;
+    for s in ["a", "b", "c"] {
+        w.put_session(T, s).await;
+    }
+    // Freeze the clock well inside a minute so the whole burst falls in one window.
+    let now = shared::clock::Clock::now(&w.env.clock);
+    let start = shared::counter::window::MinuteWindow::at(now).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 5));
+    let m = w.minute();
+    let results = join_all((0..50).map(|i| {
+        let w = &w;
+        let s = ["a", "b", "c"][i % 3];
+        async move { (s, w.connect(T, s, &format!("c{i}"), &limits).await) }
+    }))
+    .await;
+    let admitted = results.iter().filter(|(_, r)| r.status_code == 200).count();
+    assert_eq!(admitted, 7, "tenant per minute");
+    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(7));
+    assert_eq!(
+        w.count(T).await,
+        Some(7),
+        "refused attempts hold no open capacity"
+    );
+    for s in ["a", "b", "c"] {
+        let n = w.count(&format!("{T}:{s}:minute:{m}")).await.unwrap_or(0);
+        assert!(n <= 4, "session {s}: {n}");
+    }
+    for (_, r) in results.iter().filter(|(_, r)| r.status_code != 200) {
+        assert_eq!(r.status_code, 429);
+        let name = body_json(r)["violated-policies"][0]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            name == "tenantPerMinute" || name == "sessionPerMinute",
+            "{name}"
+        );
+        // 55 s remain in the minute.
+        assert_eq!(r.headers.get("retry-after").unwrap(), "55");
+    }
+
+    // The next minute opens a fresh window.
+    w.env.clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        w.connect(T, "a", "next-minute", &limits).await.status_code,
+        200
+    );
+    assert_eq!(w.count(&format!("{T}:minute:{}", m + 60)).await, Some(1));
+    // Rows carry their expiry one second after the window.
+    let out = w
+        .deps()
+        .dynamo
+        .get_item()
+        .table_name(&w.deps().tables.counters)
+        .key(
+            "key",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("{T}:minute:{m}")),
+        )
+        .send()
+        .await
+        .unwrap();
+    let ttl = out
+        .item()
+        .unwrap()
+        .get("itemTTL")
+        .unwrap()
+        .as_n()
+        .unwrap()
+        .clone();
+    assert_eq!(ttl, (m + 61).to_string());
+}
+
+#[tokio::test]
+async fn session_per_minute_is_exact_for_one_session() {
+    let w = World::new().await;
+    let limits = Limits::example(1_000, 5, 100, 1_000, 300, 60);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s").await;
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 1));
+    let results = join_all((0..50).map(|i| {
+        let w = &w;
+        async move { w.connect(T, "s", &format!("c{i}"), &limits).await }
+    }))
+    .await;
+    assert_eq!(results.iter().filter(|r| r.status_code == 200).count(), 5);
+    for r in results.iter().filter(|r| r.status_code != 200) {
+        assert_eq!(body_json(r)["violated-policies"][0], "sessionPerMinute");
+    }
+    // Disconnecting frees open capacity but not the minute's rate.
+    for i in 0..50 {
+        w.disconnect(T, "s", &format!("c{i}")).await;
+    }
+    assert_eq!(w.count(T).await, Some(0));
+    let r = w.connect(T, "s", "again", &limits).await;
+    assert_eq!(r.status_code, 429);
+    assert_eq!(body_json(&r)["violated-policies"][0], "sessionPerMinute");
+}
+
+#[tokio::test]
+async fn connect_to_a_missing_or_expired_session_is_refused_without_writing() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    let r = w.connect(T, "nope", "c1", &SMALL).await;
+    assert_eq!(r.status_code, 404);
+    assert!(
+        w.session(T, "nope").await.is_none(),
+        "no session was created"
+    );
+    w.put_session(T, "s1").await;
+    w.env
+        .clock
+        .advance(Duration::from_secs(SMALL.session_ttl + 1));
+    let r = w.connect(T, "s1", "c2", &SMALL).await;
+    assert_eq!(r.status_code, 404);
+    assert!(
+        w.counter_keys().await.is_empty(),
+        "{:?}",
+        w.counter_keys().await
+    );
+}
+
+#[tokio::test]
+async fn connect_without_limits_in_the_context_reads_the_tenant_once() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    let ev = ws_event("connect/connect.json", T, "s1", "c1", None);
+    w.env.counter.reset();
+    let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
+    assert_eq!(r.status_code, 200);
+    assert_eq!(w.env.counter.total(), 2);
+    let ev = ws_event("connect/connect.json", T, "s1", "c2", None);
+    w.env.counter.reset();
+    assert_eq!(
+        connect::handle(w.deps(), &w.connect, ev)
+            .await
+            .unwrap()
+            .status_code,
+        200
+    );
+    assert_eq!(w.env.counter.total(), 1, "warm tenant cache");
+    // Unknown tenant.
+    let ev = ws_event("connect/connect.json", "ghost", "s1", "c3", None);
+    assert_eq!(
+        connect::handle(w.deps(), &w.connect, ev)
+            .await
+            .unwrap()
+            .status_code,
+        403
+    );
+}
+
+#[tokio::test]
+async fn the_sample_connect_event_runs_as_is() {
+    let w = World::new().await;
+    w.put_tenant("tenant-1", SMALL).await;
+    w.put_session("tenant-1", "session-1").await;
+    let ev = typed(sample("connect/connect.json"));
+    let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
+    assert_eq!(r.status_code, 200);
+    let ev = typed(sample("disconnect/disconnect.json"));
+    let r = disconnect::handle(w.deps(), &w.disconnect, ev)
+        .await
+        .unwrap();
+    assert_eq!(r.status_code, 200);
+    assert_eq!(w.count("tenant-1").await, Some(0));
+}
+
+#[tokio::test]
+async fn a_refused_attempt_spends_no_other_limits_quota() {
+    let w = World::new().await;
+    let limits = Limits::example(60, 5, 1, 10, 300, 60);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "c1", &limits).await.status_code, 200);
+    let m = w.minute();
+    let before = (
+        w.count(T).await,
+        w.count(&format!("{T}:minute:{m}")).await,
+        w.count(&format!("{T}:s1:minute:{m}")).await,
+    );
+    for i in 0..5 {
+        let r = w.connect(T, "s1", &format!("x{i}"), &limits).await;
+        assert_eq!(r.status_code, 429);
+        assert_eq!(
+            body_json(&r)["violated-policies"][0],
+            "connectionsPerSession"
+        );
+        assert_eq!(
+            r.headers.get("ratelimit-policy").unwrap(),
+            r#""connectionsPerSession";q=1;qu="concurrent-requests""#
+        );
+    }
+    let after = (
+        w.count(T).await,
+        w.count(&format!("{T}:minute:{m}")).await,
+        w.count(&format!("{T}:s1:minute:{m}")).await,
+    );
+    assert_eq!(before, after);
+    assert_eq!(before, (Some(1), Some(1), Some(1)));
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().session_ttl,
+        shared::clock::Clock::now(&w.env.clock).as_secs() + 300
+    );
+}
+
+/// Malformed WebSocket events answer a precise 4xx and touch nothing.
+#[tokio::test]
+async fn malformed_websocket_events_are_4xx_without_any_call() {
+    let w = World::new().await;
+    let long = "c".repeat(4096);
+    let cases: Vec<(&str, &str, &str, &str)> = vec![
+        ("", "s1", "c1", "tenantId is missing"),
+        (T, "", "c1", "sessionId is missing"),
+        (T, "s1", "", "connectionId is missing"),
+        ("a:b", "s1", "c1", "tenantId contains ':'"),
+        (T, "s:1", "c1", "sessionId contains ':'"),
+        (T, "s1", "c:1", "connectionId contains ':'"),
+        (T, "s1", &long, "connectionId is 4096 characters long"),
+    ];
+    for (t, s, c, message) in cases {
+        for sample_path in [
+            "connect/connect.json",
+            "disconnect/disconnect.json",
+            "message/message.json",
+        ] {
+            let mut ev = ws_event(sample_path, t, s, c, Some(&SMALL));
+            if c.is_empty() {
+                ev.request_context.connection_id = None;
+            }
+            ev.query_string_parameters = Default::default();
+            w.env.counter.reset();
+            let r = match sample_path {
+                "connect/connect.json" => connect::handle(w.deps(), &w.connect, ev).await,
+                "disconnect/disconnect.json" => {
+                    disconnect::handle(w.deps(), &w.disconnect, ev).await
+                }
+                _ => message::handle(w.deps(), &w.message, ev).await,
+            }
+            .unwrap();
+            assert_eq!(r.status_code, 400, "{sample_path} {t:?} {s:?}");
+            let body = body_json(&r);
+            assert!(
+                body["message"].as_str().unwrap().contains(message),
+                "{sample_path}: {body}"
+            );
+            assert_eq!(w.env.counter.total(), 0);
+        }
+    }
+    assert!(w.api.received().is_empty());
+}

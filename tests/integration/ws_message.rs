@@ -1,0 +1,266 @@
+//! `$default`: one UpdateItem per message, echo + forward through the real Management API client,
+//! messagesPerMinute with an error frame, gone-connection pruning, and closing on a dead session.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shared::tenant::Limits;
+
+use crate::ws_support::*;
+
+const T: &str = "tenant-1";
+
+#[tokio::test]
+async fn a_message_is_echoed_and_forwarded_in_one_call_and_refreshes_the_ttl() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    w.put_session(T, "s2").await;
+    assert_eq!(w.connect(T, "s1", "alice", &SMALL).await.status_code, 200);
+    assert_eq!(w.connect(T, "s1", "bob", &SMALL).await.status_code, 200);
+    assert_eq!(w.connect(T, "s2", "carol", &SMALL).await.status_code, 200);
+    w.env.clock.advance(Duration::from_secs(100));
+    let now = shared::clock::Clock::now(&w.env.clock).as_secs();
+    w.api.clear();
+    w.env.counter.reset();
+    let r = w.send(T, "s1", "alice", &SMALL, "hello").await;
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    // First message of the minute in this process: the guess (new minute) is right.
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "{:?}",
+        w.env.counter.by_operation()
+    );
+    let posts = w.api.received_by("POST");
+    assert_eq!(posts.len(), 2, "one post per recipient: {posts:?}");
+    let to = |c: &str| {
+        posts
+            .iter()
+            .find(|p| p.connection_id == c)
+            .unwrap()
+            .body_str()
+            .to_string()
+    };
+    assert_eq!(to("alice"), "hello");
+    let fwd: Value = serde_json::from_str(&to("bob")).unwrap();
+    assert_eq!(fwd["from"], "alice");
+    assert_eq!(fwd["message"], "hello");
+    assert!(
+        posts.iter().all(|p| p.connection_id != "carol"),
+        "other sessions get nothing"
+    );
+    assert_eq!(w.session(T, "s1").await.unwrap().session_ttl, now + 200);
+
+    // Same minute, warm hint: still one call.
+    w.env.counter.reset();
+    assert_eq!(w.send(T, "s1", "bob", &SMALL, "hi").await.status_code, 200);
+    assert_eq!(w.env.counter.total(), 1);
+}
+
+#[tokio::test]
+async fn messages_per_minute_is_exact_and_the_refusal_is_a_frame_with_retry_time() {
+    let w = World::new().await;
+    let limits = Limits::example(60, 5, 5, 10, 200, 3);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &limits).await.status_code, 200);
+    assert_eq!(w.connect(T, "s1", "b", &limits).await.status_code, 200);
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 20));
+    w.api.clear();
+    let results = futures::future::join_all((0..10).map(|i| {
+        let w = &w;
+        let from = if i % 2 == 0 { "a" } else { "b" };
+        async move { w.send(T, "s1", from, &limits, &format!("m{i}")).await }
+    }))
+    .await;
+    assert_eq!(results.iter().filter(|r| r.status_code == 200).count(), 3);
+    let refused: Vec<_> = results.iter().filter(|r| r.status_code == 429).collect();
+    assert_eq!(refused.len(), 7);
+    let frame = body_json(refused[0]);
+    assert_eq!(frame["violated-policies"][0], "messagesPerMinute");
+    assert_eq!(frame["retryAfter"], 40);
+    // Each refused sender got the error frame over the Management API.
+    let frames = w
+        .api
+        .received_by("POST")
+        .into_iter()
+        .filter(|p| p.body_str().contains("messagesPerMinute"))
+        .count();
+    assert_eq!(frames, 7);
+    // The next minute admits again (the stored minute is older: one write).
+    w.env.clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        w.send(T, "s1", "a", &limits, "later").await.status_code,
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_minute_guess_costs_one_more_call() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &SMALL).await.status_code, 200);
+    assert_eq!(w.send(T, "s1", "a", &SMALL, "1").await.status_code, 200);
+    // Another process (fresh hint) sends in the same minute: it guesses "new minute", is told the
+    // stored minute is current, and increments instead.
+    let other = message::State::new(
+        &message::Config::from_vars(&shared::config::Vars::from_pairs([(
+            "TURNSTILE_MANAGEMENT_ENDPOINT",
+            w.api.url(),
+        )]))
+        .unwrap(),
+        shared::gateway::Gateway::local(&w.api.url()),
+    );
+    w.env.counter.reset();
+    let ev = {
+        let mut e = ws_event("message/message.json", T, "s1", "a", Some(&SMALL));
+        e.body = Some("2".into());
+        e
+    };
+    assert_eq!(
+        message::handle(w.deps(), &other, ev)
+            .await
+            .unwrap()
+            .status_code,
+        200
+    );
+    assert_eq!(w.env.counter.total(), 2);
+    let out = w
+        .deps()
+        .dynamo
+        .get_item()
+        .table_name(&w.deps().tables.sessions)
+        .set_key(Some(shared::session::store::key(
+            &T.parse().unwrap(),
+            &"s1".parse().unwrap(),
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.item().unwrap()["msgCount"].as_n().unwrap(), "2");
+}
+
+#[tokio::test]
+async fn a_gone_recipient_is_pruned_and_its_capacity_released() {
+    let w = World::new().await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    for c in ["a", "b", "c"] {
+        assert_eq!(w.connect(T, "s1", c, &MEDIUM).await.status_code, 200);
+    }
+    w.recorder.mark_gone("b");
+    w.env.counter.reset();
+    let r = w.send(T, "s1", "a", &MEDIUM, "x").await;
+    assert_eq!(r.status_code, 200);
+    assert_eq!(body_json(&r)["gone"], serde_json::json!(["b"]));
+    assert_eq!(
+        w.env.counter.total(),
+        2,
+        "UpdateItem + one release transaction"
+    );
+    assert_eq!(w.count(T).await, Some(2));
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().connection_ids,
+        vec!["a", "c"]
+    );
+    // The late $disconnect for b changes nothing.
+    w.disconnect(T, "s1", "b").await;
+    assert_eq!(w.count(T).await, Some(2));
+}
+
+#[tokio::test]
+async fn a_message_on_a_dead_session_closes_the_connection_and_never_recreates_it() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &SMALL).await.status_code, 200);
+    // Expired but not yet deleted.
+    w.env
+        .clock
+        .advance(Duration::from_secs(SMALL.session_ttl + 1));
+    let r = w.send(T, "s1", "a", &SMALL, "late").await;
+    assert_eq!(r.status_code, 410);
+    assert_eq!(w.api.received_by("DELETE").len(), 1);
+    assert_eq!(w.api.received_by("DELETE")[0].connection_id, "a");
+    // Deleted outright: still closes, and no row appears.
+    let r = w.send(T, "gone-session", "z", &SMALL, "x").await;
+    assert_eq!(r.status_code, 410);
+    assert!(w.session(T, "gone-session").await.is_none());
+    // A connection that is no longer a member (already released) is closed too.
+    w.env.clock.advance(Duration::from_secs(0));
+    w.put_session(T, "s2").await;
+    let r = w.send(T, "s2", "stranger", &SMALL, "x").await;
+    assert_eq!(r.status_code, 410);
+}
+
+#[tokio::test]
+async fn the_sample_message_event_runs_as_is() {
+    let w = World::new().await;
+    w.put_tenant("tenant-1", SMALL).await;
+    w.put_session("tenant-1", "session-1").await;
+    let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
+        .await
+        .unwrap();
+    assert_eq!(r.status_code, 200);
+    let r = message::handle(w.deps(), &w.message, typed(sample("message/message.json")))
+        .await
+        .unwrap();
+    assert_eq!(r.status_code, 200);
+    let posts = w.api.received_by("POST");
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].connection_id, "Nx0MPcOFvHcCIhw=");
+    assert_eq!(posts[0].body_str(), r#"{"action":"say","text":"hello"}"#);
+}
+
+/// The local Management API speaks API Gateway's wire format to the real SDK client: POST, GET and
+/// DELETE, ids needing percent-encoding, a stage prefix, and GoneException for gone connections.
+#[tokio::test]
+async fn the_local_management_api_answers_the_real_sdk_client() {
+    let w = World::new().await;
+    let gw = shared::gateway::Gateway::local(&format!("{}/production", w.api.url()));
+    let ep = gw.fixed_endpoint().unwrap();
+    let id = "Ab+/c=";
+    assert!(gw.is_live(&ep, id).await.unwrap());
+    assert_eq!(
+        gw.post(&ep, id, b"payload").await.unwrap(),
+        shared::gateway::Delivery::Delivered
+    );
+    assert_eq!(
+        gw.close(&ep, id).await.unwrap(),
+        shared::gateway::Delivery::Delivered
+    );
+    assert!(!gw.is_live(&ep, id).await.unwrap());
+    assert_eq!(
+        gw.post(&ep, id, b"late").await.unwrap(),
+        shared::gateway::Delivery::Gone
+    );
+    assert_eq!(
+        gw.close(&ep, id).await.unwrap(),
+        shared::gateway::Delivery::Gone
+    );
+    let got: Vec<(String, String, u16)> = w
+        .api
+        .received()
+        .into_iter()
+        .map(|r| (r.method, r.connection_id, r.status))
+        .collect();
+    let want: Vec<(String, String, u16)> = [
+        ("GET", 200),
+        ("POST", 200),
+        ("DELETE", 204),
+        ("GET", 410),
+        ("POST", 410),
+        ("DELETE", 410),
+    ]
+    .into_iter()
+    .map(|(m, s)| (m.to_string(), id.to_string(), s))
+    .collect();
+    assert_eq!(got, want);
+    assert_eq!(w.api.received()[1].body_str(), "payload");
+}

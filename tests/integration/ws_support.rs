@@ -1,0 +1,313 @@
+//! Helpers for the WebSocket admission tests: one [`World`] per test with its own tables, a local
+//! Management API on a free port (the real `aws-sdk-apigatewaymanagement` client talks to it),
+//! each function's state built as its `main.rs` builds it, and events made from `events/*.json`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use aws_lambda_events::apigw::{
+    ApiGatewayCustomAuthorizerRequestTypeRequest, ApiGatewayProxyResponse, ApiGatewayV2httpRequest,
+    ApiGatewayWebsocketProxyRequest,
+};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::Value;
+use shared::admission::{context, respond};
+use shared::config::Vars;
+use shared::gateway::Gateway;
+use shared::ids::{SessionId, TenantId};
+use shared::table::TableKind;
+use shared::tenant::{Limits, Tenant};
+use turnstile_local::{ManagementApi, Recorder};
+use turnstile_tests::TestEnv;
+
+/// The first example tenant of the AWS sample: (tenantPerMinute 60, sessionPerMinute 5,
+/// connectionsPerSession 2, tenantConnections 10, sessionTTL 200, messagesPerMinute 60).
+pub const SMALL: Limits = Limits::example(60, 5, 2, 10, 200, 60);
+pub const MEDIUM: Limits = Limits::example(120, 10, 5, 100, 300, 600);
+
+pub fn events_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../events")
+}
+
+/// A sample event as JSON.
+pub fn sample(path: &str) -> Value {
+    let p = events_dir().join(path);
+    let text =
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", p.display()))
+}
+
+pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("sample event has the typed shape")
+}
+
+pub struct World {
+    pub env: TestEnv,
+    pub api: ManagementApi,
+    pub recorder: Arc<Recorder>,
+    pub authorizer: authorizer::State,
+    pub connect: connect::State,
+    pub disconnect: disconnect::Config,
+    pub message: message::State,
+    pub session_api: session_api::State,
+    pub sweeper: ttl_sweeper::State,
+}
+
+impl World {
+    pub async fn new() -> World {
+        let env = TestEnv::new(&TableKind::WEBSOCKET).await;
+        let recorder = Arc::new(Recorder::new());
+        let api = ManagementApi::start(SocketAddr::from(([127, 0, 0, 1], 0)), recorder.clone())
+            .await
+            .expect("local Management API starts");
+        let vars = Vars::from_pairs([
+            ("TURNSTILE_TENANT_CACHE_SECS", "60".to_string()),
+            ("TURNSTILE_MANAGEMENT_ENDPOINT", api.url()),
+        ]);
+        let gw = || Gateway::local(&api.url());
+        let authorizer = authorizer::State::new(&authorizer::Config::from_vars(&vars).unwrap());
+        let connect = connect::State::new(&connect::Config::from_vars(&vars).unwrap());
+        let disconnect = disconnect::Config::from_vars(&vars).unwrap();
+        let message = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw());
+        let session_api =
+            session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw());
+        let sweeper =
+            ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw());
+        World {
+            env,
+            api,
+            recorder,
+            authorizer,
+            connect,
+            disconnect,
+            message,
+            session_api,
+            sweeper,
+        }
+    }
+
+    pub fn deps(&self) -> &shared::Deps {
+        &self.env.deps
+    }
+
+    pub async fn put_tenant(&self, id: &str, limits: Limits) {
+        let t = Tenant {
+            tenant_id: TenantId::parse(id).unwrap(),
+            limits,
+        };
+        shared::tenant::store::put(self.deps(), &t).await.unwrap();
+    }
+
+    /// `PUT /session` through the session API; panics unless 200.
+    pub async fn put_session(&self, t: &str, s: &str) -> Value {
+        let r = self
+            .session_call("PUT", &[("tenantId", t), ("sessionId", s)], None)
+            .await;
+        assert_eq!(r.0, 200, "PUT /session: {}", r.1);
+        serde_json::from_str(&r.1).unwrap()
+    }
+
+    /// Calls the session API; returns (status, body).
+    pub async fn session_call(
+        &self,
+        method: &str,
+        query: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (i64, String) {
+        let ev = session_event(method, "/session", query, body);
+        self.session_raw(ev).await
+    }
+
+    pub async fn session_raw(&self, ev: ApiGatewayV2httpRequest) -> (i64, String) {
+        let r = session_api::handle(self.deps(), &self.session_api, ev)
+            .await
+            .unwrap();
+        (r.status_code, respond::body_text(&r.body))
+    }
+
+    pub async fn authorize(&self, t: &str, s: &str) -> authorizer::Decision {
+        let r = authorizer::handle(
+            self.deps(),
+            &self.authorizer,
+            authorizer_event(&[("tenantId", t), ("sessionId", s)]),
+        )
+        .await
+        .unwrap();
+        authorizer::decision(&r)
+    }
+
+    pub async fn connect(
+        &self,
+        t: &str,
+        s: &str,
+        cid: &str,
+        limits: &Limits,
+    ) -> ApiGatewayProxyResponse {
+        connect::handle(
+            self.deps(),
+            &self.connect,
+            ws_event("connect/connect.json", t, s, cid, Some(limits)),
+        )
+        .await
+        .unwrap()
+    }
+
+    pub async fn disconnect(&self, t: &str, s: &str, cid: &str) -> ApiGatewayProxyResponse {
+        disconnect::handle(
+            self.deps(),
+            &self.disconnect,
+            ws_event("disconnect/disconnect.json", t, s, cid, Some(&SMALL)),
+        )
+        .await
+        .unwrap()
+    }
+
+    pub async fn send(
+        &self,
+        t: &str,
+        s: &str,
+        cid: &str,
+        limits: &Limits,
+        body: &str,
+    ) -> ApiGatewayProxyResponse {
+        let mut ev = ws_event("message/message.json", t, s, cid, Some(limits));
+        ev.body = Some(body.to_string());
+        message::handle(self.deps(), &self.message, ev)
+            .await
+            .unwrap()
+    }
+
+    /// A counter row's itemCount (None when the row does not exist).
+    pub async fn count(&self, key: &str) -> Option<i64> {
+        let out = self
+            .deps()
+            .dynamo
+            .get_item()
+            .table_name(&self.deps().tables.counters)
+            .key("key", AttributeValue::S(key.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        out.item()
+            .and_then(|i| i.get("itemCount"))
+            .and_then(|v| v.as_n().ok())
+            .map(|n| n.parse().unwrap())
+    }
+
+    pub async fn session(&self, t: &str, s: &str) -> Option<shared::session::Session> {
+        shared::session::store::get(
+            self.deps(),
+            &TenantId::parse(t).unwrap(),
+            &SessionId::parse(s).unwrap(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Every key in the counter table.
+    pub async fn counter_keys(&self) -> Vec<String> {
+        let out = self
+            .deps()
+            .dynamo
+            .scan()
+            .table_name(&self.deps().tables.counters)
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = out
+            .items()
+            .iter()
+            .filter_map(|i| i.get("key").and_then(|v| v.as_s().ok()).cloned())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    pub fn minute(&self) -> i64 {
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&self.env.clock)).start
+    }
+}
+
+pub fn authorizer_event(query: &[(&str, &str)]) -> ApiGatewayCustomAuthorizerRequestTypeRequest {
+    let mut v = sample("authorizer/connect-request.json");
+    let q: serde_json::Map<String, Value> = query
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
+    let mq: serde_json::Map<String, Value> = query
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::json!([v])))
+        .collect();
+    v["queryStringParameters"] = Value::Object(q);
+    v["multiValueQueryStringParameters"] = Value::Object(mq);
+    typed(v)
+}
+
+/// A WebSocket route event from a sample, for this tenant/session/connection; `limits` None leaves
+/// the limits out of the authorizer context (the handler then reads the tenant).
+pub fn ws_event(
+    sample_path: &str,
+    t: &str,
+    s: &str,
+    cid: &str,
+    limits: Option<&Limits>,
+) -> ApiGatewayWebsocketProxyRequest {
+    let mut v = sample(sample_path);
+    let mut auth = match limits {
+        Some(l) => {
+            let mut m = HashMap::new();
+            for (k, val) in l.fields() {
+                m.insert(k.to_string(), Value::String(val.to_string()));
+            }
+            m
+        }
+        None => HashMap::new(),
+    };
+    auth.insert(context::TENANT_ID.into(), Value::String(t.into()));
+    auth.insert(context::SESSION_ID.into(), Value::String(s.into()));
+    auth.insert("principalId".into(), Value::String(format!("{t}/{s}")));
+    v["requestContext"]["authorizer"] = serde_json::to_value(auth).unwrap();
+    v["requestContext"]["connectionId"] = Value::String(cid.into());
+    if v.get("queryStringParameters").is_some() {
+        v["queryStringParameters"] = serde_json::json!({"tenantId": t, "sessionId": s});
+        v["multiValueQueryStringParameters"] =
+            serde_json::json!({"tenantId": [t], "sessionId": [s]});
+    }
+    typed(v)
+}
+
+pub fn session_event(
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    body: Option<&str>,
+) -> ApiGatewayV2httpRequest {
+    let mut v = sample("session-api/put.json");
+    let q: serde_json::Map<String, Value> = query
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
+    v["queryStringParameters"] = Value::Object(q);
+    v["rawQueryString"] = Value::String(
+        query
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&"),
+    );
+    v["rawPath"] = Value::String(path.into());
+    v["requestContext"]["http"]["path"] = Value::String(path.into());
+    v["requestContext"]["http"]["method"] = Value::String(method.into());
+    v["routeKey"] = Value::String(format!("{method} {path}"));
+    if let Some(b) = body {
+        v["body"] = Value::String(b.into());
+    }
+    typed(v)
+}
+
+pub fn body_json(r: &ApiGatewayProxyResponse) -> Value {
+    serde_json::from_str(&respond::body_text(&r.body)).unwrap_or(Value::Null)
+}

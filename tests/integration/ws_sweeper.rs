@@ -1,0 +1,162 @@
+//! The TTL sweeper on the session stream: only TTL deletions count, release is exactly once
+//! (redelivery is harmless), connections are closed, and failures are reported per record.
+
+use aws_lambda_events::dynamodb::Event;
+use serde_json::{json, Value};
+
+use crate::ws_support::*;
+
+const T: &str = "tenant-1";
+
+fn ttl_record(t: &str, s: &str, ids: &[&str], seq: &str) -> Value {
+    let mut v = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
+    v["eventID"] = json!(format!("ev-{seq}"));
+    v["dynamodb"]["SequenceNumber"] = json!(seq);
+    v["dynamodb"]["Keys"] = json!({"tenantId": {"S": t}, "sessionId": {"S": s}});
+    let mut img = json!({"tenantId": {"S": t}, "sessionId": {"S": s}, "sessionTTL": {"N": "1"}});
+    if !ids.is_empty() {
+        img["connectionIds"] = json!({"SS": ids});
+    }
+    v["dynamodb"]["OldImage"] = img;
+    v
+}
+
+fn event(records: Vec<Value>) -> Event {
+    typed(json!({ "Records": records }))
+}
+
+#[tokio::test]
+async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
+    let w = World::new().await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    w.put_session(T, "s2").await;
+    for c in ["a", "b"] {
+        assert_eq!(w.connect(T, "s1", c, &MEDIUM).await.status_code, 200);
+    }
+    assert_eq!(w.connect(T, "s2", "keep", &MEDIUM).await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(3));
+    let ev = event(vec![ttl_record(T, "s1", &["a", "b"], "100")]);
+    w.env.counter.reset();
+    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.env.counter.total(), 1, "one release transaction");
+    assert_eq!(w.count(T).await, Some(1));
+    let mut closed: Vec<String> = w
+        .api
+        .received_by("DELETE")
+        .into_iter()
+        .map(|r| r.connection_id)
+        .collect();
+    closed.sort();
+    assert_eq!(closed, vec!["a", "b"]);
+    // Redelivered: nothing more is released; closing gone connections is fine.
+    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.count(T).await, Some(1));
+    // The $disconnects that follow the closes change nothing either.
+    assert_eq!(w.disconnect(T, "s1", "a").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1));
+}
+
+#[tokio::test]
+async fn other_records_are_ignored() {
+    let w = World::new().await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &MEDIUM).await.status_code, 200);
+    let ttl = ttl_record(T, "s1", &["a"], "1");
+    let mut user_delete = ttl.clone();
+    user_delete.as_object_mut().unwrap().remove("userIdentity");
+    let mut modify = ttl.clone();
+    modify["eventName"] = json!("MODIFY");
+    let mut other_principal = ttl.clone();
+    other_principal["userIdentity"]["principalId"] = json!("someone.example.com");
+    // DynamoDB Local's shape for a TTL deletion (no userIdentity, odd eventName) is not AWS's.
+    let mut local_shape = ttl.clone();
+    local_shape["eventName"] = json!("UNKNOWN_TO_SDK_VERSION");
+    w.env.counter.reset();
+    let r = ttl_sweeper::handle(
+        w.deps(),
+        &w.sweeper,
+        event(vec![user_delete, modify, other_principal, local_shape]),
+    )
+    .await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.env.counter.total(), 0);
+    assert_eq!(w.count(T).await, Some(1));
+    assert!(w.api.received().is_empty());
+}
+
+#[tokio::test]
+async fn failures_are_reported_per_record() {
+    let w = World::new().await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &MEDIUM).await.status_code, 200);
+    // A sweeper whose Management API is unreachable cannot close: that record fails.
+    let dead = ttl_sweeper::State::new(
+        &ttl_sweeper::Config {
+            management_endpoint: "http://127.0.0.1:9".into(),
+        },
+        shared::gateway::Gateway::local("http://127.0.0.1:9"),
+    );
+    let ev = event(vec![
+        ttl_record(T, "empty", &[], "200"),
+        ttl_record(T, "s1", &["a"], "201"),
+    ]);
+    let r = ttl_sweeper::handle(w.deps(), &dead, ev.clone()).await;
+    let failed: Vec<_> = r
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone().unwrap())
+        .collect();
+    assert_eq!(failed, vec!["201"]);
+    // The capacity was released anyway, and the retry (with a working API) closes without
+    // releasing twice.
+    assert_eq!(w.count(T).await, Some(0));
+    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.count(T).await, Some(0));
+    assert_eq!(w.api.received_by("DELETE").len(), 1);
+    // The response serialises as Lambda expects.
+    let v = serde_json::to_value(
+        &ttl_sweeper::handle(
+            w.deps(),
+            &dead,
+            event(vec![ttl_record(T, "s1", &["a"], "7")]),
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(v["batchItemFailures"][0]["itemIdentifier"], "7");
+}
+
+#[tokio::test]
+async fn the_sample_stream_event_runs_as_is() {
+    let w = World::new().await;
+    w.put_tenant("tenant-1", SMALL).await;
+    w.put_session("tenant-1", "session-1").await;
+    let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
+        .await
+        .unwrap();
+    assert_eq!(r.status_code, 200);
+    assert_eq!(w.count("tenant-1").await, Some(1));
+    let r = ttl_sweeper::handle(
+        w.deps(),
+        &w.sweeper,
+        typed(sample("ttl-sweeper/ttl-expiry.json")),
+    )
+    .await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.count("tenant-1").await, Some(0));
+    // Only the TTL record's two connections were closed (not the user delete's nor the update's).
+    let mut closed: Vec<String> = w
+        .api
+        .received_by("DELETE")
+        .into_iter()
+        .map(|r| r.connection_id)
+        .collect();
+    closed.sort();
+    assert_eq!(closed, vec!["Nx0MPcOFvHcCIhw=", "Nx0QRcOFvHcXyZw="]);
+}
