@@ -169,7 +169,11 @@ async fn session(
         Ok(resp) => v2_response(&resp),
         Err(e) => {
             tracing::error!(error = %e, "session-api failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"message": "Internal Server Error"}))).into_response()
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"message": "Internal Server Error"})),
+            )
+                .into_response()
         }
     }
 }
@@ -226,7 +230,9 @@ async fn put_events(State(st): State<HttpState>, body: Bytes) -> Response {
     let Some(entries) = parsed.get("Entries").and_then(Value::as_array) else {
         return (
             StatusCode::BAD_REQUEST,
-            Json(json!({"__type": "ValidationException", "message": "Entries (a list) is required"})),
+            Json(
+                json!({"__type": "ValidationException", "message": "Entries (a list) is required"}),
+            ),
         )
             .into_response();
     };
@@ -237,7 +243,8 @@ async fn put_events(State(st): State<HttpState>, body: Bytes) -> Response {
         match event_from_entry(entry, i, now, &st.account_id, &st.region) {
             Err(e) => {
                 failed += 1;
-                results.push(json!({"ErrorCode": "InvalidArgument", "ErrorMessage": e.to_string()}));
+                results
+                    .push(json!({"ErrorCode": "InvalidArgument", "ErrorMessage": e.to_string()}));
             }
             Ok(event) => {
                 let mut delivered = Vec::new();

@@ -7,6 +7,7 @@
 //! in through [`management::Connections`], and tests use the recording [`management::Recorder`].
 
 pub mod eventbridge;
+pub mod functions;
 pub mod http_api;
 pub mod lambda;
 pub mod management;

@@ -95,12 +95,18 @@ pub struct Stack {
 
 impl Stack {
     /// Binds, builds the functions with `make_functions(&endpoints)`, and starts serving.
-    pub async fn start<F>(cfg: StackConfig, clock: SharedClock, make_functions: F) -> Result<Stack, StackError>
+    pub async fn start<F>(
+        cfg: StackConfig,
+        clock: SharedClock,
+        make_functions: F,
+    ) -> Result<Stack, StackError>
     where
         F: FnOnce(&Endpoints) -> Arc<dyn Invoke>,
     {
         let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| StackError::Bind { addr, source })
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StackError::Bind { addr, source })
         };
         let ws_listener = bind(cfg.ws_addr).await?;
         let http_listener = bind(cfg.http_addr).await?;
@@ -136,7 +142,12 @@ impl Stack {
         tasks.push(serve(http_listener, http_app, rx.clone()));
 
         if let Some(table) = &cfg.session_table {
-            let bridge = StreamBridge::new(local_streams_client(&cfg.dynamodb_endpoint), table, cfg.stream_start).await?;
+            let bridge = StreamBridge::new(
+                local_streams_client(&cfg.dynamodb_endpoint),
+                table,
+                cfg.stream_start,
+            )
+            .await?;
             let f = functions.clone();
             let poll = cfg.stream_poll;
             tasks.push(tokio::spawn(async move {
@@ -175,20 +186,30 @@ impl Stack {
     }
 }
 
-fn serve(listener: TcpListener, app: axum::Router, mut rx: watch::Receiver<bool>) -> JoinHandle<()> {
+fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    mut rx: watch::Receiver<bool>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let stop = async move {
             let _ = rx.wait_for(|v| *v).await;
         };
-        if let Err(e) = axum::serve(listener, service).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::error!(error = %e, "server stopped");
         }
     })
 }
 
 /// Invokes `ttl-sweeper` and returns the item identifiers it reported as failed.
-async fn sweep(functions: &dyn Invoke, event: aws_lambda_events::event::dynamodb::Event) -> Vec<String> {
+async fn sweep(
+    functions: &dyn Invoke,
+    event: aws_lambda_events::event::dynamodb::Event,
+) -> Vec<String> {
     let json = match serde_json::to_value(&event) {
         Ok(v) => v,
         Err(e) => {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use aws_credential_types::Credentials;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_sdk_dynamodbstreams::config::{BehaviorVersion, Region};
+use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record, ShardIteratorType};
 use aws_sdk_dynamodbstreams::Client;
 use serde_json::{json, Map, Value};
@@ -63,6 +64,12 @@ pub enum StartAt {
     TrimHorizon,
 }
 
+#[derive(Debug, Default, Clone)]
+struct ShardCursor {
+    iterator: Option<String>,
+    last_sequence: Option<String>,
+}
+
 /// Polls one table's stream.
 #[derive(Debug)]
 pub struct StreamBridge {
@@ -70,8 +77,8 @@ pub struct StreamBridge {
     table: String,
     stream_arn: String,
     start: StartAt,
-    /// Open shards and their next iterator; `None` until first read.
-    iterators: BTreeMap<String, Option<String>>,
+    /// Open shards: their next iterator and the last sequence number read from them.
+    iterators: BTreeMap<String, ShardCursor>,
     /// Shards that reported their end.
     closed: std::collections::BTreeSet<String>,
     discovered: bool,
@@ -130,20 +137,36 @@ impl StreamBridge {
                 (false, StartAt::Latest) => ShardIteratorType::Latest,
                 _ => ShardIteratorType::TrimHorizon,
             };
-            let it = self
-                .client
-                .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
-                .shard_id(id)
-                .shard_iterator_type(kind)
-                .send()
-                .await
-                .map_err(|e| streams_err("GetShardIterator", e))?;
-            self.iterators
-                .insert(id.to_string(), it.shard_iterator().map(str::to_string));
+            let iterator = self.iterator(id, kind, None).await?;
+            self.iterators.insert(
+                id.to_string(),
+                ShardCursor {
+                    iterator,
+                    last_sequence: None,
+                },
+            );
         }
         self.discovered = true;
         Ok(())
+    }
+
+    async fn iterator(
+        &self,
+        shard: &str,
+        kind: ShardIteratorType,
+        after: Option<&str>,
+    ) -> Result<Option<String>, BridgeError> {
+        let out = self
+            .client
+            .get_shard_iterator()
+            .stream_arn(&self.stream_arn)
+            .shard_id(shard)
+            .shard_iterator_type(kind)
+            .set_sequence_number(after.map(str::to_string))
+            .send()
+            .await
+            .map_err(|e| streams_err("GetShardIterator", e))?;
+        Ok(out.shard_iterator().map(str::to_string))
     }
 
     /// Reads whatever is new on every shard, as Lambda-shaped records (oldest first per shard).
@@ -152,23 +175,68 @@ impl StreamBridge {
         let mut records = Vec::new();
         let shard_ids: Vec<String> = self.iterators.keys().cloned().collect();
         for id in shard_ids {
-            let Some(Some(iterator)) = self.iterators.get(&id).cloned() else {
+            let Some(cursor) = self.iterators.get(&id).cloned() else {
                 continue;
             };
-            let out = self
+            let Some(iterator) = cursor.iterator.clone() else {
+                continue;
+            };
+            let out = match self
                 .client
                 .get_records()
                 .shard_iterator(iterator)
                 .limit(100)
                 .send()
                 .await
-                .map_err(|e| streams_err("GetRecords", e))?;
+            {
+                Ok(out) => out,
+                // An iterator DynamoDB no longer honours (DynamoDB Local also answers this for an
+                // iterator handed out while the shard was empty): start again right after the last
+                // record read, or from the shard's beginning when none was read yet.
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        Some("TrimmedDataAccessException" | "ExpiredIteratorException")
+                    ) =>
+                {
+                    let fresh = match &cursor.last_sequence {
+                        Some(seq) => {
+                            self.iterator(&id, ShardIteratorType::AfterSequenceNumber, Some(seq))
+                                .await?
+                        }
+                        None => {
+                            self.iterator(&id, ShardIteratorType::TrimHorizon, None)
+                                .await?
+                        }
+                    };
+                    tracing::debug!(shard = %id, "stream iterator renewed");
+                    self.iterators.insert(
+                        id,
+                        ShardCursor {
+                            iterator: fresh,
+                            ..cursor
+                        },
+                    );
+                    continue;
+                }
+                Err(e) => return Err(streams_err("GetRecords", e)),
+            };
+            let mut last_sequence = cursor.last_sequence;
             for r in out.records() {
+                if let Some(seq) = r.dynamodb().and_then(|c| c.sequence_number()) {
+                    last_sequence = Some(seq.to_string());
+                }
                 records.push(lambda_record(r, &self.stream_arn));
             }
             match out.next_shard_iterator() {
                 Some(next) => {
-                    self.iterators.insert(id, Some(next.to_string()));
+                    self.iterators.insert(
+                        id,
+                        ShardCursor {
+                            iterator: Some(next.to_string()),
+                            last_sequence,
+                        },
+                    );
                 }
                 None => {
                     self.iterators.remove(&id);

@@ -91,7 +91,9 @@ impl LiveConnections {
 
 impl Connections for LiveConnections {
     fn send(&self, connection_id: &str, data: &[u8]) -> Reach {
-        let sent = self.with(connection_id, |l| l.tx.send(Outbound::Data(data.to_vec())).is_ok());
+        let sent = self.with(connection_id, |l| {
+            l.tx.send(Outbound::Data(data.to_vec())).is_ok()
+        });
         if sent == Some(true) {
             Reach::Live
         } else {
@@ -170,7 +172,15 @@ fn multi(m: &Value) -> Value {
 }
 
 impl WsState {
-    fn request_context(&self, route: &str, event_type: &str, conn: &str, connected_at: Timestamp, ip: &str, ua: &str) -> Value {
+    fn request_context(
+        &self,
+        route: &str,
+        event_type: &str,
+        conn: &str,
+        connected_at: Timestamp,
+        ip: &str,
+        ua: &str,
+    ) -> Value {
         let now = self.clock.now();
         json!({
             "routeKey": route,
@@ -203,9 +213,13 @@ fn plain(status: StatusCode, message: &str) -> Response {
 
 /// `Allow` only when some statement allows and none denies, as API Gateway evaluates the policy.
 fn policy_allows(resp: &Value) -> bool {
-    let statements = resp["policyDocument"]["Statement"].as_array().cloned().unwrap_or_default();
+    let statements = resp["policyDocument"]["Statement"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let effect = |s: &Value| s["Effect"].as_str().unwrap_or("").to_ascii_lowercase();
-    statements.iter().any(|s| effect(s) == "allow") && !statements.iter().any(|s| effect(s) == "deny")
+    statements.iter().any(|s| effect(s) == "allow")
+        && !statements.iter().any(|s| effect(s) == "deny")
 }
 
 /// Turns a function's proxy response into an HTTP response (status, headers, body).
@@ -382,7 +396,14 @@ impl Session {
         self.st.live.touch(&self.conn);
         let me = self.clone();
         tokio::spawn(async move {
-            let mut ctx = me.st.request_context("$default", "MESSAGE", &me.conn, me.connected_at, &me.ip, &me.ua);
+            let mut ctx = me.st.request_context(
+                "$default",
+                "MESSAGE",
+                &me.conn,
+                me.connected_at,
+                &me.ip,
+                &me.ua,
+            );
             ctx["messageId"] = json!(uuid::Uuid::new_v4().to_string());
             ctx["authorizer"] = me.authorizer.clone();
             let event = json!({"requestContext": ctx, "body": body, "isBase64Encoded": base64});
@@ -396,7 +417,14 @@ impl Session {
         if let Ok(mut m) = self.st.live.inner.lock() {
             m.remove(&self.conn);
         }
-        let mut ctx = self.st.request_context("$disconnect", "DISCONNECT", &self.conn, self.connected_at, &self.ip, &self.ua);
+        let mut ctx = self.st.request_context(
+            "$disconnect",
+            "DISCONNECT",
+            &self.conn,
+            self.connected_at,
+            &self.ip,
+            &self.ua,
+        );
         ctx["disconnectStatusCode"] = json!(code);
         ctx["disconnectReason"] = json!(reason);
         ctx["authorizer"] = self.authorizer.clone();
@@ -416,7 +444,8 @@ mod tests {
     fn policies_allow_only_without_a_deny() {
         let allow = json!({"policyDocument": {"Statement": [{"Effect": "Allow"}]}});
         let deny = json!({"policyDocument": {"Statement": [{"Effect": "Deny"}]}});
-        let both = json!({"policyDocument": {"Statement": [{"Effect": "Allow"}, {"Effect": "Deny"}]}});
+        let both =
+            json!({"policyDocument": {"Statement": [{"Effect": "Allow"}, {"Effect": "Deny"}]}});
         assert!(policy_allows(&allow));
         assert!(!policy_allows(&deny));
         assert!(!policy_allows(&both));

@@ -50,6 +50,21 @@ impl Vars {
         Vars(Arc::new(move |k| map.get(k).cloned()))
     }
 
+    /// These variables, with `overrides` taking precedence (the local stack sets endpoints this way).
+    pub fn with_overrides<K: Into<String>, V: Into<String>>(
+        &self,
+        overrides: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let map: HashMap<String, String> = overrides
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let base = self.clone();
+        Vars(Arc::new(move |k| {
+            map.get(k).cloned().or_else(|| (base.0)(k))
+        }))
+    }
+
     /// The value, with surrounding whitespace removed; an empty value counts as unset.
     pub fn get(&self, var: &str) -> Option<String> {
         (self.0)(var)
@@ -175,6 +190,16 @@ mod tests {
         );
         assert!(vars.bool_or("T", false).unwrap());
         assert_eq!(vars.string_or("U", "dflt"), "dflt");
+    }
+
+    #[test]
+    fn overrides_win_and_the_rest_falls_through() {
+        let base = Vars::from_pairs([("A", "1"), ("B", "2")]);
+        let v = base.with_overrides([("B", "20"), ("C", "30")]);
+        assert_eq!(v.get("A").as_deref(), Some("1"));
+        assert_eq!(v.get("B").as_deref(), Some("20"));
+        assert_eq!(v.get("C").as_deref(), Some("30"));
+        assert_eq!(base.get("B").as_deref(), Some("2"));
     }
 
     #[test]

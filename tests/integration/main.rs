@@ -1,8 +1,9 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
 mod foundation;
-mod local_stream_bridge;
 mod kv;
+mod local_stack;
+mod local_stream_bridge;
 mod reservations;
 mod state;
 mod token_remover;

@@ -2,6 +2,8 @@
 //! manual clock, and a call counter on its client, so tests run in parallel on one DynamoDB Local
 //! without seeing each other.
 
+pub mod http;
+
 use shared::clock::{ManualClock, SharedClock};
 use shared::dynamo::CallCounter;
 use shared::table::{self, AttributeStyle, TableKind, TableNames};

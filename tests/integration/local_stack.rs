@@ -1,0 +1,423 @@
+//! The local stack end to end: real WebSocket clients (tokio-tungstenite) and real HTTP against
+//! `turnstile_local::Stack`, running the real handlers on DynamoDB Local.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use shared::config::Vars;
+use shared::ids::TenantId;
+use shared::table::TableKind;
+use shared::tenant::{Limits, Tenant};
+use tokio_tungstenite::tungstenite::{self, Message};
+use turnstile_local::eventbridge::Pattern;
+use turnstile_local::functions::LocalFunctions;
+use turnstile_local::http_api::Rule;
+use turnstile_local::stack::{Stack, StackConfig};
+use turnstile_local::stream_bridge::StartAt;
+use turnstile_tests::http::request;
+use turnstile_tests::TestEnv;
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+const PROCESSORS: &str = r#"{"processors":[{"source":"aws.emr","detail_type":"EMR Cluster State Change",
+  "resource_id":"detail.clusterId","when":{"path":"detail.state","in":["TERMINATED","TERMINATED_WITH_ERRORS"]}}]}"#;
+
+struct Local {
+    env: TestEnv,
+    stack: Option<Stack>,
+}
+
+impl Local {
+    /// The stack on free ports, with the wall clock (DynamoDB Local's TTL runs on it) and the EMR rule.
+    async fn start() -> Local {
+        let kinds = [
+            TableKind::Tenants,
+            TableKind::Sessions,
+            TableKind::Counters,
+            TableKind::NonFungibleTokens,
+            TableKind::Limits,
+        ];
+        let env = TestEnv::for_ttl(&kinds).await;
+        let mut deps = env.deps.clone();
+        deps.clock = shared::clock::system();
+        deps.vars = Vars::from_pairs([("TOKEN_REMOVER_PROCESSORS", PROCESSORS)]);
+        let mut cfg = StackConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+            &env.endpoint,
+        );
+        cfg.session_table = Some(env.deps.tables.sessions.clone());
+        cfg.stream_poll = Duration::from_millis(200);
+        cfg.stream_start = StartAt::TrimHorizon;
+        cfg.rules = vec![Rule {
+            name: "emr-terminations".into(),
+            pattern: Pattern::parse(json!({
+                "source": ["aws.emr"],
+                "detail-type": ["EMR Cluster State Change"],
+                "detail": {"state": ["TERMINATED", "TERMINATED_WITH_ERRORS"]}
+            }))
+            .unwrap(),
+            target: "token-remover".into(),
+        }];
+        let clock = deps.clock.clone();
+        let stack = Stack::start(cfg, clock, |eps| {
+            LocalFunctions::new(deps, &eps.management_url()).expect("functions build")
+                as Arc<dyn turnstile_local::lambda::Invoke>
+        })
+        .await
+        .unwrap();
+        Local {
+            env,
+            stack: Some(stack),
+        }
+    }
+
+    fn stack(&self) -> &Stack {
+        self.stack.as_ref().unwrap()
+    }
+
+    async fn tenant(&self, id: &str, limits: Limits) {
+        let t = Tenant {
+            tenant_id: TenantId::parse(id).unwrap(),
+            limits,
+        };
+        shared::tenant::store::put(&self.env.deps, &t)
+            .await
+            .unwrap();
+    }
+
+    fn session_url(&self, t: &str, s: &str) -> String {
+        format!(
+            "{}/session?tenantId={t}&sessionId={s}",
+            self.stack().endpoints.http_url()
+        )
+    }
+
+    async fn put_session(&self, t: &str, s: &str) -> Value {
+        let r = request("PUT", &self.session_url(t, s), None).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    }
+
+    async fn connect(&self, t: &str, s: &str) -> Result<Socket, tungstenite::Error> {
+        let url = format!(
+            "{}/?tenantId={t}&sessionId={s}",
+            self.stack().endpoints.ws_url()
+        );
+        tokio_tungstenite::connect_async(url)
+            .await
+            .map(|(ws, _)| ws)
+    }
+
+    async fn live_connections(&self, t: &str, s: &str) -> usize {
+        let r = request("GET", &self.session_url(t, s), None).await.unwrap();
+        r.json()["connectionIds"].as_array().map_or(0, |a| a.len())
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(s) = self.stack.take() {
+            s.shutdown().await;
+        }
+    }
+}
+
+fn limits(tenant_connections: u64, per_session: u64, messages: u64, ttl: u64) -> Limits {
+    Limits::example(1000, 1000, per_session, tenant_connections, ttl, messages)
+}
+
+fn refused_status(e: &tungstenite::Error) -> Option<u16> {
+    match e {
+        tungstenite::Error::Http(resp) => Some(resp.status().as_u16()),
+        _ => None,
+    }
+}
+
+/// The next text frame within `secs`, or `None` when the socket closed or nothing came.
+async fn next_text(ws: &mut Socket, secs: u64) -> Option<String> {
+    let deadline = tokio::time::sleep(Duration::from_secs(secs));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return None,
+            m = ws.next() => match m {
+                Some(Ok(Message::Text(t))) => return Some(t.to_string()),
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+}
+
+/// Waits until the server closes the socket (a close frame or the end of the stream).
+async fn closed_within(ws: &mut Socket, secs: u64) -> bool {
+    let deadline = tokio::time::sleep(Duration::from_secs(secs));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return false,
+            m = ws.next() => match m {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return true,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+}
+
+async fn eventually(secs: u64, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn connect_deny_echo_broadcast_and_disconnect() {
+    let l = Local::start().await;
+    l.tenant("acme", limits(10, 5, 100, 300)).await;
+
+    // No session yet: the authorizer denies and the handshake gets 403, as API Gateway answers.
+    let denied = l.connect("acme", "s1").await.unwrap_err();
+    assert_eq!(refused_status(&denied), Some(403));
+    // Malformed ids and unknown tenants are denied too.
+    assert_eq!(
+        refused_status(&l.connect("ac:me", "s1").await.unwrap_err()),
+        Some(403)
+    );
+    assert_eq!(
+        refused_status(&l.connect("nobody", "s1").await.unwrap_err()),
+        Some(403)
+    );
+
+    let session = l.put_session("acme", "s1").await;
+    assert_eq!(session["sessionId"], "s1");
+    let mut a = l.connect("acme", "s1").await.unwrap();
+    let mut b = l.connect("acme", "s1").await.unwrap();
+    assert_eq!(l.live_connections("acme", "s1").await, 2);
+
+    a.send(Message::Text("hello".into())).await.unwrap();
+    assert_eq!(
+        next_text(&mut a, 5).await.as_deref(),
+        Some("hello"),
+        "echo to the sender"
+    );
+    let forwarded: Value = serde_json::from_str(&next_text(&mut b, 5).await.unwrap()).unwrap();
+    assert_eq!(
+        forwarded["message"], "hello",
+        "broadcast to the session's other socket"
+    );
+
+    a.close(None).await.unwrap();
+    assert!(
+        eventually(5, async || l.live_connections("acme", "s1").await == 1).await,
+        "$disconnect ran"
+    );
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn caps_hold_under_fifty_concurrent_clients() {
+    let l = Local::start().await;
+    l.tenant("capped", limits(10, 3, 100, 300)).await;
+    for s in 0..5 {
+        l.put_session("capped", &format!("s{s}")).await;
+    }
+    let attempts = (0..50).map(|i| l.connect("capped", if i % 2 == 0 { "s0" } else { "s1" }));
+    let results = futures::future::join_all(attempts).await;
+    let (ok, refused): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
+    assert_eq!(ok.len(), 6, "3 per session on two sessions");
+    assert!(refused.iter().all(|r| matches!(
+        r.as_ref().err().and_then(refused_status),
+        Some(429) | Some(403)
+    )));
+
+    let lr = &l;
+    let more = futures::future::join_all((2..5).flat_map(|s| (0..3).map(move |_| s)).map(|s| {
+        let name = format!("s{s}");
+        async move { lr.connect("capped", &name).await }
+    }))
+    .await;
+    let admitted = more.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(admitted, 4, "the tenant cap of 10 leaves room for 4 more");
+    // A refusal at $connect is a 429 naming the limit.
+    let refusal = l.connect("capped", "s4").await.unwrap_err();
+    if let tungstenite::Error::Http(resp) = &refusal {
+        assert!(matches!(resp.status().as_u16(), 403 | 429));
+        if resp.status().as_u16() == 429 {
+            let body =
+                String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).to_string();
+            assert!(body.contains("violated-policies"), "{body}");
+            assert!(resp.headers().contains_key("retry-after"));
+        }
+    }
+    drop(ok);
+    drop(more);
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_message_rate_limit_answers_with_an_error_frame() {
+    let l = Local::start().await;
+    l.tenant("chatty", limits(10, 5, 2, 300)).await;
+    l.put_session("chatty", "s").await;
+    let mut ws = l.connect("chatty", "s").await.unwrap();
+    for i in 0..2 {
+        ws.send(Message::Text(format!("m{i}").into()))
+            .await
+            .unwrap();
+        assert_eq!(next_text(&mut ws, 5).await, Some(format!("m{i}")));
+    }
+    ws.send(Message::Text("one too many".into())).await.unwrap();
+    let frame: Value = serde_json::from_str(&next_text(&mut ws, 5).await.unwrap()).unwrap();
+    assert_eq!(frame["status"], 429);
+    assert!(frame["retryAfter"].as_u64().unwrap() >= 1);
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_session_closes_its_sockets() {
+    let l = Local::start().await;
+    l.tenant("del", limits(10, 5, 100, 300)).await;
+    l.put_session("del", "s").await;
+    let mut a = l.connect("del", "s").await.unwrap();
+    let mut b = l.connect("del", "s").await.unwrap();
+    let r = request("DELETE", &l.session_url("del", "s"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(closed_within(&mut a, 5).await);
+    assert!(closed_within(&mut b, 5).await);
+    assert_eq!(
+        request("GET", &l.session_url("del", "s"), None)
+            .await
+            .unwrap()
+            .status,
+        404
+    );
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_expired_session_has_its_sockets_closed_by_the_sweeper() {
+    let l = Local::start().await;
+    // Sessions live 2 s; DynamoDB Local deletes the item, the stream bridge delivers the TTL
+    // deletion as AWS would, and ttl-sweeper closes the socket.
+    l.tenant("brief", limits(10, 5, 100, 2)).await;
+    l.put_session("brief", "s").await;
+    let mut ws = l.connect("brief", "s").await.unwrap();
+    let started = Instant::now();
+    assert!(closed_within(&mut ws, 30).await, "closed after expiry");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "not before the session expired"
+    );
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_tcp_connection_still_reaches_disconnect() {
+    let l = Local::start().await;
+    l.tenant("drop", limits(1, 1, 100, 300)).await;
+    l.put_session("drop", "s").await;
+    let ws = l.connect("drop", "s").await.unwrap();
+    // No close frame: the TCP stream just goes away.
+    drop(ws);
+    assert!(eventually(5, async || l.live_connections("drop", "s").await == 0).await);
+    // The capacity came back: the session's single slot admits a new connection.
+    assert!(l.connect("drop", "s").await.is_ok());
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_event_posted_to_events_removes_the_token() {
+    let l = Local::start().await;
+    let limiter = shared::reservation::NonFungibleLimiter::from_deps(&l.env.deps).unwrap();
+    let r = limiter.get_reservation("emr", "acct", 5).await.unwrap();
+    r.create_token("j-ABC").await.unwrap();
+    assert_eq!(limiter.list("emr", "acct").await.unwrap().len(), 1);
+
+    let url = format!("{}/events", l.stack().endpoints.http_url());
+    let running = json!({"Entries": [{"Source": "aws.emr", "DetailType": "EMR Cluster State Change",
+        "Detail": "{\"state\":\"RUNNING\",\"clusterId\":\"j-ABC\"}"}]});
+    let r = request("POST", &url, Some(&running.to_string()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["Entries"][0]["DeliveredTo"],
+        json!([]),
+        "no rule matches RUNNING"
+    );
+    assert_eq!(limiter.list("emr", "acct").await.unwrap().len(), 1);
+
+    let done = json!({"Entries": [{"Source": "aws.emr", "DetailType": "EMR Cluster State Change",
+        "Detail": "{\"state\":\"TERMINATED\",\"clusterId\":\"j-ABC\"}"}]});
+    let r = request("POST", &url, Some(&done.to_string()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["Entries"][0]["DeliveredTo"][0]["Target"],
+        "token-remover"
+    );
+    assert!(
+        r.json()["Entries"][0]["DeliveredTo"][0]
+            .get("Error")
+            .is_none(),
+        "{}",
+        r.body
+    );
+    assert_eq!(limiter.list("emr", "acct").await.unwrap().len(), 0);
+    l.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_api_gateway_statuses() {
+    let l = Local::start().await;
+    let http = l.stack().endpoints.http_url();
+    let cases = [
+        ("GET", format!("{http}/nope"), None, 404),
+        ("PUT", format!("{http}/session"), None, 400),
+        (
+            "PUT",
+            format!("{http}/session?tenantId=a:b&sessionId=s"),
+            None,
+            400,
+        ),
+        (
+            "PUT",
+            format!("{http}/session?tenantId=ghost&sessionId=s"),
+            None,
+            404,
+        ),
+        ("POST", format!("{http}/events"), Some("not json"), 400),
+        ("POST", format!("{http}/events"), Some("{}"), 400),
+    ];
+    for (method, url, body, want) in cases {
+        let r = request(method, &url, body).await.unwrap();
+        assert_eq!(r.status, want, "{method} {url}: {}", r.body);
+    }
+    // A plain GET (no upgrade) on the WebSocket endpoint is refused, and the stack keeps serving.
+    let ws_http = format!("http://{}/", l.stack().endpoints.ws_addr);
+    let r = request("GET", &ws_http, None).await.unwrap();
+    assert!(r.status >= 400 && r.status < 500, "{}", r.status);
+    let gone = format!(
+        "http://{}/local/@connections/nope",
+        l.stack().endpoints.ws_addr
+    );
+    assert_eq!(request("POST", &gone, Some("x")).await.unwrap().status, 410);
+    assert_eq!(
+        request("GET", &format!("{http}/nope"), None)
+            .await
+            .unwrap()
+            .status,
+        404
+    );
+    l.shutdown().await;
+}
