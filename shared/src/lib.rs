@@ -13,6 +13,7 @@ pub mod deps;
 pub mod dynamo;
 pub mod error;
 pub mod ids;
+pub mod isolation;
 pub mod kv;
 pub mod limit;
 pub mod reservation;
