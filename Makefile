@@ -5,13 +5,14 @@ SHELL := /bin/bash
 DYNAMODB_LOCAL_PORT ?= 8000
 export DYNAMODB_LOCAL_PORT
 
-.PHONY: test dev lint unit ddb-start ddb-stop build release clean help
+.PHONY: test dev lint cfn-lint unit ddb-start ddb-stop build release clean help
 
 help:
 	@echo "make test   - install DynamoDB Local if missing, start it, run fmt/clippy/tests, stop it"
 	@echo "make dev    - run the whole suite locally (WebSocket + HTTP + DynamoDB Local)"
 	@echo "make lint   - cargo fmt --check and clippy"
-	@echo "make release- release build of every Lambda binary and the CLI"
+	@echo "make cfn-lint - lint template.yaml with cfn-lint (installed into .tools/ on first use)"
+	@echo "make release- release build of every Lambda binary (with sizes) and the CLI"
 
 # The whole check, as CI runs it. DynamoDB Local is stopped whatever the outcome; the exit status is
 # the first failing step's.
@@ -31,8 +32,12 @@ ddb-start:
 ddb-stop:
 	@scripts/dynamodb-local.sh stop
 
+cfn-lint:
+	@scripts/cfn-lint.sh
+
 release:
-	cargo build --release --workspace --bins
+	@scripts/release-build.sh
+	cargo build --release --locked -p turnstile-cli
 
 clean:
 	cargo clean
