@@ -255,6 +255,24 @@ impl TenantClients {
         }
     }
 
+    /// For a function's [`Deps`](crate::Deps): reads `TENANT_ROLE_ARN` from `deps.vars`; with a role,
+    /// STS uses the SDK's default configuration (the execution role's credentials, `AWS_REGION`).
+    /// Call once at start-up, next to `Deps::from_env`.
+    pub async fn from_deps(deps: &crate::Deps) -> Result<Self> {
+        let config = IsolationConfig::from_vars(&deps.vars)?;
+        let base = deps.dynamo.clone();
+        let clock = deps.clock.clone();
+        Ok(match &config.tenant_role_arn {
+            None => Self::execution_role(base, clock),
+            Some(arn) => {
+                let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                Self::assuming(base, aws_sdk_sts::Client::new(&sdk), arn, clock)
+            }
+        })
+    }
+
     /// The assumed role, or `None` when the execution role is used.
     pub fn role_arn(&self) -> Option<&str> {
         self.inner.assume.as_ref().map(|a| a.role_arn.as_str())

@@ -249,6 +249,9 @@ async fn without_a_tenant_role_the_execution_role_is_used_and_the_guard_still_ap
         sts.requests().is_empty(),
         "no STS call without TENANT_ROLE_ARN"
     );
+    // What a function's main.rs gets from its Deps when TENANT_ROLE_ARN is unset.
+    let from_deps = TenantClients::from_deps(&env.deps).await.unwrap();
+    assert_eq!(from_deps.role_arn(), None);
     assert_eq!(
         keys.all(),
         ["local"],
