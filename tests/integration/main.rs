@@ -1,9 +1,11 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
 mod foundation;
+mod isolation;
 mod kv;
 mod reservations;
 mod state;
+mod template;
 mod token_remover;
 mod tokens;
 mod tokens_limits;
