@@ -5,13 +5,14 @@ SHELL := /bin/bash
 DYNAMODB_LOCAL_PORT ?= 8000
 export DYNAMODB_LOCAL_PORT
 
-.PHONY: test dev lint unit ddb-start ddb-stop build release clean help bench bench-smoke
+.PHONY: test dev lint cfn-lint unit ddb-start ddb-stop build release clean help bench bench-smoke
 
 help:
 	@echo "make test   - install DynamoDB Local if missing, start it, run fmt/clippy/tests, stop it"
 	@echo "make dev    - run the whole suite locally (WebSocket + HTTP + DynamoDB Local)"
 	@echo "make lint   - cargo fmt --check and clippy"
-	@echo "make release- release build of every Lambda binary and the CLI"
+	@echo "make cfn-lint - lint template.yaml with cfn-lint (installed into .tools/ on first use)"
+	@echo "make release- release build of every Lambda binary (with sizes) and the CLI"
 	@echo "make bench  - full benchmark beside the peers (own DynamoDB Local) -> BENCHMARKS.md, bench/results.json"
 	@echo "make bench-smoke - a few decisions per workload; asserts 0 over-admission and calls/decision"
 
@@ -33,6 +34,9 @@ ddb-start:
 ddb-stop:
 	@scripts/dynamodb-local.sh stop
 
+cfn-lint:
+	@scripts/cfn-lint.sh
+
 # Benchmarks (issue #8): its own DynamoDB Local (port 8010 / 8011), stopped afterwards. Not part of `make test`;
 # `make test` runs only the smoke step. Knobs: see scripts/bench.sh (BENCH_PROFILE, BENCH_DECISIONS, ...).
 bench:
@@ -42,7 +46,8 @@ bench-smoke:
 	@scripts/bench.sh smoke
 
 release:
-	cargo build --release --workspace --bins
+	@scripts/release-build.sh
+	cargo build --release --locked -p turnstile-cli
 
 clean:
 	cargo clean

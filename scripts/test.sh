@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: installs what is missing, starts a private DynamoDB Local, runs every check, and
-# stops DynamoDB Local even when a step fails. Exit status: the first failing step's, else 0.
+# `make test`: installs what is missing (DynamoDB Local; cfn-lint into .tools/ via python3 -m venv),
+# starts a private DynamoDB Local, runs every check, and stops DynamoDB Local even when a step fails.
+# Exit status: the first failing step's, else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +27,13 @@ status=0
 run() { step "$*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "FAILED ($rc): $*"; [ $status -ne 0 ] || status=$rc; }; }
 
 run cargo fmt --all -- --check
+run scripts/cfn-lint.sh
 run cargo clippy --workspace --all-targets --locked -- -D warnings
 run cargo test --workspace --locked
 # The benchmark smoke (issue #8): a few decisions per workload, peers included, on its own DynamoDB Local
 # (port 8011); asserts 0 over-admission and calls/decision so `make bench` never rots. About a minute
 # once the peers' venvs exist. TURNSTILE_BENCH_SMOKE=0 skips it. The full `make bench` is never run here.
 if [ "${TURNSTILE_BENCH_SMOKE:-1}" != 0 ]; then run scripts/bench.sh smoke; fi
+# Release build (fat LTO) of every Lambda function, with sizes: the artifacts `sam build` deploys.
+run scripts/release-build.sh
 exit $status

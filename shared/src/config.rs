@@ -5,10 +5,10 @@
 //! Reads go through [`Vars`] so tests and the local stack pass variables explicitly instead of
 //! mutating the process environment.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +119,33 @@ impl Vars {
     }
 }
 
+/// The names read through a recording [`Vars`] (see [`Vars::recording`]); clones share the log.
+#[derive(Debug, Clone, Default)]
+pub struct ReadLog(Arc<Mutex<BTreeSet<String>>>);
+
+impl ReadLog {
+    /// Every variable name read so far, set or not.
+    pub fn names(&self) -> BTreeSet<String> {
+        self.0.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Vars {
+    /// The same variables, plus a log of every name read through the returned `Vars`. The
+    /// `template.yaml` check uses it to learn which variables a config constructor reads.
+    pub fn recording(&self) -> (Vars, ReadLog) {
+        let log = ReadLog::default();
+        let (inner, names) = (self.0.clone(), log.0.clone());
+        let vars = Vars(Arc::new(move |k| {
+            if let Ok(mut n) = names.lock() {
+                n.insert(k.to_string());
+            }
+            inner(k)
+        }));
+        (vars, log)
+    }
+}
+
 impl Default for Vars {
     fn default() -> Self {
         Vars::process()
@@ -200,6 +227,17 @@ mod tests {
         assert_eq!(v.get("B").as_deref(), Some("20"));
         assert_eq!(v.get("C").as_deref(), Some("30"));
         assert_eq!(base.get("B").as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_recording_reads_the_same_values_and_logs_every_name() {
+        let (vars, log) = Vars::from_pairs([("A", "1")]).recording();
+        assert_eq!(vars.get("A").as_deref(), Some("1"));
+        assert_eq!(vars.string_or("B", "dflt"), "dflt");
+        let copy = vars.clone();
+        assert!(copy.bool_or("C", true).unwrap());
+        let names: Vec<String> = log.names().into_iter().collect();
+        assert_eq!(names, ["A", "B", "C"]);
     }
 
     #[test]

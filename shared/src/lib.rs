@@ -16,6 +16,7 @@ pub mod error;
 pub mod gateway;
 pub mod gcra;
 pub mod ids;
+pub mod isolation;
 pub mod kv;
 pub mod limit;
 pub mod refusal;

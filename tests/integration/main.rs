@@ -1,11 +1,13 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
 mod foundation;
+mod isolation;
 mod kv;
 mod local_stack;
 mod local_stream_bridge;
 mod reservations;
 mod state;
+mod template;
 mod token_remover;
 mod tokens;
 mod tokens_limits;

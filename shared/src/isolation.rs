@@ -1,0 +1,505 @@
+//! Tenant isolation (seed 003): every row a tenant-facing function touches has a leading (partition)
+//! key that is the tenant id itself or starts with `{tenantId}:` — tenants and sessions are keyed by
+//! `tenantId`, counters by `{tenantId}`, `{tenantId}:minute:{epoch}`, `{tenantId}:{sessionId}:...`,
+//! `{tenantId}:conn:{connectionId}`. Two independent guards hold a function to one tenant's rows:
+//!
+//! 1. **In code**, always: [`check_key`] (and [`TenantClient::key`]) refuse a key outside the tenant
+//!    before any request is built. It compares whole segments: tenant `ab` owns `ab` and `ab:x`, never
+//!    `abc` or `abc:x` (the AWS sample's prefix match let `ab` reach `abc`'s rows).
+//! 2. **In IAM**, when `TENANT_ROLE_ARN` is set: [`TenantClients`] hands out a DynamoDB client per tenant
+//!    whose credentials come from `sts:AssumeRole` on that role with the session tag `tenantId`. The
+//!    role's policy (`TenantRole` in `template.yaml`) allows only `dynamodb:LeadingKeys` equal to the
+//!    tag or matching `{tag}:*`, so a bug that skips guard 1 still cannot reach another tenant.
+//!    Without `TENANT_ROLE_ARN` the execution role's client is returned (local runs, tests, and stacks
+//!    deployed with `TenantIsolation=Disabled`); guard 1 still applies.
+//!
+//! Cost: the first use of a tenant in a process, and one use per ~55 minutes after, makes one STS
+//! `AssumeRole` call; every other use makes none (credentials are cached per tenant until
+//! [`REFRESH_BEFORE_EXPIRY`] before they expire). See docs/decisions/0701-tenant-scoped-credentials.md.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_sts::types::Tag;
+
+use crate::clock::{SharedClock, Timestamp};
+use crate::config::{ConfigError, Vars};
+use crate::error::{error_chain, Error, Result};
+use crate::ids::TenantId;
+
+/// Env var naming the tenant-scoped role to assume; unset or empty means "use the execution role".
+pub const TENANT_ROLE_ARN_VAR: &str = "TENANT_ROLE_ARN";
+/// The session tag the tenant role's policy reads (`${aws:PrincipalTag/tenantId}`).
+pub const TENANT_TAG: &str = "tenantId";
+/// Requested lifetime of tenant credentials; the role's `MaxSessionDuration` must be at least this.
+pub const SESSION_DURATION: Duration = Duration::from_secs(3600);
+/// Cached credentials are replaced this long before they expire, so a request never starts with
+/// credentials that could expire mid-call.
+pub const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(300);
+/// At most this many tenants' clients are kept per process; beyond it the soonest-expiring goes.
+pub const MAX_CACHED_TENANTS: usize = 1024;
+
+/// True when `key` belongs to `tenant`: it is the tenant id, or the tenant id followed by `:`.
+/// Tenant ids cannot contain `:` (see [`crate::ids`]), so the first segment is unambiguous.
+pub fn key_in_tenant(tenant: &TenantId, key: &str) -> bool {
+    match key.strip_prefix(tenant.as_str()) {
+        Some(rest) => rest.is_empty() || rest.starts_with(':'),
+        None => false,
+    }
+}
+
+/// A key that does not belong to the tenant a client is scoped to: always a bug in the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("key {key:?} is outside tenant {tenant:?}: a tenant's keys are its id or start with \"{tenant}:\"")]
+pub struct CrossTenantKey {
+    pub tenant: String,
+    pub key: String,
+}
+
+impl From<CrossTenantKey> for Error {
+    fn from(e: CrossTenantKey) -> Self {
+        Error::Other(e.to_string())
+    }
+}
+
+/// Guard 1: `Ok` only for keys of `tenant` (see [`key_in_tenant`]).
+pub fn check_key(tenant: &TenantId, key: &str) -> Result<(), CrossTenantKey> {
+    if key_in_tenant(tenant, key) {
+        Ok(())
+    } else {
+        Err(CrossTenantKey {
+            tenant: tenant.to_string(),
+            key: key.to_string(),
+        })
+    }
+}
+
+/// Isolation settings from the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IsolationConfig {
+    /// `TENANT_ROLE_ARN`: the role to assume per tenant, or `None` for the execution role.
+    pub tenant_role_arn: Option<String>,
+}
+
+impl IsolationConfig {
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let Some(arn) = vars.get(TENANT_ROLE_ARN_VAR) else {
+            return Ok(IsolationConfig::default());
+        };
+        // arn:{partition}:iam::{account}:role/{path/}{name}
+        let parts: Vec<&str> = arn.splitn(6, ':').collect();
+        let ok = parts.len() == 6
+            && parts[0] == "arn"
+            && !parts[1].is_empty()
+            && parts[2] == "iam"
+            && parts[4].len() == 12
+            && parts[4].chars().all(|c| c.is_ascii_digit())
+            && parts[5]
+                .strip_prefix("role/")
+                .is_some_and(|n| !n.is_empty());
+        if !ok {
+            return Err(ConfigError::Invalid {
+                var: TENANT_ROLE_ARN_VAR.into(),
+                value: arn,
+                reason: "expected an IAM role ARN (arn:aws:iam::123456789012:role/name), or unset \
+                         to use the execution role"
+                    .into(),
+            });
+        }
+        Ok(IsolationConfig {
+            tenant_role_arn: Some(arn),
+        })
+    }
+}
+
+/// Per-tenant values that expire. Pure (time is passed in), so its timing is tested with a manual
+/// clock. A value is served while `now < expires - refresh_before`.
+#[derive(Debug)]
+pub struct ExpiringCache<V> {
+    entries: HashMap<TenantId, (V, Timestamp)>,
+    refresh_before: Duration,
+    capacity: usize,
+}
+
+impl<V: Clone> ExpiringCache<V> {
+    pub fn new(refresh_before: Duration, capacity: usize) -> Self {
+        ExpiringCache {
+            entries: HashMap::new(),
+            refresh_before,
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn get(&self, tenant: &TenantId, now: Timestamp) -> Option<V> {
+        self.entries
+            .get(tenant)
+            .filter(|(_, expires)| now < expires.minus(self.refresh_before))
+            .map(|(v, _)| v.clone())
+    }
+
+    /// Stores `value` until `expires`, first dropping entries no longer served; if the cache is
+    /// still full, the entry that expires soonest makes room.
+    pub fn insert(&mut self, tenant: TenantId, value: V, expires: Timestamp, now: Timestamp) {
+        let refresh_before = self.refresh_before;
+        self.entries
+            .retain(|_, (_, exp)| now < exp.minus(refresh_before));
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&tenant) {
+            if let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, exp))| *exp)
+                .map(|(t, _)| t.clone())
+            {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(tenant, (value, expires));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// `RoleSessionName` for a tenant: `turnstile-{tenant}`, cut to STS's 64 characters. Tenant ids use
+/// only characters STS allows in session names. It names the session in CloudTrail; the session
+/// tag, not the name, is what IAM checks.
+pub fn session_name(tenant: &TenantId) -> String {
+    let mut name = format!("turnstile-{tenant}");
+    name.truncate(64);
+    name
+}
+
+/// DynamoDB clients for tenants: the execution role's, or tenant-scoped ones (see the module docs).
+/// Clones share the cache.
+#[derive(Clone)]
+pub struct TenantClients {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    base: Client,
+    clock: SharedClock,
+    assume: Option<Assume>,
+}
+
+struct Assume {
+    sts: aws_sdk_sts::Client,
+    role_arn: String,
+    cache: Mutex<ExpiringCache<Client>>,
+}
+
+impl fmt::Debug for TenantClients {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TenantClients")
+            .field("role_arn", &self.role_arn())
+            .finish()
+    }
+}
+
+impl TenantClients {
+    /// Every tenant gets `base` (the execution role's client); only the key guard applies.
+    pub fn execution_role(base: Client, clock: SharedClock) -> Self {
+        TenantClients {
+            inner: Arc::new(Inner {
+                base,
+                clock,
+                assume: None,
+            }),
+        }
+    }
+
+    /// Each tenant gets a client like `base` (same endpoint, region, interceptors) but signed with
+    /// credentials from `AssumeRole` on `role_arn` tagged with the tenant.
+    pub fn assuming(
+        base: Client,
+        sts: aws_sdk_sts::Client,
+        role_arn: impl Into<String>,
+        clock: SharedClock,
+    ) -> Self {
+        TenantClients {
+            inner: Arc::new(Inner {
+                base,
+                clock,
+                assume: Some(Assume {
+                    sts,
+                    role_arn: role_arn.into(),
+                    cache: Mutex::new(ExpiringCache::new(
+                        REFRESH_BEFORE_EXPIRY,
+                        MAX_CACHED_TENANTS,
+                    )),
+                }),
+            }),
+        }
+    }
+
+    /// From `TENANT_ROLE_ARN` (via [`IsolationConfig`]); the STS client comes from `sdk` (the
+    /// execution role's credentials and region).
+    pub fn from_config(
+        config: &IsolationConfig,
+        sdk: &aws_config::SdkConfig,
+        base: Client,
+        clock: SharedClock,
+    ) -> Self {
+        match &config.tenant_role_arn {
+            None => Self::execution_role(base, clock),
+            Some(arn) => Self::assuming(base, aws_sdk_sts::Client::new(sdk), arn, clock),
+        }
+    }
+
+    /// For a function's [`Deps`](crate::Deps): reads `TENANT_ROLE_ARN` from `deps.vars`; with a role,
+    /// STS uses the SDK's default configuration (the execution role's credentials, `AWS_REGION`).
+    /// Call once at start-up, next to `Deps::from_env`.
+    pub async fn from_deps(deps: &crate::Deps) -> Result<Self> {
+        let config = IsolationConfig::from_vars(&deps.vars)?;
+        let base = deps.dynamo.clone();
+        let clock = deps.clock.clone();
+        Ok(match &config.tenant_role_arn {
+            None => Self::execution_role(base, clock),
+            Some(arn) => {
+                let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                Self::assuming(base, aws_sdk_sts::Client::new(&sdk), arn, clock)
+            }
+        })
+    }
+
+    /// The assumed role, or `None` when the execution role is used.
+    pub fn role_arn(&self) -> Option<&str> {
+        self.inner.assume.as_ref().map(|a| a.role_arn.as_str())
+    }
+
+    /// The client for `tenant`. With a tenant role: cached credentials if still fresh, else one STS
+    /// `AssumeRole` call. Concurrent first uses of one tenant may each call STS; the last one wins the
+    /// cache, and all of them get valid credentials.
+    pub async fn for_tenant(&self, tenant: &TenantId) -> Result<TenantClient> {
+        let Some(assume) = &self.inner.assume else {
+            return Ok(TenantClient {
+                tenant: tenant.clone(),
+                client: self.inner.base.clone(),
+            });
+        };
+        let now = self.inner.clock.now();
+        if let Some(client) = lock(&assume.cache).get(tenant, now) {
+            return Ok(TenantClient {
+                tenant: tenant.clone(),
+                client,
+            });
+        }
+        let (client, expires) = self.assume_role(assume, tenant, now).await?;
+        lock(&assume.cache).insert(tenant.clone(), client.clone(), expires, now);
+        Ok(TenantClient {
+            tenant: tenant.clone(),
+            client,
+        })
+    }
+
+    async fn assume_role(
+        &self,
+        assume: &Assume,
+        tenant: &TenantId,
+        now: Timestamp,
+    ) -> Result<(Client, Timestamp)> {
+        let sts_err =
+            |what: &str| Error::Other(format!("STS AssumeRole for tenant {tenant}: {what}"));
+        let tag = Tag::builder()
+            .key(TENANT_TAG)
+            .value(tenant.as_str())
+            .build()
+            .map_err(|e| sts_err(&e.to_string()))?;
+        let out = assume
+            .sts
+            .assume_role()
+            .role_arn(&assume.role_arn)
+            .role_session_name(session_name(tenant))
+            .duration_seconds(SESSION_DURATION.as_secs() as i32)
+            .tags(tag)
+            // A transitive tag survives role chaining and cannot be replaced by a later AssumeRole.
+            .transitive_tag_keys(TENANT_TAG)
+            .send()
+            .await
+            .map_err(|e| sts_err(&error_chain(&e)))?;
+        let creds = out
+            .credentials()
+            .ok_or_else(|| sts_err("the response has no credentials"))?;
+        let expiration = *creds.expiration();
+        // The cache runs on the injected clock; STS's expiry is wall-clock time, so keep the lifetime
+        // STS granted, measured from our `now` (never longer than we asked for).
+        let granted = SystemTime::try_from(expiration)
+            .ok()
+            .and_then(|exp| exp.duration_since(SystemTime::now()).ok())
+            .unwrap_or(Duration::ZERO)
+            .min(SESSION_DURATION);
+        let credentials = Credentials::new(
+            creds.access_key_id(),
+            creds.secret_access_key(),
+            Some(creds.session_token().to_string()),
+            SystemTime::try_from(expiration).ok(),
+            "turnstile-tenant-role",
+        );
+        let config = self
+            .inner
+            .base
+            .config()
+            .to_builder()
+            .credentials_provider(credentials)
+            .build();
+        Ok((Client::from_conf(config), now.plus(granted)))
+    }
+}
+
+fn lock<V>(m: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
+    // A panic while holding the lock cannot leave the cache inconsistent (each operation is a single
+    // map update), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A DynamoDB client scoped to one tenant, with the key guard.
+#[derive(Debug, Clone)]
+pub struct TenantClient {
+    tenant: TenantId,
+    client: Client,
+}
+
+impl TenantClient {
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// The client: tenant-role credentials when `TENANT_ROLE_ARN` is set, else the execution role's.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Guard 1: `key` if it belongs to this tenant, else an error; use it on every leading key.
+    pub fn key<'k>(&self, key: &'k str) -> Result<&'k str, CrossTenantKey> {
+        check_key(&self.tenant, key).map(|()| key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> TenantId {
+        TenantId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn the_key_guard_accepts_only_the_tenant_and_its_colon_keys() {
+        // (tenant, key, accepted)
+        let cases = [
+            ("ab", "ab", true),
+            ("ab", "ab:", true),
+            ("ab", "ab:minute:1700000000", true),
+            ("ab", "ab:s1:minute:1700000000", true),
+            ("ab", "ab:conn:L0SM9cOFvHcCIhw=", true),
+            ("ab", "abc", false),
+            ("ab", "abc:minute:1700000000", false),
+            ("ab", "a", false),
+            ("ab", "", false),
+            ("ab", ":ab", false),
+            ("ab", "xab", false),
+            ("ab", "AB", false),
+            ("ab", "ab.c", false),
+            ("ab", "ab-c:x", false),
+            ("abc", "ab", false),
+            ("abc", "ab:c", false),
+            ("a.b", "a.b:x", true),
+            ("a.b", "aXb", false),
+            ("a.b", "a.bc", false),
+        ];
+        for (tenant, key, want) in cases {
+            assert_eq!(key_in_tenant(&t(tenant), key), want, "{tenant} / {key:?}");
+            assert_eq!(
+                check_key(&t(tenant), key).is_ok(),
+                want,
+                "{tenant} / {key:?}"
+            );
+        }
+        let err = check_key(&t("ab"), "abc:1").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "key \"abc:1\" is outside tenant \"ab\": a tenant's keys are its id or start with \"ab:\""
+        );
+    }
+
+    #[test]
+    fn the_role_arn_is_optional_but_must_be_a_role() {
+        let none = IsolationConfig::from_vars(&Vars::from_pairs([(TENANT_ROLE_ARN_VAR, " ")]));
+        assert_eq!(none.unwrap().tenant_role_arn, None, "blank means unset");
+        let arn = "arn:aws:iam::123456789012:role/turnstile/tenant-access";
+        let set = IsolationConfig::from_vars(&Vars::from_pairs([(TENANT_ROLE_ARN_VAR, arn)]));
+        assert_eq!(set.unwrap().tenant_role_arn.as_deref(), Some(arn));
+        for bad in [
+            "tenant-role",
+            "arn:aws:iam::123456789012:user/bob",
+            "arn:aws:iam::1234:role/x",
+            "arn:aws:sts::123456789012:role/x",
+            "arn:aws:iam::123456789012:role/",
+        ] {
+            let err = IsolationConfig::from_vars(&Vars::from_pairs([(TENANT_ROLE_ARN_VAR, bad)]))
+                .unwrap_err();
+            assert!(err.to_string().contains(TENANT_ROLE_ARN_VAR), "{err}");
+        }
+    }
+
+    #[test]
+    fn cached_values_are_served_until_five_minutes_before_expiry() {
+        let start = Timestamp::from_secs(1_700_000_000);
+        let mut cache = ExpiringCache::new(REFRESH_BEFORE_EXPIRY, 8);
+        cache.insert(t("ab"), 1, start.plus(SESSION_DURATION), start);
+        assert_eq!(cache.get(&t("ab"), start), Some(1));
+        assert_eq!(cache.get(&t("abc"), start), None, "per tenant");
+        let fresh_until = start.plus(SESSION_DURATION - REFRESH_BEFORE_EXPIRY);
+        assert_eq!(
+            cache.get(&t("ab"), fresh_until.minus(Duration::from_nanos(1))),
+            Some(1)
+        );
+        assert_eq!(
+            cache.get(&t("ab"), fresh_until),
+            None,
+            "refreshed 5 min early"
+        );
+        cache.insert(t("ab"), 2, fresh_until.plus(SESSION_DURATION), fresh_until);
+        assert_eq!(cache.get(&t("ab"), fresh_until), Some(2));
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_drops_stale_entries_first() {
+        let now = Timestamp::from_secs(1_000_000);
+        let min = Duration::from_secs(60);
+        let hour = Duration::from_secs(3600);
+        let mut cache = ExpiringCache::new(REFRESH_BEFORE_EXPIRY, 2);
+        cache.insert(t("short"), 0, now.plus(min * 10), now);
+        cache.insert(t("a"), 1, now.plus(hour), now);
+        assert_eq!(cache.len(), 2);
+        // Six minutes on, "short" is within 5 minutes of expiry: no longer served, dropped first.
+        let later = now.plus(min * 6);
+        assert_eq!(cache.get(&t("short"), later), None);
+        cache.insert(t("b"), 2, later.plus(hour * 2), later);
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get(&t("a"), later), Some(1));
+        // Full of live entries: the soonest-expiring ("a") makes room.
+        cache.insert(t("c"), 3, later.plus(hour * 3), later);
+        assert_eq!(cache.get(&t("a"), later), None);
+        assert_eq!(cache.get(&t("b"), later), Some(2));
+        assert_eq!(cache.get(&t("c"), later), Some(3));
+    }
+
+    #[test]
+    fn session_names_fit_sts_limits() {
+        assert_eq!(session_name(&t("acme")), "turnstile-acme");
+        let long = "x".repeat(128);
+        assert_eq!(session_name(&t(&long)).len(), 64);
+    }
+}

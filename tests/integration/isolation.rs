@@ -1,0 +1,332 @@
+//! Tenant-scoped credentials end to end, offline: a tiny local HTTP server stands in for STS (it
+//! records each AssumeRole request and answers with made-up credentials), and the clients it yields
+//! write to DynamoDB Local. Shows the AssumeRole request's shape, the per-tenant cache and its
+//! refresh on the manual clock, that the scoped credentials are the ones that sign DynamoDB calls,
+//! and that the key guard refuses another tenant's key with either kind of credentials.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use shared::clock::{Clock, SharedClock};
+use shared::ids::TenantId;
+use shared::isolation::{
+    IsolationConfig, TenantClients, REFRESH_BEFORE_EXPIRY, SESSION_DURATION, TENANT_TAG,
+};
+use shared::table::TableKind;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use turnstile_tests::TestEnv;
+
+const ROLE: &str = "arn:aws:iam::123456789012:role/turnstile-TenantRole-ABC";
+
+/// A stand-in for STS: answers every request with fresh credentials (`ASIAFAKE{n}`, expiring one
+/// hour after the wall clock's now) and keeps the decoded form parameters of each request.
+struct FakeSts {
+    url: String,
+    requests: Arc<Mutex<Vec<BTreeMap<String, String>>>>,
+}
+
+impl FakeSts {
+    async fn start() -> FakeSts {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests: Arc<Mutex<Vec<BTreeMap<String, String>>>> = Arc::default();
+        let log = requests.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    // One request per connection is enough for the SDK (we answer Connection: close).
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let (head_end, content_length) = loop {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..pos]).to_ascii_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                                .unwrap_or(0);
+                            break (pos + 4, len);
+                        }
+                    };
+                    while buf.len() < head_end + content_length {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let body = String::from_utf8_lossy(&buf[head_end..head_end + content_length]);
+                    let form: BTreeMap<String, String> = body
+                        .split('&')
+                        .filter_map(|kv| kv.split_once('='))
+                        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+                        .collect();
+                    let n = {
+                        let mut l = log.lock().unwrap();
+                        l.push(form);
+                        l.len()
+                    };
+                    let expires = shared::clock::SystemClock
+                        .now()
+                        .plus(Duration::from_secs(3600))
+                        .to_rfc3339();
+                    let xml = format!(
+                        "<AssumeRoleResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\
+                         <AssumeRoleResult><Credentials>\
+                         <AccessKeyId>ASIAFAKE{n}</AccessKeyId>\
+                         <SecretAccessKey>secret{n}</SecretAccessKey>\
+                         <SessionToken>token{n}</SessionToken>\
+                         <Expiration>{expires}</Expiration>\
+                         </Credentials><AssumedRoleUser>\
+                         <AssumedRoleId>AROAFAKE:s{n}</AssumedRoleId>\
+                         <Arn>arn:aws:sts::123456789012:assumed-role/TenantRole/s{n}</Arn>\
+                         </AssumedRoleUser></AssumeRoleResult>\
+                         <ResponseMetadata><RequestId>r{n}</RequestId></ResponseMetadata>\
+                         </AssumeRoleResponse>"
+                    );
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/xml\r\ncontent-length: {}\r\n\
+                         connection: close\r\n\r\n{xml}",
+                        xml.len()
+                    );
+                    let _ = sock.write_all(response.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        FakeSts { url, requests }
+    }
+
+    fn requests(&self) -> Vec<BTreeMap<String, String>> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// The SDK configuration a function would have, with STS pointed here.
+    fn sdk_config(&self) -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "AKIAEXECUTIONROLE",
+                "execution-secret",
+                None,
+                None,
+                "execution-role",
+            )))
+            .endpoint_url(&self.url)
+            .build()
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).unwrap());
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Records the access key id that signed each DynamoDB request.
+#[derive(Debug, Clone, Default)]
+struct SigningKeys(Arc<Mutex<Vec<String>>>);
+
+impl SigningKeys {
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Intercept for SigningKeys {
+    fn name(&self) -> &'static str {
+        "SigningKeys"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let auth = context
+            .request()
+            .headers()
+            .get("authorization")
+            .unwrap_or_default();
+        let key = auth
+            .split("Credential=")
+            .nth(1)
+            .and_then(|c| c.split('/').next())
+            .unwrap_or("unsigned")
+            .to_string();
+        self.0.lock().unwrap().push(key);
+        Ok(())
+    }
+}
+
+fn t(s: &str) -> TenantId {
+    TenantId::parse(s).unwrap()
+}
+
+/// A counters-table client on DynamoDB Local that also records signing keys.
+async fn counters_env() -> (TestEnv, Client, SigningKeys) {
+    let env = TestEnv::new(&[TableKind::Counters]).await;
+    let keys = SigningKeys::default();
+    let config = env
+        .deps
+        .dynamo
+        .config()
+        .to_builder()
+        .interceptor(keys.clone())
+        .build();
+    (env, Client::from_conf(config), keys)
+}
+
+async fn put_counter(client: &Client, table: &str, key: &str) {
+    client
+        .put_item()
+        .table_name(table)
+        .item("key", AttributeValue::S(key.to_string()))
+        .item("itemCount", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn without_a_tenant_role_the_execution_role_is_used_and_the_guard_still_applies() {
+    let (env, base, keys) = counters_env().await;
+    let sts = FakeSts::start().await;
+    let clock: SharedClock = Arc::new(env.clock.clone());
+    let clients =
+        TenantClients::from_config(&IsolationConfig::default(), &sts.sdk_config(), base, clock);
+    assert_eq!(clients.role_arn(), None);
+    let ab = clients.for_tenant(&t("ab")).await.unwrap();
+
+    let err = ab.key("abc:minute:1").unwrap_err();
+    assert!(err.to_string().contains("outside tenant \"ab\""), "{err}");
+    assert!(ab.key("abc").is_err());
+    let own = ab.key("ab:minute:1").unwrap();
+    put_counter(ab.client(), &env.deps.tables.counters, own).await;
+
+    assert!(
+        sts.requests().is_empty(),
+        "no STS call without TENANT_ROLE_ARN"
+    );
+    // What a function's main.rs gets from its Deps when TENANT_ROLE_ARN is unset.
+    let from_deps = TenantClients::from_deps(&env.deps).await.unwrap();
+    assert_eq!(from_deps.role_arn(), None);
+    assert_eq!(
+        keys.all(),
+        ["local"],
+        "signed by the execution role's (local) credentials"
+    );
+    assert_eq!(env.counter.total(), 1);
+}
+
+#[tokio::test]
+async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_near_expiry() {
+    let (env, base, keys) = counters_env().await;
+    let sts = FakeSts::start().await;
+    let clock: SharedClock = Arc::new(env.clock.clone());
+    let config = IsolationConfig {
+        tenant_role_arn: Some(ROLE.into()),
+    };
+    let clients = TenantClients::from_config(&config, &sts.sdk_config(), base, clock);
+    assert_eq!(clients.role_arn(), Some(ROLE));
+
+    // First use of a tenant: one AssumeRole, tagged with the tenant.
+    let ab = clients.for_tenant(&t("ab")).await.unwrap();
+    let requests = sts.requests();
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r["Action"], "AssumeRole");
+    assert_eq!(r["RoleArn"], ROLE);
+    assert_eq!(r["RoleSessionName"], "turnstile-ab");
+    assert_eq!(r["DurationSeconds"], SESSION_DURATION.as_secs().to_string());
+    assert_eq!(r["Tags.member.1.Key"], TENANT_TAG);
+    assert_eq!(r["Tags.member.1.Value"], "ab");
+    assert_eq!(r["TransitiveTagKeys.member.1"], TENANT_TAG);
+    assert!(
+        !r.contains_key("Tags.member.2.Key"),
+        "only the tenant tag: {r:?}"
+    );
+
+    // Its DynamoDB calls are signed with the tenant credentials, through the same interceptors.
+    put_counter(
+        ab.client(),
+        &env.deps.tables.counters,
+        ab.key("ab").unwrap(),
+    )
+    .await;
+    assert_eq!(keys.all(), ["ASIAFAKE1"]);
+    assert_eq!(env.counter.total(), 1, "the call counter still counts");
+    // The guard refuses another tenant's key before any call.
+    assert!(ab.key("abc").is_err());
+    assert!(ab.key("abc:minute:1").is_err());
+    assert_eq!(env.counter.total(), 1);
+
+    // Cached per tenant: no second call for "ab"; "abc" is another tenant with its own tag.
+    let again = clients.for_tenant(&t("ab")).await.unwrap();
+    assert_eq!(sts.requests().len(), 1);
+    let abc = clients.for_tenant(&t("abc")).await.unwrap();
+    assert_eq!(sts.requests().len(), 2);
+    assert_eq!(sts.requests()[1]["Tags.member.1.Value"], "abc");
+    put_counter(again.client(), &env.deps.tables.counters, "ab:minute:2").await;
+    put_counter(
+        abc.client(),
+        &env.deps.tables.counters,
+        abc.key("abc:minute:2").unwrap(),
+    )
+    .await;
+    assert_eq!(keys.all(), ["ASIAFAKE1", "ASIAFAKE1", "ASIAFAKE2"]);
+
+    // Until 5 minutes before expiry (the fake grants one hour), then refreshed once.
+    let fresh_for = SESSION_DURATION - REFRESH_BEFORE_EXPIRY;
+    env.clock.advance(fresh_for - Duration::from_secs(5));
+    clients.for_tenant(&t("ab")).await.unwrap();
+    assert_eq!(sts.requests().len(), 2, "still fresh");
+    env.clock.advance(Duration::from_secs(5));
+    let refreshed = clients.for_tenant(&t("ab")).await.unwrap();
+    assert_eq!(sts.requests().len(), 3, "refreshed 5 minutes before expiry");
+    clients.for_tenant(&t("ab")).await.unwrap();
+    assert_eq!(sts.requests().len(), 3, "and cached again");
+    put_counter(refreshed.client(), &env.deps.tables.counters, "ab:minute:3").await;
+    assert_eq!(keys.all().last().map(String::as_str), Some("ASIAFAKE3"));
+}

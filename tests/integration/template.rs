@@ -1,0 +1,1295 @@
+//! `template.yaml` and `samconfig.toml`, checked offline against the code: every function crate has
+//! exactly one function; every table matches `shared::table::catalog`; every variable a function
+//! reads is set on it (and nothing else is); the tenant role's IAM condition accepts exactly the keys
+//! the code's key guard accepts; the stream mapping, APIs, rule and outputs are wired as documented.
+//!
+//! The template is parsed with its short-form tags (`!Ref`, `!If`, ...) turned into their long forms
+//! and evaluated by a small interpreter of the intrinsics it uses, under chosen parameter values, so
+//! each check sees what CloudFormation would create for those parameters.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde_json::{json, Map, Value};
+use shared::config::Vars;
+use shared::ids::TenantId;
+use shared::isolation::{key_in_tenant, IsolationConfig, TENANT_ROLE_ARN_VAR};
+use shared::table::{catalog, AttrType, AttributeStyle, TableKind, TableNames};
+
+// ------------------------------------------------------------------------------------------------
+// What each function reads. MERGE POINT: when a function crate exposes `Config::from_vars`, add it
+// to `function_readers` (and delete that function's entries from `AWAITING_READER`).
+// ------------------------------------------------------------------------------------------------
+
+type Reader = fn(&Vars) -> Result<(), String>;
+
+/// Readers every function runs at start-up (`shared::Deps::from_env`).
+const COMMON_READERS: &[(&str, Reader)] = &[
+    ("TableNames::from_vars", |v| {
+        TableNames::from_vars(v)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }),
+    ("AttributeStyle::from_vars", |v| {
+        AttributeStyle::from_vars(v)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }),
+];
+
+/// The functions that touch tenant rows and so read `TENANT_ROLE_ARN` (shared::isolation).
+const TENANT_FUNCTIONS: &[&str] = &[
+    "authorizer",
+    "connect",
+    "disconnect",
+    "message",
+    "session-api",
+    "ttl-sweeper",
+];
+
+/// Per-function config readers.
+fn function_readers(function: &str) -> Vec<(&'static str, Reader)> {
+    let mut readers: Vec<(&'static str, Reader)> = Vec::new();
+    if TENANT_FUNCTIONS.contains(&function) {
+        readers.push(("IsolationConfig::from_vars", |v| {
+            IsolationConfig::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }));
+    }
+    match function {
+        "authorizer" => readers.push(("authorizer::Config::from_vars", |v| {
+            authorizer::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "connect" => readers.push(("connect::Config::from_vars", |v| {
+            connect::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "disconnect" => readers.push(("disconnect::Config::from_vars", |v| {
+            disconnect::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "message" => readers.push(("message::Config::from_vars", |v| {
+            message::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "session-api" => readers.push(("session_api::Config::from_vars", |v| {
+            session_api::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "ttl-sweeper" => readers.push(("ttl_sweeper::Config::from_vars", |v| {
+            ttl_sweeper::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "token-remover" => readers.push(("token_remover::Config::from_vars", |v| {
+            token_remover::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        other => panic!("no reader list for function {other}: add it here"),
+    }
+    readers
+}
+
+/// Variables the template sets ahead of the code that will read them (the function crates' `Config`
+/// is being written). Each entry must go when that function's reader is added above; the test then
+/// proves the reader reads it.
+const AWAITING_READER: &[(&str, &str)] = &[];
+
+/// Read but deliberately not set in AWS: Lambda provides `AWS_*` itself (region, credentials), and
+/// `AWS_ENDPOINT_URL_DYNAMODB` is only for DynamoDB Local.
+fn provided_by_lambda(var: &str) -> bool {
+    var.starts_with("AWS_")
+}
+
+// ------------------------------------------------------------------------------------------------
+// Loading and evaluating the template.
+// ------------------------------------------------------------------------------------------------
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// YAML with CloudFormation short forms -> JSON with long forms (`!Ref X` -> `{"Ref": X}`,
+/// `!GetAtt A.B` -> `{"Fn::GetAtt": [A, B]}`, `!Condition C` -> `{"Condition": C}`, `!F x` ->
+/// `{"Fn::F": x}`).
+fn to_json(v: &serde_yaml_ng::Value) -> Value {
+    use serde_yaml_ng::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(*b),
+        Y::Number(n) => serde_json::to_value(n).unwrap(),
+        Y::String(s) => Value::String(s.clone()),
+        Y::Sequence(seq) => Value::Array(seq.iter().map(to_json).collect()),
+        Y::Mapping(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Y::String(s) => s.clone(),
+                        other => serde_yaml_ng::to_string(other).unwrap().trim().to_string(),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        Y::Tagged(t) => {
+            let tag = t.tag.to_string();
+            let tag = tag.trim_start_matches('!');
+            let inner = to_json(&t.value);
+            match tag {
+                "Ref" => json!({ "Ref": inner }),
+                "Condition" => json!({ "Condition": inner }),
+                "GetAtt" => match inner {
+                    Value::String(s) => {
+                        let (res, attr) = s.split_once('.').expect("!GetAtt Resource.Attribute");
+                        json!({ "Fn::GetAtt": [res, attr] })
+                    }
+                    other => json!({ "Fn::GetAtt": other }),
+                },
+                other => json!({ format!("Fn::{other}"): inner }),
+            }
+        }
+    }
+}
+
+fn load_template() -> Value {
+    let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template.yaml");
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("parse template.yaml");
+    to_json(&yaml)
+}
+
+const STACK: &str = "turnstile";
+const ACCOUNT: &str = "123456789012";
+const REGION: &str = "us-east-1";
+
+/// The template under one set of parameter values.
+struct Stack<'t> {
+    t: &'t Value,
+    params: BTreeMap<String, String>,
+    conditions: BTreeMap<String, bool>,
+}
+
+impl<'t> Stack<'t> {
+    fn new(t: &'t Value, overrides: &[(&str, &str)]) -> Stack<'t> {
+        let mut params = BTreeMap::new();
+        for (name, p) in t["Parameters"].as_object().unwrap() {
+            let default = match &p["Default"] {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Null => panic!("parameter {name} has no default: `sam deploy` would prompt"),
+                other => other.to_string(),
+            };
+            params.insert(name.clone(), default);
+        }
+        for (k, v) in overrides {
+            assert!(params.contains_key(*k), "no parameter {k}");
+            params.insert(k.to_string(), v.to_string());
+        }
+        let mut stack = Stack {
+            t,
+            params,
+            conditions: BTreeMap::new(),
+        };
+        // Conditions may refer to earlier ones; evaluate until all settle.
+        let defs = t["Conditions"].as_object().unwrap();
+        for _ in 0..defs.len() {
+            for (name, def) in defs {
+                if let Some(b) = stack.try_condition(def) {
+                    stack.conditions.insert(name.clone(), b);
+                }
+            }
+        }
+        assert_eq!(
+            stack.conditions.len(),
+            defs.len(),
+            "unresolvable conditions"
+        );
+        stack
+    }
+
+    fn try_condition(&self, v: &Value) -> Option<bool> {
+        let (f, arg) = single(v)?;
+        match f {
+            "Condition" => self.conditions.get(arg.as_str()?).copied(),
+            "Fn::Equals" => {
+                let a = self.eval(&arg[0])?;
+                let b = self.eval(&arg[1])?;
+                Some(a == b)
+            }
+            "Fn::Not" => Some(!self.try_condition(&arg[0])?),
+            "Fn::And" => arg
+                .as_array()?
+                .iter()
+                .map(|c| self.try_condition(c))
+                .collect::<Option<Vec<bool>>>()
+                .map(|v| v.iter().all(|b| *b)),
+            "Fn::Or" => arg
+                .as_array()?
+                .iter()
+                .map(|c| self.try_condition(c))
+                .collect::<Option<Vec<bool>>>()
+                .map(|v| v.iter().any(|b| *b)),
+            other => panic!("unsupported condition function {other}"),
+        }
+    }
+
+    fn condition(&self, name: &str) -> bool {
+        *self
+            .conditions
+            .get(name)
+            .unwrap_or_else(|| panic!("no condition {name}"))
+    }
+
+    /// The resources that exist under these parameters, by logical id.
+    fn resources(&self) -> BTreeMap<String, &'t Value> {
+        self.t["Resources"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Condition"].as_str().is_none_or(|c| self.condition(c)))
+            .map(|(k, r)| (k.clone(), r))
+            .collect()
+    }
+
+    fn resource(&self, id: &str) -> &'t Value {
+        let r = &self.t["Resources"][id];
+        assert!(r.is_object(), "no resource {id}");
+        r
+    }
+
+    fn exists(&self, id: &str) -> bool {
+        self.resources().contains_key(id)
+    }
+
+    /// Evaluates intrinsics; `None` is `AWS::NoValue` (dropped from objects and arrays).
+    fn eval(&self, v: &Value) -> Option<Value> {
+        if let Some((f, arg)) = single(v) {
+            return self.intrinsic(f, arg);
+        }
+        match v {
+            Value::Object(m) => Some(Value::Object(
+                m.iter()
+                    .filter_map(|(k, v)| self.eval(v).map(|v| (k.clone(), v)))
+                    .collect(),
+            )),
+            Value::Array(a) => Some(Value::Array(
+                a.iter().filter_map(|v| self.eval(v)).collect(),
+            )),
+            other => Some(other.clone()),
+        }
+    }
+
+    fn eval_str(&self, v: &Value) -> String {
+        match self.eval(v) {
+            Some(Value::String(s)) => s,
+            other => panic!("{v} evaluates to {other:?}, not a string"),
+        }
+    }
+
+    fn intrinsic(&self, f: &str, arg: &Value) -> Option<Value> {
+        let s = |x: String| Some(Value::String(x));
+        match f {
+            "Ref" => self.reference(arg.as_str().unwrap()),
+            "Fn::If" => {
+                let branch = if self.condition(arg[0].as_str().unwrap()) {
+                    &arg[1]
+                } else {
+                    &arg[2]
+                };
+                self.eval(branch)
+            }
+            "Fn::GetAtt" => {
+                let id = arg[0].as_str().unwrap();
+                let attr = arg[1].as_str().unwrap();
+                let ty = self.logical_type(id);
+                match (ty.as_str(), attr) {
+                    ("AWS::IAM::Role", "Arn") => s(format!("arn:aws:iam::{ACCOUNT}:role/{id}")),
+                    ("AWS::DynamoDB::Table", "Arn") => s(format!(
+                        "arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{}",
+                        self.table_name(id)
+                    )),
+                    ("AWS::DynamoDB::Table", "StreamArn") => s(format!(
+                        "arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{}/stream/label",
+                        self.table_name(id)
+                    )),
+                    (_, "Arn") => s(format!("arn:aws:x:{REGION}:{ACCOUNT}:{id}")),
+                    _ => s(format!("{id}.{attr}")),
+                }
+            }
+            "Fn::Sub" => {
+                let (template, vars) = match arg {
+                    Value::String(t) => (t.clone(), Map::new()),
+                    Value::Array(a) => (
+                        a[0].as_str().unwrap().to_string(),
+                        a[1].as_object().unwrap().clone(),
+                    ),
+                    other => panic!("bad Fn::Sub {other}"),
+                };
+                let mut out = String::new();
+                let mut rest = template.as_str();
+                while let Some(start) = rest.find("${") {
+                    out.push_str(&rest[..start]);
+                    let end = rest[start..].find('}').unwrap() + start;
+                    let name = &rest[start + 2..end];
+                    let value = if let Some(v) = vars.get(name) {
+                        self.eval_str(v)
+                    } else if let Some((res, attr)) = name.split_once('.') {
+                        self.eval_str(&json!({ "Fn::GetAtt": [res, attr] }))
+                    } else {
+                        self.eval_str(&json!({ "Ref": name }))
+                    };
+                    out.push_str(&value);
+                    rest = &rest[end + 1..];
+                }
+                out.push_str(rest);
+                s(out)
+            }
+            "Fn::Join" => {
+                let sep = arg[0].as_str().unwrap();
+                let parts = self.eval(&arg[1])?;
+                let parts: Vec<String> = parts
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_str().unwrap().to_string())
+                    .collect();
+                s(parts.join(sep))
+            }
+            "Condition" => Some(Value::Bool(self.condition(arg.as_str().unwrap()))),
+            "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
+                self.try_condition(&json!({ f: arg })).map(Value::Bool)
+            }
+            other => panic!("unsupported intrinsic {other}"),
+        }
+    }
+
+    fn reference(&self, name: &str) -> Option<Value> {
+        let s = |x: &str| Some(Value::String(x.to_string()));
+        match name {
+            "AWS::NoValue" => None,
+            "AWS::StackName" => s(STACK),
+            "AWS::Region" => s(REGION),
+            "AWS::AccountId" => s(ACCOUNT),
+            "AWS::Partition" => s("aws"),
+            "AWS::URLSuffix" => s("amazonaws.com"),
+            _ if self.params.contains_key(name) => s(&self.params[name]),
+            _ if self.logical_type(name) == "AWS::DynamoDB::Table" => s(&self.table_name(name)),
+            _ => s(&format!("ref-{name}")),
+        }
+    }
+
+    /// A resource's type, including the roles SAM generates (`{Function}Role`).
+    fn logical_type(&self, id: &str) -> String {
+        if let Some(ty) = self.t["Resources"][id]["Type"].as_str() {
+            return ty.to_string();
+        }
+        if let Some(f) = id.strip_suffix("Role") {
+            if self.t["Resources"][f]["Type"] == "AWS::Serverless::Function" {
+                return "AWS::IAM::Role".into();
+            }
+        }
+        panic!("reference to unknown resource {id}")
+    }
+
+    fn table_name(&self, id: &str) -> String {
+        assert!(self.exists(id), "{id} is referenced but not created");
+        self.eval_str(&self.resource(id)["Properties"]["TableName"])
+    }
+
+    /// A function's properties with `Globals.Function` merged in (maps merge, the function wins).
+    fn function(&self, id: &str) -> Value {
+        let mut merged = self.t["Globals"]["Function"].clone();
+        merge(&mut merged, &self.resource(id)["Properties"]);
+        merged
+    }
+
+    /// The environment a function gets: name -> evaluated value.
+    fn environment(&self, id: &str) -> BTreeMap<String, String> {
+        let f = self.function(id);
+        let vars = self
+            .eval(&f["Environment"]["Variables"])
+            .unwrap_or(Value::Null);
+        vars.as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().expect("string env value").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Function logical id -> its crate (`Metadata.BuildProperties.Binary`).
+    fn functions(&self) -> BTreeMap<String, String> {
+        self.resources()
+            .into_iter()
+            .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+            .map(|(id, r)| {
+                let bin = r["Metadata"]["BuildProperties"]["Binary"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{id} has no Metadata.BuildProperties.Binary"));
+                (id, bin.to_string())
+            })
+            .collect()
+    }
+
+    fn function_id(&self, binary: &str) -> String {
+        let ids: Vec<String> = self
+            .functions()
+            .into_iter()
+            .filter(|(_, b)| b == binary)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(ids.len(), 1, "functions building {binary}: {ids:?}");
+        ids[0].clone()
+    }
+
+    /// Every IAM statement of a function's execution role: its SAM `Policies` plus separate
+    /// `AWS::IAM::Policy` resources attached to `{Function}Role`.
+    fn role_statements(&self, function_id: &str) -> Vec<Value> {
+        let role = format!("{function_id}Role");
+        let mut out = Vec::new();
+        let policies = self
+            .eval(&self.function(function_id)["Policies"])
+            .unwrap_or(json!([]));
+        for p in policies.as_array().unwrap() {
+            out.extend(p["Statement"].as_array().unwrap().iter().cloned());
+        }
+        for (_, r) in self.resources() {
+            if r["Type"] == "AWS::IAM::Policy" {
+                let p = self.eval(&r["Properties"]).unwrap();
+                if p["Roles"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(format!("ref-{role}")))
+                {
+                    out.extend(
+                        p["PolicyDocument"]["Statement"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .cloned(),
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `{"Ref": x}` / `{"Fn::If": x}` / `{"Condition": x}` -> (name, argument).
+fn single(v: &Value) -> Option<(&str, &Value)> {
+    let m = v.as_object()?;
+    if m.len() != 1 {
+        return None;
+    }
+    let (k, arg) = m.iter().next().unwrap();
+    (k == "Ref" || k == "Condition" || k.starts_with("Fn::")).then_some((k.as_str(), arg))
+}
+
+fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(existing)
+                        if existing.is_object() && v.is_object() && single(v).is_none() =>
+                    {
+                        merge(existing, v)
+                    }
+                    _ => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a.iter().map(|x| x.as_str().unwrap().to_string()).collect(),
+        Value::Null => vec![],
+        other => panic!("expected string(s), got {other}"),
+    }
+}
+
+fn crates_in_functions_dir() -> BTreeSet<String> {
+    std::fs::read_dir(root().join("functions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .map(|p| {
+            let manifest = std::fs::read_to_string(p.join("Cargo.toml")).unwrap();
+            let name = manifest
+                .lines()
+                .find_map(|l| l.strip_prefix("name = \""))
+                .and_then(|l| l.strip_suffix('"'))
+                .expect("package name");
+            name.to_string()
+        })
+        .collect()
+}
+
+/// The parameter sets the checks run under: defaults, snake-case attributes, isolation off, JWT,
+/// and every table pre-existing.
+fn variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    vec![
+        ("defaults", vec![]),
+        ("snake", vec![("AttributeStyle", "snake")]),
+        ("isolation off", vec![("TenantIsolation", "Disabled")]),
+        (
+            "jwt",
+            vec![
+                ("SessionApiAuth", "JWT"),
+                ("JwtIssuer", "https://issuer.example.com"),
+                ("JwtAudience", "turnstile"),
+            ],
+        ),
+        (
+            "existing tables",
+            vec![
+                ("TenantTableName", "acme-tenants"),
+                ("SessionTableName", "acme-sessions"),
+                (
+                    "SessionTableStreamArn",
+                    "arn:aws:dynamodb:us-east-1:123456789012:table/acme-sessions/stream/2024-01-01T00:00:00.000",
+                ),
+                ("CounterTableName", "acme-counters"),
+                ("BucketTableName", "acme-buckets"),
+                ("FungibleTableName", "acme-limiter-fungible-tokens"),
+                ("LimitTableName", "acme-limiter-limits"),
+                ("LimitServiceIndexName", "acme-limiter-limits-service-index"),
+                ("NonFungibleTableName", "acme-limiter-non-fungible-tokens"),
+                ("NonFungibleResourceIndexName", "acme-limiter-resource-index"),
+                ("AttributeStyle", "snake"),
+            ],
+        ),
+    ]
+}
+
+fn table_resource_id(kind: TableKind) -> &'static str {
+    match kind {
+        TableKind::Tenants => "TenantsTable",
+        TableKind::Sessions => "SessionsTable",
+        TableKind::Counters => "CountersTable",
+        TableKind::Buckets => "BucketsTable",
+        TableKind::FungibleTokens => "FungibleTokensTable",
+        TableKind::Limits => "LimitsTable",
+        TableKind::NonFungibleTokens => "NonFungibleTokensTable",
+    }
+}
+
+fn arn_of_table(name: &str) -> String {
+    format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")
+}
+
+// ------------------------------------------------------------------------------------------------
+// The checks.
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn every_function_crate_has_exactly_one_function_built_by_cargo_lambda() {
+    let t = load_template();
+    let stack = Stack::new(&t, &[]);
+    let crates = crates_in_functions_dir();
+    assert_eq!(crates.len(), 7, "{crates:?}");
+    let built: BTreeSet<String> = stack.functions().into_values().collect();
+    assert_eq!(
+        built, crates,
+        "functions in template.yaml vs crates in functions/"
+    );
+    for name in &crates {
+        let id = stack.function_id(name);
+        let r = stack.resource(&id);
+        assert_eq!(r["Metadata"]["BuildMethod"], "rust-cargolambda", "{id}");
+        let f = stack.function(&id);
+        assert_eq!(f["Runtime"], "provided.al2023", "{id}");
+        assert_eq!(f["Architectures"], json!(["arm64"]), "{id}");
+        assert_eq!(f["Handler"], "bootstrap", "{id}");
+        assert_eq!(f["CodeUri"], ".", "{id}: one workspace, one target/");
+        let log_group = stack.eval_str(&f["LoggingConfig"]["LogGroup"]);
+        assert!(
+            log_group.starts_with("ref-"),
+            "{id} logs to a group with retention"
+        );
+        let group = stack.resource(log_group.trim_start_matches("ref-"));
+        assert!(group["Properties"]["RetentionInDays"].is_object());
+        for alarm in ["Errors", "Throttles"] {
+            let found = stack.resources().values().any(|a| {
+                a["Type"] == "AWS::CloudWatch::Alarm"
+                    && a["Properties"]["MetricName"] == alarm
+                    && a["Properties"]["Dimensions"][0]["Value"] == json!({ "Ref": id })
+            });
+            assert!(found, "{id} has no {alarm} alarm");
+        }
+    }
+}
+
+#[test]
+fn every_table_matches_its_definition_in_shared() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        // The names the functions get are the names of the tables created (or given).
+        let env = stack.environment(&stack.function_id("connect"));
+        let vars = Vars::from_pairs(env.clone());
+        let names = TableNames::from_vars(&vars).unwrap();
+        let style = AttributeStyle::from_vars(&vars).unwrap();
+        let existing = variant == "existing tables";
+        if !existing {
+            assert_eq!(
+                names,
+                TableNames::with_prefix(&format!("{STACK}-")),
+                "{variant}"
+            );
+        } else {
+            assert_eq!(names.tenants, "acme-tenants");
+            assert_eq!(names.resource_index, "acme-limiter-resource-index");
+        }
+        let created: BTreeSet<String> = stack
+            .resources()
+            .into_iter()
+            .filter(|(_, r)| r["Type"] == "AWS::DynamoDB::Table")
+            .map(|(id, _)| id)
+            .collect();
+        if existing {
+            assert!(created.is_empty(), "{variant}: {created:?} created anyway");
+            continue;
+        }
+        let expected: BTreeSet<String> = TableKind::ALL
+            .iter()
+            .map(|k| table_resource_id(*k).to_string())
+            .collect();
+        assert_eq!(created, expected, "{variant}");
+
+        for def in catalog(&names, style) {
+            let id = table_resource_id(def.kind);
+            let r = stack.resource(id);
+            let p = stack.eval(&r["Properties"]).unwrap();
+            let ctx = format!("{variant}: {id}");
+            assert_eq!(p["TableName"], def.name.as_str(), "{ctx}");
+            assert_eq!(p["BillingMode"], "PAY_PER_REQUEST", "{ctx}");
+            assert_eq!(
+                p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], true,
+                "{ctx}"
+            );
+            assert_eq!(r["DeletionPolicy"], "Retain", "{ctx}");
+
+            let key_schema = |pk: &shared::table::KeyAttr, sk: Option<&shared::table::KeyAttr>| {
+                let mut v = vec![json!({"AttributeName": pk.name, "KeyType": "HASH"})];
+                if let Some(sk) = sk {
+                    v.push(json!({"AttributeName": sk.name, "KeyType": "RANGE"}));
+                }
+                Value::Array(v)
+            };
+            assert_eq!(
+                p["KeySchema"],
+                key_schema(&def.partition_key, def.sort_key.as_ref()),
+                "{ctx}"
+            );
+
+            let mut want_attrs = BTreeMap::new();
+            let mut add = |a: &shared::table::KeyAttr| {
+                let ty = match a.ty {
+                    AttrType::S => "S",
+                    AttrType::N => "N",
+                };
+                want_attrs.insert(a.name.to_string(), ty.to_string());
+            };
+            add(&def.partition_key);
+            def.sort_key.iter().for_each(&mut add);
+            for ix in &def.indexes {
+                add(&ix.partition_key);
+                ix.sort_key.iter().for_each(&mut add);
+            }
+            let got_attrs: BTreeMap<String, String> = p["AttributeDefinitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| {
+                    (
+                        a["AttributeName"].as_str().unwrap().to_string(),
+                        a["AttributeType"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            assert_eq!(got_attrs, want_attrs, "{ctx}: attribute definitions");
+
+            let want_gsis: Vec<Value> = def
+                .indexes
+                .iter()
+                .map(|ix| {
+                    json!({
+                        "IndexName": ix.name,
+                        "KeySchema": key_schema(&ix.partition_key, ix.sort_key.as_ref()),
+                        "Projection": {"ProjectionType": "ALL"},
+                    })
+                })
+                .collect();
+            let got_gsis = p["GlobalSecondaryIndexes"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(got_gsis, want_gsis, "{ctx}: indexes");
+
+            match def.ttl_attribute {
+                Some(attr) => assert_eq!(
+                    p["TimeToLiveSpecification"],
+                    json!({"AttributeName": attr, "Enabled": true}),
+                    "{ctx}: TTL"
+                ),
+                None => assert!(p["TimeToLiveSpecification"].is_null(), "{ctx}: no TTL"),
+            }
+            match def.stream {
+                Some(view) => assert_eq!(
+                    p["StreamSpecification"],
+                    json!({"StreamViewType": view}),
+                    "{ctx}: stream"
+                ),
+                None => assert!(p["StreamSpecification"].is_null(), "{ctx}: no stream"),
+            }
+        }
+    }
+}
+
+#[test]
+fn every_variable_a_function_reads_is_set_on_it_and_nothing_else_is() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        for (id, function) in stack.functions() {
+            let env = stack.environment(&id);
+            let (vars, log) = Vars::from_pairs(env.clone()).recording();
+            let mut readers: Vec<(&str, Reader)> = COMMON_READERS.to_vec();
+            readers.extend(function_readers(&function));
+            for (name, read) in &readers {
+                if let Err(e) = read(&vars) {
+                    panic!("{variant}: {function}: {name} fails on the template's values: {e}");
+                }
+            }
+            let read = log.names();
+            let set: BTreeSet<String> = env.keys().cloned().collect();
+            let missing: Vec<&String> = read
+                .iter()
+                .filter(|v| !set.contains(*v) && !provided_by_lambda(v))
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "{variant}: {function} ({id}) reads {missing:?} but template.yaml does not set them"
+            );
+            let awaiting: BTreeSet<&str> = AWAITING_READER
+                .iter()
+                .filter(|(f, _)| *f == function)
+                .map(|(_, v)| *v)
+                .collect();
+            let unread: Vec<&String> = set
+                .iter()
+                .filter(|v| !read.contains(*v) && !awaiting.contains(v.as_str()))
+                .collect();
+            assert!(
+                unread.is_empty(),
+                "{variant}: template.yaml sets {unread:?} on {function}, which no reader of it reads"
+            );
+            for v in &awaiting {
+                assert!(
+                    !read.contains(*v),
+                    "{function} now reads {v}: remove it from AWAITING_READER"
+                );
+                assert!(set.contains(*v), "{function}: awaited {v} is not set");
+            }
+            // TENANT_ROLE_ARN: the role when isolation is on, empty (= execution role) when off.
+            if TENANT_FUNCTIONS.contains(&function.as_str()) {
+                let arn = &env[TENANT_ROLE_ARN_VAR];
+                let cfg = IsolationConfig::from_vars(&vars).unwrap();
+                if stack.condition("IsolationOn") {
+                    assert_eq!(arn, &format!("arn:aws:iam::{ACCOUNT}:role/TenantRole"));
+                    assert_eq!(cfg.tenant_role_arn.as_deref(), Some(arn.as_str()));
+                } else {
+                    assert_eq!(cfg.tenant_role_arn, None, "{variant}: {function}");
+                }
+            } else {
+                assert!(!env.contains_key(TENANT_ROLE_ARN_VAR), "{function}");
+            }
+        }
+    }
+}
+
+/// `StringLike` as IAM evaluates it: `*` any run of characters, `?` any one; case-sensitive.
+fn string_like(pattern: &str, value: &str) -> bool {
+    let (p, v): (Vec<char>, Vec<char>) = (pattern.chars().collect(), value.chars().collect());
+    let (mut pi, mut vi, mut star, mut mark) = (0, 0, None, 0);
+    while vi < v.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == v[vi]) {
+            pi += 1;
+            vi += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = vi;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            vi = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Evaluates one Allow statement's `Condition` for a request with these leading keys and this
+/// principal tag; only the operators the tenant role uses are supported (others fail the test).
+fn condition_allows(condition: &Value, tenant_tag: &str, leading_keys: &[&str]) -> bool {
+    let subst = |p: &str| p.replace("${aws:PrincipalTag/tenantId}", tenant_tag);
+    condition.as_object().unwrap().iter().all(|(op, kv)| {
+        let patterns: Vec<String> = strings(&kv["dynamodb:LeadingKeys"])
+            .iter()
+            .map(|p| subst(p))
+            .collect();
+        match op.as_str() {
+            "ForAllValues:StringLike" => leading_keys
+                .iter()
+                .all(|k| patterns.iter().any(|p| string_like(p, k))),
+            "ForAllValues:StringEquals" => {
+                leading_keys.iter().all(|k| patterns.iter().any(|p| p == k))
+            }
+            "Null" => {
+                let want_null = patterns == ["true"];
+                leading_keys.is_empty() == want_null
+            }
+            other => panic!("tenant role uses condition operator {other}, unknown to this test"),
+        }
+    })
+}
+
+#[test]
+fn the_tenant_role_allows_exactly_the_keys_the_key_guard_allows() {
+    let t = load_template();
+    let stack = Stack::new(&t, &[]);
+    let role = stack
+        .eval(&stack.resource("TenantRole")["Properties"])
+        .unwrap();
+
+    // Who may assume it: the tenant functions' execution roles, with a tenantId tag and no other.
+    let trust = &role["AssumeRolePolicyDocument"]["Statement"];
+    assert_eq!(trust.as_array().unwrap().len(), 1);
+    let principals: BTreeSet<String> = strings(&trust[0]["Principal"]["AWS"]).into_iter().collect();
+    let want: BTreeSet<String> = TENANT_FUNCTIONS
+        .iter()
+        .map(|f| format!("arn:aws:iam::{ACCOUNT}:role/{}Role", stack.function_id(f)))
+        .collect();
+    assert_eq!(principals, want);
+    let mut actions = strings(&trust[0]["Action"]);
+    actions.sort();
+    assert_eq!(actions, ["sts:AssumeRole", "sts:TagSession"]);
+    assert_eq!(
+        trust[0]["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
+        json!(["tenantId"])
+    );
+    assert_eq!(
+        role["MaxSessionDuration"],
+        shared::isolation::SESSION_DURATION.as_secs()
+    );
+
+    // What it reaches: the three WebSocket tables, by leading key only, never Scan.
+    let statements = role["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        statements.len(),
+        1,
+        "one statement (see the template's comment)"
+    );
+    let s = &statements[0];
+    assert_eq!(s["Effect"], "Allow");
+    let actions = strings(&s["Action"]);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| a.contains("Scan") || a.contains('*')),
+        "{actions:?}"
+    );
+    let resources: BTreeSet<String> = strings(&s["Resource"]).into_iter().collect();
+    let names = TableNames::with_prefix(&format!("{STACK}-"));
+    let want: BTreeSet<String> = [&names.tenants, &names.sessions, &names.counters]
+        .iter()
+        .map(|n| arn_of_table(n))
+        .collect();
+    assert_eq!(resources, want);
+
+    let condition = &s["Condition"];
+    let tenants = ["ab", "abc", "a", "a.b", "x-1"];
+    let keys = [
+        "ab",
+        "ab:",
+        "ab:minute:1700000040",
+        "ab:s1:minute:1700000040",
+        "ab:conn:L0SM9cOFvHcCIhw=",
+        "abc",
+        "abc:minute:1700000040",
+        "a",
+        "a:b",
+        "a.b",
+        "a.b:x",
+        "aXb:x",
+        "x-1",
+        "x-1:z",
+        "x-10",
+        ":ab",
+        "",
+    ];
+    for tenant in tenants {
+        let id = TenantId::parse(tenant).unwrap();
+        for key in keys {
+            assert_eq!(
+                condition_allows(condition, tenant, &[key]),
+                key_in_tenant(&id, key),
+                "IAM and the key guard disagree: tenant {tenant:?}, key {key:?}"
+            );
+        }
+        // A request's keys must all belong to the tenant; a request without leading keys (Scan)
+        // is refused.
+        let own = format!("{tenant}:minute:1");
+        assert!(condition_allows(condition, tenant, &[tenant, &own]));
+        assert!(!condition_allows(condition, tenant, &[tenant, "zzz"]));
+        assert!(!condition_allows(condition, tenant, &[]));
+    }
+}
+
+#[test]
+fn execution_roles_are_least_privilege() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let env = stack.environment(&stack.function_id("connect"));
+        let names = TableNames::from_vars(&Vars::from_pairs(env)).unwrap();
+        let tenant_tables: BTreeSet<String> = [&names.tenants, &names.sessions, &names.counters]
+            .iter()
+            .map(|n| arn_of_table(n))
+            .collect();
+        let api = "ref-WebSocketApi";
+        for (id, function) in stack.functions() {
+            let statements = stack.role_statements(&id);
+            let ctx = format!("{variant}: {function}");
+            let mut touched_tenant_tables = false;
+            for s in &statements {
+                assert_eq!(s["Effect"], "Allow", "{ctx}");
+                let actions = strings(&s["Action"]);
+                let resources = strings(&s["Resource"]);
+                for a in &actions {
+                    assert!(!a.ends_with('*'), "{ctx}: wildcard action {a}");
+                    assert!(a != "dynamodb:Scan", "{ctx}: Scan");
+                }
+                if resources.iter().any(|r| r == "*") {
+                    assert_eq!(
+                        actions,
+                        ["dynamodb:ListStreams"],
+                        "{ctx}: only ListStreams on *"
+                    );
+                }
+                if actions.iter().any(|a| a == "execute-api:ManageConnections") {
+                    assert_eq!(actions.len(), 1, "{ctx}");
+                    for r in &resources {
+                        assert!(
+                            r.starts_with(&format!(
+                                "arn:aws:execute-api:{REGION}:{ACCOUNT}:{api}/"
+                            )),
+                            "{ctx}: ManageConnections beyond the WebSocket API: {r}"
+                        );
+                    }
+                    assert!(
+                        ["message", "session-api", "ttl-sweeper"].contains(&function.as_str()),
+                        "{ctx}: posts to connections"
+                    );
+                }
+                if resources.iter().any(|r| tenant_tables.contains(r)) {
+                    touched_tenant_tables = true;
+                }
+            }
+            let isolated = stack.condition("IsolationOn");
+            let tenant_fn = TENANT_FUNCTIONS.contains(&function.as_str());
+            assert_eq!(
+                touched_tenant_tables,
+                tenant_fn && !isolated,
+                "{ctx}: direct access to tenant tables only without isolation"
+            );
+            let can_assume = statements.iter().any(|s| {
+                strings(&s["Action"]).contains(&"sts:AssumeRole".to_string())
+                    && strings(&s["Resource"])
+                        == [format!("arn:aws:iam::{ACCOUNT}:role/TenantRole")]
+            });
+            assert_eq!(
+                can_assume,
+                tenant_fn && isolated,
+                "{ctx}: assumes TenantRole"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_sweeper_gets_only_ttl_deletions_with_partial_batch_failures() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let m = stack
+            .eval(&stack.resource("TtlSweeperStreamMapping")["Properties"])
+            .unwrap();
+        assert_eq!(m["FunctionName"], "ref-TtlSweeperFunction");
+        let stream = m["EventSourceArn"].as_str().unwrap();
+        assert!(stream.contains("/stream/"), "{variant}: {stream}");
+        let filters = m["FilterCriteria"]["Filters"].as_array().unwrap();
+        assert_eq!(filters.len(), 1);
+        let pattern: Value = serde_json::from_str(filters[0]["Pattern"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            pattern,
+            json!({"eventName": ["REMOVE"],
+                   "userIdentity": {"type": ["Service"], "principalId": ["dynamodb.amazonaws.com"]}})
+        );
+        assert_eq!(
+            m["FunctionResponseTypes"],
+            json!(["ReportBatchItemFailures"])
+        );
+        assert_eq!(m["BisectBatchOnFunctionError"], true);
+        let retries = m["MaximumRetryAttempts"].as_i64().unwrap();
+        assert!((0..=10).contains(&retries), "bounded retries: {retries}");
+        assert_eq!(
+            m["DestinationConfig"]["OnFailure"]["Destination"],
+            "arn:aws:x:us-east-1:123456789012:TtlSweeperFailureQueue"
+        );
+        // The sweeper may read exactly that stream.
+        let reads_stream = stack.role_statements("TtlSweeperFunction").iter().any(|s| {
+            strings(&s["Action"]).contains(&"dynamodb:GetRecords".to_string())
+                && strings(&s["Resource"]) == [stream.to_string()]
+        });
+        assert!(reads_stream, "{variant}");
+    }
+}
+
+#[test]
+fn the_apis_rule_and_outputs_are_wired() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let res = stack.resources();
+        let props = |id: &str| stack.eval(&res[id]["Properties"]).unwrap();
+
+        let auth = props("ConnectAuthorizer");
+        assert_eq!(auth["AuthorizerType"], "REQUEST");
+        assert_eq!(
+            auth["IdentitySource"],
+            json!([
+                "route.request.querystring.tenantId",
+                "route.request.querystring.sessionId"
+            ])
+        );
+        assert!(auth["AuthorizerUri"]
+            .as_str()
+            .unwrap()
+            .contains("AuthorizerFunction"));
+
+        let routes: BTreeMap<String, Value> = res
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::ApiGatewayV2::Route")
+            .map(|(id, _)| {
+                let p = props(id);
+                (p["RouteKey"].as_str().unwrap().to_string(), p)
+            })
+            .collect();
+        let keys: BTreeSet<&str> = routes.keys().map(String::as_str).collect();
+        let want: BTreeSet<&str> = [
+            "$connect",
+            "$disconnect",
+            "$default",
+            "PUT /session",
+            "GET /session",
+            "DELETE /session",
+        ]
+        .into();
+        assert_eq!(keys, want, "{variant}");
+        assert_eq!(routes["$connect"]["AuthorizationType"], "CUSTOM");
+        assert_eq!(routes["$connect"]["AuthorizerId"], "ref-ConnectAuthorizer");
+        let jwt = stack.condition("UseJwt");
+        for k in ["PUT /session", "GET /session", "DELETE /session"] {
+            let r = &routes[k];
+            assert_eq!(r["ApiId"], "ref-SessionHttpApi");
+            assert_eq!(
+                r["AuthorizationType"],
+                if jwt { "JWT" } else { "AWS_IAM" },
+                "{variant}"
+            );
+            assert_eq!(r["AuthorizerId"].is_string(), jwt, "{variant}");
+        }
+        assert!(res.contains_key("SessionJwtAuthorizer") == jwt);
+        assert!(res.contains_key("WebSocketDeployment") && res.contains_key("WebSocketStage"));
+        assert_eq!(
+            props("WebSocketStage")["DeploymentId"],
+            "ref-WebSocketDeployment"
+        );
+
+        // Every function with an event source may be invoked by it, and only by it.
+        let permissions: BTreeMap<String, String> = res
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::Lambda::Permission")
+            .map(|(id, _)| {
+                let p = props(id);
+                (
+                    p["FunctionName"].as_str().unwrap().to_string(),
+                    p["Principal"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        for (f, principal) in [
+            ("AuthorizerFunction", "apigateway.amazonaws.com"),
+            ("ConnectFunction", "apigateway.amazonaws.com"),
+            ("DisconnectFunction", "apigateway.amazonaws.com"),
+            ("MessageFunction", "apigateway.amazonaws.com"),
+            ("SessionApiFunction", "apigateway.amazonaws.com"),
+            ("TokenRemoverFunction", "events.amazonaws.com"),
+        ] {
+            assert_eq!(
+                permissions.get(&format!("ref-{f}")).map(String::as_str),
+                Some(principal),
+                "{f}"
+            );
+        }
+
+        let rule = props("TokenRemoverRule");
+        let pattern: Value = serde_json::from_str(rule["EventPattern"].as_str().unwrap()).unwrap();
+        assert_eq!(pattern["source"], json!(["aws.emr"]));
+        assert_eq!(pattern["detail-type"], json!(["EMR Cluster State Change"]));
+        assert_eq!(
+            rule["Targets"][0]["Arn"],
+            "arn:aws:x:us-east-1:123456789012:TokenRemoverFunction"
+        );
+
+        let outputs: BTreeSet<&str> = t["Outputs"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for o in [
+            "WebSocketUrl",
+            "SessionApiUrl",
+            "TenantTable",
+            "SessionTable",
+            "CounterTable",
+            "BucketTable",
+            "FungibleTable",
+            "LimitTable",
+            "NonFungibleTable",
+        ] {
+            assert!(outputs.contains(o), "output {o}");
+        }
+        let ws = stack.eval_str(&t["Outputs"]["WebSocketUrl"]["Value"]);
+        assert_eq!(
+            ws,
+            "wss://ref-WebSocketApi.execute-api.us-east-1.amazonaws.com/live"
+        );
+    }
+}
+
+/// `parameter_overrides` of each `[env.deploy.parameters]` table in samconfig.toml.
+fn samconfig_overrides() -> BTreeMap<String, BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(root().join("samconfig.toml")).expect("read samconfig.toml");
+    let mut out = BTreeMap::new();
+    let mut section = String::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = s.to_string();
+        } else if let Some(v) = line.strip_prefix("parameter_overrides = ") {
+            let env = section
+                .strip_suffix(".deploy.parameters")
+                .unwrap_or_else(|| {
+                    panic!("parameter_overrides outside a deploy table: [{section}]")
+                });
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .expect("quoted");
+            let mut params = BTreeMap::new();
+            // Key=\"value\" pairs separated by spaces (values contain no quotes).
+            let v = v.replace("\\\"", "\"");
+            let mut rest = v.as_str();
+            while let Some(eq) = rest.find("=\"") {
+                let key = rest[..eq].trim().to_string();
+                let after = &rest[eq + 2..];
+                let end = after.find('"').expect("closing quote");
+                params.insert(key, after[..end].to_string());
+                rest = &after[end + 1..];
+            }
+            assert!(
+                rest.trim().is_empty(),
+                "unparsed parameter_overrides: {rest}"
+            );
+            out.insert(env.to_string(), params);
+        }
+    }
+    out
+}
+
+#[test]
+fn samconfig_has_default_and_prod_with_every_parameter() {
+    let t = load_template();
+    let params: BTreeSet<String> = t["Parameters"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let envs = samconfig_overrides();
+    assert_eq!(
+        envs.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["default", "prod"]
+    );
+    for (env, overrides) in &envs {
+        let keys: BTreeSet<String> = overrides.keys().cloned().collect();
+        // A JSON document, left to the template's default: quoting it in parameter_overrides is fragile.
+        let want: BTreeSet<String> = params
+            .iter()
+            .filter(|p| *p != "TokenRemoverEventPattern")
+            .cloned()
+            .collect();
+        assert_eq!(
+            keys, want,
+            "samconfig.toml [{env}] sets every parameter, and only those"
+        );
+        let pairs: Vec<(&str, &str)> = overrides
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        // Every value is allowed by the template and the stack it describes is consistent.
+        for (k, v) in &pairs {
+            if let Some(allowed) = t["Parameters"][*k]["AllowedValues"].as_array() {
+                let allowed: Vec<String> = allowed
+                    .iter()
+                    .map(|a| {
+                        a.as_str()
+                            .map(String::from)
+                            .unwrap_or_else(|| a.to_string())
+                    })
+                    .collect();
+                assert!(
+                    allowed.contains(&v.to_string()),
+                    "[{env}] {k}={v} not in {allowed:?}"
+                );
+            }
+        }
+        let stack = Stack::new(&t, &pairs);
+        let env_vars = stack.environment(&stack.function_id("connect"));
+        TableNames::from_vars(&Vars::from_pairs(env_vars)).unwrap();
+    }
+}
