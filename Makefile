@@ -22,7 +22,7 @@ test:
 	@scripts/test.sh
 
 dev:
-	@scripts/dev.sh
+	@scripts/dev.sh $(DEV_ARGS)
 
 lint:
 	cargo fmt --all -- --check

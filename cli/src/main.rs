@@ -1,6 +1,8 @@
 //! `turnstile`: the operator CLI. Each subcommand lives in its own module and only translates
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 
+mod dev;
+mod invoke;
 mod kv;
 mod limits;
 mod reservation;
@@ -31,6 +33,10 @@ struct Cli {
 enum Command {
     /// Create or describe Turnstile's DynamoDB tables.
     Tables(tables::Args),
+    /// Run the whole suite locally: WebSocket, HTTP, @connections, stream bridge, EventBridge.
+    Dev(dev::Args),
+    /// Run one function on one event (like `sam local invoke -e`) and print its answer.
+    Invoke(invoke::Args),
     /// Take fungible tokens by hand (prints each decision as JSON).
     Token(token::Args),
     /// Reserve, bind, delete and list non-fungible tokens.
@@ -51,6 +57,8 @@ async fn main() -> ExitCode {
     shared::telemetry::init_cli(cli.json_logs);
     let result = match cli.command {
         Command::Tables(args) => tables::run(args).await,
+        Command::Dev(args) => dev::run(args).await,
+        Command::Invoke(args) => invoke::run(args).await,
         Command::Token(args) => token::run(args).await,
         Command::Reservation(args) => reservation::run(args).await,
         Command::Limits(args) => limits::run(args).await,

@@ -13,6 +13,7 @@ pub mod lambda;
 pub mod management;
 pub mod stack;
 pub mod stream_bridge;
+pub mod template;
 pub mod websocket;
 
 pub use management::{Connections, ManagementApi, Received, Recorder};

@@ -1,0 +1,204 @@
+//! `turnstile dev`: the whole suite on this machine — the real handlers behind a local WebSocket API,
+//! HTTP API, `@connections` API, stream bridge and EventBridge endpoint, against DynamoDB Local.
+//! `make dev` starts DynamoDB Local and runs this; Ctrl-C stops it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use shared::ids::TenantId;
+use shared::table::{self, TableKind};
+use shared::tenant::{Limits, Tenant};
+use shared::{Deps, Error, Result};
+use turnstile_local::functions::LocalFunctions;
+use turnstile_local::lambda::Invoke;
+use turnstile_local::stack::{Stack, StackConfig};
+use turnstile_local::stream_bridge::StartAt;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address of the WebSocket API (and its @connections Management API).
+    #[arg(long, env = "TURNSTILE_DEV_WS_ADDR", default_value = "127.0.0.1:3001")]
+    ws_addr: SocketAddr,
+    /// Address of the HTTP API (session routes and POST /events).
+    #[arg(
+        long,
+        env = "TURNSTILE_DEV_HTTP_ADDR",
+        default_value = "127.0.0.1:3000"
+    )]
+    http_addr: SocketAddr,
+    /// Stage name in events and in the Management API endpoint.
+    #[arg(long, env = "TURNSTILE_DEV_STAGE", default_value = "local")]
+    stage: String,
+    /// Tenants to load at start (JSON list with the seed's fields); empty to load none.
+    #[arg(
+        long,
+        env = "TURNSTILE_DEV_TENANTS",
+        default_value = "config/demo-tenants.json"
+    )]
+    tenants: String,
+    /// The SAM template whose EventBridge rules route POST /events.
+    #[arg(long, env = "TURNSTILE_DEV_TEMPLATE", default_value = "template.yaml")]
+    template: PathBuf,
+    /// How often the stream bridge polls the session table's stream, in milliseconds.
+    #[arg(long, env = "TURNSTILE_DEV_STREAM_POLL_MS", default_value_t = 500)]
+    stream_poll_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TenantRow {
+    tenant_id: String,
+    #[serde(flatten)]
+    limits: Limits,
+}
+
+/// Reads the demo tenants, refusing the whole file on the first bad row.
+fn load_tenants(path: &str) -> Result<Vec<Tenant>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Other(format!("{path}: {e}")))?;
+    let rows: Vec<TenantRow> =
+        serde_json::from_str(&text).map_err(|e| Error::Other(format!("{path}: {e}")))?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(Tenant {
+                tenant_id: TenantId::parse(&r.tenant_id)?,
+                limits: r.limits,
+            })
+        })
+        .collect()
+}
+
+/// The functions' environment for local runs: the token remover gets the example processors
+/// unless the caller configured its own.
+pub(crate) fn local_vars(deps: &mut Deps) {
+    let has = |v: &str| deps.vars.get(v).is_some();
+    if !has("TOKEN_REMOVER_PROCESSORS") && !has("TOKEN_REMOVER_PROCESSORS_FILE") {
+        deps.vars = deps.vars.with_overrides([(
+            "TOKEN_REMOVER_PROCESSORS_FILE",
+            "functions/token-remover/processors.example.yaml",
+        )]);
+    }
+}
+
+pub async fn run(args: Args) -> Result<()> {
+    let mut deps = Deps::from_env().await?;
+    local_vars(&mut deps);
+    let endpoint = deps.vars.get(shared::deps::ENDPOINT_VAR).ok_or_else(|| {
+        Error::Other(format!(
+            "{} must point at DynamoDB Local (make dev sets it)",
+            shared::deps::ENDPOINT_VAR
+        ))
+    })?;
+
+    let defs: Vec<_> = TableKind::ALL
+        .iter()
+        .map(|k| table::definition(*k, &deps.tables, deps.style))
+        .collect();
+    table::ensure_all(&deps.dynamo, &defs).await?;
+    let mut loaded = Vec::new();
+    if !args.tenants.is_empty() {
+        for t in load_tenants(&args.tenants)? {
+            shared::tenant::store::put(&deps, &t).await?;
+            loaded.push(t.tenant_id.to_string());
+        }
+    }
+
+    let template = std::fs::read_to_string(&args.template)
+        .map_err(|e| Error::Other(format!("{}: {e}", args.template.display())))?;
+    let rules = turnstile_local::template::rules(&template, &HashMap::new())
+        .map_err(|e| Error::Other(format!("{}: {e}", args.template.display())))?;
+
+    let mut cfg = StackConfig::new(args.ws_addr, args.http_addr, &endpoint);
+    cfg.stage = args.stage.clone();
+    cfg.session_table = Some(deps.tables.sessions.clone());
+    cfg.stream_poll = Duration::from_millis(args.stream_poll_ms.max(50));
+    cfg.stream_start = StartAt::Latest;
+    cfg.rules = rules.clone();
+    let clock = deps.clock.clone();
+    let mut build_error = None;
+    let stack = Stack::start(cfg, clock, |eps| {
+        match LocalFunctions::new(deps.clone(), &eps.management_url()) {
+            Ok(f) => f as Arc<dyn Invoke>,
+            Err(e) => {
+                build_error = Some(e);
+                Arc::new(Unavailable) as Arc<dyn Invoke>
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Other(e.to_string()))?;
+    if let Some(e) = build_error {
+        stack.shutdown().await;
+        return Err(e);
+    }
+
+    let eps = stack.endpoints.clone();
+    let ws = eps.ws_url();
+    let http = eps.http_url();
+    let rule_list: Vec<String> = rules
+        .iter()
+        .map(|r| format!("{} -> {}", r.name, r.target))
+        .collect();
+    println!(
+        r#"
+Turnstile local stack is up (DynamoDB at {endpoint}).
+
+  WebSocket API   {ws}/?tenantId=..&sessionId=..
+  @connections    {mgmt}/@connections/{{id}}
+  Session API     {http}/session?tenantId=..&sessionId=..   (PUT, GET, DELETE)
+  EventBridge     POST {http}/events   (rules: {rules})
+  Tenants loaded  {tenants}
+
+Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
+  curl -s -X PUT "{http}/session?tenantId=acme&sessionId=s1"
+  websocat "{ws}/?tenantId=acme&sessionId=s1"        # terminal 1: type a line, see it echoed
+  websocat "{ws}/?tenantId=acme&sessionId=s1"        # terminal 2: sees terminal 1's lines as {{"from","message"}}
+  websocat "{ws}/?tenantId=acme&sessionId=s1"        # a third socket: refused, acme allows 2 per session (429)
+  curl -s "{http}/session?tenantId=acme&sessionId=s1"  # the session and its live connections
+  curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=s1"   # closes both sockets
+  # tenant "brief" has sessionTTL 20: connect to a brief session, stay idle, and its socket is closed
+  # by the TTL sweeper once DynamoDB Local deletes the expired session.
+
+Ctrl-C stops everything.
+"#,
+        mgmt = eps.management_url(),
+        rules = if rule_list.is_empty() {
+            "none".to_string()
+        } else {
+            rule_list.join(", ")
+        },
+        tenants = if loaded.is_empty() {
+            "none".to_string()
+        } else {
+            loaded.join(", ")
+        },
+    );
+
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| Error::Other(format!("waiting for Ctrl-C: {e}")))?;
+    eprintln!("stopping: closing sockets (each reaches $disconnect)...");
+    stack.shutdown().await;
+    Ok(())
+}
+
+/// Stands in while the functions failed to build, so the stack can be stopped cleanly.
+struct Unavailable;
+
+impl Invoke for Unavailable {
+    fn invoke<'a>(
+        &'a self,
+        function: &'a str,
+        _event: serde_json::Value,
+    ) -> turnstile_local::lambda::InvokeFuture<'a> {
+        Box::pin(async move {
+            Err(turnstile_local::lambda::InvokeError::Failed {
+                function: function.to_string(),
+                message: "functions did not build".into(),
+            })
+        })
+    }
+}
