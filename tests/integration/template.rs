@@ -141,10 +141,7 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
         "connect" => vec![
             tenant_read,
             (Some(Sessions), &["dynamodb:UpdateItem"]),
-            (
-                Some(Counters),
-                &["dynamodb:PutItem", "dynamodb:UpdateItem"],
-            ),
+            (Some(Counters), &["dynamodb:PutItem", "dynamodb:UpdateItem"]),
         ],
         // release transaction, with the session's connectionIds updated.
         "disconnect" => vec![(Some(Sessions), &["dynamodb:UpdateItem"]), release],
@@ -1142,14 +1139,11 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
             ),
             Some(other) => panic!("no function uses {other:?} yet: add its ARN here"),
         };
-        let tenant_tables: BTreeSet<String> = [
-            TableKind::Tenants,
-            TableKind::Sessions,
-            TableKind::Counters,
-        ]
-        .into_iter()
-        .map(|k| arn(Some(k)))
-        .collect();
+        let tenant_tables: BTreeSet<String> =
+            [TableKind::Tenants, TableKind::Sessions, TableKind::Counters]
+                .into_iter()
+                .map(|k| arn(Some(k)))
+                .collect();
         let isolated = stack.condition("IsolationOn");
         // What TenantRole grants (on all three tenant tables, by leading key).
         let role_actions: BTreeSet<String> = if isolated {
@@ -1160,7 +1154,10 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 .into_iter()
                 .collect()
         } else {
-            assert!(!stack.exists("TenantRole"), "{variant}: TenantRole without isolation");
+            assert!(
+                !stack.exists("TenantRole"),
+                "{variant}: TenantRole without isolation"
+            );
             BTreeSet::new()
         };
         let mut tenant_needs: BTreeSet<String> = BTreeSet::new();
@@ -1179,7 +1176,10 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                     .collect();
                 for r in strings(&s["Resource"]) {
                     if !actions.is_empty() {
-                        granted.entry(r).or_default().extend(actions.iter().cloned());
+                        granted
+                            .entry(r)
+                            .or_default()
+                            .extend(actions.iter().cloned());
                     }
                 }
             }
@@ -1187,8 +1187,7 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 // Tenant rows only through TenantRole, which must allow all of it.
                 for (table, actions) in &need {
                     if tenant_tables.contains(table) {
-                        let missing: Vec<&String> =
-                            actions.difference(&role_actions).collect();
+                        let missing: Vec<&String> = actions.difference(&role_actions).collect();
                         assert!(
                             missing.is_empty(),
                             "{ctx}: TenantRole lacks {missing:?} on {table}"
