@@ -17,6 +17,7 @@
 //! `AssumeRole` call; every other use makes none (credentials are cached per tenant until
 //! [`REFRESH_BEFORE_EXPIRY`] before they expire). See docs/decisions/0701-tenant-scoped-credentials.md.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -354,6 +355,29 @@ impl TenantClients {
             .credentials_provider(credentials)
             .build();
         Ok((Client::from_conf(config), now.plus(granted)))
+    }
+}
+
+/// The [`Deps`](crate::Deps) a handler uses for `tenant`'s rows, once the tenant id is validated:
+/// with a tenant role, a clone of `deps` whose `dynamo` is the tenant-scoped client (the clone is
+/// cheap: SDK clients are `Arc`s); without one (`clients` is `None`, or built without
+/// `TENANT_ROLE_ARN`), `deps` itself, borrowed — no STS call, no clone, no extra DynamoDB call.
+/// Each function's `State` holds the `Option<TenantClients>` its `main.rs` built with
+/// [`TenantClients::from_deps`].
+pub async fn tenant_deps<'d>(
+    clients: Option<&TenantClients>,
+    deps: &'d crate::Deps,
+    tenant: &TenantId,
+) -> Result<Cow<'d, crate::Deps>> {
+    match clients {
+        Some(c) if c.role_arn().is_some() => {
+            let scoped = c.for_tenant(tenant).await?;
+            Ok(Cow::Owned(crate::Deps {
+                dynamo: scoped.client().clone(),
+                ..deps.clone()
+            }))
+        }
+        _ => Ok(Cow::Borrowed(deps)),
     }
 }
 

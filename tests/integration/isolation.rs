@@ -330,3 +330,149 @@ async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_nea
     put_counter(refreshed.client(), &env.deps.tables.counters, "ab:minute:3").await;
     assert_eq!(keys.all().last().map(String::as_str), Some("ASIAFAKE3"));
 }
+
+/// The WebSocket handlers with `TENANT_ROLE_ARN` set, as `main.rs` wires them: every DynamoDB call
+/// they make on tenant rows is signed with that tenant's assumed-role credentials (never the
+/// execution role's), one AssumeRole per tenant serves all six functions' states sharing the
+/// clients, and the DynamoDB call budgets are those of the execution-role path.
+#[tokio::test]
+async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tenant_credentials() {
+    use crate::ws_support::{
+        authorizer_event, sample, session_event, typed, ws_event, World, SMALL,
+    };
+    use shared::config::Vars;
+    use shared::gateway::Gateway;
+
+    let w = World::new().await;
+    // Operator path (execution/admin credentials): the tenants exist.
+    w.put_tenant("ab", SMALL).await;
+    w.put_tenant("abc", SMALL).await;
+
+    let sts = FakeSts::start().await;
+    let keys = SigningKeys::default();
+    let base = Client::from_conf(
+        w.deps()
+            .dynamo
+            .config()
+            .to_builder()
+            .interceptor(keys.clone())
+            .build(),
+    );
+    // The execution role's Deps; handlers must not use its client for tenant rows.
+    let deps = shared::Deps {
+        dynamo: base.clone(),
+        ..w.deps().clone()
+    };
+    let clock: SharedClock = Arc::new(w.env.clock.clone());
+    let config = IsolationConfig {
+        tenant_role_arn: Some(ROLE.into()),
+    };
+    let tc = TenantClients::from_config(&config, &sts.sdk_config(), base, clock);
+    let vars = Vars::from_pairs([
+        ("TURNSTILE_TENANT_CACHE_SECS", "60".to_string()),
+        ("TURNSTILE_MANAGEMENT_ENDPOINT", w.api.url()),
+    ]);
+    let gw = || Gateway::local(&w.api.url());
+    let sessions = session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw())
+        .with_tenant_clients(tc.clone());
+    let auth = authorizer::State::new(&authorizer::Config::from_vars(&vars).unwrap())
+        .with_tenant_clients(tc.clone());
+    let conn = connect::State::new(&connect::Config::from_vars(&vars).unwrap())
+        .with_tenant_clients(tc.clone());
+    let msg = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw())
+        .with_tenant_clients(tc.clone());
+    let disc = disconnect::State::new(&disconnect::Config::from_vars(&vars).unwrap())
+        .with_tenant_clients(tc.clone());
+    let sweeper = ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw())
+        .with_tenant_clients(tc);
+
+    // (what, DynamoDB calls) for tenant "ab": the budgets of each handler's docs.
+    let put = session_event(
+        "PUT",
+        "/session",
+        &[("tenantId", "ab"), ("sessionId", "s1")],
+        None,
+    );
+    w.env.counter.reset();
+    let r = session_api::handle(&deps, &sessions, put).await.unwrap();
+    assert_eq!(r.status_code, 200);
+    assert_eq!(w.env.counter.total(), 2, "PUT, cold tenant cache");
+    assert_eq!(sts.requests().len(), 1, "first use of tenant ab");
+    assert_eq!(sts.requests()[0]["Tags.member.1.Value"], "ab");
+
+    w.env.counter.reset();
+    let ev = authorizer_event(&[("tenantId", "ab"), ("sessionId", "s1")]);
+    let r = authorizer::handle(&deps, &auth, ev).await.unwrap();
+    assert_eq!(authorizer::decision(&r), authorizer::Decision::Allow);
+    assert_eq!(w.env.counter.total(), 2, "authorizer, cold tenant cache");
+
+    let cid = "L0SM9cOFvHcCIhw=";
+    w.env.counter.reset();
+    let ev = ws_event("connect/connect.json", "ab", "s1", cid, Some(&SMALL));
+    let r = connect::handle(&deps, &conn, ev).await.unwrap();
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    let mut ev = ws_event("message/message.json", "ab", "s1", cid, Some(&SMALL));
+    ev.body = Some("hello".into());
+    let r = message::handle(&deps, &msg, ev).await.unwrap();
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    let ev = ws_event("disconnect/disconnect.json", "ab", "s1", cid, Some(&SMALL));
+    let r = disconnect::handle(&deps, &disc, ev).await.unwrap();
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    assert_eq!(
+        w.env.counter.total(),
+        3,
+        "connect, message, disconnect: 1 each"
+    );
+    assert_eq!(sts.requests().len(), 1, "ab's credentials are cached");
+    assert!(
+        keys.all().iter().all(|k| k == "ASIAFAKE1"),
+        "every call signed by ab's credentials: {:?}",
+        keys.all()
+    );
+
+    // Another tenant: its own AssumeRole, its own credentials; the sweeper scopes per record.
+    let n = keys.all().len();
+    let put = session_event(
+        "PUT",
+        "/session",
+        &[("tenantId", "abc"), ("sessionId", "s1")],
+        None,
+    );
+    assert_eq!(
+        session_api::handle(&deps, &sessions, put)
+            .await
+            .unwrap()
+            .status_code,
+        200
+    );
+    let ev = ws_event("connect/connect.json", "abc", "s1", cid, Some(&SMALL));
+    assert_eq!(
+        connect::handle(&deps, &conn, ev).await.unwrap().status_code,
+        200
+    );
+    let mut record = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
+    record["dynamodb"]["Keys"] =
+        serde_json::json!({"tenantId": {"S": "abc"}, "sessionId": {"S": "s1"}});
+    record["dynamodb"]["OldImage"] = serde_json::json!({
+        "tenantId": {"S": "abc"}, "sessionId": {"S": "s1"}, "sessionTTL": {"N": "1"},
+        "connectionIds": {"SS": [cid]},
+    });
+    w.env.counter.reset();
+    let r = ttl_sweeper::handle(
+        &deps,
+        &sweeper,
+        typed(serde_json::json!({"Records": [record]})),
+    )
+    .await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.env.counter.total(), 1, "one release transaction");
+    assert_eq!(w.count("abc").await, Some(0), "abc's connection released");
+    let requests = sts.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1]["Tags.member.1.Value"], "abc");
+    assert!(
+        keys.all()[n..].iter().all(|k| k == "ASIAFAKE2"),
+        "every call signed by abc's credentials: {:?}",
+        keys.all()
+    );
+}

@@ -103,11 +103,91 @@ fn function_readers(function: &str) -> Vec<(&'static str, Reader)> {
 /// proves the reader reads it.
 const AWAITING_READER: &[(&str, &str)] = &[];
 
+/// Read but deliberately left unset on a function: an alternative to a variable the template sets.
+/// token-remover reads exactly one of `TOKEN_REMOVER_PROCESSORS` (set from the
+/// `TokenRemoverProcessors` parameter) and `TOKEN_REMOVER_PROCESSORS_FILE` (for a file packaged with
+/// a custom build), so it looks at both.
+const UNSET_ALTERNATIVES: &[(&str, &str)] = &[("token-remover", "TOKEN_REMOVER_PROCESSORS_FILE")];
+
 /// Read but deliberately not set in AWS: Lambda provides `AWS_*` itself (region, credentials), and
 /// `AWS_ENDPOINT_URL_DYNAMODB` is only for DynamoDB Local.
 fn provided_by_lambda(var: &str) -> bool {
     var.starts_with("AWS_")
 }
+
+/// The DynamoDB actions each function performs on each table (read from the code; IAM authorises a
+/// TransactWriteItems by the actions of its items: Put -> PutItem, Update -> UpdateItem, Delete ->
+/// DeleteItem, ConditionCheck -> ConditionCheckItem). `None` as the table means the non-fungible
+/// table's resource index. Update this when a function starts or stops an operation: the template
+/// must then grant exactly the new set (`dynamo_actions_are_exactly_what_each_function_does`).
+fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static str])> {
+    use TableKind::{Counters, NonFungibleTokens, Sessions, Tenants};
+    // The tenant row, through TenantCache (1 GetItem when cold).
+    let tenant_read = (Some(Tenants), &["dynamodb:GetItem"][..]);
+    // shared::admission::release: connection rows deleted, the tenant count updated.
+    let release = (
+        Some(Counters),
+        &["dynamodb:DeleteItem", "dynamodb:UpdateItem"][..],
+    );
+    match function {
+        // precheck: one BatchGetItem of the session and three counter rows.
+        "authorizer" => vec![
+            tenant_read,
+            (Some(Sessions), &["dynamodb:BatchGetItem"]),
+            (Some(Counters), &["dynamodb:BatchGetItem"]),
+        ],
+        // admission transaction: Update the session, Update the count and minute counters, Put
+        // the connection row.
+        "connect" => vec![
+            tenant_read,
+            (Some(Sessions), &["dynamodb:UpdateItem"]),
+            (Some(Counters), &["dynamodb:PutItem", "dynamodb:UpdateItem"]),
+        ],
+        // release transaction, with the session's connectionIds updated.
+        "disconnect" => vec![(Some(Sessions), &["dynamodb:UpdateItem"]), release],
+        // the message counter (UpdateItem on the session) and pruning (release with the session).
+        "message" => vec![
+            tenant_read,
+            (Some(Sessions), &["dynamodb:UpdateItem"]),
+            release,
+        ],
+        // PUT: UpdateItem (+ PutItem replacing an expired row); GET: GetItem; DELETE: DeleteItem;
+        // then release without the session.
+        "session-api" => vec![
+            tenant_read,
+            (
+                Some(Sessions),
+                &[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                ],
+            ),
+            release,
+        ],
+        // release without the session (the stream, not the table, gives it the session).
+        "ttl-sweeper" => vec![release],
+        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token one
+        // TransactWriteItems (Delete the row, Update the ledger item), or DeleteItem alone.
+        "token-remover" => vec![
+            (None, &["dynamodb:Query"]),
+            (
+                Some(NonFungibleTokens),
+                &["dynamodb:DeleteItem", "dynamodb:UpdateItem"],
+            ),
+        ],
+        other => panic!("no DynamoDB action model for function {other}: add it here"),
+    }
+}
+
+/// Stream reads (the sweeper's event source mapping), checked by their own test.
+const STREAM_ACTIONS: &[&str] = &[
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+];
 
 // ------------------------------------------------------------------------------------------------
 // Loading and evaluating the template.
@@ -784,6 +864,7 @@ fn every_variable_a_function_reads_is_set_on_it_and_nothing_else_is() {
             let missing: Vec<&String> = read
                 .iter()
                 .filter(|v| !set.contains(*v) && !provided_by_lambda(v))
+                .filter(|v| !UNSET_ALTERNATIVES.contains(&(function.as_str(), v.as_str())))
                 .collect();
             assert!(
                 missing.is_empty(),
@@ -1040,6 +1121,97 @@ fn execution_roles_are_least_privilege() {
 }
 
 #[test]
+fn dynamo_actions_are_exactly_what_each_function_does() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let env = stack.environment(&stack.function_id("connect"));
+        let names = TableNames::from_vars(&Vars::from_pairs(env)).unwrap();
+        let arn = |kind: Option<TableKind>| match kind {
+            Some(TableKind::Tenants) => arn_of_table(&names.tenants),
+            Some(TableKind::Sessions) => arn_of_table(&names.sessions),
+            Some(TableKind::Counters) => arn_of_table(&names.counters),
+            Some(TableKind::NonFungibleTokens) => arn_of_table(&names.non_fungible_tokens),
+            None => format!(
+                "{}/index/{}",
+                arn_of_table(&names.non_fungible_tokens),
+                names.resource_index
+            ),
+            Some(other) => panic!("no function uses {other:?} yet: add its ARN here"),
+        };
+        let tenant_tables: BTreeSet<String> =
+            [TableKind::Tenants, TableKind::Sessions, TableKind::Counters]
+                .into_iter()
+                .map(|k| arn(Some(k)))
+                .collect();
+        let isolated = stack.condition("IsolationOn");
+        // What TenantRole grants (on all three tenant tables, by leading key).
+        let role_actions: BTreeSet<String> = if isolated {
+            let role = stack
+                .eval(&stack.resource("TenantRole")["Properties"])
+                .unwrap();
+            strings(&role["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"])
+                .into_iter()
+                .collect()
+        } else {
+            assert!(
+                !stack.exists("TenantRole"),
+                "{variant}: TenantRole without isolation"
+            );
+            BTreeSet::new()
+        };
+        let mut tenant_needs: BTreeSet<String> = BTreeSet::new();
+        for (id, function) in stack.functions() {
+            let ctx = format!("{variant}: {function}");
+            let mut need: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for (kind, actions) in dynamo_actions(&function) {
+                let e = need.entry(arn(kind)).or_default();
+                e.extend(actions.iter().map(|a| a.to_string()));
+            }
+            let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for s in stack.role_statements(&id) {
+                let actions: Vec<String> = strings(&s["Action"])
+                    .into_iter()
+                    .filter(|a| a.starts_with("dynamodb:") && !STREAM_ACTIONS.contains(&a.as_str()))
+                    .collect();
+                for r in strings(&s["Resource"]) {
+                    if !actions.is_empty() {
+                        granted
+                            .entry(r)
+                            .or_default()
+                            .extend(actions.iter().cloned());
+                    }
+                }
+            }
+            if isolated {
+                // Tenant rows only through TenantRole, which must allow all of it.
+                for (table, actions) in &need {
+                    if tenant_tables.contains(table) {
+                        let missing: Vec<&String> = actions.difference(&role_actions).collect();
+                        assert!(
+                            missing.is_empty(),
+                            "{ctx}: TenantRole lacks {missing:?} on {table}"
+                        );
+                        tenant_needs.extend(actions.iter().cloned());
+                    }
+                }
+                need.retain(|table, _| !tenant_tables.contains(table));
+            }
+            assert_eq!(
+                granted, need,
+                "{ctx}: the execution role's DynamoDB actions (left) vs what the code does (right)"
+            );
+        }
+        if isolated {
+            assert_eq!(
+                role_actions, tenant_needs,
+                "{variant}: TenantRole grants exactly what the functions do on tenant rows"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_sweeper_gets_only_ttl_deletions_with_partial_batch_failures() {
     let t = load_template();
     for (variant, params) in variants() {
@@ -1257,10 +1429,11 @@ fn samconfig_has_default_and_prod_with_every_parameter() {
     );
     for (env, overrides) in &envs {
         let keys: BTreeSet<String> = overrides.keys().cloned().collect();
-        // A JSON document, left to the template's default: quoting it in parameter_overrides is fragile.
+        // JSON documents, left to the template's defaults: quoting them in parameter_overrides is
+        // fragile.
         let want: BTreeSet<String> = params
             .iter()
-            .filter(|p| *p != "TokenRemoverEventPattern")
+            .filter(|p| *p != "TokenRemoverEventPattern" && *p != "TokenRemoverProcessors")
             .cloned()
             .collect();
         assert_eq!(

@@ -16,6 +16,7 @@ use shared::admission::{context, respond};
 use shared::config::Vars;
 use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};
+use shared::isolation::TenantClients;
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
 use turnstile_local::{ManagementApi, Recorder};
@@ -48,7 +49,7 @@ pub struct World {
     pub recorder: Arc<Recorder>,
     pub authorizer: authorizer::State,
     pub connect: connect::State,
-    pub disconnect: disconnect::Config,
+    pub disconnect: disconnect::State,
     pub message: message::State,
     pub session_api: session_api::State,
     pub sweeper: ttl_sweeper::State,
@@ -66,14 +67,22 @@ impl World {
             ("TURNSTILE_MANAGEMENT_ENDPOINT", api.url()),
         ]);
         let gw = || Gateway::local(&api.url());
-        let authorizer = authorizer::State::new(&authorizer::Config::from_vars(&vars).unwrap());
-        let connect = connect::State::new(&connect::Config::from_vars(&vars).unwrap());
-        let disconnect = disconnect::Config::from_vars(&vars).unwrap();
-        let message = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw());
+        // As main.rs: without TENANT_ROLE_ARN these are the execution role's (no extra calls).
+        let tc = TenantClients::from_deps(&env.deps).await.unwrap();
+        let authorizer = authorizer::State::new(&authorizer::Config::from_vars(&vars).unwrap())
+            .with_tenant_clients(tc.clone());
+        let connect = connect::State::new(&connect::Config::from_vars(&vars).unwrap())
+            .with_tenant_clients(tc.clone());
+        let disconnect = disconnect::State::new(&disconnect::Config::from_vars(&vars).unwrap())
+            .with_tenant_clients(tc.clone());
+        let message = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw())
+            .with_tenant_clients(tc.clone());
         let session_api =
-            session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw());
+            session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw())
+                .with_tenant_clients(tc.clone());
         let sweeper =
-            ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw());
+            ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw())
+                .with_tenant_clients(tc);
         World {
             env,
             api,

@@ -22,6 +22,7 @@ use shared::admission::context;
 use shared::admission::precheck::{self, Precheck};
 use shared::config::{ConfigError, Vars};
 use shared::ids::{SessionId, TenantId};
+use shared::isolation::{self, TenantClients};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -44,13 +45,24 @@ impl Config {
 #[derive(Debug)]
 pub struct State {
     pub tenants: TenantCache,
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
+    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
+    /// [`State::with_tenant_clients`].
+    pub tenant_clients: Option<TenantClients>,
 }
 
 impl State {
     pub fn new(config: &Config) -> Self {
         State {
             tenants: TenantCache::new(config.tenant_cache),
+            tenant_clients: None,
         }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
     }
 }
 
@@ -120,6 +132,9 @@ pub async fn handle(
         Ok(ids) => ids,
         Err(e) => return Ok(deny(&resource, e.to_string())),
     };
+    // Every read below is of this tenant's rows: tenant-scoped credentials when configured.
+    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let deps: &Deps = &scoped;
     let tenant = match state.tenants.get(deps, &t).await {
         Ok(Some(tenant)) => tenant,
         Ok(None) => return Ok(deny(&resource, format!("tenant {t} does not exist"))),

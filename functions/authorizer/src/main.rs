@@ -6,7 +6,9 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = shared::Deps::from_env().await?;
     let config = authorizer::Config::from_vars(&deps.vars)?;
-    let state = authorizer::State::new(&config);
+    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
+    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
+    let state = authorizer::State::new(&config).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(
         |event: LambdaEvent<ApiGatewayCustomAuthorizerRequestTypeRequest>| {
             let (deps, state) = (&deps, &state);

@@ -13,6 +13,7 @@ use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxy
 use shared::admission::connect::{self, Admission};
 use shared::admission::{context, respond};
 use shared::config::{ConfigError, Vars};
+use shared::isolation::{self, TenantClients};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -33,13 +34,24 @@ impl Config {
 #[derive(Debug)]
 pub struct State {
     pub tenants: TenantCache,
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
+    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
+    /// [`State::with_tenant_clients`].
+    pub tenant_clients: Option<TenantClients>,
 }
 
 impl State {
     pub fn new(config: &Config) -> Self {
         State {
             tenants: TenantCache::new(config.tenant_cache),
+            tenant_clients: None,
         }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
     }
 }
 
@@ -52,6 +64,8 @@ pub async fn handle(
         Ok(ids) => ids,
         Err(e) => return Ok(respond::websocket(&respond::message(400, e.to_string()))),
     };
+    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let deps: &Deps = &scoped;
     let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
         return Ok(respond::websocket(&respond::message(
             403,

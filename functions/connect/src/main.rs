@@ -6,7 +6,9 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = shared::Deps::from_env().await?;
     let config = connect::Config::from_vars(&deps.vars)?;
-    let state = connect::State::new(&config);
+    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
+    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
+    let state = connect::State::new(&config).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(
         |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
             let (deps, state) = (&deps, &state);

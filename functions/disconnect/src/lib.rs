@@ -8,6 +8,7 @@
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
+use shared::isolation::{self, TenantClients};
 use shared::Deps;
 
 /// This function reads no variables beyond table names.
@@ -20,9 +21,32 @@ impl Config {
     }
 }
 
+/// Built once per process.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
+    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
+    /// [`State::with_tenant_clients`].
+    pub tenant_clients: Option<TenantClients>,
+}
+
+impl State {
+    pub fn new(_config: &Config) -> Self {
+        State {
+            tenant_clients: None,
+        }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
+    }
+}
+
 pub async fn handle(
     deps: &Deps,
-    _config: &Config,
+    state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
     let (t, sid, cid) = match context::websocket_ids(&event) {
@@ -33,6 +57,8 @@ pub async fn handle(
             return Ok(respond::websocket(&respond::message(400, e.to_string())));
         }
     };
+    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let deps: &Deps = &scoped;
     let released = release::disconnect(deps, &t, &sid, &cid).await?;
     tracing::info!(tenant = %t, session = %sid, connection = %cid, released, "disconnect");
     let text = if released {

@@ -6,10 +6,13 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let deps = shared::Deps::from_env().await?;
     let config = disconnect::Config::from_vars(&deps.vars)?;
+    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
+    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
+    let state = disconnect::State::new(&config).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(
         |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
-            let (deps, config) = (&deps, &config);
-            async move { Ok::<_, Error>(disconnect::handle(deps, config, event.payload).await?) }
+            let (deps, state) = (&deps, &state);
+            async move { Ok::<_, Error>(disconnect::handle(deps, state, event.payload).await?) }
         },
     ))
     .await

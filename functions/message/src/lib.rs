@@ -20,6 +20,7 @@ use shared::admission::message::{self, MessageAdmission, MinuteHint};
 use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
 use shared::gateway::{Delivery, Gateway};
+use shared::isolation::{self, TenantClients};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -46,6 +47,10 @@ pub struct State {
     pub tenants: TenantCache,
     pub gateway: Gateway,
     pub hint: MinuteHint,
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
+    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
+    /// [`State::with_tenant_clients`].
+    pub tenant_clients: Option<TenantClients>,
 }
 
 impl State {
@@ -54,7 +59,14 @@ impl State {
             tenants: TenantCache::new(config.tenant_cache),
             gateway,
             hint: MinuteHint::default(),
+            tenant_clients: None,
         }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
     }
 }
 
@@ -72,6 +84,8 @@ pub async fn handle(
         Ok(ids) => ids,
         Err(e) => return Ok(respond::websocket(&respond::message(400, e.to_string()))),
     };
+    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let deps: &Deps = &scoped;
     let rc = &event.request_context;
     let endpoint = state
         .gateway

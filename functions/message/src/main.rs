@@ -7,7 +7,9 @@ async fn main() -> Result<(), Error> {
     let deps = shared::Deps::from_env().await?;
     let config = message::Config::from_vars(&deps.vars)?;
     let gateway = shared::gateway::Gateway::from_env(config.management_endpoint.clone()).await;
-    let state = message::State::new(&config, gateway);
+    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
+    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
+    let state = message::State::new(&config, gateway).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(
         |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
             let (deps, state) = (&deps, &state);

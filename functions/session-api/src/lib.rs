@@ -21,6 +21,7 @@ use shared::admission::{release, respond};
 use shared::config::{ConfigError, Vars};
 use shared::gateway::{self, Gateway};
 use shared::ids::{SessionId, TenantId};
+use shared::isolation::{self, TenantClients};
 use shared::refusal::HttpAnswer;
 use shared::session::store::{self, Upsert};
 use shared::tenant::TenantCache;
@@ -48,6 +49,10 @@ pub struct State {
     pub tenants: TenantCache,
     pub gateway: Gateway,
     pub endpoint: String,
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
+    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
+    /// [`State::with_tenant_clients`].
+    pub tenant_clients: Option<TenantClients>,
 }
 
 impl State {
@@ -56,7 +61,14 @@ impl State {
             tenants: TenantCache::new(config.tenant_cache),
             gateway,
             endpoint: config.management_endpoint.clone(),
+            tenant_clients: None,
         }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
     }
 }
 
@@ -131,6 +143,8 @@ async fn answer(
         Ok(ids) => ids,
         Err(a) => return Ok(a),
     };
+    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let deps: &Deps = &scoped;
     if method == Method::PUT {
         put(deps, state, &t, &sid).await
     } else if method == Method::GET {

@@ -14,6 +14,7 @@ use shared::admission::release;
 use shared::config::{ConfigError, Vars};
 use shared::gateway::{self, Gateway};
 use shared::ids::TenantId;
+use shared::isolation::{self, TenantClients};
 use shared::session::attr as sattr;
 use shared::Deps;
 
@@ -35,6 +36,10 @@ impl Config {
 pub struct State {
     pub gateway: Gateway,
     pub endpoint: String,
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
+    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
+    /// [`State::with_tenant_clients`].
+    pub tenant_clients: Option<TenantClients>,
 }
 
 impl State {
@@ -42,7 +47,14 @@ impl State {
         State {
             gateway,
             endpoint: config.management_endpoint.clone(),
+            tenant_clients: None,
         }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
     }
 }
 
@@ -89,7 +101,12 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         if ids.is_empty() {
             continue;
         }
-        let ok = match release::release(deps, &t, None, &release::parse_ids(&ids)).await {
+        // Each record is its own tenant's: its release runs with that tenant's credentials.
+        let released = match isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await {
+            Ok(deps) => release::release(&deps, &t, None, &release::parse_ids(&ids)).await,
+            Err(e) => Err(e),
+        };
+        let ok = match released {
             Ok(n) => {
                 tracing::info!(tenant = %t, released = n, connections = ids.len(), "expired session swept");
                 state

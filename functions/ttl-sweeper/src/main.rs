@@ -8,7 +8,9 @@ async fn main() -> Result<(), Error> {
     let config = ttl_sweeper::Config::from_vars(&deps.vars)?;
     let gateway =
         shared::gateway::Gateway::from_env(Some(config.management_endpoint.clone())).await;
-    let state = ttl_sweeper::State::new(&config, gateway);
+    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
+    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
+    let state = ttl_sweeper::State::new(&config, gateway).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
         let (deps, state) = (&deps, &state);
         async move { Ok::<_, Error>(ttl_sweeper::handle(deps, state, event.payload).await) }

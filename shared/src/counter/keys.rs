@@ -12,26 +12,42 @@
 //! Messages per minute are counted on the session item itself (`msgMinute`/`msgCount`), so a
 //! message costs one call; see `docs/decisions/0303-message-counter-on-the-session.md`.
 
+//!
+//! Each builder passes its key through the key guard (`crate::isolation::key_in_tenant`) in debug
+//! builds: a format that ever left the tenant's key space fails every test that builds it. Release
+//! builds skip the check (the formats start with `{tenant}` or `{tenant}:` by construction, and
+//! TenantRole's `dynamodb:LeadingKeys` condition enforces the same rule in IAM).
+
 use crate::ids::{ConnectionId, SessionId, TenantId};
+use crate::isolation::key_in_tenant;
+
+/// The key guard on a built key (debug builds only; no cost in release).
+fn guarded(t: &TenantId, key: String) -> String {
+    debug_assert!(
+        key_in_tenant(t, &key),
+        "counter key {key:?} is outside tenant {t:?}"
+    );
+    key
+}
 
 /// `{tenant}`: open connections of the tenant.
 pub fn tenant_connections(t: &TenantId) -> String {
-    t.to_string()
+    guarded(t, t.to_string())
 }
 
 /// `{tenant}:minute:{minStart}`.
 pub fn tenant_minute(t: &TenantId, min_start: i64) -> String {
-    format!("{t}:minute:{min_start}")
+    guarded(t, format!("{t}:minute:{min_start}"))
 }
 
 /// `{tenant}:{session}:minute:{minStart}`.
 pub fn session_minute(t: &TenantId, s: &SessionId, min_start: i64) -> String {
-    format!("{t}:{s}:minute:{min_start}")
+    guarded(t, format!("{t}:{s}:minute:{min_start}"))
 }
 
 /// `{tenant}:conn:{connectionId}`.
 pub fn connection(t: &TenantId, c: &ConnectionId) -> String {
-    format!("{t}:conn:{c}")
+    guarded(t, format!("{t}:conn:{c}"))
 }
 
 #[cfg(test)]
@@ -57,5 +73,14 @@ mod tests {
         // Tenant "ab" never shares a key with tenant "abc": keys are compared whole, never by prefix.
         let ab = TenantId::parse("ab").unwrap();
         assert_ne!(tenant_connections(&ab), tenant_connections(&t));
+        // Every format passes the key guard (and so TenantRole's LeadingKeys condition).
+        for key in [
+            tenant_connections(&ab),
+            tenant_minute(&ab, 60),
+            session_minute(&ab, &conn, 60),
+            connection(&ab, &c),
+        ] {
+            crate::isolation::check_key(&ab, &key).unwrap();
+        }
     }
 }
