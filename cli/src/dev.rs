@@ -156,7 +156,7 @@ Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
   curl -s -X PUT "{http}/session?tenantId=acme&sessionId=s1"
   websocat "{ws}/?tenantId=acme&sessionId=s1"        # terminal 1: type a line, see it echoed
   websocat "{ws}/?tenantId=acme&sessionId=s1"        # terminal 2: sees terminal 1's lines as {{"from","message"}}
-  websocat "{ws}/?tenantId=acme&sessionId=s1"        # a third socket: refused, acme allows 2 per session (429)
+  websocat "{ws}/?tenantId=acme&sessionId=s1"        # a third socket: refused, acme allows 2 per session
   curl -s "{http}/session?tenantId=acme&sessionId=s1"  # the session and its live connections
   curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=s1"   # closes both sockets
   # tenant "brief" has sessionTTL 20: connect to a brief session, stay idle, and its socket is closed

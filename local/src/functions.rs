@@ -18,7 +18,7 @@ pub struct LocalFunctions {
     deps: Deps,
     authorizer: authorizer::State,
     connect: connect::State,
-    disconnect: disconnect::Config,
+    disconnect: disconnect::State,
     message: message::State,
     session: session_api::State,
     sweeper: ttl_sweeper::State,
@@ -45,7 +45,7 @@ impl LocalFunctions {
         Ok(Arc::new(LocalFunctions {
             authorizer: authorizer::State::new(&authorizer::Config::from_vars(&vars)?),
             connect: connect::State::new(&connect::Config::from_vars(&vars)?),
-            disconnect: disconnect::Config::from_vars(&vars)?,
+            disconnect: disconnect::State::new(&disconnect::Config::from_vars(&vars)?),
             message: message::State::new(&message::Config::from_vars(&vars)?, gateway()),
             session: session_api::State::new(&session_api::Config::from_vars(&vars)?, gateway()),
             sweeper: ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars)?, gateway()),
