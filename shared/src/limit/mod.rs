@@ -7,7 +7,7 @@ pub(crate) mod item;
 pub mod load;
 mod store;
 
-pub use store::{Effective, LimitRow, LimitStore, Quota, CACHE_SECS_VAR, DEFAULT_CACHE};
+pub use store::{Companion, Effective, LimitRow, LimitStore, Quota, CACHE_SECS_VAR, DEFAULT_CACHE};
 
 use crate::table::{AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};
 

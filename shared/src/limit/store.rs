@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::KeysAndAttributes;
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
@@ -114,6 +115,15 @@ struct Inner {
     clock: SharedClock,
     ttl: Duration,
     cache: Mutex<Cache>,
+}
+
+/// The other item of a [`LimitStore::get_with`] read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Companion {
+    /// Read: the item, or `None` when it does not exist.
+    Found(Option<Item>),
+    /// DynamoDB left the key unprocessed (or the tables are one): the caller reads it its own way.
+    Unprocessed,
 }
 
 impl LimitStore {
@@ -227,6 +237,63 @@ impl LimitStore {
             item.insert(a.service_name.into(), s(svc));
         }
         item
+    }
+
+    /// Cold paths of the limiters: the limit row and one item of another table (a bucket, a ledger) in
+    /// **1** BatchGetItem, the other item read strongly consistent when `consistent`. The limit row is
+    /// remembered in the cache; an unprocessed limit key falls back to [`LimitStore::get`] (+1 call).
+    /// When both live in one table the other item is left [`Companion::Unprocessed`] for the caller.
+    pub async fn get_with(
+        &self,
+        resource: &str,
+        account: &str,
+        table: &str,
+        key: Item,
+        consistent: bool,
+    ) -> Result<(Option<LimitRow>, Companion)> {
+        if self.table() == table {
+            return Ok((self.get(resource, account).await?, Companion::Unprocessed));
+        }
+        let req = |key: Item, consistent: bool| {
+            KeysAndAttributes::builder()
+                .keys(key)
+                .consistent_read(consistent)
+                .build()
+                .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
+        };
+        let out = self
+            .inner
+            .client
+            .batch_get_item()
+            .request_items(self.table(), req(self.key(resource, account), false)?)
+            .request_items(table, req(key, consistent)?)
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
+        let unprocessed = |t: &str| {
+            out.unprocessed_keys()
+                .and_then(|u| u.get(t))
+                .is_some_and(|k| !k.keys().is_empty())
+        };
+        let got = |t: &str| {
+            out.responses()
+                .and_then(|r| r.get(t))
+                .and_then(|items| items.first())
+                .cloned()
+        };
+        let row = if unprocessed(self.table()) {
+            self.get(resource, account).await?
+        } else {
+            let row = got(self.table()).map(|i| self.parse(&i)).transpose()?;
+            self.remember(resource, account, row.clone());
+            row
+        };
+        let other = if unprocessed(table) {
+            Companion::Unprocessed
+        } else {
+            Companion::Found(got(table))
+        };
+        Ok((row, other))
     }
 
     /// The row for (resource, account). **0 calls** when cached, else **1** GetItem.

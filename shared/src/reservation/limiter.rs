@@ -16,8 +16,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Delete, KeysAndAttributes, Put,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, CancellationReason, Delete, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use futures::FutureExt;
@@ -28,7 +28,7 @@ use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
 use crate::error::{Error, Result};
 use crate::limit::item::{n, opt_int, opt_str, parse_int, req_str, s, Item};
-use crate::limit::{Effective, LimitRow, LimitStore};
+use crate::limit::{Companion, Effective, LimitRow, LimitStore};
 use crate::token::{backoff, is_conflict};
 use crate::Deps;
 
@@ -316,54 +316,19 @@ impl NonFungibleLimiter {
         account: &str,
         coordinate: &str,
     ) -> Result<(Option<LimitRow>, Ledger)> {
-        let limits = &self.inner.limits;
-        if limits.table() == self.inner.table {
-            let row = limits.get(resource, account).await?;
-            return Ok((row, self.read_ledger(coordinate).await?));
-        }
-        let req = |key: Item, consistent: bool| {
-            build(
-                KeysAndAttributes::builder()
-                    .keys(key)
-                    .consistent_read(consistent)
-                    .build(),
-            )
-        };
-        let out = self
+        let key = self.key(coordinate, LEDGER_ID);
+        let (row, ledger) = self
             .inner
-            .client
-            .batch_get_item()
-            .request_items(limits.table(), req(limits.key(resource, account), false)?)
-            .request_items(
-                &self.inner.table,
-                req(self.key(coordinate, LEDGER_ID), true)?,
-            )
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
-        let unprocessed = |table: &str| {
-            out.unprocessed_keys()
-                .and_then(|u| u.get(table))
-                .is_some_and(|k| !k.keys().is_empty())
-        };
-        let got = |table: &str| {
-            out.responses()
-                .and_then(|r| r.get(table))
-                .and_then(|v| v.first())
-        };
-        let row = if unprocessed(limits.table()) {
-            limits.get(resource, account).await?
-        } else {
-            let row = got(limits.table()).map(|i| limits.parse(i)).transpose()?;
-            limits.remember(resource, account, row.clone());
-            row
-        };
-        let ledger = if unprocessed(&self.inner.table) {
-            self.read_ledger(coordinate).await?
-        } else {
-            let l = self.parse_ledger(got(&self.inner.table))?;
-            self.remember(coordinate, l.clone());
-            l
+            .limits
+            .get_with(resource, account, &self.inner.table, key, true)
+            .await?;
+        let ledger = match ledger {
+            Companion::Unprocessed => self.read_ledger(coordinate).await?,
+            Companion::Found(item) => {
+                let l = self.parse_ledger(item.as_ref())?;
+                self.remember(coordinate, l.clone());
+                l
+            }
         };
         Ok((row, ledger))
     }

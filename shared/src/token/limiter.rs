@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
@@ -19,7 +17,7 @@ use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
 use crate::error::{Error, Result};
 use crate::limit::item::{n, s, Item};
-use crate::limit::{Effective, LimitRow, LimitStore, Quota};
+use crate::limit::{Companion, Effective, LimitRow, LimitStore, Quota};
 use crate::Deps;
 
 /// Attempts before a decision gives up with [`Error::Other`] ("contended"); each failed attempt
@@ -339,49 +337,24 @@ impl FungibleLimiter {
     /// Cold read: the limit row and the bucket in **1** BatchGetItem (the bucket read strongly
     /// consistent). Unprocessed keys fall back to a GetItem for the limit and "unknown" for the bucket.
     async fn read_cold(&self, resource: &str, account: &str) -> Result<(Option<LimitRow>, Seen)> {
-        let limits = &self.inner.limits;
-        if limits.table() == self.inner.table {
-            return Ok((limits.get(resource, account).await?, Seen::default()));
-        }
-        let req = |key: Item, consistent: bool| {
-            KeysAndAttributes::builder()
-                .keys(key)
-                .consistent_read(consistent)
-                .build()
-                .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
-        };
-        let out = self
+        let (row, bucket) = self
             .inner
-            .client
-            .batch_get_item()
-            .request_items(limits.table(), req(limits.key(resource, account), false)?)
-            .request_items(&self.inner.table, req(self.key(resource, account), true)?)
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
-        let unprocessed = |table: &str| {
-            out.unprocessed_keys()
-                .and_then(|u| u.get(table))
-                .is_some_and(|k| !k.keys().is_empty())
-        };
-        let got = |table: &str| {
-            out.responses()
-                .and_then(|r| r.get(table))
-                .and_then(|items| items.first())
-        };
-        let row = if unprocessed(limits.table()) {
-            limits.get(resource, account).await?
-        } else {
-            let row = got(limits.table()).map(|i| limits.parse(i)).transpose()?;
-            limits.remember(resource, account, row.clone());
-            row
-        };
-        let seen = if unprocessed(&self.inner.table) {
-            Seen::default()
-        } else {
-            let seen = self.parse(got(&self.inner.table))?;
-            self.remember(resource, account, &seen);
-            seen
+            .limits
+            .get_with(
+                resource,
+                account,
+                &self.inner.table,
+                self.key(resource, account),
+                true,
+            )
+            .await?;
+        let seen = match bucket {
+            Companion::Unprocessed => Seen::default(),
+            Companion::Found(item) => {
+                let seen = self.parse(item.as_ref())?;
+                self.remember(resource, account, &seen);
+                seen
+            }
         };
         Ok((row, seen))
     }
