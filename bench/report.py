@@ -104,6 +104,8 @@ def answer(posted: str | None) -> str:
         if "policyDocument" in v:
             st = (v["policyDocument"].get("Statement") or [{}])[0]
             return f"{st.get('Effect', '?')} ({v.get('principalId', '')})"
+        if "action" in v and isinstance(v.get("tokens"), list):
+            return f"{v['action']} {len(v['tokens'])} token(s) of {v.get('resource_id', '?')}"
     text = posted[:90] + ("…" if len(posted) > 90 else "")
     return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
 
@@ -290,7 +292,7 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("## Turnstile workloads")
     w("")
     w("Closed loop: `c` tasks each send the next decision when the previous one returns, on one bucket "
-      "(one item). Latency is per decision, measured in the client. Calls are counted by "
+      "(one item) unless the workload's note below says otherwise. Latency is per decision, measured in the client. Calls are counted by "
       "`shared::dynamo::CallCounter` on the client (one per HTTP attempt, retries included); write units "
       "are the `ConsumedCapacity` DynamoDB returned, where the path asks for it.")
     w("")
@@ -325,7 +327,10 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("## Concurrent accuracy: limit 50 in one window, 16 workers × 20 attempts")
     w("")
     w("All 320 attempts start together on one fresh bucket. *Allowed* is the limit plus whatever the "
-      "window refills during the test (a one-hour window: under one token). Over-admission = admitted − allowed.")
+      "window refills during the test (a one-hour window: under one token). Over-admission = admitted − allowed. "
+      "For `reservation-create-token` the limit is the coordinate's capacity (tokens stay bound); for "
+      "`websocket-handlers` it is the tenant's `tenantPerMinute` (a fixed one-minute window; the test starts "
+      "early in a minute so no window boundary falls inside it) and *admitted* counts `$connect` 200s.")
     w("")
     w("| implementation | workload | admitted | allowed | over-admission | errors | wall s |")
     w("|---|---|---:|---:|---:|---:|---:|")

@@ -54,7 +54,7 @@ enum Event {
 }
 
 /// How much of a posted body a line keeps.
-const EXCERPT_CHARS: usize = 240;
+const EXCERPT_CHARS: usize = 2000;
 
 /// One JSON line per function.
 #[derive(Debug, Clone, Serialize)]
