@@ -202,7 +202,9 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                 continue
             fl = find(tp, "turnstile", "floor", r["concurrency"])
             q = ratio(r["p50_ms"], fl["p50_ms"] if fl else None)
-            ev.append(f"c={r['concurrency']}: {fx(q)}")
+            extra = (f" ({r['calls_per_decision']:.2f} calls/decision)"
+                     if s.get("races") and r["concurrency"] > 1 else "")
+            ev.append(f"c={r['concurrency']}: {fx(q)}{extra}")
             ok = ok and q is not None and q <= 1.2
         out.append({"target": name, "status": "met" if ok and ev else "NOT MET", "evidence": "; ".join(ev)})
 
