@@ -504,6 +504,21 @@ GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n";
     }
 
     #[test]
+    fn every_function_has_its_representative_sample() {
+        let events = Path::new(env!("CARGO_MANIFEST_DIR")).join("../events");
+        for f in FUNCTIONS {
+            let (name, body) = sample_event(&events, f);
+            let want = REPRESENTATIVE_EVENTS
+                .iter()
+                .find(|(n, _)| *n == f)
+                .map(|(_, file)| *file)
+                .expect("listed");
+            assert!(name.ends_with(want), "{f}: {name}");
+            serde_json::from_slice::<serde_json::Value>(&body).expect("JSON");
+        }
+    }
+
+    #[test]
     fn missing_event_falls_back_to_empty_object() {
         let (name, body) = sample_event(Path::new("/nonexistent"), "authorizer");
         assert!(name.contains("no sample event"));

@@ -64,3 +64,16 @@ impl Workload for GcraSpend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generated_limits_file_is_valid() {
+        let set = LimitSet::from_yaml(&limits_yaml(50, 3600)).expect("valid limits file");
+        let rate = set.default_rate(NAME).expect("a default for the name");
+        assert_eq!((rate.burst, rate.count), (50, 50));
+        assert_eq!(rate.period, std::time::Duration::from_secs(3600));
+    }
+}

@@ -224,3 +224,19 @@ impl Workload for WebsocketHandlers {
         Box::pin(self.once(worker, seq))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compiled_in_samples_have_the_handlers_event_shapes() {
+        let auth = parse("authorizer", AUTHORIZER_EVENT).unwrap();
+        typed::<ApiGatewayCustomAuthorizerRequestTypeRequest>("authorizer", auth).unwrap();
+        for (name, text) in [("connect", CONNECT_EVENT), ("disconnect", DISCONNECT_EVENT)] {
+            let v = parse(name, text).unwrap();
+            assert!(v["requestContext"].get("authorizer").is_some(), "{name}");
+            typed::<ApiGatewayWebsocketProxyRequest>(name, v).unwrap();
+        }
+    }
+}
