@@ -311,6 +311,15 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
               f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} | {ops(r['calls_by_operation'])} "
               f"| {f(r['write_units_per_decision'])} | {f(r['admitted'])} | {f(r['refused'])} | {f(r['errors'])} |")
     w("")
+    failed = [r for r in ours if r["errors"]]
+    if failed:
+        w("**Errors** (decisions that ended in an error instead of an answer; counted in *errors*, not in "
+          "*admitted* or *refused*):")
+        w("")
+        for r in failed:
+            w(f"- `{r['workload']}` at c = {r['concurrency']}: {r['errors']} of {f(r['decisions'])} — first: "
+              f"{r.get('first_error') or '?'}")
+        w("")
     notes = workload_notes(data)
     if notes:
         w("What each workload does (one decision), and what its calls are:")
@@ -438,6 +447,11 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "transactions on the same item with `TransactionConflict` and the library retries it (one more counted "
       "call). On DynamoDB their calls/decision at c > 1 can therefore be higher than measured here, and "
       "DynamoDB Local's transactions are much slower than its single-item writes (their latency above).")
+    w("- `fungible-get-token` on one hot bucket: `get_token` retries a lost race at once with the state the "
+      "failed write returned (only transaction conflicts pause), so with c tasks on one bucket each round has "
+      "one winner and a task can lose many rounds in a row; after 64 lost races it gives up with an error "
+      "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
+      "that; the per-account row is the same call without a shared bucket.")
     w("- `reservation-create-token` releases nothing during a run, so its coordinate's ledger item grows by one "
       "entry per decision (up to decisions + warm-up entries, ~100 KB at 2,100); every reservation rewrites "
       "that item, so its latency and write cost grow through a run.")
