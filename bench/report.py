@@ -84,6 +84,59 @@ def ops(d: dict[str, int] | None) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in d.items())
 
 
+def answer(posted: str | None) -> str:
+    """A short summary of what a cold-started handler posted: status and message, or the policy effect."""
+    if not posted:
+        return "—"
+    try:
+        v = json.loads(posted)
+    except json.JSONDecodeError:
+        v = None
+    if isinstance(v, dict):
+        if "statusCode" in v:
+            body = v.get("body") or ""
+            try:
+                b = json.loads(body)
+                body = b.get("message", body) if isinstance(b, dict) else body
+            except (json.JSONDecodeError, TypeError):
+                pass
+            return f"{v['statusCode']}: {str(body)[:70]}".replace("|", "\\|")
+        if "policyDocument" in v:
+            st = (v["policyDocument"].get("Statement") or [{}])[0]
+            return f"{st.get('Effect', '?')} ({v.get('principalId', '')})"
+        if "action" in v and isinstance(v.get("tokens"), list):
+            return f"{v['action']} {len(v['tokens'])} token(s) of {v.get('resource_id', '?')}"
+    text = posted[:90] + ("…" if len(posted) > 90 else "")
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+
+
+WORKLOAD_NOTES = {
+    "floor": "`floor`: one `UpdateItem` `ADD n 1` if `n < limit` on one item, straight through the SDK.",
+    "fungible-get-token": "`fungible-get-token`: `FungibleLimiter::get_token` on one shared bucket (no limit row, "
+                          "default quota): 1 `UpdateItem` conditioned on the bucket state last seen; a lost race "
+                          "returns the winner's state and costs one more `UpdateItem`.",
+    "fungible-get-token-per-account": "`fungible-get-token-per-account` (diagnostic): the same call, one bucket "
+                                      "per task (warmed in set-up), so no two decisions race.",
+    "reservation-create-token": "`reservation-create-token`: `get_reservation` then `create_token` on one "
+                                "coordinate: 2 `TransactWriteItems` by design (reservation row + ledger entry "
+                                "under `size(live) < capacity`; then row + entry bound together).",
+    "gcra-spend": "`gcra-spend`: `kv::Limiter::spend` of cost 1 on one bucket: 1 `UpdateItem` "
+                  "(`tat = tat + inc` under `tat <= admitLimit`, re-evaluated by DynamoDB, so concurrent "
+                  "spends do not race).",
+    "cached-rejection": "`cached-rejection`: `get_token` on a bucket of 1 token per hour already emptied in "
+                        "set-up: refused from the limiter's memory (`Source::RejectionCache`), 0 calls.",
+    "websocket-handlers": "`websocket-handlers`: `authorizer::handle` (1 `BatchGetItem`, tenant cached) → "
+                          "`connect::handle` with the authorizer's context (1 `TransactWriteItems`) → "
+                          "`disconnect::handle` (1 `TransactWriteItems`), events from `events/`, 32 sessions of "
+                          "one tenant, a new connection id per decision; no Lambda runtime or network between them.",
+}
+
+
+def workload_notes(data: dict[str, Any]) -> list[str]:
+    return [WORKLOAD_NOTES[s["workload"]] for s in data["specs"]
+            if s["available"] and s["workload"] in WORKLOAD_NOTES]
+
+
 def build(dirpath: Path) -> dict[str, Any]:
     meta = json.loads((dirpath / "meta.json").read_text()) if (dirpath / "meta.json").exists() else {}
     ours = read_lines(dirpath / "ours.jsonl")
@@ -123,10 +176,17 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
         if not s["available"]:
             out.append({"target": name, "status": "not yet measurable", "evidence": "workload not yet available"})
         elif rows:
-            got = sorted({round(r["calls_per_decision"], 3) for r in rows})
-            ok = all(abs(r["calls_per_decision"] - s["expected_calls"]) < 1e-9 for r in rows)
-            out.append({"target": name, "status": "met" if ok else "NOT MET",
-                        "evidence": f"measured {', '.join(map(str, got))} at c = {', '.join(str(r['concurrency']) for r in rows)}"})
+            exact = lambda r: abs(r["calls_per_decision"] - s["expected_calls"]) < 1e-9
+            ev = "measured " + ", ".join(f"{round(r['calls_per_decision'], 3)} at c = {r['concurrency']}" for r in rows)
+            if all(exact(r) for r in rows):
+                status = "met"
+            elif s.get("races") and all(exact(r) for r in rows if r["concurrency"] == 1):
+                status = "met at c = 1 only"
+                ev += ("; uncontended it is 1 as designed; with c tasks on the one shared bucket each lost race "
+                       "(a write conditioned on the exact state seen) costs one more UpdateItem")
+            else:
+                status = "NOT MET"
+            out.append({"target": name, "status": status, "evidence": ev})
 
     # p50 within 1.2x the floor for every single-call workload (the floor itself excluded).
     for s in data["specs"]:
@@ -142,7 +202,9 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                 continue
             fl = find(tp, "turnstile", "floor", r["concurrency"])
             q = ratio(r["p50_ms"], fl["p50_ms"] if fl else None)
-            ev.append(f"c={r['concurrency']}: {fx(q)}")
+            extra = (f" ({r['calls_per_decision']:.2f} calls/decision)"
+                     if s.get("races") and r["concurrency"] > 1 else "")
+            ev.append(f"c={r['concurrency']}: {fx(q)}{extra}")
             ok = ok and q is not None and q <= 1.2
         out.append({"target": name, "status": "met" if ok and ev else "NOT MET", "evidence": "; ".join(ev)})
 
@@ -159,17 +221,19 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                     "evidence": f"our limiter workloads ({', '.join(wanted)}) are not yet available; "
                                 "the floor is compared below as the lower bound"})
     else:
-        ev, ok = [], True
         for w in limiters:
+            ev, ok = [], True
             for c in (8, 32):
                 ours, theirs = find(tp, "turnstile", w, c), find(zae, "zae-limiter", "acquire", c)
                 if not ours or not theirs:
                     continue
-                good = ours["decisions_per_s"] > theirs["decisions_per_s"] and ours["p99_ms"] < theirs["p99_ms"]
-                ok = ok and good
-                ev.append(f"{w} c={c}: {fx(ratio(ours['decisions_per_s'], theirs['decisions_per_s']))} "
-                          f"decisions/s, p99 {f(ours['p99_ms'])} vs {f(theirs['p99_ms'])} ms")
-        out.append({"target": name, "status": "met" if ok and ev else "NOT MET", "evidence": "; ".join(ev)})
+                dps, p99 = (ours["decisions_per_s"] > theirs["decisions_per_s"], ours["p99_ms"] < theirs["p99_ms"])
+                ok = ok and dps and p99
+                ev.append(f"c={c}: {fx(ratio(ours['decisions_per_s'], theirs['decisions_per_s']))} decisions/s"
+                          f"{'' if dps else ' (behind)'}, p99 {f(ours['p99_ms'])} vs {f(theirs['p99_ms'])} ms"
+                          f"{'' if p99 else ' (behind)'}")
+            out.append({"target": f"{name} for `{w}`", "status": "met" if ok and ev else "NOT MET",
+                        "evidence": "; ".join(ev)})
 
     # Zero over-admission for ours.
     acc = [a for a in data["accuracy"] if a["implementation"] == "turnstile"]
@@ -230,23 +294,39 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("## Turnstile workloads")
     w("")
     w("Closed loop: `c` tasks each send the next decision when the previous one returns, on one bucket "
-      "(one item). Latency is per decision, measured in the client. Calls are counted by "
+      "(one item) unless the workload's note below says otherwise. Latency is per decision, measured in the client. Calls are counted by "
       "`shared::dynamo::CallCounter` on the client (one per HTTP attempt, retries included); write units "
       "are the `ConsumedCapacity` DynamoDB returned, where the path asks for it.")
     w("")
-    w("| workload | c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | write units/decision | admitted | errors |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("| workload | c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | write units/decision | admitted | refused | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for s in data["specs"]:
         rows = [r for r in ours if r["workload"] == s["workload"]]
         if not s["available"]:
-            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | | | |")
+            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | | | | | |")
             continue
         for r in rows:
             w(f"| {s['workload']} | {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
               f"| {f(r['max_ms'])} | {f(r.get('over_1s'))} "
-              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} | {f(r['write_units_per_decision'])} "
-              f"| {f(r['admitted'])} | {f(r['errors'])} |")
+              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} | {ops(r['calls_by_operation'])} "
+              f"| {f(r['write_units_per_decision'])} | {f(r['admitted'])} | {f(r['refused'])} | {f(r['errors'])} |")
     w("")
+    failed = [r for r in ours if r["errors"]]
+    if failed:
+        w("**Errors** (decisions that ended in an error instead of an answer; counted in *errors*, not in "
+          "*admitted* or *refused*):")
+        w("")
+        for r in failed:
+            w(f"- `{r['workload']}` at c = {r['concurrency']}: {r['errors']} of {f(r['decisions'])} — first: "
+              f"{r.get('first_error') or '?'}")
+        w("")
+    notes = workload_notes(data)
+    if notes:
+        w("What each workload does (one decision), and what its calls are:")
+        w("")
+        for n in notes:
+            w(f"- {n}")
+        w("")
     pend = [s for s in data["specs"] if not s["available"]]
     if pend:
         w("Not yet available (no numbers are shown for them, and none are invented):")
@@ -258,7 +338,10 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("## Concurrent accuracy: limit 50 in one window, 16 workers × 20 attempts")
     w("")
     w("All 320 attempts start together on one fresh bucket. *Allowed* is the limit plus whatever the "
-      "window refills during the test (a one-hour window: under one token). Over-admission = admitted − allowed.")
+      "window refills during the test (a one-hour window: under one token). Over-admission = admitted − allowed. "
+      "For `reservation-create-token` the limit is the coordinate's capacity (tokens stay bound); for "
+      "`websocket-handlers` it is the tenant's `tenantPerMinute` (a fixed one-minute window; the test starts "
+      "early in a minute so no window boundary falls inside it) and *admitted* counts `$connect` 200s.")
     w("")
     w("| implementation | workload | admitted | allowed | over-admission | errors | wall s |")
     w("|---|---|---:|---:|---:|---:|---:|")
@@ -302,8 +385,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
         w("### Ratios (Turnstile ÷ peer for decisions/s; peer ÷ Turnstile for latency: above 1× means Turnstile is ahead)")
         w("")
         w("The floor is not a rate limiter — it is the cheapest possible conditional write, the lower bound "
-          "any DynamoDB limiter pays. Until our limiter workloads land, the rows below compare the peers with "
-          "that bound; each limiter workload gets its own rows automatically when it becomes available.")
+          "any DynamoDB limiter pays; its rows show how far each peer is from that bound. The limiter rows "
+          "compare like with like: one admission of cost 1 on one hot bucket.")
         w("")
         w("| ours | peer | c | decisions/s ratio | p50 ratio | p99 ratio |")
         w("|---|---|---:|---:|---:|---:|")
@@ -330,16 +413,22 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
                 "start times of the shipped binaries can differ; `BENCH_COLDSTART_PROFILE=release make bench` measures those.")
         w("Time from spawning the process until it has handled its first invocation (posted a response or an "
           "error to a minimal Lambda Runtime API on loopback), after one untimed start so the binary is in the "
-          "page cache. *Init* is process start → first `GET /next`. Handlers that are still placeholders answer "
-          "with an error; that is measured the same way (the outcome column says which)." + note)
+          "page cache. *Init* is process start → first `GET /next`. Every handler is real: each start handles "
+          "the function's representative sample event from `events/<function>/` against DynamoDB Local tables "
+          "the harness seeded (tenant `tenant-1`, its live session `session-1`; before each `$disconnect` and "
+          "`$default` start the sample's connection is admitted, before each token-remover start a token is bound "
+          "to the sample's EMR cluster; the functions that close connections get a local Management API). "
+          "*Outcome* says whether the handler posted a response or an error; *answer* is what the last run posted." + note)
         w("")
-        w("| function | size on disk | runs | init median ms | first invocation median ms | min | max | outcomes | event |")
-        w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+        w("| function | size on disk | runs | init median ms | first invocation median ms | min | max | outcome | event | answer |")
+        w("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
         for c in cold:
             outs = sorted(set(c["outcomes"]))
             w(f"| {c['function']} | {c['size_bytes'] / 1024 / 1024:.1f} MiB | {c['runs']} | {f(c['init_ms_median'])} "
               f"| {f(c['first_invocation_ms_median'])} | {f(c['first_invocation_ms_min'])} "
-              f"| {f(c['first_invocation_ms_max'])} | {', '.join(outs)} | {Path(c['event']).name if '/' in c['event'] else c['event']} |")
+              f"| {f(c['first_invocation_ms_max'])} | {', '.join(outs)} "
+              f"| {Path(c['event']).parent.name + '/' + Path(c['event']).name if '/' in c['event'] else c['event']} "
+              f"| {answer(c.get('posted'))} |")
     w("")
     w("## Caveats")
     w("")
@@ -353,6 +442,19 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "further here. rate-limiter-py is synchronous; each of its "
       "threads has its own boto3 resource. Both run under CPython's GIL in one process; ours is one Rust "
       "process on tokio's multi-threaded runtime.")
+    w("- Turnstile's transactions (`reservation-create-token`, `websocket-handlers`) never collided here: "
+      "DynamoDB Local serialises transactions on an item, where DynamoDB cancels one of two concurrent "
+      "transactions on the same item with `TransactionConflict` and the library retries it (one more counted "
+      "call). On DynamoDB their calls/decision at c > 1 can therefore be higher than measured here, and "
+      "DynamoDB Local's transactions are much slower than its single-item writes (their latency above).")
+    w("- `fungible-get-token` on one hot bucket: `get_token` retries a lost race at once with the state the "
+      "failed write returned (only transaction conflicts pause), so with c tasks on one bucket each round has "
+      "one winner and a task can lose many rounds in a row; after 64 lost races it gives up with an error "
+      "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
+      "that; the per-account row is the same call without a shared bucket.")
+    w("- `reservation-create-token` releases nothing during a run, so its coordinate's ledger item grows by one "
+      "entry per decision (up to decisions + warm-up entries, ~100 KB at 2,100); every reservation rewrites "
+      "that item, so its latency and write cost grow through a run.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
       "write (its calls/decision above). Its source writes the refill time as `lastRefill` but reads it back "
       "as `last_refill`, so every call computes the refill from time 0 and refills the bucket to the limit; "
@@ -383,8 +485,14 @@ def check(data: dict[str, Any]) -> list[str]:
                 errs.append(f"{tag}: refused {r['refused']} of {r['decisions']} on a bucket known to be empty")
         elif r["admitted"] != r["decisions"]:
             errs.append(f"{tag}: admitted {r['admitted']} of {r['decisions']} under a limit above the budget")
-        if s and s["expected_calls"] is not None and abs(r["calls_per_decision"] - s["expected_calls"]) > 1e-9:
-            errs.append(f"{tag}: {r['calls_per_decision']} calls/decision, expected {s['expected_calls']}")
+        if s and s["expected_calls"] is not None:
+            if s.get("races") and r["concurrency"] > 1:
+                # Lost races on the shared item cost extra calls by design: reported, bounded below.
+                if r["calls_per_decision"] < s["expected_calls"] - 1e-9:
+                    errs.append(f"{tag}: {r['calls_per_decision']} calls/decision, below the {s['expected_calls']} "
+                                "a decision needs")
+            elif abs(r["calls_per_decision"] - s["expected_calls"]) > 1e-9:
+                errs.append(f"{tag}: {r['calls_per_decision']} calls/decision, expected {s['expected_calls']}")
     for a in data["accuracy"]:
         if a["implementation"] == "turnstile" and (a["over_admission"] != 0 or a["errors"]):
             errs.append(f"accuracy {a['workload']}: over-admission {a['over_admission']}, errors {a['errors']}")
@@ -396,6 +504,9 @@ def check(data: dict[str, Any]) -> list[str]:
     for c in data["cold_start"]:
         if c["first_invocation_ms_median"] is None:
             errs.append(f"cold start {c['function']}: never handled an invocation ({c['outcomes']})")
+        elif any(o != "response" for o in c["outcomes"]):
+            # Every handler is real and its tables are seeded: an error answer is a failure now.
+            errs.append(f"cold start {c['function']}: {c['outcomes']} (posted: {c.get('posted')})")
     return errs
 
 

@@ -1,7 +1,8 @@
 //! Cold start of each function binary: the time from spawning the process until it has handled its
-//! first invocation, i.e. until it posts a response **or** an error to the Lambda Runtime API. The
-//! handler's content does not matter (a placeholder that answers with an error is measured the same
-//! way); what is measured is process load, runtime + SDK client set-up, and one invocation.
+//! first invocation, i.e. until it posts a response **or** an error to the Lambda Runtime API. What
+//! is measured is process load, runtime + SDK client set-up, and one real invocation on the
+//! function's representative sample event ([`REPRESENTATIVE_EVENTS`]) against tables the harness
+//! seeds (see `main.rs`); the outcome (response or error) is reported with the time.
 //!
 //! The Runtime API is a minimal HTTP/1.1 server on loopback implementing the four routes a runtime
 //! client uses: `GET /2018-06-01/runtime/invocation/next` (answers the first call with the event and
@@ -35,7 +36,7 @@ pub const FUNCTIONS: [&str; 7] = [
 pub enum Outcome {
     /// The handler answered `POST .../response`.
     Response,
-    /// The handler answered `POST .../error` (placeholders do this).
+    /// The handler answered `POST .../error`.
     Error,
     /// The runtime reported `POST /runtime/init/error` before any invocation.
     InitError,
@@ -48,8 +49,12 @@ pub enum Outcome {
 #[derive(Debug)]
 enum Event {
     NextRequested(Instant),
-    Posted(Instant, Outcome),
+    /// A result was posted: when, which kind, and the start of its body.
+    Posted(Instant, Outcome, String),
 }
+
+/// How much of a posted body a line keeps.
+const EXCERPT_CHARS: usize = 2000;
 
 /// One JSON line per function.
 #[derive(Debug, Clone, Serialize)]
@@ -66,17 +71,37 @@ pub struct ColdStartLine {
     pub first_invocation_ms_min: Option<f64>,
     pub first_invocation_ms_max: Option<f64>,
     pub outcomes: Vec<Outcome>,
+    /// The start of what the last timed run posted (the handler's answer or its error).
+    pub posted: Option<String>,
     pub event: String,
 }
 
-/// Where a function's sample event lives: `events/<name>.json`, else the first `*.json` (by name)
-/// in `events/<name>/`, else a minimal `{}`.
+/// The representative sample of each function, in `events/<name>/`: the request the function exists
+/// for (a `$connect` authorization, a session created, a TTL expiry, an EMR cluster terminated).
+pub const REPRESENTATIVE_EVENTS: [(&str, &str); 7] = [
+    ("authorizer", "connect-request.json"),
+    ("connect", "connect.json"),
+    ("disconnect", "disconnect.json"),
+    ("message", "message.json"),
+    ("session-api", "put.json"),
+    ("ttl-sweeper", "ttl-expiry.json"),
+    ("token-remover", "emr-terminated.json"),
+];
+
+/// Where a function's sample event lives: its [`REPRESENTATIVE_EVENTS`] entry, else
+/// `events/<name>.json`, else the first `*.json` (by name) in `events/<name>/`, else a minimal `{}`.
 pub fn sample_event(events_dir: &Path, function: &str) -> (String, Vec<u8>) {
+    let dir = events_dir.join(function);
+    if let Some((_, file)) = REPRESENTATIVE_EVENTS.iter().find(|(f, _)| *f == function) {
+        let p = dir.join(file);
+        if let Ok(body) = std::fs::read(&p) {
+            return (p.display().to_string(), body);
+        }
+    }
     let single = events_dir.join(format!("{function}.json"));
     if let Ok(body) = std::fs::read(&single) {
         return (single.display().to_string(), body);
     }
-    let dir = events_dir.join(function);
     if let Ok(entries) = std::fs::read_dir(&dir) {
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -95,9 +120,10 @@ pub fn sample_event(events_dir: &Path, function: &str) -> (String, Vec<u8>) {
 struct Request {
     method: String,
     path: String,
+    body: Vec<u8>,
 }
 
-/// Reads one HTTP/1.1 request (headers, then a `Content-Length` or chunked body, which is discarded).
+/// Reads one HTTP/1.1 request (headers, then a `Content-Length` or chunked body).
 /// `Ok(None)` when the peer closed the connection.
 async fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
     let mut line = String::new();
@@ -128,6 +154,7 @@ async fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Re
             }
         }
     }
+    let mut body = Vec::new();
     if chunked {
         loop {
             line.clear();
@@ -148,12 +175,13 @@ async fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Re
             }
             let mut buf = vec![0u8; size + 2];
             r.read_exact(&mut buf).await?;
+            body.extend_from_slice(&buf[..size]);
         }
     } else if content_length > 0 {
-        let mut buf = vec![0u8; content_length];
-        r.read_exact(&mut buf).await?;
+        body = vec![0u8; content_length];
+        r.read_exact(&mut body).await?;
     }
-    Ok(Some(Request { method, path }))
+    Ok(Some(Request { method, path, body }))
 }
 
 async fn respond(
@@ -235,7 +263,11 @@ async fn serve_connection(
             )
             .await?;
             if let Some(o) = outcome {
-                let _ = tx.send(Event::Posted(now, o));
+                let text: String = String::from_utf8_lossy(&req.body)
+                    .chars()
+                    .take(EXCERPT_CHARS)
+                    .collect();
+                let _ = tx.send(Event::Posted(now, o, text));
             }
         } else {
             respond(&mut r, "404 Not Found", &[], b"").await?;
@@ -248,6 +280,7 @@ pub struct Run {
     pub init: Option<Duration>,
     pub handled: Option<Duration>,
     pub outcome: Outcome,
+    pub posted: Option<String>,
 }
 
 /// One cold start of `binary` against a fresh Runtime API on loopback.
@@ -316,20 +349,21 @@ pub async fn cold_start_once(
             biased;
             ev = rx.recv() => match ev {
                 Some(Event::NextRequested(t)) => { init.get_or_insert(t.duration_since(t0)); }
-                Some(Event::Posted(t, o)) => { result = Some((Some(t.duration_since(t0)), o)); }
-                None => { result = Some((None, Outcome::Exited)); }
+                Some(Event::Posted(t, o, text)) => { result = Some((Some(t.duration_since(t0)), o, Some(text))); }
+                None => { result = Some((None, Outcome::Exited, None)); }
             },
-            _ = child.wait() => { result = Some((None, Outcome::Exited)); }
-            _ = &mut deadline => { result = Some((None, Outcome::Timeout)); }
+            _ = child.wait() => { result = Some((None, Outcome::Exited, None)); }
+            _ = &mut deadline => { result = Some((None, Outcome::Timeout, None)); }
         }
     }
     let _ = child.kill().await;
     server.abort();
-    let (handled, outcome) = result.unwrap_or((None, Outcome::Timeout));
+    let (handled, outcome, posted) = result.unwrap_or((None, Outcome::Timeout, None));
     Ok(Run {
         init,
         handled,
         outcome,
+        posted,
     })
 }
 
@@ -348,12 +382,18 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// `runs` timed cold starts of one function after one untimed start (page-cache warm-up); reports
 /// the binary's size on disk and the median / min / max of the timed starts.
+/// Puts the tables in the state a function's sample event expects, before each start (e.g. the
+/// sample's connection admitted before a `$disconnect`). Not timed.
+pub type Prepare<'a> =
+    &'a (dyn Fn() -> futures::future::BoxFuture<'a, Result<(), BenchError>> + Sync);
+
 pub async fn measure(
     bin_dir: &Path,
     events_dir: &Path,
     function: &str,
     runs: usize,
     extra_env: &[(String, String)],
+    prepare: Option<Prepare<'_>>,
 ) -> Result<ColdStartLine, BenchError> {
     let binary = bin_dir.join(function);
     let size_bytes = std::fs::metadata(&binary)
@@ -362,6 +402,9 @@ pub async fn measure(
     let (event_name, event) = sample_event(events_dir, function);
     // One untimed start first, so every timed start reads the binary from the page cache, like a
     // Lambda sandbox that has the deployment package on local disk.
+    if let Some(p) = prepare {
+        p().await?;
+    }
     cold_start_once(
         &binary,
         function,
@@ -373,7 +416,11 @@ pub async fn measure(
     let mut init = Vec::new();
     let mut handled = Vec::new();
     let mut outcomes = Vec::new();
+    let mut posted = None;
     for _ in 0..runs {
+        if let Some(p) = prepare {
+            p().await?;
+        }
         let r = cold_start_once(
             &binary,
             function,
@@ -389,6 +436,7 @@ pub async fn measure(
             handled.push(d.as_secs_f64() * 1000.0);
         }
         outcomes.push(r.outcome);
+        posted = r.posted;
     }
     Ok(ColdStartLine {
         kind: "cold_start",
@@ -401,6 +449,7 @@ pub async fn measure(
         first_invocation_ms_max: handled.iter().copied().reduce(f64::max),
         first_invocation_ms_median: median(handled),
         outcomes,
+        posted,
         event: event_name,
     })
 }
@@ -452,6 +501,21 @@ GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n";
             ]
         );
         assert_eq!(got[1].0, "POST");
+    }
+
+    #[test]
+    fn every_function_has_its_representative_sample() {
+        let events = Path::new(env!("CARGO_MANIFEST_DIR")).join("../events");
+        for f in FUNCTIONS {
+            let (name, body) = sample_event(&events, f);
+            let want = REPRESENTATIVE_EVENTS
+                .iter()
+                .find(|(n, _)| *n == f)
+                .map(|(_, file)| *file)
+                .expect("listed");
+            assert!(name.ends_with(want), "{f}: {name}");
+            serde_json::from_slice::<serde_json::Value>(&body).expect("JSON");
+        }
     }
 
     #[test]

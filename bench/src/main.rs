@@ -83,6 +83,7 @@ struct SpecLine<'a> {
     available: bool,
     pending_reason: Option<&'a str>,
     expected_calls: Option<f64>,
+    races: bool,
     single_call: bool,
     accuracy: bool,
     peer_workload: Option<&'a str>,
@@ -127,6 +128,7 @@ async fn ours(
             available: pending.is_none(),
             pending_reason: pending,
             expected_calls: spec.expected_calls,
+            races: spec.races,
             single_call: spec.single_call,
             accuracy: spec.accuracy,
             peer_workload: spec.peer_workload,
@@ -164,11 +166,27 @@ async fn cold_start(
     runs: usize,
     only: Vec<String>,
 ) -> Result<(), BenchError> {
+    let prefix = format!("coldstart-{}-", runner::short_id());
+    let deps = seed_cold_start(&endpoint, &prefix).await?;
+    // The functions that close connections need a Management API endpoint: a local one that
+    // records what it receives (every connection live).
+    let api = turnstile_local::ManagementApi::start(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        std::sync::Arc::new(turnstile_local::Recorder::new()),
+    )
+    .await
+    .map_err(|e| BenchError::io("starting the local Management API", e))?;
+    let processors = events_dir
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join("functions/token-remover/processors.example.yaml");
     let env = vec![
         ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), endpoint),
+        ("TURNSTILE_TABLE_PREFIX".to_string(), prefix),
+        ("TURNSTILE_MANAGEMENT_ENDPOINT".to_string(), api.url()),
         (
-            "TURNSTILE_TABLE_PREFIX".to_string(),
-            format!("coldstart-{}-", runner::short_id()),
+            "TOKEN_REMOVER_PROCESSORS_FILE".to_string(),
+            processors.display().to_string(),
         ),
     ];
     for f in coldstart::FUNCTIONS {
@@ -176,10 +194,94 @@ async fn cold_start(
             continue;
         }
         eprintln!("bench: cold start of {f} ({runs} runs)");
-        let line = coldstart::measure(&bin_dir, &events_dir, f, runs.max(1), &env).await?;
+        // `$disconnect` and `$default` act on the sample's connection: admit it before each start
+        // (idempotent), so every run releases / messages a live connection.
+        let admit = || -> futures::future::BoxFuture<'_, Result<(), BenchError>> {
+            Box::pin(admit_sample_connection(&deps))
+        };
+        // The token remover's sample terminates cluster j-1YONHTCP3YZKC: bind a token to it first.
+        let bind = || -> futures::future::BoxFuture<'_, Result<(), BenchError>> {
+            Box::pin(bind_sample_cluster(&deps))
+        };
+        let prepare: Option<coldstart::Prepare<'_>> = match f {
+            "disconnect" | "message" => Some(&admit),
+            "token-remover" => Some(&bind),
+            _ => None,
+        };
+        let line = coldstart::measure(&bin_dir, &events_dir, f, runs.max(1), &env, prepare).await?;
         emit(&line)?;
     }
     Ok(())
+}
+
+/// What the sample events refer to, so each cold start handles a real request: every table under
+/// `prefix`, tenant `tenant-1` (the sample events' tenant) and its live session `session-1`.
+async fn seed_cold_start(endpoint: &str, prefix: &str) -> Result<shared::Deps, BenchError> {
+    use shared::ids::{SessionId, TenantId};
+    use shared::table::{self, AttributeStyle, TableKind};
+    let tables = TableNames::with_prefix(prefix);
+    let client = local_client(endpoint, None);
+    for kind in TableKind::ALL {
+        table::ensure(
+            &client,
+            &table::definition(kind, &tables, AttributeStyle::default()),
+        )
+        .await?;
+    }
+    let deps = shared::Deps {
+        dynamo: client,
+        tables,
+        style: AttributeStyle::default(),
+        clock: shared::clock::system(),
+        vars: shared::config::Vars::from_pairs::<&str, &str>([]),
+    };
+    let bad = |e: shared::ids::IdError| BenchError::Other(e.to_string());
+    let t = TenantId::parse("tenant-1").map_err(bad)?;
+    let limits = shared::tenant::Limits::example(600, 600, 10, 100, 3600, 600);
+    shared::tenant::store::put(
+        &deps,
+        &shared::tenant::Tenant {
+            tenant_id: t.clone(),
+            limits,
+        },
+    )
+    .await?;
+    let sid = SessionId::parse("session-1").map_err(bad)?;
+    let ttl = deps.clock.now().as_secs() + 3600;
+    shared::session::store::create_or_refresh(&deps, &t, &sid, ttl).await?;
+    Ok(deps)
+}
+
+/// A token of account 123456789012 bound to the sample's EMR cluster `j-1YONHTCP3YZKC`.
+async fn bind_sample_cluster(deps: &shared::Deps) -> Result<(), BenchError> {
+    let limiter = shared::reservation::NonFungibleLimiter::from_deps(deps)
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let r = limiter
+        .get_reservation("emr", "123456789012", 1_000)
+        .await
+        .map_err(|e| BenchError::Other(format!("cold start: reserving: {e}")))?;
+    r.create_token("j-1YONHTCP3YZKC")
+        .await
+        .map_err(|e| BenchError::Other(format!("cold start: binding: {e}")))?;
+    Ok(())
+}
+
+/// The sample events' connection (`Nx0MPcOFvHcCIhw=` of tenant-1/session-1), admitted (a no-op
+/// when it already is).
+async fn admit_sample_connection(deps: &shared::Deps) -> Result<(), BenchError> {
+    use shared::ids::{ConnectionId, SessionId, TenantId};
+    let bad = |e: shared::ids::IdError| BenchError::Other(e.to_string());
+    let t = TenantId::parse("tenant-1").map_err(bad)?;
+    let sid = SessionId::parse("session-1").map_err(bad)?;
+    let cid = ConnectionId::parse("Nx0MPcOFvHcCIhw=").map_err(bad)?;
+    let limits = shared::tenant::Limits::example(600, 600, 10, 100, 3600, 600);
+    match shared::admission::connect::admit(deps, &t, &sid, &cid, &limits).await? {
+        shared::admission::connect::Admission::Admitted
+        | shared::admission::connect::Admission::AlreadyAdmitted => Ok(()),
+        other => Err(BenchError::Other(format!(
+            "cold start: admitting the sample connection: {other:?}"
+        ))),
+    }
 }
 
 #[tokio::main]

@@ -186,6 +186,7 @@ pub async fn throughput(
         key: format!("{}-c{concurrency}-{}", spec.id, short_id()),
         limit: (decisions + warmup) * 10,
         window_secs: 3600,
+        accuracy: false,
     };
     let workload = build(ctx, &params).await?;
     let (warm, _) = drive(workload.clone(), concurrency, warmup, 0).await;
@@ -239,6 +240,7 @@ pub async fn accuracy(
         key: format!("{}-accuracy-{}", spec.id, short_id()),
         limit,
         window_secs: 3600,
+        accuracy: true,
     };
     let workload = build(ctx, &params).await?;
     let total = attempts * workers as u64;

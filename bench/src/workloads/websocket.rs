@@ -1,0 +1,242 @@
+//! The WebSocket admission path at handler level: one decision is what API Gateway does for one
+//! client connection — the `$connect` authorizer (`authorizer::handle`), then, when it allows,
+//! `$connect` (`connect::handle`) with the authorizer's context, then, when admitted,
+//! `$disconnect` (`disconnect::handle`) for the same connection. Each handler gets the event API
+//! Gateway would send, made from the function's sample in `events/` (compiled in) with this
+//! decision's tenant, session and connection id; the handlers' per-process state is built as each
+//! `main.rs` builds it. There is no Lambda runtime or network hop between the three.
+//!
+//! Setup: one tenant per run (id = the run's key), 32 live sessions (worker `w` uses session
+//! `s{w % 32}`), a fresh connection id per decision. Throughput runs give the tenant limits above
+//! the budget (`tenantPerMinute` = `sessionPerMinute` = `tenantConnections` = `params.limit`,
+//! `connectionsPerSession` 1,000); the accuracy run sets `tenantPerMinute` = `params.limit` (the
+//! fixed one-minute window of seed 003) and starts inside one minute, so "allowed" is that limit.
+//!
+//! Admitted = `$connect` answered 200 (the disconnect must then answer 200 "released"); refused =
+//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm: **3**
+//! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 1 `TransactWriteItems`;
+//! `$disconnect` 1 `TransactWriteItems`); concurrent transactions on the tenant's counter items can
+//! collide and retry (each retry is a counted call).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::{
+    ApiGatewayCustomAuthorizerRequestTypeRequest, ApiGatewayWebsocketProxyRequest,
+};
+use futures::future::{try_join_all, BoxFuture};
+use serde_json::Value;
+use shared::admission::respond;
+use shared::ids::{SessionId, TenantId};
+use shared::table::TableKind;
+use shared::tenant::{Limits, Tenant};
+use shared::Deps;
+
+use crate::error::BenchError;
+use crate::workload::{BenchCtx, Decision, Params, Workload};
+
+const AUTHORIZER_EVENT: &str = include_str!("../../../events/authorizer/connect-request.json");
+const CONNECT_EVENT: &str = include_str!("../../../events/connect/connect.json");
+const DISCONNECT_EVENT: &str = include_str!("../../../events/disconnect/disconnect.json");
+
+/// Sessions per tenant; worker `w` connects through session `s{w % SESSIONS}`.
+const SESSIONS: usize = 32;
+/// Session lifetime (s): far longer than a run.
+const SESSION_TTL: u64 = 3600;
+
+pub struct WebsocketHandlers {
+    deps: Deps,
+    authorizer: authorizer::State,
+    connect: connect::State,
+    disconnect: disconnect::Config,
+    tenant: String,
+    authorizer_event: Value,
+    connect_event: Value,
+    disconnect_event: Value,
+}
+
+fn parse(name: &str, text: &str) -> Result<Value, BenchError> {
+    serde_json::from_str(text).map_err(|e| BenchError::Other(format!("sample event {name}: {e}")))
+}
+
+fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, BenchError> {
+    serde_json::from_value(v).map_err(|e| BenchError::Other(format!("{what} event: {e}")))
+}
+
+fn config_err(e: shared::config::ConfigError) -> BenchError {
+    BenchError::Other(e.to_string())
+}
+
+pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+    super::ensure_tables(ctx, &TableKind::WEBSOCKET).await?;
+    let deps = super::deps(ctx);
+    let limits = if p.accuracy {
+        Limits::example(p.limit, 1_000_000, 1_000, 1_000_000, SESSION_TTL, 600)
+    } else {
+        Limits::example(p.limit, p.limit, 1_000, p.limit, SESSION_TTL, 600)
+    };
+    let tenant_id =
+        TenantId::parse(&p.key).map_err(|e| BenchError::Other(format!("tenant id: {e}")))?;
+    shared::tenant::store::put(
+        &deps,
+        &Tenant {
+            tenant_id: tenant_id.clone(),
+            limits,
+        },
+    )
+    .await?;
+    let ttl = deps.clock.now().as_secs() + SESSION_TTL as i64;
+    try_join_all((0..SESSIONS).map(|i| {
+        let (deps, tenant_id) = (&deps, &tenant_id);
+        async move {
+            let sid = SessionId::parse(&format!("s{i}"))
+                .map_err(|e| BenchError::Other(format!("session id: {e}")))?;
+            shared::session::store::create_or_refresh(deps, tenant_id, &sid, ttl).await?;
+            Ok::<_, BenchError>(())
+        }
+    }))
+    .await?;
+    if p.accuracy {
+        // The per-minute limits are fixed one-minute windows: start the test early in a minute, so
+        // it does not straddle a boundary (where a fresh window would legitimately admit more).
+        let into = deps.clock.now().as_secs().rem_euclid(60);
+        if into >= 40 {
+            tokio::time::sleep(Duration::from_millis((60 - into as u64) * 1000 + 100)).await;
+        }
+    }
+    let vars = deps.vars.clone();
+    Ok(Arc::new(WebsocketHandlers {
+        authorizer: authorizer::State::new(
+            &authorizer::Config::from_vars(&vars).map_err(config_err)?,
+        ),
+        connect: connect::State::new(&connect::Config::from_vars(&vars).map_err(config_err)?),
+        disconnect: disconnect::Config::from_vars(&vars).map_err(config_err)?,
+        deps,
+        tenant: p.key.clone(),
+        authorizer_event: parse("authorizer/connect-request.json", AUTHORIZER_EVENT)?,
+        connect_event: parse("connect/connect.json", CONNECT_EVENT)?,
+        disconnect_event: parse("disconnect/disconnect.json", DISCONNECT_EVENT)?,
+    }))
+}
+
+impl WebsocketHandlers {
+    fn authorizer_event(
+        &self,
+        session: &str,
+    ) -> Result<ApiGatewayCustomAuthorizerRequestTypeRequest, BenchError> {
+        let mut v = self.authorizer_event.clone();
+        v["queryStringParameters"] =
+            serde_json::json!({ "tenantId": self.tenant, "sessionId": session });
+        v["multiValueQueryStringParameters"] =
+            serde_json::json!({ "tenantId": [self.tenant], "sessionId": [session] });
+        typed("authorizer", v)
+    }
+
+    /// A `$connect` / `$disconnect` event for `cid` carrying the authorizer's context, as API
+    /// Gateway passes it on (plus `principalId`).
+    fn route_event(
+        &self,
+        template: &Value,
+        context: &Value,
+        principal: Option<&str>,
+        session: &str,
+        cid: &str,
+    ) -> Result<ApiGatewayWebsocketProxyRequest, BenchError> {
+        let mut v = template.clone();
+        let mut auth = context.clone();
+        if let (Some(m), Some(p)) = (auth.as_object_mut(), principal) {
+            m.insert("principalId".into(), Value::String(p.to_string()));
+        }
+        v["requestContext"]["authorizer"] = auth;
+        v["requestContext"]["connectionId"] = Value::String(cid.to_string());
+        if v.get("queryStringParameters").is_some() {
+            v["queryStringParameters"] =
+                serde_json::json!({ "tenantId": self.tenant, "sessionId": session });
+            v["multiValueQueryStringParameters"] =
+                serde_json::json!({ "tenantId": [self.tenant], "sessionId": [session] });
+        }
+        typed("route", v)
+    }
+
+    async fn once(&self, worker: usize, seq: u64) -> Result<Decision, BenchError> {
+        let session = format!("s{}", worker % SESSIONS);
+        let cid = format!("bench{seq}=");
+        let auth = authorizer::handle(
+            &self.deps,
+            &self.authorizer,
+            self.authorizer_event(&session)?,
+        )
+        .await?;
+        if let authorizer::Decision::Deny(reason) = authorizer::decision(&auth) {
+            if reason.starts_with("over ") {
+                return Ok(Decision::refused(None));
+            }
+            return Err(BenchError::Other(format!("authorizer denied: {reason}")));
+        }
+        let principal = auth.principal_id.as_deref();
+        let r = connect::handle(
+            &self.deps,
+            &self.connect,
+            self.route_event(
+                &self.connect_event,
+                &auth.context,
+                principal,
+                &session,
+                &cid,
+            )?,
+        )
+        .await?;
+        match r.status_code {
+            200 => {}
+            429 => return Ok(Decision::refused(None)),
+            s => {
+                return Err(BenchError::Other(format!(
+                    "$connect answered {s}: {}",
+                    respond::body_text(&r.body)
+                )))
+            }
+        }
+        let r = disconnect::handle(
+            &self.deps,
+            &self.disconnect,
+            self.route_event(
+                &self.disconnect_event,
+                &auth.context,
+                principal,
+                &session,
+                &cid,
+            )?,
+        )
+        .await?;
+        let body = respond::body_text(&r.body);
+        if r.status_code != 200 || body.contains("already released") {
+            return Err(BenchError::Other(format!(
+                "$disconnect answered {}: {body}",
+                r.status_code
+            )));
+        }
+        Ok(Decision::admitted(None))
+    }
+}
+
+impl Workload for WebsocketHandlers {
+    fn decide(&self, worker: usize, seq: u64) -> BoxFuture<'_, Result<Decision, BenchError>> {
+        Box::pin(self.once(worker, seq))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compiled_in_samples_have_the_handlers_event_shapes() {
+        let auth = parse("authorizer", AUTHORIZER_EVENT).unwrap();
+        typed::<ApiGatewayCustomAuthorizerRequestTypeRequest>("authorizer", auth).unwrap();
+        for (name, text) in [("connect", CONNECT_EVENT), ("disconnect", DISCONNECT_EVENT)] {
+            let v = parse(name, text).unwrap();
+            assert!(v["requestContext"].get("authorizer").is_some(), "{name}");
+            typed::<ApiGatewayWebsocketProxyRequest>(name, v).unwrap();
+        }
+    }
+}
