@@ -215,17 +215,30 @@ pub fn registry() -> Vec<Spec> {
             }),
         },
         Spec {
-            id: "local-stack",
-            title: "Local stack end to end (connects/s, messages/s)",
+            id: "local-stack-connects",
+            title: "Local stack end to end: WebSocket connects (authorizer + $connect, then close)",
             expected_calls: None,
             races: false,
             single_call: false,
             accuracy: false,
             peer_workload: None,
             refuses: false,
-            availability: Availability::Pending(
-                "needs the local WebSocket stack (`make dev`, being built on another branch)",
-            ),
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::local_stack::build_connects(ctx, p))
+            }),
+        },
+        Spec {
+            id: "local-stack-messages",
+            title: "Local stack end to end: messages (frame in, echo out)",
+            expected_calls: Some(1.0),
+            single_call: false,
+            accuracy: false,
+            peer_workload: None,
+            refuses: false,
+            races: false,
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::local_stack::build_messages(ctx, p))
+            }),
         },
     ]
 }

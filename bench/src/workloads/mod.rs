@@ -4,6 +4,7 @@ pub mod cached_rejection;
 pub mod floor;
 pub mod fungible;
 pub mod gcra;
+pub mod local_stack;
 pub mod reservation;
 pub mod websocket;
 

@@ -1,0 +1,195 @@
+//! The local stack end to end (issue #4's numbers): real WebSocket clients against `turnstile dev`'s
+//! stack, running the real handlers on the benchmark's DynamoDB Local.
+//!
+//! - `local-stack-connects`: one decision = a WebSocket handshake (authorizer + `$connect`) that
+//!   succeeds, then a close (`$disconnect` runs after the decision is timed, its call still counted).
+//! - `local-stack-messages`: one decision = a text frame on the worker's open socket and its echo
+//!   back (`$default`: 1 DynamoDB call and 1 Management API post).
+//!
+//! Limits are set far above what a run can reach, so these measure throughput, not refusals.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{SinkExt, StreamExt};
+use shared::ids::{SessionId, TenantId};
+use shared::table::TableKind;
+use shared::tenant::{Limits, Tenant};
+use tokio::sync::Mutex;
+use tokio_tungstenite::tungstenite::Message;
+use turnstile_local::functions::LocalFunctions;
+use turnstile_local::lambda::Invoke;
+use turnstile_local::stack::{Stack, StackConfig};
+
+use crate::error::BenchError;
+use crate::workload::{BenchCtx, Decision, Params, Workload};
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+const TENANT: &str = "bench";
+/// More than any run's concurrency; each worker uses its own session.
+const SESSIONS: usize = 64;
+
+fn other(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Other(e.to_string())
+}
+
+/// Tables, a tenant with limits out of reach, one session per worker, and the stack on free ports.
+async fn start(ctx: &BenchCtx) -> Result<(Stack, String), BenchError> {
+    let deps = super::deps(ctx);
+    super::ensure_tables(ctx, &TableKind::WEBSOCKET).await?;
+    let big = 1_000_000_000;
+    let tenant = Tenant {
+        tenant_id: TenantId::parse(TENANT).map_err(other)?,
+        limits: Limits::example(big, big, big, big, 3600, big),
+    };
+    shared::tenant::store::put(&deps, &tenant)
+        .await
+        .map_err(other)?;
+    let any = "127.0.0.1:0".parse().map_err(other)?;
+    let cfg = StackConfig::new(any, any, &ctx.endpoint);
+    let clock = deps.clock.clone();
+    let mut failed = None;
+    let stack = Stack::start(cfg, clock, |eps| {
+        match LocalFunctions::new(deps.clone(), &eps.management_url()) {
+            Ok(f) => f as Arc<dyn Invoke>,
+            Err(e) => {
+                failed = Some(e.to_string());
+                Arc::new(NoFunctions) as Arc<dyn Invoke>
+            }
+        }
+    })
+    .await
+    .map_err(other)?;
+    if let Some(e) = failed {
+        return Err(BenchError::Other(e));
+    }
+    let http = stack.endpoints.http_url();
+    for s in 0..SESSIONS {
+        let sid = SessionId::parse(&format!("w{s}")).map_err(other)?;
+        let url = format!("{http}/session?tenantId={TENANT}&sessionId={sid}");
+        put(&url).await?;
+    }
+    let ws = stack.endpoints.ws_url();
+    Ok((stack, ws))
+}
+
+/// `PUT url` with a bare HTTP/1.1 request (the session API answers 200 with the session).
+async fn put(url: &str) -> Result<(), BenchError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').ok_or_else(|| other("bad url"))?;
+    let mut s = tokio::net::TcpStream::connect(host).await.map_err(other)?;
+    let req = format!(
+        "PUT /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.map_err(other)?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.map_err(other)?;
+    if out.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(BenchError::Other(format!(
+            "PUT session: {}",
+            out.lines().next().unwrap_or("")
+        )))
+    }
+}
+
+fn url(ws: &str, worker: usize) -> String {
+    format!("{ws}/?tenantId={TENANT}&sessionId=w{}", worker % SESSIONS)
+}
+
+pub struct Connects {
+    _stack: Stack,
+    ws: String,
+}
+
+pub async fn build_connects(ctx: &BenchCtx, _p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+    let (stack, ws) = start(ctx).await?;
+    Ok(Arc::new(Connects { _stack: stack, ws }))
+}
+
+impl Workload for Connects {
+    fn decide(&self, worker: usize, _seq: u64) -> BoxFuture<'_, Result<Decision, BenchError>> {
+        Box::pin(async move {
+            match tokio_tungstenite::connect_async(url(&self.ws, worker)).await {
+                Ok((mut socket, _)) => {
+                    let _ = socket.close(None).await;
+                    Ok(Decision::admitted(None))
+                }
+                Err(tokio_tungstenite::tungstenite::Error::Http(_)) => Ok(Decision::refused(None)),
+                Err(e) => Err(other(e)),
+            }
+        })
+    }
+}
+
+pub struct Messages {
+    _stack: Stack,
+    ws: String,
+    sockets: Vec<Mutex<Option<Socket>>>,
+}
+
+pub async fn build_messages(ctx: &BenchCtx, _p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+    let (stack, ws) = start(ctx).await?;
+    let sockets = (0..SESSIONS).map(|_| Mutex::new(None)).collect();
+    Ok(Arc::new(Messages {
+        _stack: stack,
+        ws,
+        sockets,
+    }))
+}
+
+impl Workload for Messages {
+    fn decide(&self, worker: usize, seq: u64) -> BoxFuture<'_, Result<Decision, BenchError>> {
+        Box::pin(async move {
+            let slot = &self.sockets[worker % SESSIONS];
+            let mut guard = slot.lock().await;
+            if guard.is_none() {
+                let (socket, _) = tokio_tungstenite::connect_async(url(&self.ws, worker))
+                    .await
+                    .map_err(other)?;
+                *guard = Some(socket);
+            }
+            let socket = guard.as_mut().ok_or_else(|| other("no socket"))?;
+            let text = format!("m{seq}");
+            socket
+                .send(Message::Text(text.clone().into()))
+                .await
+                .map_err(other)?;
+            loop {
+                match socket.next().await {
+                    Some(Ok(Message::Text(t))) if t.as_str() == text => {
+                        return Ok(Decision::admitted(None))
+                    }
+                    // A refusal frame (problem+json) would be a refused decision.
+                    Some(Ok(Message::Text(t))) if t.as_str().contains("\"status\":429") => {
+                        return Ok(Decision::refused(None))
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(other(e)),
+                    None => return Err(other("socket closed")),
+                }
+            }
+        })
+    }
+}
+
+struct NoFunctions;
+
+impl Invoke for NoFunctions {
+    fn invoke<'a>(
+        &'a self,
+        function: &'a str,
+        _e: serde_json::Value,
+    ) -> turnstile_local::lambda::InvokeFuture<'a> {
+        Box::pin(async move {
+            Err(turnstile_local::lambda::InvokeError::Failed {
+                function: function.into(),
+                message: "functions did not build".into(),
+            })
+        })
+    }
+}
