@@ -165,6 +165,35 @@ async fn thirty_two_concurrent_callers_get_exactly_the_limit() {
     assert_eq!(row["tokens"], n(0));
 }
 
+#[tokio::test]
+async fn concurrent_takers_of_a_hot_bucket_do_not_invalidate_each_other() {
+    let env = env().await;
+    let l = limiter(&env);
+    let q = Quota::new(100, 60);
+    assert!(l.get_token("api", "hot", q).await.unwrap().granted);
+    env.counter.reset();
+    // Clock frozen: no token accrues, so every take is a relative decrement that cannot lose a race.
+    let granted = join_all((0..32).map(|_| {
+        let l = l.clone();
+        tokio::spawn(async move { l.get_token("api", "hot", q).await })
+    }))
+    .await
+    .into_iter()
+    .map(|r| r.expect("task").expect("decision"))
+    .filter(|d| d.granted)
+    .count();
+    assert_eq!(granted, 32);
+    let ops = env.counter.by_operation();
+    assert_eq!(
+        ops.get("UpdateItem"),
+        Some(&32),
+        "one write per grant: {ops:?}"
+    );
+    assert_eq!(env.counter.total(), 32, "{ops:?}");
+    let row = get_bucket(&env, CAMEL, "api", "hot").await;
+    assert_eq!(row["tokens"], n(99 - 32));
+}
+
 async fn drain(l: &FungibleLimiter, account: &str, q: Quota) -> u32 {
     let mut got = 0;
     loop {

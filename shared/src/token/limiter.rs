@@ -208,7 +208,8 @@ impl FungibleLimiter {
     /// `default` applies when the limit table has no row for the pair; a row with `limit <= 0`
     /// blocks the account. DynamoDB calls: **1** warm, **2** cold, **0** when the last state seen
     /// shows the bucket empty until after now (the rejection cache: it only ever refuses), plus 1 per
-    /// lost race.
+    /// lost race. Takes between refills are relative decrements, so concurrent takers of a hot
+    /// bucket do not lose races to each other (decision 0100).
     pub async fn get_token(
         &self,
         resource: &str,
@@ -260,25 +261,33 @@ impl FungibleLimiter {
                     source,
                 ));
             }
-            match self
-                .write(
-                    resource,
-                    account,
-                    &seen,
-                    r.available - 1,
-                    r.last_refill,
-                    now,
-                )
-                .await
-            {
+            // Nothing accrued since the state seen (and no clamping): a relative take suffices.
+            let accrued = seen.state.as_ref().is_none_or(|st| {
+                st.last_refill != Some(r.last_refill) || u64::try_from(st.tokens) != Ok(r.available)
+            });
+            let take = if accrued || seen.refill_raw.is_none() {
+                Take::Set {
+                    tokens: r.available - 1,
+                    last_refill: r.last_refill,
+                }
+            } else {
+                Take::Decrement { limit }
+            };
+            match self.write(resource, account, &seen, take, now).await {
                 Ok(new) => {
+                    // After a relative take the row holds what concurrent takers left.
+                    let remaining = new
+                        .state
+                        .as_ref()
+                        .and_then(|st| u64::try_from(st.tokens).ok())
+                        .unwrap_or(r.available - 1);
                     self.remember(resource, account, &new);
                     return Ok(self.decision(
                         resource,
                         account,
                         now,
                         true,
-                        r.available - 1,
+                        remaining,
                         r.last_refill,
                         limit,
                         window,
@@ -289,6 +298,10 @@ impl FungibleLimiter {
                     seen = actual;
                     from_cache = false;
                     self.remember(resource, account, &seen);
+                    // Many losses in a row: a hot bucket refilling under us; spread the retries.
+                    if attempt >= 4 {
+                        backoff(attempt - 4).await;
+                    }
                 }
                 Err(Lost::Conflict) => backoff(attempt).await,
                 Err(Lost::Failed(e)) => return Err(e),
@@ -359,14 +372,16 @@ impl FungibleLimiter {
         Ok((row, seen))
     }
 
-    /// The conditional write: the bucket must still be exactly as `seen`.
+    /// The conditional write. [`Take::Set`]: the bucket must still be exactly as `seen`, and gets
+    /// the refilled count minus one. [`Take::Decrement`]: no token has accrued since `seen`, so the
+    /// write only needs the same `lastRefill` and a token left (`tokens - 1`, `1 <= tokens <= limit`);
+    /// concurrent takers then do not invalidate each other, and each still takes a real token.
     async fn write(
         &self,
         resource: &str,
         account: &str,
         seen: &Seen,
-        tokens: u64,
-        last_refill: i64,
+        take: Take,
         now: Timestamp,
     ) -> std::result::Result<Seen, Lost> {
         let a = self.inner.attrs;
@@ -377,21 +392,36 @@ impl FungibleLimiter {
             .update_item()
             .table_name(&self.inner.table)
             .set_key(Some(self.key(resource, account)))
-            .update_expression("SET #t = :nt, #r = :nr, #l = :now")
             .expression_attribute_names("#t", a.tokens)
             .expression_attribute_names("#r", a.last_refill)
             .expression_attribute_names("#l", a.last_token)
-            .expression_attribute_values(":nt", n(tokens as i64))
-            .expression_attribute_values(":nr", AttributeValue::N(format_ms(last_refill)))
             .expression_attribute_values(":now", AttributeValue::N(format_ms(now.as_nanos())))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        match &seen.tokens_raw {
-            Some(v) => {
-                cond.push("#t = :ot");
-                req = req.expression_attribute_values(":ot", v.clone());
+        match take {
+            Take::Set {
+                tokens,
+                last_refill,
+            } => {
+                req = req
+                    .update_expression("SET #t = :nt, #r = :nr, #l = :now")
+                    .expression_attribute_values(":nt", n(tokens as i64))
+                    .expression_attribute_values(":nr", AttributeValue::N(format_ms(last_refill)));
+                match &seen.tokens_raw {
+                    Some(v) => {
+                        cond.push("#t = :ot");
+                        req = req.expression_attribute_values(":ot", v.clone());
+                    }
+                    None => cond.push("attribute_not_exists(#t)"),
+                }
             }
-            None => cond.push("attribute_not_exists(#t)"),
+            Take::Decrement { limit } => {
+                req = req
+                    .update_expression("SET #t = #t - :one, #l = :now")
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":lim", n(limit as i64));
+                cond.push("#t >= :one AND #t <= :lim");
+            }
         }
         match &seen.refill_raw {
             Some(v) => {
@@ -473,6 +503,13 @@ fn ceil_ms(d: Duration) -> u64 {
 }
 
 /// Why a conditional write did not land.
+/// How a write takes its token (see [`FungibleLimiter::write`]).
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    Set { tokens: u64, last_refill: i64 },
+    Decrement { limit: u64 },
+}
+
 enum Lost {
     /// Someone else wrote first; this is the row as they left it.
     Race(Seen),
