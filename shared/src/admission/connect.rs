@@ -443,6 +443,90 @@ mod tests {
         Some(Item::from([(sattr::SESSION_TTL.to_string(), n(now + 100))]))
     }
 
+    fn bucket(index: usize, limit: Limit, cap: u64, key: &str, now: Timestamp) -> Bucket {
+        let rate = Rate::per_minute(cap).unwrap();
+        Bucket {
+            index,
+            limit,
+            rate,
+            target: Target::new(
+                "counters",
+                cattr::KEY,
+                key,
+                Some(cattr::ITEM_TTL),
+                GCRA_TTL_MARGIN,
+            ),
+            hint: None,
+            plan: SpendPlan::spend(rate, now, 1, None).unwrap(),
+        }
+    }
+
+    fn tat_item(tat: Timestamp) -> Option<Item> {
+        Some(Item::from([(gw::attr::TAT.to_string(), n(tat.as_nanos()))]))
+    }
+
+    #[test]
+    fn gcra_failures_retry_on_a_wrong_guess_and_refuse_with_the_gcra_retry_time() {
+        let (t, s) = ids();
+        let l =
+            Limits::example(6, 4, 100, 1_000, 300, 60).with_rate_algorithm(WindowAlgorithm::Gcra);
+        let now = Timestamp::from_secs(1_700_000_070);
+        let bs = [
+            bucket(2, Limit::TenantPerMinute, 6, "acme:gcra:minute", now),
+            bucket(3, Limit::SessionPerMinute, 4, "acme:s1:gcra:minute", now),
+        ];
+        let hints = GcraHints::default();
+        let ok = Reason::Ok;
+        // Both "idle" guesses were wrong but both buckets have room: retry, hints corrected.
+        let tenant_tat = now.plus(std::time::Duration::from_secs(10));
+        let session_tat = now.plus(std::time::Duration::from_secs(15));
+        let r = vec![
+            ok.clone(),
+            ok.clone(),
+            Reason::ConditionFailed(tat_item(tenant_tat)),
+            Reason::ConditionFailed(tat_item(session_tat)),
+            ok.clone(),
+        ];
+        let (r, refused) = gcra_reasons(r, &bs, &hints);
+        assert!(refused.is_empty());
+        assert_eq!(r[2], Reason::Conflict);
+        assert!(decide(&r, &l, now, &t, &s).is_none());
+        assert_eq!(hints.get("acme:gcra:minute"), Some(tenant_tat));
+        assert_eq!(hints.get("acme:s1:gcra:minute"), Some(session_tat));
+        // The session bucket is empty (TAT a full minute ahead): refused with its own retry time.
+        let full = now.plus(std::time::Duration::from_secs(60));
+        let r = vec![
+            ok.clone(),
+            ok.clone(),
+            ok.clone(),
+            Reason::ConditionFailed(tat_item(full)),
+            ok.clone(),
+        ];
+        let (r, refused) = gcra_reasons(r, &bs, &hints);
+        let decided = decide(&r, &l, now, &t, &s).unwrap();
+        match with_gcra_refusal(decided, &refused, &t, &s) {
+            Admission::Refused { limit, refusal } => {
+                assert_eq!(limit, Limit::SessionPerMinute);
+                assert_eq!(refusal.retry_after, std::time::Duration::from_secs(15));
+                assert_eq!(refusal.to_http().header("retry-after"), Some("15"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A repeated $connect still wins over everything.
+        let r = vec![
+            ok.clone(),
+            ok.clone(),
+            ok.clone(),
+            Reason::ConditionFailed(tat_item(full)),
+            Reason::ConditionFailed(None),
+        ];
+        let (r, _) = gcra_reasons(r, &bs, &hints);
+        assert!(matches!(
+            decide(&r, &l, now, &t, &s),
+            Some(Admission::AlreadyAdmitted)
+        ));
+    }
+
     #[test]
     fn cancellation_reasons_decide_without_a_read() {
         let (t, s) = ids();
