@@ -37,6 +37,10 @@ enum Cmd {
         /// Messages per minute, per session.
         #[arg(long, default_value_t = tenant::DEFAULT_MESSAGES_PER_MINUTE)]
         messages_per_minute: u64,
+        /// How the two per-minute connection limits are enforced: `fixed` (one-minute windows,
+        /// up to twice the limit across a boundary) or `gcra` (a bucket refilling continuously).
+        #[arg(long, default_value = "fixed")]
+        rate_algorithm: tenant::WindowAlgorithm,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -63,6 +67,7 @@ pub async fn run(args: Args) -> Result<()> {
             tenant_per_minute,
             session_ttl,
             messages_per_minute,
+            rate_algorithm,
         } => {
             let t = Tenant {
                 tenant_id,
@@ -73,6 +78,7 @@ pub async fn run(args: Args) -> Result<()> {
                     tenant_per_minute,
                     session_ttl,
                     messages_per_minute,
+                    rate_algorithm,
                 },
             };
             tenant::store::put(&deps, &t).await?;
@@ -96,5 +102,54 @@ pub async fn run(args: Args) -> Result<()> {
                 Err(Error::Other(format!("tenant {tenant_id} does not exist")))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn put(extra: &[&str]) -> std::result::Result<Wrapper, clap::Error> {
+        let mut argv = vec![
+            "tenant",
+            "put",
+            "--tenant-id",
+            "acme",
+            "--connections-per-session",
+            "2",
+            "--tenant-connections",
+            "10",
+            "--session-per-minute",
+            "5",
+            "--tenant-per-minute",
+            "60",
+        ];
+        argv.extend_from_slice(extra);
+        Wrapper::try_parse_from(argv)
+    }
+
+    fn algorithm(w: Wrapper) -> tenant::WindowAlgorithm {
+        match w.args.command {
+            Cmd::Put { rate_algorithm, .. } => rate_algorithm,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rate_algorithm_defaults_to_fixed_and_refuses_unknown_values() {
+        assert_eq!(algorithm(put(&[]).unwrap()), tenant::WindowAlgorithm::Fixed);
+        assert_eq!(
+            algorithm(put(&["--rate-algorithm", "gcra"]).unwrap()),
+            tenant::WindowAlgorithm::Gcra
+        );
+        let err = put(&["--rate-algorithm", "sliding"]).unwrap_err();
+        assert!(err.to_string().contains("fixed or gcra"), "{err}");
     }
 }

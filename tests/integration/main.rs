@@ -13,6 +13,7 @@ mod tokens;
 mod tokens_limits;
 mod ws_admission;
 mod ws_authorizer;
+mod ws_gcra;
 mod ws_message;
 mod ws_session_api;
 mod ws_support;

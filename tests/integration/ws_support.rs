@@ -271,6 +271,10 @@ pub fn ws_event(
             for (k, val) in l.fields() {
                 m.insert(k.to_string(), Value::String(val.to_string()));
             }
+            m.insert(
+                shared::tenant::attr::RATE_ALGORITHM.to_string(),
+                Value::String(l.rate_algorithm.to_string()),
+            );
             m
         }
         None => HashMap::new(),

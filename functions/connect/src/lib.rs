@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::connect::{self, Admission};
+use shared::admission::connect::{self, Admission, GcraHints};
 use shared::admission::{context, respond};
 use shared::config::{ConfigError, Vars};
 use shared::isolation::{self, TenantClients};
@@ -38,6 +38,9 @@ pub struct State {
     /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
     /// [`State::with_tenant_clients`].
     pub tenant_clients: Option<TenantClients>,
+    /// The TAT last seen per per-minute GCRA bucket (tenants with `rateAlgorithm = gcra`), so the
+    /// transaction's first guess is usually right: 1 call.
+    pub gcra_hints: GcraHints,
 }
 
 impl State {
@@ -45,6 +48,7 @@ impl State {
         State {
             tenants: TenantCache::new(config.tenant_cache),
             tenant_clients: None,
+            gcra_hints: GcraHints::default(),
         }
     }
 
@@ -72,7 +76,9 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let answer = match connect::admit(deps, &t, &sid, &cid, &limits).await? {
+    let answer = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.gcra_hints)
+        .await?
+    {
         Admission::Admitted | Admission::AlreadyAdmitted => {
             respond::message(200, format!("connected to session {sid}"))
         }

@@ -20,6 +20,10 @@ pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
     for (name, v) in limits.fields() {
         m.insert(name.into(), Value::from(v));
     }
+    m.insert(
+        tattr::RATE_ALGORITHM.into(),
+        Value::String(limits.rate_algorithm.to_string()),
+    );
     Value::Object(m)
 }
 
@@ -46,8 +50,14 @@ pub fn ids(fields: &HashMap<String, Value>) -> Result<(TenantId, SessionId), IdE
     ))
 }
 
-/// The limits, when the context carries all of them.
+/// The limits, when the context carries all of them. A context without `rateAlgorithm` (from an
+/// authorizer deployed before it existed) means `fixed`; an unknown value means no limits (the
+/// caller then reads the tenant row).
 pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
+    let rate_algorithm = match text(fields, tattr::RATE_ALGORITHM) {
+        None => crate::tenant::WindowAlgorithm::Fixed,
+        Some(a) => a.parse().ok()?,
+    };
     Some(Limits {
         connections_per_session: number(fields, tattr::CONNECTIONS_PER_SESSION)?,
         tenant_connections: number(fields, tattr::TENANT_CONNECTIONS)?,
@@ -55,6 +65,7 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         tenant_per_minute: number(fields, tattr::TENANT_PER_MINUTE)?,
         session_ttl: number(fields, tattr::SESSION_TTL)?,
         messages_per_minute: number(fields, tattr::MESSAGES_PER_MINUTE)?,
+        rate_algorithm,
     })
 }
 
@@ -100,7 +111,7 @@ mod tests {
         let l = Limits::example(60, 5, 2, 10, 200, 60);
         let v = build(&t, &s, &l);
         let fields: HashMap<String, Value> = serde_json::from_value(v).unwrap();
-        assert_eq!(ids(&fields).unwrap(), (t, s));
+        assert_eq!(ids(&fields).unwrap(), (t.clone(), s.clone()));
         assert_eq!(limits(&fields), Some(l));
         let mut strings: HashMap<String, Value> = fields
             .iter()
@@ -114,5 +125,13 @@ mod tests {
         assert_eq!(limits(&strings), Some(l));
         strings.remove(tattr::SESSION_TTL);
         assert_eq!(limits(&strings), None);
+        // The algorithm travels too; a context without it is fixed, an unknown one is no limits.
+        let g = l.with_rate_algorithm(crate::tenant::WindowAlgorithm::Gcra);
+        let mut fields: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &g)).unwrap();
+        assert_eq!(limits(&fields), Some(g));
+        fields.remove(tattr::RATE_ALGORITHM);
+        assert_eq!(limits(&fields), Some(l));
+        fields.insert(tattr::RATE_ALGORITHM.into(), Value::from("sliding"));
+        assert_eq!(limits(&fields), None);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Call budgets (DynamoDB round trips, common path):
 //! - [`precheck::check`] (authorizer): 1 BatchGetItem.
-//! - [`connect::admit`] (`$connect`): 1 TransactWriteItems.
+//! - [`connect::admit`] (`$connect`): 1 TransactWriteItems (for a `rateAlgorithm = gcra` tenant, 2
+//!   when the process's guess of a bucket's state is wrong; decision 0304).
 //! - [`release::disconnect`] (`$disconnect`): 1 TransactWriteItems.
 //! - [`message::count`] (`$default`): 1 UpdateItem (2 when the cached minute guess is wrong).
 //! - [`release::release`]: 1 TransactWriteItems per 99 connections.

@@ -2,6 +2,10 @@
 //! the limits depend on, and refuses early what `$connect` would refuse anyway. It never writes: the
 //! authoritative check is `$connect`'s transaction ([`super::connect`]), which holds under
 //! concurrency where a read-then-decide cannot.
+//!
+//! For a tenant with `rateAlgorithm = gcra` the same BatchGetItem reads the two GCRA buckets instead
+//! of the minute rows, and refuses when a stored TAT leaves no room for one connection
+//! (`gcra::spend` of cost 1 on it, a pure check: nothing is written).
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity};
 
@@ -9,9 +13,12 @@ use super::item::{self, s, Item};
 use super::Limit;
 use crate::counter::{attr as cattr, keys, window::MinuteWindow};
 use crate::error::{Error, Result};
+use crate::gcra::{self, Rate};
 use crate::ids::{SessionId, TenantId};
+use crate::kv::write as gw;
 use crate::session::{attr as sattr, store as sstore};
 use crate::tenant::Limits;
+use crate::tenant::WindowAlgorithm;
 use crate::Deps;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,11 +39,23 @@ pub async fn check(
 ) -> Result<Precheck> {
     let now = deps.clock.now();
     let w = MinuteWindow::at(now);
+    let gcra = limits.rate_algorithm == WindowAlgorithm::Gcra;
+    let (tenant_minute, session_minute) = if gcra {
+        (
+            keys::tenant_gcra_minute(t),
+            keys::session_gcra_minute(t, sid),
+        )
+    } else {
+        (
+            keys::tenant_minute(t, w.start),
+            keys::session_minute(t, sid, w.start),
+        )
+    };
     let k = |key: String| Item::from([(cattr::KEY.to_string(), s(key))]);
     let counter_keys = vec![
         k(keys::tenant_connections(t)),
-        k(keys::tenant_minute(t, w.start)),
-        k(keys::session_minute(t, sid, w.start)),
+        k(tenant_minute.clone()),
+        k(session_minute.clone()),
     ];
     let built = |keys: Vec<Item>| {
         KeysAndAttributes::builder()
@@ -95,35 +114,46 @@ pub async fn check(
     }
     let counters = &deps.tables.counters;
     // The seed's order: tenant connections, session connections, tenant/minute, session/minute.
-    let checks = [
+    let open = [
         (
             Some(count_of(responses, counters, &keys::tenant_connections(t))),
             Limit::TenantConnections,
         ),
         (session_open, Limit::ConnectionsPerSession),
-        (
-            Some(count_of(
-                responses,
-                counters,
-                &keys::tenant_minute(t, w.start),
-            )),
-            Limit::TenantPerMinute,
-        ),
-        (
-            Some(count_of(
-                responses,
-                counters,
-                &keys::session_minute(t, sid, w.start),
-            )),
-            Limit::SessionPerMinute,
-        ),
     ];
-    for (used, limit) in checks {
+    for (used, limit) in open {
         if used.is_some_and(|u| u >= limit.cap(limits)) {
             return Ok(Precheck::OverLimit(limit));
         }
     }
+    for (key, limit) in [
+        (&tenant_minute, Limit::TenantPerMinute),
+        (&session_minute, Limit::SessionPerMinute),
+    ] {
+        let cap = limit.cap(limits);
+        let over = if gcra {
+            gcra_empty(responses, counters, key, cap, now)
+        } else {
+            count_of(responses, counters, key) >= cap
+        };
+        if over {
+            return Ok(Precheck::OverLimit(limit));
+        }
+    }
     Ok(Precheck::Allow)
+}
+
+/// The counter row with `key` in the batch answer.
+fn row_of<'a>(
+    responses: Option<&'a std::collections::HashMap<String, Vec<Item>>>,
+    table: &str,
+    key: &str,
+) -> Option<&'a Item> {
+    responses.and_then(|r| r.get(table)).and_then(|rows| {
+        rows.iter().find(
+            |r| matches!(r.get(cattr::KEY), Some(v) if v.as_s().ok().map(String::as_str) == Some(key)),
+        )
+    })
 }
 
 /// The `itemCount` of the counter row with `key` in the batch answer (0 when absent).
@@ -132,12 +162,24 @@ fn count_of(
     table: &str,
     key: &str,
 ) -> u64 {
-    responses
-        .and_then(|r| r.get(table))
-        .and_then(|rows| {
-            rows.iter().find(|r| matches!(r.get(cattr::KEY), Some(v) if v.as_s().ok().map(String::as_str) == Some(key)))
-        })
+    row_of(responses, table, key)
         .and_then(|r| item::num(r, cattr::ITEM_COUNT))
         .map(|c| c.max(0) as u64)
         .unwrap_or(0)
+}
+
+/// Whether the GCRA bucket with `key` (`Rate::per_minute(cap)`) has no room for one connection at
+/// `now`: a cost-1 spend decided on the stored TAT, nothing written. A cap of 0 is always empty.
+fn gcra_empty(
+    responses: Option<&std::collections::HashMap<String, Vec<Item>>>,
+    table: &str,
+    key: &str,
+    cap: u64,
+    now: crate::clock::Timestamp,
+) -> bool {
+    let Ok(rate) = Rate::per_minute(cap) else {
+        return true;
+    };
+    let tat = gw::stored_tat(row_of(responses, table, key), gw::attr::TAT);
+    gcra::spend(&rate, tat, now, 1).is_ok_and(|d| !d.allowed)
 }

@@ -8,6 +8,8 @@
 //! | `{tenant}:minute:{minStart}` | connections opened by the tenant in that minute (seed 003) |
 //! | `{tenant}:{session}:minute:{minStart}` | connections opened by the session in that minute (seed 003) |
 //! | `{tenant}:conn:{connectionId}` | one open connection; its deletion releases the capacity once |
+//! | `{tenant}:gcra:minute` | the tenant's per-minute GCRA bucket (`rateAlgorithm = gcra`, decision 0304) |
+//! | `{tenant}:{session}:gcra:minute` | the session's per-minute GCRA bucket (same) |
 //!
 //! Messages per minute are counted on the session item itself (`msgMinute`/`msgCount`), so a
 //! message costs one call; see `docs/decisions/0303-message-counter-on-the-session.md`.
@@ -45,6 +47,18 @@ pub fn session_minute(t: &TenantId, s: &SessionId, min_start: i64) -> String {
     guarded(t, format!("{t}:{s}:minute:{min_start}"))
 }
 
+/// `{tenant}:gcra:minute`: the tenant's per-minute bucket when it uses GCRA. Three segments like
+/// `{tenant}:conn:{cid}` and `{tenant}:minute:{m}`, told apart by the literal middle word.
+pub fn tenant_gcra_minute(t: &TenantId) -> String {
+    guarded(t, format!("{t}:gcra:minute"))
+}
+
+/// `{tenant}:{session}:gcra:minute`: the session's per-minute bucket. Four segments like
+/// `{tenant}:{session}:minute:{m}`, whose third segment is always `minute`, never `gcra`.
+pub fn session_gcra_minute(t: &TenantId, s: &SessionId) -> String {
+    guarded(t, format!("{t}:{s}:gcra:minute"))
+}
+
 /// `{tenant}:conn:{connectionId}`.
 pub fn connection(t: &TenantId, c: &ConnectionId) -> String {
     guarded(t, format!("{t}:conn:{c}"))
@@ -66,6 +80,15 @@ mod tests {
             "acme:s1:minute:1700000040"
         );
         assert_eq!(connection(&t, &c), "acme:conn:L0SM9cOFvHcCIhw=");
+        assert_eq!(tenant_gcra_minute(&t), "acme:gcra:minute");
+        assert_eq!(session_gcra_minute(&t, &s), "acme:s1:gcra:minute");
+        // A session called "gcra" cannot produce the tenant bucket's key or a fixed window's.
+        let gcra = SessionId::parse("gcra").unwrap();
+        assert_ne!(session_gcra_minute(&t, &gcra), tenant_gcra_minute(&t));
+        assert_ne!(
+            session_gcra_minute(&t, &gcra),
+            session_minute(&t, &gcra, 60)
+        );
         // A session called "conn" or "minute" still yields a 4-segment key, never a 3-segment one.
         let conn = SessionId::parse("conn").unwrap();
         assert_eq!(session_minute(&t, &conn, 60).split(':').count(), 4);
@@ -79,6 +102,8 @@ mod tests {
             tenant_minute(&ab, 60),
             session_minute(&ab, &conn, 60),
             connection(&ab, &c),
+            tenant_gcra_minute(&ab),
+            session_gcra_minute(&ab, &conn),
         ] {
             crate::isolation::check_key(&ab, &key).unwrap();
         }

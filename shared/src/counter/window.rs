@@ -1,6 +1,7 @@
 //! The per-minute connection limits, as seed 003's fixed windows: `minStart = floor(epoch/60)*60`,
-//! rows expiring at `minStart + 61`. Kept behind [`MinuteWindow`] so a per-tenant GCRA option can
-//! replace the condition and update expression without touching the admission transaction.
+//! rows expiring at `minStart + 61`. Kept behind [`MinuteWindow`] so the per-tenant GCRA option
+//! (`rateAlgorithm = gcra`, decision 0304) replaces the condition and update expression without
+//! touching the admission transaction.
 
 use std::time::Duration;
 
@@ -39,8 +40,9 @@ impl MinuteWindow {
 
 /// The per-minute admission of one counter row as a transaction item: `ADD itemCount 1` and
 /// `SET itemTTL = minStart + 61`, if the row is absent or `itemCount < cap`. One write, and nothing
-/// spent when the condition fails. This is the one place a per-tenant GCRA option (issue 6) replaces:
-/// `connect` calls it for both per-minute limits and only reads whether its condition failed.
+/// spent when the condition fails. A tenant with `rateAlgorithm = gcra` gets a GCRA update instead
+/// (`admission::connect`, decision 0304); `connect` calls this for both per-minute limits of a fixed
+/// tenant and only reads whether its condition failed.
 pub fn admit_item(
     table: &str,
     key: String,

@@ -110,6 +110,22 @@ pub enum WindowAlgorithm {
     Gcra,
 }
 
+impl WindowAlgorithm {
+    /// The name stored on the tenant row and in the authorizer context.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowAlgorithm::Fixed => "fixed",
+            WindowAlgorithm::Gcra => "gcra",
+        }
+    }
+}
+
+impl std::fmt::Display for WindowAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::str::FromStr for WindowAlgorithm {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::table::{KeyAttr, TableDef, TableKind};
 
+pub use crate::kv::write::WindowAlgorithm;
+
 pub use cache::TenantCache;
 
 /// Attribute names, as seed 003 and the AWS sample write them.
@@ -18,6 +20,9 @@ pub mod attr {
     pub const TENANT_PER_MINUTE: &str = "tenantPerMinute";
     pub const SESSION_TTL: &str = "sessionTTL";
     pub const MESSAGES_PER_MINUTE: &str = "messagesPerMinute";
+    /// How the two per-minute connection limits are enforced: `fixed` (seed 003's minute windows,
+    /// the default and what a row without the attribute means) or `gcra`.
+    pub const RATE_ALGORITHM: &str = "rateAlgorithm";
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -54,6 +59,9 @@ pub struct Limits {
     pub session_ttl: u64,
     /// Messages per minute, per session.
     pub messages_per_minute: u64,
+    /// How `tenantPerMinute` and `sessionPerMinute` are enforced (`rateAlgorithm`; fixed by default).
+    #[serde(default)]
+    pub rate_algorithm: WindowAlgorithm,
 }
 
 impl Limits {
@@ -74,7 +82,14 @@ impl Limits {
             tenant_per_minute,
             session_ttl,
             messages_per_minute,
+            rate_algorithm: WindowAlgorithm::Fixed,
         }
+    }
+
+    /// The same limits under another per-minute algorithm.
+    pub const fn with_rate_algorithm(mut self, a: WindowAlgorithm) -> Limits {
+        self.rate_algorithm = a;
+        self
     }
 
     /// `(name, value)` for every limit, in the tenant row's attribute names.

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
+use super::{
+    attr, Limits, Tenant, WindowAlgorithm, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS,
+};
 use crate::admission::item;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
@@ -38,8 +40,25 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             tenant_per_minute: req(attr::TENANT_PER_MINUTE)?,
             session_ttl: opt(attr::SESSION_TTL, DEFAULT_SESSION_TTL_SECS)?,
             messages_per_minute: opt(attr::MESSAGES_PER_MINUTE, DEFAULT_MESSAGES_PER_MINUTE)?,
+            rate_algorithm: rate_algorithm(table, it)?,
         },
     })
+}
+
+/// `rateAlgorithm`: absent means `fixed` (rows written before the attribute existed keep their
+/// seed-003 behaviour); any value other than `fixed` or `gcra` makes the row malformed.
+fn rate_algorithm(table: &str, it: &HashMap<String, AttributeValue>) -> Result<WindowAlgorithm> {
+    match it.get(attr::RATE_ALGORITHM) {
+        None => Ok(WindowAlgorithm::Fixed),
+        Some(AttributeValue::S(v)) => v.parse().map_err(|e: String| Error::MalformedItem {
+            table: table.to_string(),
+            reason: format!("{}: {e}", attr::RATE_ALGORITHM),
+        }),
+        Some(other) => Err(Error::MalformedItem {
+            table: table.to_string(),
+            reason: format!("{} is not a string: {other:?}", attr::RATE_ALGORITHM),
+        }),
+    }
 }
 
 /// 1 GetItem (strongly consistent, so a tenant just created by the CLI is seen at once).
@@ -64,6 +83,10 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
     for (name, value) in tenant.limits.fields() {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
     }
+    it.insert(
+        attr::RATE_ALGORITHM.to_string(),
+        AttributeValue::S(tenant.limits.rate_algorithm.to_string()),
+    );
     deps.dynamo
         .put_item()
         .table_name(&deps.tables.tenants)
