@@ -235,7 +235,7 @@ pub fn registry() -> Vec<Spec> {
             accuracy: false,
             peer_workload: None,
             refuses: false,
-            races: false,
+            races: true,
             availability: Availability::Ready(|ctx, p| {
                 Box::pin(workloads::local_stack::build_messages(ctx, p))
             }),

@@ -106,9 +106,20 @@ pub struct Connects {
     ws: String,
 }
 
+/// One stack (and one set of sockets) per bench process: the runner builds a workload per
+/// concurrency level, and a torn-down stack's closing sockets would run `$disconnect` while the next
+/// level is being timed, charging its calls there.
+static CONNECTS: tokio::sync::OnceCell<Arc<Connects>> = tokio::sync::OnceCell::const_new();
+static MESSAGES: tokio::sync::OnceCell<Arc<Messages>> = tokio::sync::OnceCell::const_new();
+
 pub async fn build_connects(ctx: &BenchCtx, _p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
-    let (stack, ws) = start(ctx).await?;
-    Ok(Arc::new(Connects { _stack: stack, ws }))
+    let w = CONNECTS
+        .get_or_try_init(|| async {
+            let (stack, ws) = start(ctx).await?;
+            Ok::<_, BenchError>(Arc::new(Connects { _stack: stack, ws }))
+        })
+        .await?;
+    Ok(w.clone())
 }
 
 impl Workload for Connects {
@@ -132,7 +143,12 @@ pub struct Messages {
     sockets: Vec<Mutex<Option<Socket>>>,
 }
 
-pub async fn build_messages(ctx: &BenchCtx, _p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+pub async fn build_messages(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+    let w = MESSAGES.get_or_try_init(|| open_messages(ctx, p)).await?;
+    Ok(w.clone())
+}
+
+async fn open_messages(ctx: &BenchCtx, _p: &Params) -> Result<Arc<Messages>, BenchError> {
     let (stack, ws) = start(ctx).await?;
     let sockets = (0..SESSIONS).map(|_| Mutex::new(None)).collect();
     Ok(Arc::new(Messages {
