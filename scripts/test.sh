@@ -8,7 +8,14 @@ cd "$(dirname "$0")/.."
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 export TURNSTILE_TEST_DYNAMODB="http://127.0.0.1:${DYNAMODB_LOCAL_PORT}"
 # A second instance for tests that wait for real TTL deletions (see tests/support/lib.rs ttl_endpoint).
-export DYNAMODB_LOCAL_TTL_PORT="${DYNAMODB_LOCAL_TTL_PORT:-8001}"
+# It must be one this run starts, holding only the TTL tests' tables (an instance left running with
+# other TTL tables would make DynamoDB Local's TTL sweep slow): take the first port from 8001 on where
+# nothing answers.
+ttl_port="${DYNAMODB_LOCAL_TTL_PORT:-8001}"
+while DYNAMODB_LOCAL_PORT="$ttl_port" scripts/dynamodb-local.sh status >/dev/null 2>&1; do
+  ttl_port=$((ttl_port + 1))
+done
+export DYNAMODB_LOCAL_TTL_PORT="$ttl_port"
 export TURNSTILE_TEST_DYNAMODB_TTL="http://127.0.0.1:${DYNAMODB_LOCAL_TTL_PORT}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
