@@ -28,20 +28,7 @@ fn freeze_at(w: &World, secs: i64) -> Timestamp {
 
 /// The stored TAT of a counter-table bucket (None when the row does not exist).
 async fn tat(w: &World, key: &str) -> Option<i64> {
-    let out = w
-        .deps()
-        .dynamo
-        .get_item()
-        .table_name(&w.deps().tables.counters)
-        .key("key", AttributeValue::S(key.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    out.item()
-        .and_then(|i| i.get("tat"))
-        .and_then(|v| v.as_n().ok())
-        .map(|n| n.parse().unwrap())
+    w.counter_number(key, "tat").await
 }
 
 const S: i64 = 1_000_000_000;

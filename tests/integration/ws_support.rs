@@ -189,6 +189,11 @@ impl World {
 
     /// A counter row's itemCount (None when the row does not exist).
     pub async fn count(&self, key: &str) -> Option<i64> {
+        self.counter_number(key, "itemCount").await
+    }
+
+    /// A numeric attribute of a counter row (None when the row or the attribute does not exist).
+    pub async fn counter_number(&self, key: &str, attr: &str) -> Option<i64> {
         let out = self
             .deps()
             .dynamo
@@ -200,7 +205,7 @@ impl World {
             .await
             .unwrap();
         out.item()
-            .and_then(|i| i.get("itemCount"))
+            .and_then(|i| i.get(attr))
             .and_then(|v| v.as_n().ok())
             .map(|n| n.parse().unwrap())
     }
