@@ -1,7 +1,7 @@
 //! Tenant isolation (seed 003): every row a tenant-facing function touches has a leading (partition)
 //! key that is the tenant id itself or starts with `{tenantId}:` — tenants and sessions are keyed by
-//! `tenantId`, counters by `{tenantId}`, `{tenantId}:minute:{epoch}`, `{tenantId}:{sessionId}:...`,
-//! `{tenantId}:conn:{connectionId}`. Two independent guards hold a function to one tenant's rows:
+//! `tenantId`, counters by `{tenantId}` and `{tenantId}:swept:{sessionId}:{eventId}` (formerly also
+//! per-minute and per-connection rows). Two independent guards hold a function to one tenant's rows:
 //!
 //! 1. **In code**, always: [`check_key`] (and [`TenantClient::key`]) refuse a key outside the tenant
 //!    before any request is built. It compares whole segments: tenant `ab` owns `ab` and `ab:x`, never

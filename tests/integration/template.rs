@@ -124,26 +124,22 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
     use TableKind::{Counters, NonFungibleTokens, Sessions, Tenants};
     // The tenant row, through TenantCache (1 GetItem when cold).
     let tenant_read = (Some(Tenants), &["dynamodb:GetItem"][..]);
-    // shared::admission::release: connection rows deleted, the tenant count updated.
-    let release = (
-        Some(Counters),
-        &["dynamodb:DeleteItem", "dynamodb:UpdateItem"][..],
-    );
+    // shared::admission::release: the tenant count decremented (decision 0305).
+    let release = (Some(Counters), &["dynamodb:UpdateItem"][..]);
     match function {
-        // precheck: one BatchGetItem of the session and three counter rows.
+        // precheck: one BatchGetItem of the session and the tenant's counter.
         "authorizer" => vec![
             tenant_read,
             (Some(Sessions), &["dynamodb:BatchGetItem"]),
             (Some(Counters), &["dynamodb:BatchGetItem"]),
         ],
-        // admission transaction: Update the session, Update the count and minute counters, Put
-        // the connection row.
+        // admission: UpdateItem on the tenant's counter, then on the session (no transaction).
         "connect" => vec![
             tenant_read,
             (Some(Sessions), &["dynamodb:UpdateItem"]),
-            (Some(Counters), &["dynamodb:PutItem", "dynamodb:UpdateItem"]),
+            (Some(Counters), &["dynamodb:UpdateItem"]),
         ],
-        // release transaction, with the session's connectionIds updated.
+        // the connection out of the session's set, then the count down.
         "disconnect" => vec![(Some(Sessions), &["dynamodb:UpdateItem"]), release],
         // the message counter (UpdateItem on the session) and pruning (release with the session).
         "message" => vec![
@@ -152,7 +148,7 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
             release,
         ],
         // PUT: UpdateItem (+ PutItem replacing an expired row); GET: GetItem; DELETE: DeleteItem;
-        // then release without the session.
+        // then the count down for the connections that left with the row.
         "session-api" => vec![
             tenant_read,
             (
@@ -166,8 +162,8 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
             ),
             release,
         ],
-        // release without the session (the stream, not the table, gives it the session).
-        "ttl-sweeper" => vec![release],
+        // a tombstone per stream record (PutItem), then the count down.
+        "ttl-sweeper" => vec![(Some(Counters), &["dynamodb:PutItem", "dynamodb:UpdateItem"])],
         // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token one
         // TransactWriteItems (Delete the row, Update the ledger item), or DeleteItem alone.
         "token-remover" => vec![

@@ -11,53 +11,42 @@ use crate::ws_support::*;
 const T: &str = "tenant-1";
 
 #[tokio::test]
-async fn connect_admits_records_and_disconnect_releases_in_one_call_each() {
+async fn connect_admits_and_disconnect_releases_in_two_writes_each() {
     let w = World::new().await;
     w.put_tenant(T, SMALL).await;
     w.put_session(T, "s1").await;
-    let m = w.minute();
 
     w.env.counter.reset();
     let r = w.connect(T, "s1", "conn-A=", &SMALL).await;
     assert_eq!(r.status_code, 200, "{:?}", r.body);
+    // Two conditional UpdateItems (the tenant's counter, then the session), no transaction.
     assert_eq!(
-        w.env.counter.total(),
-        1,
-        "$connect: {:?}",
-        w.env.counter.by_operation()
-    );
-    assert_eq!(
-        w.env.counter.by_operation().get("TransactWriteItems"),
-        Some(&1)
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 2)].into(),
+        "$connect"
     );
 
     assert_eq!(w.count(T).await, Some(1));
-    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
-    assert_eq!(w.count(&format!("{T}:s1:minute:{m}")).await, Some(1));
+    assert_eq!(w.tenant_minute_count(T).await, 1);
+    assert_eq!(w.session_minute_count(T, "s1").await, 1);
     let s = w.session(T, "s1").await.unwrap();
     assert_eq!(s.connection_ids, vec!["conn-A=".to_string()]);
-    assert!(w
-        .counter_keys()
-        .await
-        .contains(&format!("{T}:conn:conn-A=")));
+    // Everything lives on the two items: no other counter row.
+    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
 
     w.env.counter.reset();
     let r = w.disconnect(T, "s1", "conn-A=").await;
     assert_eq!(r.status_code, 200);
     assert_eq!(
-        w.env.counter.total(),
-        1,
-        "$disconnect: {:?}",
-        w.env.counter.by_operation()
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 2)].into(),
+        "$disconnect"
     );
     assert_eq!(w.count(T).await, Some(0));
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
-    assert!(!w
-        .counter_keys()
-        .await
-        .contains(&format!("{T}:conn:conn-A=")));
     // Per-minute counts are rates: a disconnect does not give them back.
-    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
+    assert_eq!(w.tenant_minute_count(T).await, 1);
+    assert_eq!(w.session_minute_count(T, "s1").await, 1);
 }
 
 #[tokio::test]
@@ -108,8 +97,9 @@ async fn disconnect_after_the_session_was_deleted_by_ttl_still_releases_once() {
     w.put_tenant(T, SMALL).await;
     w.put_session(T, "s1").await;
     assert_eq!(w.connect(T, "s1", "c1", &SMALL).await.status_code, 200);
-    // The session row vanishes without a release (as if DynamoDB TTL deleted it before the
-    // sweeper ran): the disconnect still releases, in 2 calls (the session item is dropped).
+    // The session row vanishes (as DynamoDB's TTL deletes it) before the sweeper ran: the
+    // disconnect finds no session and releases nothing (1 call): the deletion's stream record
+    // carries the connection, and the sweeper releases it, once.
     w.deps()
         .dynamo
         .delete_item()
@@ -123,12 +113,26 @@ async fn disconnect_after_the_session_was_deleted_by_ttl_still_releases_once() {
         .unwrap();
     w.env.counter.reset();
     assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
-    assert_eq!(w.env.counter.total(), 2);
-    assert_eq!(w.count(T).await, Some(0));
+    assert_eq!(w.env.counter.total(), 1);
+    assert_eq!(w.count(T).await, Some(1));
     assert!(
         w.session(T, "s1").await.is_none(),
         "the session was not recreated"
     );
+    let mut record = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
+    record["eventID"] = serde_json::json!("ttl-s1");
+    record["dynamodb"]["OldImage"] = serde_json::json!({
+        "tenantId": {"S": T}, "sessionId": {"S": "s1"}, "sessionTTL": {"N": "1"},
+        "connectionIds": {"SS": ["c1"]}
+    });
+    let ev: aws_lambda_events::dynamodb::Event = typed(serde_json::json!({ "Records": [record] }));
+    for _ in 0..2 {
+        let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+        assert!(r.batch_item_failures.is_empty());
+        assert_eq!(w.count(T).await, Some(0));
+    }
+    assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(0));
 }
 
 /// Caps of 10 (tenant) and 3 (session) with 50 simultaneous connects: exactly those numbers get in.
@@ -152,11 +156,15 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     });
     w.env.counter.reset();
     let results = join_all(attempts).await;
-    // Each attempt is one TransactWriteItems; more means concurrent transactions collided and were
-    // retried (DynamoDB Local may serialise them; DynamoDB reports TransactionConflict).
+    // Each attempt makes at least its tenant write; admitted ones a session write too, refused
+    // ones by a session a give-back, and refusals decided while reservations settle retry.
     let calls = w.env.counter.total();
-    eprintln!("50 concurrent connects: {calls} TransactWriteItems calls");
-    assert!(calls >= 50);
+    eprintln!(
+        "50 concurrent connects: {calls} calls {:?}",
+        w.env.counter.by_operation()
+    );
+    assert!(calls >= 60);
+    assert_eq!(w.env.counter.by_operation().len(), 1, "UpdateItem only");
     let admitted: Vec<_> = results
         .iter()
         .filter(|(_, _, r)| r.status_code == 200)
@@ -186,24 +194,25 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
         assert_eq!(r.headers.get("retry-after").unwrap(), "10");
     }
     // Rejected attempts spent no per-minute quota.
-    let m = w.minute();
-    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(10));
+    assert_eq!(w.tenant_minute_count(T).await, 10);
     let per_session: i64 = {
         let mut sum = 0;
         for s in &sessions {
-            sum += w.count(&format!("{T}:{s}:minute:{m}")).await.unwrap_or(0);
+            sum += w.session_minute_count(T, s).await;
         }
         sum
     };
     assert_eq!(per_session, 10);
-    // Connection rows exist exactly for the admitted.
-    let rows = w
-        .counter_keys()
-        .await
-        .into_iter()
-        .filter(|k| k.contains(":conn:"))
-        .count();
-    assert_eq!(rows, 10);
+    // The sessions hold exactly the admitted connections, and no other counter row exists.
+    let mut held: Vec<String> = Vec::new();
+    for s in &sessions {
+        held.extend(w.session(T, s).await.unwrap().connection_ids);
+    }
+    held.sort();
+    let mut ok: Vec<String> = admitted.iter().map(|(_, c, _)| c.clone()).collect();
+    ok.sort();
+    assert_eq!(held, ok);
+    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
 }
 
 #[tokio::test]
@@ -228,9 +237,8 @@ async fn fifty_concurrent_connects_into_one_session_admit_exactly_three() {
             "connectionsPerSession"
         );
     }
-    let m = w.minute();
-    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(3));
-    assert_eq!(w.count(&format!("{T}:one:minute:{m}")).await, Some(3));
+    assert_eq!(w.tenant_minute_count(T).await, 3);
+    assert_eq!(w.session_minute_count(T, "one").await, 3);
 }
 
 #[tokio::test]
@@ -248,7 +256,6 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
     w.env
         .clock
         .set(shared::clock::Timestamp::from_secs(start + 60 + 5));
-    let m = w.minute();
     let results = join_all((0..50).map(|i| {
         let w = &w;
         let s = ["a", "b", "c"][i % 3];
@@ -257,14 +264,14 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
     .await;
     let admitted = results.iter().filter(|(_, r)| r.status_code == 200).count();
     assert_eq!(admitted, 7, "tenant per minute");
-    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(7));
+    assert_eq!(w.tenant_minute_count(T).await, 7);
     assert_eq!(
         w.count(T).await,
         Some(7),
         "refused attempts hold no open capacity"
     );
     for s in ["a", "b", "c"] {
-        let n = w.count(&format!("{T}:{s}:minute:{m}")).await.unwrap_or(0);
+        let n = w.session_minute_count(T, s).await;
         assert!(n <= 4, "session {s}: {n}");
     }
     for (_, r) in results.iter().filter(|(_, r)| r.status_code != 200) {
@@ -287,29 +294,11 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
         w.connect(T, "a", "next-minute", &limits).await.status_code,
         200
     );
-    assert_eq!(w.count(&format!("{T}:minute:{}", m + 60)).await, Some(1));
-    // Rows carry their expiry one second after the window.
-    let out = w
-        .deps()
-        .dynamo
-        .get_item()
-        .table_name(&w.deps().tables.counters)
-        .key(
-            "key",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("{T}:minute:{m}")),
-        )
-        .send()
-        .await
-        .unwrap();
-    let ttl = out
-        .item()
-        .unwrap()
-        .get("itemTTL")
-        .unwrap()
-        .as_n()
-        .unwrap()
-        .clone();
-    assert_eq!(ttl, (m + 61).to_string());
+    assert_eq!(w.tenant_minute_count(T).await, 1);
+    assert_eq!(w.session_minute_count(T, "a").await, 1);
+    // The windows live on the two items (no per-minute rows, nothing for TTL to sweep up).
+    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(w.count(T).await, Some(8));
 }
 
 #[tokio::test]
@@ -358,11 +347,11 @@ async fn connect_to_a_missing_or_expired_session_is_refused_without_writing() {
         .advance(Duration::from_secs(SMALL.session_ttl + 1));
     let r = w.connect(T, "s1", "c2", &SMALL).await;
     assert_eq!(r.status_code, 404);
-    assert!(
-        w.counter_keys().await.is_empty(),
-        "{:?}",
-        w.counter_keys().await
-    );
+    // The tenant's reservations were given back: no capacity held, no minute spent.
+    assert_eq!(w.count(T).await, Some(0));
+    assert_eq!(w.tenant_minute_count(T).await, 0);
+    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
 }
 
 #[tokio::test]
@@ -374,7 +363,7 @@ async fn connect_without_limits_in_the_context_reads_the_tenant_once() {
     w.env.counter.reset();
     let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
     assert_eq!(r.status_code, 200);
-    assert_eq!(w.env.counter.total(), 2);
+    assert_eq!(w.env.counter.total(), 3, "GetItem + 2 UpdateItem");
     let ev = ws_event("connect/connect.json", T, "s1", "c2", None);
     w.env.counter.reset();
     assert_eq!(
@@ -384,7 +373,7 @@ async fn connect_without_limits_in_the_context_reads_the_tenant_once() {
             .status_code,
         200
     );
-    assert_eq!(w.env.counter.total(), 1, "warm tenant cache");
+    assert_eq!(w.env.counter.total(), 2, "warm tenant cache");
     // Unknown tenant.
     let ev = ws_event("connect/connect.json", "ghost", "s1", "c3", None);
     assert_eq!(
@@ -419,14 +408,19 @@ async fn a_refused_attempt_spends_no_other_limits_quota() {
     w.put_tenant(T, limits).await;
     w.put_session(T, "s1").await;
     assert_eq!(w.connect(T, "s1", "c1", &limits).await.status_code, 200);
-    let m = w.minute();
     let before = (
         w.count(T).await,
-        w.count(&format!("{T}:minute:{m}")).await,
-        w.count(&format!("{T}:s1:minute:{m}")).await,
+        w.tenant_minute_count(T).await,
+        w.session_minute_count(T, "s1").await,
     );
     for i in 0..5 {
+        w.env.counter.reset();
         let r = w.connect(T, "s1", &format!("x{i}"), &limits).await;
+        // Reserve on the tenant, refused by the session, give the reservation back.
+        assert_eq!(
+            w.env.counter.by_operation(),
+            [("UpdateItem".to_string(), 3)].into()
+        );
         assert_eq!(r.status_code, 429);
         assert_eq!(
             body_json(&r)["violated-policies"][0],
@@ -439,11 +433,11 @@ async fn a_refused_attempt_spends_no_other_limits_quota() {
     }
     let after = (
         w.count(T).await,
-        w.count(&format!("{T}:minute:{m}")).await,
-        w.count(&format!("{T}:s1:minute:{m}")).await,
+        w.tenant_minute_count(T).await,
+        w.session_minute_count(T, "s1").await,
     );
     assert_eq!(before, after);
-    assert_eq!(before, (Some(1), Some(1), Some(1)));
+    assert_eq!(before, (Some(1), 1, 1));
     assert_eq!(
         w.session(T, "s1").await.unwrap().session_ttl,
         shared::clock::Clock::now(&w.env.clock).as_secs() + 300
@@ -494,4 +488,81 @@ async fn malformed_websocket_events_are_4xx_without_any_call() {
         }
     }
     assert!(w.api.received().is_empty());
+}
+
+/// Once no reservation is in flight, a refusal by the tenant's counter is one UpdateItem and
+/// writes nothing; right after a reservation it waits for it to settle first (decision 0305).
+#[tokio::test]
+async fn a_refusal_by_the_tenant_costs_one_call_and_writes_nothing() {
+    let w = World::new().await;
+    let limits = Limits::example(100, 100, 10, 1, 300, 60);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    w.put_session(T, "s2").await;
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 5));
+    assert_eq!(w.connect(T, "s1", "c1", &limits).await.status_code, 200);
+    w.env.clock.advance(Duration::from_secs(1));
+    let ver = w.counter_number(T, "ver").await;
+    w.env.counter.reset();
+    let r = w.connect(T, "s2", "c2", &limits).await;
+    assert_eq!(r.status_code, 429);
+    assert_eq!(body_json(&r)["violated-policies"][0], "tenantConnections");
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 1)].into()
+    );
+    assert_eq!(w.counter_number(T, "ver").await, ver, "nothing written");
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.tenant_minute_count(T).await, 1);
+    assert!(w.session(T, "s2").await.unwrap().connection_ids.is_empty());
+}
+
+/// A limit of 0 blocks its dimension even when no counter has been written yet (issue 12, defect
+/// 4): `$connect` refuses naming the limit, and nothing is written.
+#[tokio::test]
+async fn a_cap_of_zero_blocks_the_first_connect_too() {
+    let w = World::new().await;
+    let generous = Limits::example(100, 100, 10, 100, 300, 60);
+    let cases = [
+        ("tenantConnections", {
+            let mut l = generous;
+            l.tenant_connections = 0;
+            l
+        }),
+        ("connectionsPerSession", {
+            let mut l = generous;
+            l.connections_per_session = 0;
+            l
+        }),
+        ("tenantPerMinute", {
+            let mut l = generous;
+            l.tenant_per_minute = 0;
+            l
+        }),
+        ("sessionPerMinute", {
+            let mut l = generous;
+            l.session_per_minute = 0;
+            l
+        }),
+    ];
+    for (i, (name, limits)) in cases.into_iter().enumerate() {
+        for alg in [
+            shared::tenant::WindowAlgorithm::Fixed,
+            shared::tenant::WindowAlgorithm::Gcra,
+        ] {
+            let limits = limits.with_rate_algorithm(alg);
+            let t = format!("zero-{i}-{alg}");
+            w.put_tenant(&t, limits).await;
+            w.put_session(&t, "s1").await;
+            let r = w.connect(&t, "s1", "c1", &limits).await;
+            assert_eq!(r.status_code, 429, "{name} = 0 ({alg}): {:?}", r.body);
+            assert_eq!(body_json(&r)["violated-policies"][0], name, "{alg}");
+            assert_eq!(w.count(&t).await.unwrap_or(0), 0, "{name} ({alg})");
+            assert!(w.session(&t, "s1").await.unwrap().connection_ids.is_empty());
+        }
+    }
 }

@@ -26,9 +26,14 @@ fn freeze_at(w: &World, secs: i64) -> Timestamp {
     t
 }
 
-/// The stored TAT of a counter-table bucket (None when the row does not exist).
-async fn tat(w: &World, key: &str) -> Option<i64> {
-    w.counter_number(key, "tat").await
+/// The tenant's per-minute GCRA TAT, folded into its counter item (decision 0305).
+async fn tenant_tat(w: &World, t: &str) -> Option<i64> {
+    w.counter_number(t, "connTat").await
+}
+
+/// The session's per-minute GCRA TAT, on the session item.
+async fn session_tat(w: &World, t: &str, s: &str) -> Option<i64> {
+    w.session_number(t, s, "connTat").await
 }
 
 const S: i64 = 1_000_000_000;
@@ -64,15 +69,16 @@ async fn gcra_fifty_concurrent_connects_admit_exactly_the_tenant_rate() {
         assert_eq!(r.headers.get("retry-after").unwrap(), "9");
     }
     assert_eq!(w.count(T).await, Some(7), "open connections");
-    // The bucket holds exactly 7 emission intervals past now; no fixed window row was written.
+    // The bucket holds exactly 7 emission intervals past now; no fixed window was written.
     let ei = 60 * S / 7;
-    assert_eq!(
-        tat(&w, &format!("{T}:gcra:minute")).await,
-        Some(now.as_nanos() + 7 * ei)
-    );
-    let keys = w.counter_keys().await;
-    assert!(!keys.iter().any(|k| k.contains(":minute:")), "{keys:?}");
-    assert_eq!(keys.iter().filter(|k| k.contains(":conn:")).count(), 7);
+    assert_eq!(tenant_tat(&w, T).await, Some(now.as_nanos() + 7 * ei));
+    assert_eq!(w.counter_number(T, "connMinute").await, None);
+    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    let mut held = 0;
+    for s in ["a", "b", "c"] {
+        held += w.session(T, s).await.unwrap().connection_ids.len();
+    }
+    assert_eq!(held, 7);
 }
 
 #[tokio::test]
@@ -97,11 +103,11 @@ async fn gcra_per_session_is_exact_and_refusals_spend_no_tenant_quota() {
     }
     // The 46 refused attempts spent nothing: the tenant bucket holds exactly 4 spends.
     assert_eq!(
-        tat(&w, &format!("{T}:gcra:minute")).await,
+        tenant_tat(&w, T).await,
         Some(now.as_nanos() + 4 * (60 * S / 30))
     );
     assert_eq!(
-        tat(&w, &format!("{T}:one:gcra:minute")).await,
+        session_tat(&w, T, "one").await,
         Some(now.as_nanos() + 4 * (60 * S / 4))
     );
     assert_eq!(w.count(T).await, Some(4));
@@ -169,30 +175,24 @@ async fn at_a_minute_boundary_fixed_admits_twice_the_limit_and_gcra_does_not() {
 }
 
 #[tokio::test]
-async fn gcra_connect_is_one_call_when_the_guess_is_right_and_two_when_cold() {
+async fn gcra_connect_is_two_calls_when_the_bets_are_right_and_four_when_cold() {
     let w = World::new().await;
     let limits = gcra(Limits::example(10, 3, 100, 1_000, 300, 60));
     w.put_tenant(T, limits).await;
     w.put_session(T, "s1").await;
     freeze_at(&w, 5);
-    // First connect of the process on empty buckets: the "idle" guess is right.
+    // First connect of the process on empty buckets: the "idle" bets are right.
     w.env.counter.reset();
     assert_eq!(w.connect(T, "s1", "c1", &limits).await.status_code, 200);
     assert_eq!(
-        w.env.counter.total(),
-        1,
-        "{:?}",
-        w.env.counter.by_operation()
-    );
-    assert_eq!(
-        w.env.counter.by_operation().get("TransactWriteItems"),
-        Some(&1)
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 2)].into()
     );
     // Warm: the hints say "draining"; right again.
     w.env.counter.reset();
     assert_eq!(w.connect(T, "s1", "c2", &limits).await.status_code, 200);
-    assert_eq!(w.env.counter.total(), 1, "warm $connect");
-    // Another process (no hints) guesses "idle" on draining buckets: one more call, no read.
+    assert_eq!(w.env.counter.total(), 2, "warm $connect");
+    // Another process (no hints) bets "idle" on draining buckets: one more call per item, no read.
     let cold = connect::State::new(
         &connect::Config::from_vars(&shared::config::Vars::from_pairs([(
             "TURNSTILE_TENANT_CACHE_SECS",
@@ -210,26 +210,31 @@ async fn gcra_connect_is_one_call_when_the_guess_is_right_and_two_when_cold() {
     .unwrap();
     assert_eq!(r.status_code, 200);
     assert_eq!(
-        w.env.counter.by_operation().get("TransactWriteItems"),
-        Some(&2),
-        "cold process: wrong guess + retry"
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 4)].into(),
+        "cold process: a wrong bet + retry on each item"
     );
-    assert_eq!(w.env.counter.total(), 2);
-    // The session bucket (3 a minute) is now empty. A refused attempt: 1 call (decided from the
-    // cancellation's old item), and it leaves every other counter as it was.
-    let tenant_tat = tat(&w, &format!("{T}:gcra:minute")).await;
-    let session_tat = tat(&w, &format!("{T}:s1:gcra:minute")).await;
+    // The session bucket (3 a minute) is now empty. A refused attempt: the tenant's reservation,
+    // the session's refusal (decided from its old item), the reservation given back — and every
+    // counter is left as it was.
+    let tenant_before = tenant_tat(&w, T).await;
+    let session_before = session_tat(&w, T, "s1").await;
     w.env.counter.reset();
     let r = w.connect(T, "s1", "c4", &limits).await;
     assert_eq!(r.status_code, 429);
     assert_eq!(body_json(&r)["violated-policies"][0], "sessionPerMinute");
     assert_eq!(r.headers.get("retry-after").unwrap(), "20");
-    assert_eq!(w.env.counter.total(), 1, "a refusal costs the one call");
-    assert_eq!(tat(&w, &format!("{T}:gcra:minute")).await, tenant_tat);
-    assert_eq!(tat(&w, &format!("{T}:s1:gcra:minute")).await, session_tat);
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 3)].into(),
+        "reserve, refused, give back"
+    );
+    assert_eq!(tenant_tat(&w, T).await, tenant_before);
+    assert_eq!(session_tat(&w, T, "s1").await, session_before);
     assert_eq!(w.count(T).await, Some(3));
-    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids.len(), 3);
-    assert!(!w.counter_keys().await.contains(&format!("{T}:conn:c4")));
+    let ids = w.session(T, "s1").await.unwrap().connection_ids;
+    assert_eq!(ids.len(), 3);
+    assert!(!ids.contains(&"c4".to_string()));
 }
 
 #[tokio::test]
@@ -246,14 +251,14 @@ async fn the_authorizer_precheck_reads_the_gcra_buckets_in_its_one_batch() {
     assert_eq!(w.env.counter.total(), 1, "warm: one BatchGetItem");
     assert_eq!(w.connect(T, "s1", "c2", &limits).await.status_code, 200);
     // The session bucket is empty: denied on the stored TAT, still one call, nothing written.
-    let before = tat(&w, &format!("{T}:s1:gcra:minute")).await;
+    let before = session_tat(&w, T, "s1").await;
     w.env.counter.reset();
     assert!(matches!(
         w.authorize(T, "s1").await,
         Decision::Deny(reason) if reason.contains("sessionPerMinute")
     ));
     assert_eq!(w.env.counter.total(), 1);
-    assert_eq!(tat(&w, &format!("{T}:s1:gcra:minute")).await, before);
+    assert_eq!(session_tat(&w, T, "s1").await, before);
     // Half a minute later one connection has refilled.
     w.env.clock.set(t0.plus(Duration::from_secs(30)));
     assert_eq!(w.authorize(T, "s1").await, Decision::Allow);
@@ -314,9 +319,8 @@ async fn rate_algorithm_is_stored_defaults_to_fixed_and_rejects_unknown_values()
     .await
     .unwrap();
     assert_eq!(r.status_code, 200);
-    let m = w.minute();
-    assert_eq!(w.count(&format!("{T}:minute:{m}")).await, Some(1));
-    assert!(!w.counter_keys().await.iter().any(|k| k.contains(":gcra:")));
+    assert_eq!(w.tenant_minute_count(T).await, 1);
+    assert_eq!(w.counter_number(T, "connTat").await, None);
     // An unknown value is a malformed row, not a silent fallback.
     put_raw(Some("sliding")).await.unwrap();
     let err = shared::tenant::store::get(w.deps(), &t).await.unwrap_err();

@@ -65,7 +65,7 @@ async fn delete_closes_and_releases_every_connection() {
     assert_eq!(
         w.env.counter.total(),
         2,
-        "DeleteItem + one release transaction: {:?}",
+        "DeleteItem + one UpdateItem on the tenant's count: {:?}",
         w.env.counter.by_operation()
     );
     let closed: Vec<String> = w

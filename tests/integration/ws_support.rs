@@ -210,6 +210,47 @@ impl World {
             .map(|n| n.parse().unwrap())
     }
 
+    /// A numeric attribute of a session item (None when the item or the attribute does not exist).
+    pub async fn session_number(&self, t: &str, s: &str, attr: &str) -> Option<i64> {
+        let out = self
+            .deps()
+            .dynamo
+            .get_item()
+            .table_name(&self.deps().tables.sessions)
+            .set_key(Some(shared::session::store::key(
+                &TenantId::parse(t).unwrap(),
+                &SessionId::parse(s).unwrap(),
+            )))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        out.item()
+            .and_then(|i| i.get(attr))
+            .and_then(|v| v.as_n().ok())
+            .map(|n| n.parse().unwrap())
+    }
+
+    /// Connections the tenant opened in the current fixed minute (`connMinuteCount` on its
+    /// counter item, decision 0305); 0 when the stored window is another minute or absent.
+    pub async fn tenant_minute_count(&self, t: &str) -> i64 {
+        if self.counter_number(t, "connMinute").await != Some(self.minute()) {
+            return 0;
+        }
+        self.counter_number(t, "connMinuteCount").await.unwrap_or(0)
+    }
+
+    /// Connections the session opened in the current fixed minute (`connMinuteCount` on the
+    /// session item); 0 when the stored window is another minute or absent.
+    pub async fn session_minute_count(&self, t: &str, s: &str) -> i64 {
+        if self.session_number(t, s, "connMinute").await != Some(self.minute()) {
+            return 0;
+        }
+        self.session_number(t, s, "connMinuteCount")
+            .await
+            .unwrap_or(0)
+    }
+
     pub async fn session(&self, t: &str, s: &str) -> Option<shared::session::Session> {
         shared::session::store::get(
             self.deps(),

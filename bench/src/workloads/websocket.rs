@@ -13,10 +13,11 @@
 //! fixed one-minute window of seed 003) and starts inside one minute, so "allowed" is that limit.
 //!
 //! Admitted = `$connect` answered 200 (the disconnect must then answer 200 "released"); refused =
-//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm: **3**
-//! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 1 `TransactWriteItems`;
-//! `$disconnect` 1 `TransactWriteItems`); concurrent transactions on the tenant's counter items can
-//! collide and retry (each retry is a counted call).
+//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm: **5**
+//! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 2 `UpdateItem`; `$disconnect`
+//! 2 `UpdateItem`; decision 0305); at c > 1 concurrent first connects of a minute can lose their
+//! bet on the window and re-bet (each a counted call), and refusals right after a reservation
+//! wait for it to settle (each retry a counted call).
 
 use std::sync::Arc;
 use std::time::Duration;

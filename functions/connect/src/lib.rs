@@ -1,16 +1,17 @@
-//! `$connect` (seed 003 step 5): admits the connection with one TransactWriteItems that adds it to
-//! the session (refreshing the TTL), counts it against the tenant's open connections and both
-//! per-minute limits, and records a connection row — all or nothing (`shared::admission::connect`).
+//! `$connect` (seed 003 step 5): admits the connection with two ordered conditional writes — the
+//! tenant's counter (open connections and its minute), then the session (its connections, its
+//! minute, the TTL refresh) — giving the first back if the second refuses
+//! (`shared::admission::connect`, decision 0305).
 //!
 //! Answers: 200 admitted (or already admitted); 429 over a limit, with a problem+json body naming
 //! it and `Retry-After` (via `shared::refusal`); 404 session missing or expired; 400 bad ids;
-//! 403 unknown tenant. Budget: 1 DynamoDB call (the tenant comes from the authorizer context; a
-//! context without limits costs 1 cached tenant read).
+//! 403 unknown tenant. Budget: 2 DynamoDB calls, 2 WCU (the tenant comes from the authorizer
+//! context; a context without limits costs 1 cached tenant read).
 
 use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::connect::{self, Admission, GcraHints};
+use shared::admission::connect::{self, Admission, Hints};
 use shared::admission::{context, respond};
 use shared::config::{ConfigError, Vars};
 use shared::isolation::{self, TenantClients};
@@ -38,9 +39,9 @@ pub struct State {
     /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
     /// [`State::with_tenant_clients`].
     pub tenant_clients: Option<TenantClients>,
-    /// The TAT last seen per per-minute GCRA bucket (tenants with `rateAlgorithm = gcra`), so the
-    /// transaction's first guess is usually right: 1 call.
-    pub gcra_hints: GcraHints,
+    /// What this process last saw of each folded per-minute window (a fixed window's start or a
+    /// GCRA TAT), so each write's first bet is usually right.
+    pub hints: Hints,
 }
 
 impl State {
@@ -48,7 +49,7 @@ impl State {
         State {
             tenants: TenantCache::new(config.tenant_cache),
             tenant_clients: None,
-            gcra_hints: GcraHints::default(),
+            hints: Hints::default(),
         }
     }
 
@@ -76,9 +77,7 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let answer = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.gcra_hints)
-        .await?
-    {
+    let answer = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.hints).await? {
         Admission::Admitted | Admission::AlreadyAdmitted => {
             respond::message(200, format!("connected to session {sid}"))
         }

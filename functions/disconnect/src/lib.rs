@@ -1,9 +1,9 @@
-//! `$disconnect` (seed 003 step 7): releases the connection exactly once — deletes its connection
-//! row (only if present), decrements the tenant's open connections and removes it from the
-//! session, in one TransactWriteItems (`shared::admission::release`). A repeated disconnect, or
-//! one for a connection already released by pruning, a session delete or the TTL sweeper, changes
-//! nothing. Always answers 200 (API Gateway ignores a `$disconnect` answer; it cannot be refused).
-//! Budget: 1 DynamoDB call (2 when the session is already gone).
+//! `$disconnect` (seed 003 step 7): releases the connection exactly once — removes it from the
+//! session's `connectionIds`, and only if this call removed it, decrements the tenant's open
+//! connections (`shared::admission::release`, decision 0305). A repeated disconnect, or one for a
+//! connection already released by pruning, a session delete or the TTL sweeper, changes nothing.
+//! Always answers 200 (API Gateway ignores a `$disconnect` answer; it cannot be refused).
+//! Budget: 2 UpdateItem, 2 WCU (1 when there was nothing to release).
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::{context, release, respond};

@@ -107,7 +107,7 @@ pub async fn handle(
                 .await?
                 == Delivery::Gone
             {
-                release::release(deps, &t, Some(&sid), std::slice::from_ref(&cid)).await?;
+                release::from_session(deps, &t, &sid, std::slice::from_ref(&cid)).await?;
             }
             Ok(respond::websocket(&answer))
         }
@@ -144,7 +144,7 @@ pub async fn handle(
             }
             if !gone.is_empty() {
                 let ids = release::parse_ids(&gone);
-                let n = release::release(deps, &t, Some(&sid), &ids).await?;
+                let n = release::from_session(deps, &t, &sid, &ids).await?;
                 tracing::info!(tenant = %t, session = %sid, pruned = n, "pruned gone connections");
             }
             Ok(respond::websocket(&respond::json_answer(

@@ -9,8 +9,8 @@
 //!
 //! Bad input never reaches DynamoDB: missing or malformed ids → 400 naming the parameter; a body
 //! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
-//! Budget: PUT 2 calls with a cold tenant cache (1 warm); GET 1; DELETE 1 + 1 release transaction
-//! when the session had connections; plus one Management API DELETE per closed connection.
+//! Budget: PUT 2 calls with a cold tenant cache (1 warm); GET 1; DELETE 1 + 1 UpdateItem (the tenant's
+//! count) when the session had connections; plus one Management API DELETE per closed connection.
 
 use std::time::Duration;
 
@@ -199,7 +199,8 @@ async fn delete(
     ))
 }
 
-/// Releases the capacity of `ids` (1 transaction) and closes them (1 Management API call each).
+/// Releases the capacity of `ids`, which left the session with the row this call deleted or
+/// replaced (1 UpdateItem), and closes them (1 Management API call each).
 async fn close_and_release(
     deps: &Deps,
     state: &State,
@@ -209,7 +210,7 @@ async fn close_and_release(
     if ids.is_empty() {
         return Ok(0);
     }
-    release::release(deps, t, None, &release::parse_ids(ids)).await?;
+    release::left_session(deps, t, release::parse_ids(ids).len() as u64).await?;
     let failed = state.gateway.close_all(&state.endpoint, ids).await;
     Ok(ids.len() - failed.len())
 }

@@ -1,8 +1,9 @@
 //! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
 //! dynamodb.amazonaws.com}` — it releases the capacity of every connection in the old image
-//! (1 TransactWriteItems; connection rows make it exactly-once, so a redelivered record changes
-//! nothing) and closes each connection through the Management API (a gone one is fine). Other
+//! (a conditional tombstone `PutItem` per record, then 1 `UpdateItem` on the tenant's count: a
+//! redelivered record finds its tombstone and changes nothing; decision 0305) and closes each
+//! connection through the Management API (a gone one is fine). Other
 //! records (inserts, updates, user deletes, which the session API already handled) are ignored.
 //! A record that fails is reported in `batchItemFailures` (by sequence number) for redelivery;
 //! a record whose image is unusable is logged and acknowledged, since retrying cannot fix it.
@@ -11,9 +12,10 @@ use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use serde_dynamo::AttributeValue;
 use shared::admission::release;
+use shared::clock::Timestamp;
 use shared::config::{ConfigError, Vars};
 use shared::gateway::{self, Gateway};
-use shared::ids::TenantId;
+use shared::ids::{SessionId, TenantId};
 use shared::isolation::{self, TenantClients};
 use shared::session::attr as sattr;
 use shared::Deps;
@@ -58,6 +60,15 @@ impl State {
     }
 }
 
+/// The record's identity for the sweep's tombstone: its `eventID`, else its sequence number (both
+/// stay the same when the record is delivered again).
+fn record_id(r: &EventRecord) -> String {
+    if !r.event_id.is_empty() {
+        return r.event_id.clone();
+    }
+    r.change.sequence_number.clone().unwrap_or_default()
+}
+
 /// True for a deletion by DynamoDB's TTL process.
 pub fn is_ttl_removal(r: &EventRecord) -> bool {
     r.event_name == "REMOVE"
@@ -66,8 +77,8 @@ pub fn is_ttl_removal(r: &EventRecord) -> bool {
             .is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com")
 }
 
-/// What one expired session held: tenant and connection ids.
-fn expired_session(r: &EventRecord) -> Result<(TenantId, Vec<String>), String> {
+/// What one expired session held: tenant, session and connection ids.
+fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<String>), String> {
     let img = &r.change.old_image;
     let tenant = match img.get(sattr::TENANT_ID) {
         Some(AttributeValue::S(s)) => s.clone(),
@@ -78,11 +89,15 @@ fn expired_session(r: &EventRecord) -> Result<(TenantId, Vec<String>), String> {
         }
     };
     let t = TenantId::parse(&tenant).map_err(|e| e.to_string())?;
+    let sid = match img.get(sattr::SESSION_ID) {
+        Some(AttributeValue::S(s)) => SessionId::parse(s).map_err(|e| e.to_string())?,
+        _ => return Err("the old image has no sessionId".into()),
+    };
     let ids = match img.get(sattr::CONNECTION_IDS) {
         Some(AttributeValue::Ss(v)) => v.clone(),
         _ => Vec::new(),
     };
-    Ok((t, ids))
+    Ok((t, sid, ids))
 }
 
 pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventResponse {
@@ -91,7 +106,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         if !is_ttl_removal(r) {
             continue;
         }
-        let (t, ids) = match expired_session(r) {
+        let (t, sid, ids) = match expired_session(r) {
             Ok(x) => x,
             Err(reason) => {
                 tracing::error!(event_id = %r.event_id, %reason, "unusable TTL record; skipped");
@@ -103,12 +118,18 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         }
         // Each record is its own tenant's: its release runs with that tenant's credentials.
         let released = match isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await {
-            Ok(deps) => release::release(&deps, &t, None, &release::parse_ids(&ids)).await,
+            Ok(deps) => {
+                let n = release::parse_ids(&ids).len() as u64;
+                let deleted_at = Timestamp::from_millis(
+                    r.change.approximate_creation_date_time.timestamp_millis(),
+                );
+                release::swept(&deps, &t, &sid, &record_id(r), deleted_at, n).await
+            }
             Err(e) => Err(e),
         };
         let ok = match released {
-            Ok(n) => {
-                tracing::info!(tenant = %t, released = n, connections = ids.len(), "expired session swept");
+            Ok(swept) => {
+                tracing::info!(tenant = %t, session = %sid, ?swept, connections = ids.len(), "expired session swept");
                 state
                     .gateway
                     .close_all(&state.endpoint, &ids)

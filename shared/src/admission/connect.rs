@@ -1,63 +1,80 @@
-//! `$connect`: the authoritative admission, one TransactWriteItems over five items, all or nothing.
+//! `$connect`: the authoritative admission, two ordered conditional writes and no transaction
+//! (decision 0305). The per-minute windows are folded into the two items, so no other row is
+//! touched:
 //!
-//! | # | item | write | condition |
+//! | step | item | write | condition |
 //! |---|---|---|---|
-//! | 0 | counter `{tenant}` | `ADD itemCount 1` | `itemCount < tenantConnections` (or no row) |
-//! | 1 | the session | `ADD connectionIds {cid}`, `SET sessionTTL` | exists, not expired, `size(connectionIds) < connectionsPerSession` |
-//! | 2 | counter `{tenant}:minute:{m}` | `ADD itemCount 1`, `SET itemTTL` | `itemCount < tenantPerMinute` (or no row) |
-//! | 3 | counter `{tenant}:{session}:minute:{m}` | same | `itemCount < sessionPerMinute` (or no row) |
-//! | 4 | counter `{tenant}:conn:{cid}` | Put | no such row (a repeated `$connect` is idempotent) |
+//! | 1 reserve | counter `{tenant}` | `ADD itemCount 1, ver 1`, `SET reservedAt`, the tenant's minute | `itemCount < tenantConnections`, room this minute |
+//! | 2 join | the session | `ADD connectionIds {cid}`, `SET sessionTTL`, the session's minute | exists, not expired, `size(connectionIds) < connectionsPerSession`, not already a member, room this minute |
+//! | undo (only when 2 refuses) | counter `{tenant}` | `ADD itemCount -1, ver 1`, the minute given back | — |
 //!
-//! A refused attempt writes nothing, so it spends no other limit's quota. Open-connection capacity is
-//! taken only here, when API Gateway is about to establish the connection.
+//! The tenant goes first: a crash between the writes leaves the tenant's count one too high (an
+//! under-admission that `reconcile` repairs), never too low. Admitted: 2 `UpdateItem` (2 WCU);
+//! refused by the tenant: 1 (1 WCU); refused by the session: 3 (3 WCU). No call when a limit is 0.
 //!
-//! For a tenant with `rateAlgorithm = gcra`, items 2 and 3 are instead GCRA conditional updates
-//! (`kv::write::SpendPlan`, `Rate::per_minute(limit)`) on `{tenant}:gcra:minute` and
-//! `{tenant}:{session}:gcra:minute`: still one TransactWriteItems. Each bets on a case (idle or
-//! draining) from the TAT this process last saw ([`GcraHints`]); a wrong bet cancels the
-//! transaction, the `ALL_OLD` image at that index decides refused (429 with the GCRA retry time) or
-//! retry under the right case (one more call, no read). See `docs/decisions/0304-gcra-per-minute.md`.
+//! The minute windows: `fixed` tenants keep `connMinute` (the window's start) and
+//! `connMinuteCount` on each item; `gcra` tenants keep `connTat` (`Rate::per_minute(limit)`). Each
+//! write bets on a case (same window or a new one; idle or draining bucket) from what this
+//! process last saw ([`Hints`]); a wrong bet fails its condition and the `ALL_OLD` image decides:
+//! refused, or the right case (one more call, no read).
+//!
+//! A refusal by step 1 while another connect's reservation may still be undone (`reservedAt`
+//! within [`SETTLE`]) is tried again after a short backoff, so a reservation that step 2 is about
+//! to give back does not turn away a connect that fits once it is given back.
 
-use super::item::{n, s, Item};
-use super::txn::{self, Outcome, Reason};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+
+use super::item::{self, n, s, Item};
+use super::write::{self, Parts, Retries, Written};
 use super::Limit;
 use crate::clock::Timestamp;
-use crate::counter::window::{self, MinuteWindow};
+use crate::counter::window::MinuteWindow;
 use crate::counter::{attr as cattr, keys};
 use crate::error::{Error, Result};
-use crate::gcra::Rate;
+use crate::gcra::{self, Rate};
 use crate::ids::{ConnectionId, SessionId, TenantId};
-use crate::kv::write::{self as gw, Next, SpendPlan, Target};
+use crate::kv::write::{Case, SpendPlan, Target};
 use crate::refusal::Refusal;
 use crate::session::{attr as sattr, store as sstore};
 use crate::tenant::{Limits, WindowAlgorithm};
 use crate::Deps;
 
-/// How long a per-minute GCRA bucket outlives the moment it is full again (its `itemTTL`).
-pub const GCRA_TTL_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+/// Attempts per step (wrong bets, settling and throttling together) before giving up.
+pub const MAX_ATTEMPTS: u32 = 8;
+/// How recent a reservation must be for a step-1 refusal to wait for it to settle.
+pub const SETTLE: Duration = Duration::from_millis(500);
+/// Step-1 refusals re-tried while reservations settle (jittered backoff: 10, 20, 40 ... ms).
+const SETTLE_ATTEMPTS: u32 = 6;
+/// Step 2 is not sent later than this after step 1 (so a reservation is settled within a known
+/// time: the reconciler's grace must exceed it).
+pub const JOIN_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Hints kept before the map is cleared (a cleared hint only costs one wrong guess).
+/// Hints kept before the map is cleared (a cleared hint only costs one wrong bet).
 const MAX_HINTS: usize = 10_000;
 
-/// The TAT this process last saw for each per-minute GCRA bucket, to guess the case of the next
-/// spend (kept in the `$connect` function's state, like `$default`'s `MinuteHint`). A missing or
-/// stale hint costs at most one more TransactWriteItems, never a wrong decision.
+/// What this process last saw on each folded counter (the window start of a fixed minute, or the
+/// TAT in nanoseconds of a GCRA bucket), to bet on the right case. A missing or stale hint costs
+/// one more call, never a wrong decision.
 #[derive(Debug, Default)]
-pub struct GcraHints(std::sync::Mutex<std::collections::HashMap<String, Timestamp>>);
+pub struct Hints(Mutex<HashMap<String, i64>>);
 
-impl GcraHints {
-    pub fn get(&self, key: &str) -> Option<Timestamp> {
+impl Hints {
+    pub fn get(&self, key: &str) -> Option<i64> {
         self.0.lock().ok().and_then(|m| m.get(key).copied())
     }
 
-    fn set(&self, key: &str, tat: Option<Timestamp>) {
+    fn set(&self, key: &str, v: Option<i64>) {
         let Ok(mut m) = self.0.lock() else { return };
-        match tat {
-            Some(t) => {
+        match v {
+            Some(v) => {
                 if m.len() >= MAX_HINTS && !m.contains_key(key) {
                     m.clear();
                 }
-                m.insert(key.to_string(), t);
+                m.insert(key.to_string(), v);
             }
             None => {
                 m.remove(key);
@@ -66,95 +83,138 @@ impl GcraHints {
     }
 }
 
-/// One per-minute GCRA bucket of a `$connect` attempt (transaction index 2 or 3).
+/// The per-minute part of one write.
 #[derive(Debug, Clone)]
-struct Bucket {
-    index: usize,
-    limit: Limit,
-    rate: Rate,
-    target: Target,
-    hint: Option<Timestamp>,
-    plan: SpendPlan,
+enum Minute {
+    /// The stored window starts at `m`: increment it, if under `cap`.
+    Same { m: i64, cap: u64 },
+    /// The stored window is older (or absent): start `m` at 1.
+    New { m: i64, cap: u64 },
+    /// A GCRA spend of one connection.
+    Gcra(SpendPlan),
 }
 
-impl Bucket {
-    fn new(
-        deps: &Deps,
-        index: usize,
+/// Attribute names of a folded minute on one item.
+struct MinuteAttrs {
+    minute: &'static str,
+    count: &'static str,
+    tat: &'static str,
+}
+
+const TENANT_MINUTE: MinuteAttrs = MinuteAttrs {
+    minute: cattr::CONN_MINUTE,
+    count: cattr::CONN_MINUTE_COUNT,
+    tat: cattr::CONN_TAT,
+};
+const SESSION_MINUTE: MinuteAttrs = MinuteAttrs {
+    minute: sattr::CONN_MINUTE,
+    count: sattr::CONN_MINUTE_COUNT,
+    tat: sattr::CONN_TAT,
+};
+
+impl MinuteAttrs {
+    /// What a hint remembers of an item: its window start or its TAT.
+    fn stored(&self, alg: WindowAlgorithm, old: Option<&Item>) -> Option<i64> {
+        let attr = match alg {
+            WindowAlgorithm::Fixed => self.minute,
+            WindowAlgorithm::Gcra => self.tat,
+        };
+        old.and_then(|o| item::num(o, attr))
+    }
+}
+
+fn rate(limit: Limit, cap: u64) -> Result<Rate> {
+    Rate::per_minute(cap).map_err(|e| Error::Other(format!("{} = {cap}: {e}", limit.name())))
+}
+
+impl Minute {
+    /// The bet for a limit of `cap` a minute at `now`, from what was last seen (`stored`).
+    fn bet(
+        alg: WindowAlgorithm,
         limit: Limit,
         cap: u64,
-        key: String,
+        stored: Option<i64>,
         now: Timestamp,
-        hints: &GcraHints,
-    ) -> Result<Bucket> {
-        let rate = Rate::per_minute(cap)
-            .map_err(|e| Error::Other(format!("{} = {cap}: {e}", limit.name())))?;
-        let hint = hints.get(&key);
-        let plan = SpendPlan::spend(rate, now, 1, hint)
-            .map_err(|e| Error::Other(format!("{}: {e}", limit.name())))?;
-        let target = Target::new(
-            &deps.tables.counters,
-            cattr::KEY,
-            &key,
-            Some(cattr::ITEM_TTL),
-            GCRA_TTL_MARGIN,
-        );
-        Ok(Bucket {
-            index,
-            limit,
-            rate,
-            target,
-            hint,
-            plan,
+    ) -> Result<Minute> {
+        let m = MinuteWindow::at(now).start;
+        Ok(match alg {
+            WindowAlgorithm::Fixed => match stored {
+                Some(sm) if sm >= m => Minute::Same { m: sm, cap },
+                _ => Minute::New { m, cap },
+            },
+            WindowAlgorithm::Gcra => Minute::Gcra(
+                SpendPlan::spend(rate(limit, cap)?, now, 1, stored.map(Timestamp::from_nanos))
+                    .map_err(|e| Error::Other(format!("{}: {e}", limit.name())))?,
+            ),
         })
     }
 
-    fn key(&self) -> &str {
-        match self.target.key.get(cattr::KEY) {
-            Some(aws_sdk_dynamodb::types::AttributeValue::S(k)) => k,
-            _ => "",
+    fn same_bet(&self, other: &Minute) -> bool {
+        match (self, other) {
+            (Minute::Same { m: a, .. }, Minute::Same { m: b, .. }) => a == b,
+            (Minute::New { m: a, .. }, Minute::New { m: b, .. }) => a == b,
+            (Minute::Gcra(a), Minute::Gcra(b)) => a.case == b.case,
+            _ => false,
         }
     }
 
-    fn item(&self) -> Result<aws_sdk_dynamodb::types::TransactWriteItem> {
-        Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder()
-            .update(self.plan.transact_update(&self.target)?)
-            .build())
+    /// Adds this bet's condition and update to `p`.
+    fn write(&self, p: &mut Parts, a: &MinuteAttrs) {
+        match self {
+            Minute::Same { m, cap } => {
+                p.name("#cm", a.minute).name("#cn", a.count);
+                p.value(":m", n(m))
+                    .value(":mcap", n(cap))
+                    .value(":one", n(1));
+                p.conditions.push("#cm = :m AND #cn < :mcap".into());
+                p.set.push("#cn = #cn + :one".into());
+            }
+            Minute::New { m, cap } => {
+                p.name("#cm", a.minute).name("#cn", a.count);
+                p.value(":m", n(m)).value(":one", n(1));
+                // A zero cap never gets here (refused before any call); even so it admits nothing.
+                if *cap == 0 {
+                    p.value(":mcap", n(0));
+                    p.conditions.push("#cn < :mcap".into());
+                }
+                p.conditions
+                    .push("attribute_not_exists(#cm) OR #cm < :m".into());
+                p.set.push("#cm = :m".into());
+                p.set.push("#cn = :one".into());
+            }
+            Minute::Gcra(plan) => {
+                let mut target = Target::new("", "k", "", None, Duration::ZERO);
+                target.tat_attr = a.tat.to_string();
+                let e = plan.expression(&target);
+                p.conditions.push(e.condition);
+                p.set.push(e.update.trim_start_matches("SET ").to_string());
+                p.names.extend(e.names);
+                p.values.extend(e.values);
+            }
+        }
     }
-}
 
-/// The two per-minute buckets of a GCRA tenant, or `None` for a fixed-window tenant.
-fn buckets(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    limits: &Limits,
-    now: Timestamp,
-    hints: &GcraHints,
-) -> Result<Option<[Bucket; 2]>> {
-    if limits.rate_algorithm != WindowAlgorithm::Gcra {
-        return Ok(None);
+    /// Whether the old item has no room for one more connection this minute (the refusal, with
+    /// the GCRA decision for a GCRA limit).
+    fn refused(&self, a: &MinuteAttrs, old: Option<&Item>) -> Option<Option<gcra::Decision>> {
+        match self {
+            Minute::Same { m, cap } | Minute::New { m, cap } => {
+                let stored = old.and_then(|o| item::num(o, a.minute));
+                let count = old.and_then(|o| item::num(o, a.count)).unwrap_or(0);
+                let full = stored.is_some_and(|sm| sm >= *m) && count >= *cap as i64;
+                full.then_some(None)
+            }
+            Minute::Gcra(plan) => {
+                let tat = old
+                    .and_then(|o| item::num(o, a.tat))
+                    .map(Timestamp::from_nanos);
+                match gcra::spend(&plan.rate, tat, plan.now, 1) {
+                    Ok(d) if !d.allowed => Some(Some(d)),
+                    _ => None,
+                }
+            }
+        }
     }
-    Ok(Some([
-        Bucket::new(
-            deps,
-            2,
-            Limit::TenantPerMinute,
-            limits.tenant_per_minute,
-            keys::tenant_gcra_minute(t),
-            now,
-            hints,
-        )?,
-        Bucket::new(
-            deps,
-            3,
-            Limit::SessionPerMinute,
-            limits.session_per_minute,
-            keys::session_gcra_minute(t, sid),
-            now,
-            hints,
-        )?,
-    ]))
 }
 
 /// The result of an admission.
@@ -164,19 +224,64 @@ pub enum Admission {
     Admitted,
     /// This connection id had already been admitted (a repeated `$connect`): nothing changed.
     AlreadyAdmitted,
-    /// Over a limit; nothing was written.
+    /// Over a limit; nothing is spent (a reservation made on the way was given back).
     Refused { limit: Limit, refusal: Refusal },
-    /// The session does not exist or has expired; nothing was written.
+    /// The session does not exist or has expired; nothing is spent.
     NoSession,
 }
 
-fn counter_key(k: String) -> Item {
-    Item::from([(cattr::KEY.to_string(), s(k))])
+/// A held reservation on the tenant's counter: what step 1 wrote, so it can be undone exactly.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    tenant: TenantId,
+    minute: Minute,
+    /// The decision instant (the GCRA spend's `now`).
+    at: Timestamp,
 }
 
-/// Admits `cid` into the session under `limits`. 1 TransactWriteItems; more only when concurrent
-/// transactions collide (jittered retries, at most [`txn::MAX_ATTEMPTS`]). A GCRA tenant's buckets
-/// start from no hint: use [`admit_hinted`] with hints kept across invocations.
+/// The first limit that is 0 (it blocks its dimension: refused with no call).
+pub fn zero_limit(limits: &Limits) -> Option<Limit> {
+    [
+        Limit::TenantConnections,
+        Limit::ConnectionsPerSession,
+        Limit::TenantPerMinute,
+        Limit::SessionPerMinute,
+    ]
+    .into_iter()
+    .find(|l| l.cap(limits) == 0)
+}
+
+fn who(limit: Limit, t: &TenantId, sid: &SessionId) -> String {
+    match limit {
+        Limit::TenantConnections | Limit::TenantPerMinute => format!("tenant {t}"),
+        _ => format!("session {sid} of tenant {t}"),
+    }
+}
+
+fn refusal(
+    limit: Limit,
+    limits: &Limits,
+    now: Timestamp,
+    t: &TenantId,
+    sid: &SessionId,
+    gcra: Option<gcra::Decision>,
+) -> Admission {
+    let refusal = match gcra.and_then(|d| rate(limit, limit.cap(limits)).ok().map(|r| (r, d))) {
+        Some((rate, d)) => {
+            let detail = format!(
+                "{} opened connections at its limit of {} per minute",
+                who(limit, t, sid),
+                rate.count
+            );
+            Refusal::from_gcra(limit.name(), &rate, &d, detail)
+        }
+        None => limit.refusal(limits, now, &who(limit, t, sid)),
+    };
+    Admission::Refused { limit, refusal }
+}
+
+/// Admits `cid` into the session under `limits`, without hints (a GCRA tenant's first bets are
+/// "idle"): use [`admit_hinted`] with hints kept across invocations.
 pub async fn admit(
     deps: &Deps,
     t: &TenantId,
@@ -184,421 +289,399 @@ pub async fn admit(
     cid: &ConnectionId,
     limits: &Limits,
 ) -> Result<Admission> {
-    admit_hinted(deps, t, sid, cid, limits, &GcraHints::default()).await
+    admit_hinted(deps, t, sid, cid, limits, &Hints::default()).await
 }
 
-/// [`admit`], guessing a GCRA tenant's bucket cases from `hints` (and updating them). 1
-/// TransactWriteItems when the guesses are right; a wrong guess costs one more (no read, no
-/// backoff); all attempts together are bounded by [`txn::MAX_ATTEMPTS`].
+/// [`admit`], betting on each minute's case from `hints` (and updating them). 2 `UpdateItem` when
+/// admitted and the bets are right; each wrong bet costs one more.
 pub async fn admit_hinted(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     cid: &ConnectionId,
     limits: &Limits,
-    hints: &GcraHints,
+    hints: &Hints,
 ) -> Result<Admission> {
-    if limits.rate_algorithm == WindowAlgorithm::Gcra {
-        // A zero per-minute limit blocks the dimension entirely (and is no valid GCRA rate).
-        let now = deps.clock.now();
-        for (limit, who) in [
-            (Limit::TenantPerMinute, format!("tenant {t}")),
-            (
-                Limit::SessionPerMinute,
-                format!("session {sid} of tenant {t}"),
-            ),
-        ] {
-            if limit.cap(limits) == 0 {
-                return Ok(Admission::Refused {
-                    limit,
-                    refusal: limit.refusal(limits, now, &who),
-                });
-            }
+    let now = deps.clock.now();
+    if let Some(limit) = zero_limit(limits) {
+        return Ok(refusal(limit, limits, now, t, sid, None));
+    }
+    let reservation = match reserve(deps, t, sid, limits, hints).await? {
+        Ok(r) => r,
+        Err(refused) => return Ok(refused),
+    };
+    let answer = join(deps, t, sid, cid, limits, hints, &reservation).await?;
+    if !matches!(answer, Admission::Admitted) {
+        if let Err(e) = undo(deps, &reservation).await {
+            // The count stays one too high: an under-admission the reconciler repairs.
+            tracing::warn!(tenant = %t, error = %e, "giving back a $connect reservation failed");
         }
     }
-    for attempt in 1..=txn::MAX_ATTEMPTS {
-        let now = deps.clock.now();
-        let gcra = buckets(deps, t, sid, limits, now, hints)?;
-        let items = build(deps, t, sid, cid, limits, now, gcra.as_ref())?;
-        match txn::send(deps, items).await? {
-            Outcome::Committed => {
-                for b in gcra.iter().flatten() {
-                    hints.set(b.key(), Some(b.plan.admitted(None, b.hint).new_tat));
-                }
-                return Ok(Admission::Admitted);
+    Ok(answer)
+}
+
+/// Step 1: reserves one open connection and one of this minute's connections on the tenant's
+/// counter. `Err(answer)` when refused (nothing written). 1 `UpdateItem` when the bet is right.
+pub async fn reserve(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    limits: &Limits,
+    hints: &Hints,
+) -> Result<std::result::Result<Reservation, Admission>> {
+    let now = deps.clock.now();
+    if let Some(limit) = zero_limit(limits) {
+        return Ok(Err(refusal(limit, limits, now, t, sid, None)));
+    }
+    let key_text = keys::tenant_connections(t);
+    let key = Item::from([(cattr::KEY.to_string(), s(key_text.clone()))]);
+    let alg = limits.rate_algorithm;
+    let cap = limits.tenant_connections;
+    let mut minute = Minute::bet(
+        alg,
+        Limit::TenantPerMinute,
+        limits.tenant_per_minute,
+        hints.get(&key_text),
+        now,
+    )?;
+    let mut settling = 0;
+    for _ in 0..MAX_ATTEMPTS {
+        let mut p = Parts::default();
+        p.name("#c", cattr::ITEM_COUNT)
+            .name("#v", cattr::VERSION)
+            .name("#at", cattr::RESERVED_AT);
+        p.value(":cap", n(cap))
+            .value(":one", n(1))
+            .value(":at", n(now.as_millis()));
+        p.conditions
+            .push("attribute_not_exists(#c) OR #c < :cap".into());
+        minute.write(&mut p, &TENANT_MINUTE);
+        p.set.push("#at = :at".into());
+        p.add.push("#c :one".into());
+        p.add.push("#v :one".into());
+        match write::update(
+            deps,
+            &deps.tables.counters,
+            &key,
+            &p,
+            ReturnValue::None,
+            Retries::Sdk,
+        )
+        .await?
+        {
+            Written::Applied(_) => {
+                hints.set(&key_text, after(&minute));
+                return Ok(Ok(Reservation {
+                    tenant: t.clone(),
+                    minute,
+                    at: now,
+                }));
             }
-            Outcome::Cancelled(reasons) => {
-                let collided = reasons
-                    .iter()
-                    .any(|r| matches!(r, Reason::Conflict | Reason::Other(_)));
-                let (reasons, refused) = match &gcra {
-                    Some(bs) => gcra_reasons(reasons, bs, hints),
-                    None => (reasons, Vec::new()),
-                };
-                if let Some(decided) = decide(&reasons, limits, now, t, sid) {
-                    return Ok(with_gcra_refusal(decided, &refused, t, sid));
-                }
-                if collided {
-                    tracing::debug!(attempt, ?reasons, "connect transaction collided; retrying");
-                    txn::backoff(attempt).await;
+            Written::Refused(old) => {
+                let old = old.as_ref();
+                hints.set(&key_text, TENANT_MINUTE.stored(alg, old));
+                let count = old
+                    .and_then(|o| item::num(o, cattr::ITEM_COUNT))
+                    .unwrap_or(0);
+                let refused = if count >= cap as i64 {
+                    Some(refusal(Limit::TenantConnections, limits, now, t, sid, None))
                 } else {
-                    tracing::debug!(attempt, "connect GCRA guess was wrong; retrying");
+                    minute
+                        .refused(&TENANT_MINUTE, old)
+                        .map(|d| refusal(Limit::TenantPerMinute, limits, now, t, sid, d))
+                };
+                let stored = TENANT_MINUTE.stored(alg, old);
+                let next = Minute::bet(
+                    alg,
+                    Limit::TenantPerMinute,
+                    limits.tenant_per_minute,
+                    stored,
+                    now,
+                )?;
+                if let Some(answer) = refused {
+                    let recent = old
+                        .and_then(|o| item::num(o, cattr::RESERVED_AT))
+                        .is_some_and(|at| at >= now.minus(SETTLE).as_millis());
+                    if !recent || settling >= SETTLE_ATTEMPTS {
+                        return Ok(Err(answer));
+                    }
+                    settling += 1;
+                    super::txn::backoff(settling).await;
+                } else if next.same_bet(&minute) {
+                    tracing::debug!(tenant = %t, "reservation refused with room; retrying");
                 }
+                minute = next;
             }
         }
     }
     Err(Error::Other(format!(
-        "admitting connection {cid} to {t}/{sid}: still colliding after {} attempts",
-        txn::MAX_ATTEMPTS
+        "reserving a connection for tenant {t}: no decision after {MAX_ATTEMPTS} attempts"
     )))
 }
 
-/// Reads the GCRA items' failed conditions: each updates its hint from the old item and is either
-/// refused (kept as a failed condition, its decision returned) or a wrong guess (turned into a
-/// collision, so [`decide`] retries).
-fn gcra_reasons(
-    mut reasons: Vec<Reason>,
-    buckets: &[Bucket; 2],
-    hints: &GcraHints,
-) -> (Vec<Reason>, Vec<(Limit, Rate, crate::gcra::Decision)>) {
-    let mut refused = Vec::new();
-    for b in buckets {
-        let Some(Reason::ConditionFailed(old)) = reasons.get(b.index) else {
-            continue;
-        };
-        let old = old.as_ref();
-        hints.set(b.key(), gw::stored_tat(old, gw::attr::TAT));
-        match b.plan.on_condition_failed(old, gw::attr::TAT) {
-            Next::Refused(d) => refused.push((b.limit, b.rate, d)),
-            Next::Retry(_) => reasons[b.index] = Reason::Conflict,
-        }
-    }
-    (reasons, refused)
-}
-
-/// A per-minute refusal of a GCRA tenant carries the GCRA decision (Retry-After = when one
-/// connection fits again), not the fixed window's.
-fn with_gcra_refusal(
-    decided: Admission,
-    refused: &[(Limit, Rate, crate::gcra::Decision)],
-    t: &TenantId,
-    sid: &SessionId,
-) -> Admission {
-    let Admission::Refused { limit, refusal } = decided else {
-        return decided;
-    };
-    match refused.iter().find(|(l, _, _)| *l == limit) {
-        Some((l, rate, d)) => {
-            let who = match l {
-                Limit::TenantPerMinute => format!("tenant {t}"),
-                _ => format!("session {sid} of tenant {t}"),
-            };
-            let detail = format!(
-                "{who} opened connections at its limit of {} per minute",
-                rate.count
-            );
-            Admission::Refused {
-                limit,
-                refusal: Refusal::from_gcra(l.name(), rate, d, detail),
-            }
-        }
-        None => Admission::Refused { limit, refusal },
+/// What a hint should remember after a successful write of `minute`.
+fn after(minute: &Minute) -> Option<i64> {
+    match minute {
+        Minute::Same { m, .. } | Minute::New { m, .. } => Some(*m),
+        Minute::Gcra(plan) => Some(plan.admitted(None, None).new_tat.as_nanos()),
     }
 }
 
-fn build(
+/// Step 2: adds `cid` to the session, counted against the session's caps. Sent at most once per
+/// attempt (no SDK retry: a committed write retried would look like a repeated `$connect`).
+/// `Admission::Admitted` when it joined; any other answer means the reservation must be undone.
+pub async fn join(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     cid: &ConnectionId,
     limits: &Limits,
-    now: crate::clock::Timestamp,
-    gcra: Option<&[Bucket; 2]>,
-) -> Result<Vec<aws_sdk_dynamodb::types::TransactWriteItem>> {
-    let counters = &deps.tables.counters;
-    let now_secs = now.as_secs();
-    let w = MinuteWindow::at(now);
-    let session_ttl =
-        now_secs.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
-    let mut conn_row = counter_key(keys::connection(t, cid));
-    conn_row.insert(cattr::TENANT_ID.into(), s(t.as_str()));
-    conn_row.insert(cattr::SESSION_ID.into(), s(sid.as_str()));
-    conn_row.insert(cattr::CONNECTION_ID.into(), s(cid.as_str()));
-    conn_row.insert(cattr::CONNECTED_AT.into(), n(now_secs));
-    Ok(vec![
-        txn::update(
-            counters,
-            counter_key(keys::tenant_connections(t)),
-            "ADD #c :one",
-            Some("attribute_not_exists(#c) OR #c < :cap"),
-            txn::names(&[("#c", cattr::ITEM_COUNT)]),
-            txn::values(vec![(":one", n(1)), (":cap", n(limits.tenant_connections))]),
-        )?,
-        txn::update(
+    hints: &Hints,
+    reservation: &Reservation,
+) -> Result<Admission> {
+    let started = std::time::Instant::now();
+    let now = reservation.at;
+    let alg = limits.rate_algorithm;
+    let key = sstore::key(t, sid);
+    let hint_key = format!("{t}\u{1f}{sid}");
+    let cap = limits.connections_per_session;
+    let ttl = now
+        .as_secs()
+        .saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
+    let mut minute = Minute::bet(
+        alg,
+        Limit::SessionPerMinute,
+        limits.session_per_minute,
+        hints.get(&hint_key),
+        now,
+    )?;
+    for _ in 0..MAX_ATTEMPTS {
+        if started.elapsed() > JOIN_DEADLINE {
+            return Err(Error::Other(format!(
+                "joining {cid} to {t}/{sid}: past the {JOIN_DEADLINE:?} deadline"
+            )));
+        }
+        let mut p = Parts::default();
+        p.name("#ids", sattr::CONNECTION_IDS)
+            .name("#ttl", sattr::SESSION_TTL)
+            .name("#sid", sattr::SESSION_ID);
+        p.value(":cidset", AttributeValue::Ss(vec![cid.to_string()]))
+            .value(":cid", s(cid.as_str()))
+            .value(":ttl", n(ttl))
+            .value(":nows", n(now.as_secs()))
+            .value(":scap", n(cap));
+        p.conditions
+            .push("attribute_exists(#sid) AND #ttl > :nows".into());
+        p.conditions
+            .push("attribute_not_exists(#ids) OR size(#ids) < :scap".into());
+        p.conditions.push("NOT contains(#ids, :cid)".into());
+        minute.write(&mut p, &SESSION_MINUTE);
+        p.add.push("#ids :cidset".into());
+        p.set.push("#ttl = :ttl".into());
+        match write::update(
+            deps,
             &deps.tables.sessions,
-            sstore::key(t, sid),
-            "ADD #ids :cid SET #ttl = :ttl",
-            Some(
-                "attribute_exists(#sid) AND #ttl > :now AND \
-                 (attribute_not_exists(#ids) OR size(#ids) < :cap)",
-            ),
-            txn::names(&[
-                ("#ids", sattr::CONNECTION_IDS),
-                ("#ttl", sattr::SESSION_TTL),
-                ("#sid", sattr::SESSION_ID),
-            ]),
-            txn::values(vec![
-                (
-                    ":cid",
-                    aws_sdk_dynamodb::types::AttributeValue::Ss(vec![cid.to_string()]),
-                ),
-                (":ttl", n(session_ttl)),
-                (":now", n(now_secs)),
-                (":cap", n(limits.connections_per_session)),
-            ]),
-        )?,
-        match gcra {
-            Some([tenant, _]) => tenant.item()?,
-            None => window::admit_item(
-                counters,
-                keys::tenant_minute(t, w.start),
-                limits.tenant_per_minute,
-                now,
-            )?,
-        },
-        match gcra {
-            Some([_, session]) => session.item()?,
-            None => window::admit_item(
-                counters,
-                keys::session_minute(t, sid, w.start),
-                limits.session_per_minute,
-                now,
-            )?,
-        },
-        txn::put_new(counters, conn_row, cattr::KEY)?,
-    ])
+            &key,
+            &p,
+            ReturnValue::None,
+            Retries::AtMostOnce,
+        )
+        .await?
+        {
+            Written::Applied(_) => {
+                hints.set(&hint_key, after(&minute));
+                return Ok(Admission::Admitted);
+            }
+            Written::Refused(old) => {
+                let old = old.as_ref();
+                hints.set(&hint_key, SESSION_MINUTE.stored(alg, old));
+                let Some(o) = old else {
+                    return Ok(Admission::NoSession);
+                };
+                if item::num(o, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
+                    return Ok(Admission::NoSession);
+                }
+                let ids = item::string_set(o, sattr::CONNECTION_IDS);
+                if ids.iter().any(|c| c == cid.as_str()) {
+                    return Ok(Admission::AlreadyAdmitted);
+                }
+                if ids.len() as u64 >= cap {
+                    return Ok(refusal(
+                        Limit::ConnectionsPerSession,
+                        limits,
+                        now,
+                        t,
+                        sid,
+                        None,
+                    ));
+                }
+                if let Some(d) = minute.refused(&SESSION_MINUTE, old) {
+                    return Ok(refusal(Limit::SessionPerMinute, limits, now, t, sid, d));
+                }
+                minute = Minute::bet(
+                    alg,
+                    Limit::SessionPerMinute,
+                    limits.session_per_minute,
+                    SESSION_MINUTE.stored(alg, old),
+                    now,
+                )?;
+            }
+        }
+    }
+    Err(Error::Other(format!(
+        "joining {cid} to {t}/{sid}: no decision after {MAX_ATTEMPTS} attempts"
+    )))
 }
 
-/// Turns cancellation reasons into a decision, or `None` to retry (a collision).
-fn decide(
-    reasons: &[Reason],
-    limits: &Limits,
-    now: crate::clock::Timestamp,
-    t: &TenantId,
-    sid: &SessionId,
-) -> Option<Admission> {
-    let failed = |i: usize| match reasons.get(i) {
-        Some(Reason::ConditionFailed(old)) => Some(old.as_ref()),
-        _ => None,
+/// Gives a reservation back: the open connection, and this minute's connection when its window
+/// is still the current one (fixed) or as a GCRA refund that is never more generous than the
+/// spend (`inc` minus the time since the spend). 1 `UpdateItem`; 2 when the window moved on.
+/// Sent at most once: a repeated decrement would undercount.
+pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
+    let key = Item::from([(
+        cattr::KEY.to_string(),
+        s(keys::tenant_connections(&r.tenant)),
+    )]);
+    let base = || {
+        let mut p = Parts::default();
+        p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+        p.value(":neg", n(-1)).value(":one", n(1));
+        p.conditions.push("#c >= :one".into());
+        p.add.push("#c :neg".into());
+        p.add.push("#v :one".into());
+        p
     };
-    if failed(4).is_some() {
-        return Some(Admission::AlreadyAdmitted);
-    }
-    if let Some(old) = failed(1) {
-        let live = old
-            .and_then(|o| super::item::num(o, sattr::SESSION_TTL))
-            .is_some_and(|ttl| ttl > now.as_secs());
-        if !live {
-            return Some(Admission::NoSession);
+    let mut with_minute = base();
+    match &r.minute {
+        Minute::Same { m, .. } | Minute::New { m, .. } => {
+            with_minute
+                .name("#cm", TENANT_MINUTE.minute)
+                .name("#cn", TENANT_MINUTE.count);
+            with_minute.value(":m", n(m));
+            with_minute
+                .conditions
+                .push("#cm = :m AND #cn >= :one".into());
+            with_minute.set.push("#cn = #cn - :one".into());
+        }
+        Minute::Gcra(plan) => {
+            let elapsed = crate::clock::duration_nanos(deps.clock.now().since(r.at));
+            let give = gcra::increment_nanos(&plan.rate, 1).saturating_sub(elapsed);
+            if give > 0 {
+                with_minute.name("#tat", TENANT_MINUTE.tat);
+                with_minute.value(":give", n(give));
+                with_minute.conditions.push("attribute_exists(#tat)".into());
+                with_minute.set.push("#tat = #tat - :give".into());
+            }
         }
     }
-    let tenant = format!("tenant {t}");
-    let session = format!("session {sid} of tenant {t}");
-    for (i, limit, who) in [
-        (0, Limit::TenantConnections, &tenant),
-        (1, Limit::ConnectionsPerSession, &session),
-        (2, Limit::TenantPerMinute, &tenant),
-        (3, Limit::SessionPerMinute, &session),
-    ] {
-        if failed(i).is_some() {
-            return Some(Admission::Refused {
-                limit,
-                refusal: limit.refusal(limits, now, who),
-            });
+    let counters = &deps.tables.counters;
+    for parts in [with_minute, base()] {
+        match write::update(
+            deps,
+            counters,
+            &key,
+            &parts,
+            ReturnValue::None,
+            Retries::AtMostOnce,
+        )
+        .await?
+        {
+            Written::Applied(_) => return Ok(()),
+            Written::Refused(_) => continue,
         }
     }
-    if reasons.iter().any(|r| matches!(r, Reason::Other(_))) {
-        // Throttling and the like: retrying with backoff is the right answer too.
-        tracing::warn!(
-            ?reasons,
-            "connect transaction cancelled for a non-condition reason"
-        );
+    tracing::warn!(tenant = %r.tenant, "nothing to give back: the tenant's count is already 0");
+    Ok(())
+}
+
+impl Reservation {
+    /// The tenant whose counter holds this reservation.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
     }
-    None
+
+    /// Whether the tenant's minute was spent as a GCRA bucket.
+    pub fn is_gcra(&self) -> bool {
+        matches!(self.minute, Minute::Gcra(_))
+    }
+
+    /// Whether the GCRA bet was on an idle bucket (for tests of the bet).
+    pub fn gcra_case(&self) -> Option<Case> {
+        match &self.minute {
+            Minute::Gcra(p) => Some(p.case),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Timestamp;
 
-    fn ids() -> (TenantId, SessionId) {
-        (
-            TenantId::parse("acme").unwrap(),
-            SessionId::parse("s1").unwrap(),
-        )
-    }
-
-    fn live_session(now: i64) -> Option<Item> {
-        Some(Item::from([(sattr::SESSION_TTL.to_string(), n(now + 100))]))
-    }
-
-    fn bucket(index: usize, limit: Limit, cap: u64, key: &str, now: Timestamp) -> Bucket {
-        let rate = Rate::per_minute(cap).unwrap();
-        Bucket {
-            index,
-            limit,
-            rate,
-            target: Target::new(
-                "counters",
-                cattr::KEY,
-                key,
-                Some(cattr::ITEM_TTL),
-                GCRA_TTL_MARGIN,
-            ),
-            hint: None,
-            plan: SpendPlan::spend(rate, now, 1, None).unwrap(),
-        }
-    }
-
-    fn tat_item(tat: Timestamp) -> Option<Item> {
-        Some(Item::from([(gw::attr::TAT.to_string(), n(tat.as_nanos()))]))
+    fn old(pairs: &[(&str, i64)]) -> Item {
+        pairs.iter().map(|(k, v)| (k.to_string(), n(v))).collect()
     }
 
     #[test]
-    fn gcra_failures_retry_on_a_wrong_guess_and_refuse_with_the_gcra_retry_time() {
-        let (t, s) = ids();
-        let l =
-            Limits::example(6, 4, 100, 1_000, 300, 60).with_rate_algorithm(WindowAlgorithm::Gcra);
-        let now = Timestamp::from_secs(1_700_000_070);
-        let bs = [
-            bucket(2, Limit::TenantPerMinute, 6, "acme:gcra:minute", now),
-            bucket(3, Limit::SessionPerMinute, 4, "acme:s1:gcra:minute", now),
-        ];
-        let hints = GcraHints::default();
-        let ok = Reason::Ok;
-        // Both "idle" guesses were wrong but both buckets have room: retry, hints corrected.
-        let tenant_tat = now.plus(std::time::Duration::from_secs(10));
-        let session_tat = now.plus(std::time::Duration::from_secs(15));
-        let r = vec![
-            ok.clone(),
-            ok.clone(),
-            Reason::ConditionFailed(tat_item(tenant_tat)),
-            Reason::ConditionFailed(tat_item(session_tat)),
-            ok.clone(),
-        ];
-        let (r, refused) = gcra_reasons(r, &bs, &hints);
-        assert!(refused.is_empty());
-        assert_eq!(r[2], Reason::Conflict);
-        assert!(decide(&r, &l, now, &t, &s).is_none());
-        assert_eq!(hints.get("acme:gcra:minute"), Some(tenant_tat));
-        assert_eq!(hints.get("acme:s1:gcra:minute"), Some(session_tat));
-        // The session bucket is empty (TAT a full minute ahead): refused with its own retry time.
-        let full = now.plus(std::time::Duration::from_secs(60));
-        let r = vec![
-            ok.clone(),
-            ok.clone(),
-            ok.clone(),
-            Reason::ConditionFailed(tat_item(full)),
-            ok.clone(),
-        ];
-        let (r, refused) = gcra_reasons(r, &bs, &hints);
-        let decided = decide(&r, &l, now, &t, &s).unwrap();
-        match with_gcra_refusal(decided, &refused, &t, &s) {
-            Admission::Refused { limit, refusal } => {
-                assert_eq!(limit, Limit::SessionPerMinute);
-                assert_eq!(refusal.retry_after, std::time::Duration::from_secs(15));
-                assert_eq!(refusal.to_http().header("retry-after"), Some("15"));
-            }
-            other => panic!("{other:?}"),
-        }
-        // A repeated $connect still wins over everything.
-        let r = vec![
-            ok.clone(),
-            ok.clone(),
-            ok.clone(),
-            Reason::ConditionFailed(tat_item(full)),
-            Reason::ConditionFailed(None),
-        ];
-        let (r, _) = gcra_reasons(r, &bs, &hints);
-        assert!(matches!(
-            decide(&r, &l, now, &t, &s),
-            Some(Admission::AlreadyAdmitted)
-        ));
+    fn a_zero_limit_is_found_in_the_seeds_order() {
+        let mut l = Limits::example(60, 5, 2, 10, 200, 60);
+        assert_eq!(zero_limit(&l), None);
+        l.session_per_minute = 0;
+        assert_eq!(zero_limit(&l), Some(Limit::SessionPerMinute));
+        l.tenant_connections = 0;
+        assert_eq!(zero_limit(&l), Some(Limit::TenantConnections));
     }
 
     #[test]
-    fn cancellation_reasons_decide_without_a_read() {
-        let (t, s) = ids();
-        let l = Limits::example(60, 5, 2, 10, 200, 60);
+    fn fixed_minute_bets_and_refusals_come_from_the_old_item() {
         let now = Timestamp::from_secs(1_700_000_070);
-        let ok = Reason::Ok;
-        let failed = |i: Option<Item>| Reason::ConditionFailed(i);
-        // Only collisions: retry.
-        let r = [
-            Reason::Conflict,
-            ok.clone(),
-            ok.clone(),
-            Reason::Conflict,
-            ok.clone(),
-        ];
-        assert!(decide(&r, &l, now, &t, &s).is_none());
-        // The connection row exists: a repeated $connect.
-        let r = [
-            failed(None),
-            ok.clone(),
-            ok.clone(),
-            ok.clone(),
-            failed(None),
-        ];
-        assert!(matches!(
-            decide(&r, &l, now, &t, &s),
-            Some(Admission::AlreadyAdmitted)
-        ));
-        // Session condition failed on a missing or expired item: no session.
-        let r = [ok.clone(), failed(None), ok.clone(), ok.clone(), ok.clone()];
-        assert!(matches!(
-            decide(&r, &l, now, &t, &s),
-            Some(Admission::NoSession)
-        ));
-        let expired = Some(Item::from([(
-            sattr::SESSION_TTL.to_string(),
-            n(now.as_secs()),
-        )]));
-        let r = [
-            ok.clone(),
-            failed(expired),
-            ok.clone(),
-            ok.clone(),
-            ok.clone(),
-        ];
-        assert!(matches!(
-            decide(&r, &l, now, &t, &s),
-            Some(Admission::NoSession)
-        ));
-        // On a live session it is the per-session cap; the seed's order picks the first limit.
-        let r = [
-            ok.clone(),
-            failed(live_session(now.as_secs())),
-            failed(None),
-            ok.clone(),
-            ok.clone(),
-        ];
-        match decide(&r, &l, now, &t, &s) {
-            Some(Admission::Refused { limit, refusal }) => {
-                assert_eq!(limit, Limit::ConnectionsPerSession);
-                assert_eq!(refusal.retry_after, super::super::OPEN_CONNECTION_RETRY);
+        let m = MinuteWindow::at(now).start;
+        let alg = WindowAlgorithm::Fixed;
+        let bet = |stored| Minute::bet(alg, Limit::TenantPerMinute, 3, stored, now).unwrap();
+        assert!(matches!(bet(None), Minute::New { .. }));
+        assert!(matches!(bet(Some(m - 60)), Minute::New { .. }));
+        assert!(matches!(bet(Some(m)), Minute::Same { .. }));
+        let a = &TENANT_MINUTE;
+        let full = old(&[(a.minute, m), (a.count, 3)]);
+        assert_eq!(bet(None).refused(a, Some(&full)), Some(None));
+        let room = old(&[(a.minute, m), (a.count, 2)]);
+        assert_eq!(bet(None).refused(a, Some(&room)), None);
+        let stale = old(&[(a.minute, m - 60), (a.count, 3)]);
+        assert_eq!(bet(Some(m)).refused(a, Some(&stale)), None);
+        // Every placeholder the expressions use is defined, and nothing else is.
+        for b in [bet(None), bet(Some(m))] {
+            let mut p = Parts::default();
+            b.write(&mut p, a);
+            let text = format!("{} {}", p.condition().unwrap(), p.update());
+            for k in p.names.keys().chain(p.values.keys()) {
+                assert!(text.contains(k.as_str()), "{k} unused in {text}");
             }
+        }
+    }
+
+    #[test]
+    fn gcra_minute_bets_use_the_stored_tat() {
+        let now = Timestamp::from_secs(1_700_000_070);
+        let alg = WindowAlgorithm::Gcra;
+        let a = &SESSION_MINUTE;
+        let idle = Minute::bet(alg, Limit::SessionPerMinute, 4, None, now).unwrap();
+        assert!(matches!(&idle, Minute::Gcra(p) if p.case == Case::Idle));
+        let ahead = now.plus(Duration::from_secs(30)).as_nanos();
+        let draining = Minute::bet(alg, Limit::SessionPerMinute, 4, Some(ahead), now).unwrap();
+        assert!(matches!(&draining, Minute::Gcra(p) if p.case == Case::Draining));
+        assert!(!idle.same_bet(&draining));
+        // Four connections a minute: a TAT a full minute ahead has no room; retry in 15 s.
+        let full = old(&[(a.tat, now.plus(Duration::from_secs(60)).as_nanos())]);
+        match idle.refused(a, Some(&full)) {
+            Some(Some(d)) => assert_eq!(d.retry_in, Duration::from_secs(15)),
             other => panic!("{other:?}"),
         }
-        let r = [ok.clone(), ok.clone(), ok.clone(), failed(None), ok.clone()];
-        match decide(&r, &l, now, &t, &s) {
-            Some(Admission::Refused { limit, refusal }) => {
-                assert_eq!(limit, Limit::SessionPerMinute);
-                assert_eq!(refusal.retry_after, std::time::Duration::from_secs(30));
-                assert_eq!(refusal.to_http().header("retry-after"), Some("30"));
-            }
-            other => panic!("{other:?}"),
-        }
+        let mut p = Parts::default();
+        draining.write(&mut p, a);
+        assert!(
+            p.update().starts_with("SET #tat = #tat + :inc"),
+            "{}",
+            p.update()
+        );
     }
 }

@@ -1,23 +1,27 @@
 //! WebSocket admission (seed 003): the conditional writes behind `$connect`, `$disconnect`,
-//! `$default`, the session API and the TTL sweeper. Every admission is one transaction or one
-//! conditional update; see `docs/decisions/0300-websocket-admission.md` for the design.
+//! `$default`, the session API and the TTL sweeper, and the reconciler that repairs leaked counts.
+//! Every admission is a conditional update, or ordered conditional updates proven never to
+//! over-admit; see `docs/decisions/0300-websocket-admission.md` and
+//! `0305-connect-without-a-transaction.md`.
 //!
-//! Call budgets (DynamoDB round trips, common path):
-//! - [`precheck::check`] (authorizer): 1 BatchGetItem.
-//! - [`connect::admit`] (`$connect`): 1 TransactWriteItems (for a `rateAlgorithm = gcra` tenant, 2
-//!   when the process's guess of a bucket's state is wrong; decision 0304).
-//! - [`release::disconnect`] (`$disconnect`): 1 TransactWriteItems.
-//! - [`message::count`] (`$default`): 1 UpdateItem (2 when the cached minute guess is wrong).
-//! - [`release::release`]: 1 TransactWriteItems per 99 connections.
+//! Call budgets (DynamoDB round trips and write units, common path):
+//! - [`precheck::check`] (authorizer): 1 BatchGetItem of 2 items.
+//! - [`connect::admit`] (`$connect`): 2 UpdateItem, 2 WCU (1 more per wrong minute bet; a refusal
+//!   by the session costs 3, by the tenant 1, by a zero limit 0).
+//! - [`release::disconnect`] (`$disconnect`): 2 UpdateItem, 2 WCU (1 when nothing is released).
+//! - [`message::count`] (`$default`): 1 UpdateItem, 1 WCU (2 when the cached minute guess is wrong).
+//! - [`reconcile::run`]: per tenant 1 GetItem, 2 Query pages, at most 1 UpdateItem.
 
 pub mod connect;
 pub mod context;
 pub mod item;
 pub mod message;
 pub mod precheck;
+pub mod reconcile;
 pub mod release;
 pub mod respond;
 pub mod txn;
+pub mod write;
 
 use std::time::Duration;
 

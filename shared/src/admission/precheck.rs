@@ -1,11 +1,12 @@
-//! The authorizer's advisory pre-check: one BatchGetItem reads the session and the three counter rows
-//! the limits depend on, and refuses early what `$connect` would refuse anyway. It never writes: the
-//! authoritative check is `$connect`'s transaction ([`super::connect`]), which holds under
+//! The authorizer's advisory pre-check: one BatchGetItem reads the two items every limit lives on —
+//! the session (its connections and its minute) and the tenant's counter (its open count and its
+//! minute, decision 0305) — and refuses early what `$connect` would refuse anyway. It never writes:
+//! the authoritative check is `$connect`'s conditional writes ([`super::connect`]), which hold under
 //! concurrency where a read-then-decide cannot.
 //!
-//! For a tenant with `rateAlgorithm = gcra` the same BatchGetItem reads the two GCRA buckets instead
-//! of the minute rows, and refuses when a stored TAT leaves no room for one connection
-//! (`gcra::spend` of cost 1 on it, a pure check: nothing is written).
+//! For a tenant with `rateAlgorithm = gcra` the minutes are GCRA TATs on the same two items, refused
+//! when a stored TAT leaves no room for one connection (`gcra::spend` of cost 1 on it, a pure
+//! check: nothing is written). A limit of 0 always refuses.
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity};
 
@@ -38,25 +39,10 @@ pub async fn check(
     limits: &Limits,
 ) -> Result<Precheck> {
     let now = deps.clock.now();
-    let w = MinuteWindow::at(now);
+    let m = MinuteWindow::at(now).start;
     let gcra = limits.rate_algorithm == WindowAlgorithm::Gcra;
-    let (tenant_minute, session_minute) = if gcra {
-        (
-            keys::tenant_gcra_minute(t),
-            keys::session_gcra_minute(t, sid),
-        )
-    } else {
-        (
-            keys::tenant_minute(t, w.start),
-            keys::session_minute(t, sid, w.start),
-        )
-    };
+    let counter_key = keys::tenant_connections(t);
     let k = |key: String| Item::from([(cattr::KEY.to_string(), s(key))]);
-    let counter_keys = vec![
-        k(keys::tenant_connections(t)),
-        k(tenant_minute.clone()),
-        k(session_minute.clone()),
-    ];
     let built = |keys: Vec<Item>| {
         KeysAndAttributes::builder()
             .set_keys(Some(keys))
@@ -69,7 +55,10 @@ pub async fn check(
             deps.tables.sessions.clone(),
             built(vec![sstore::key(t, sid)])?,
         ),
-        (deps.tables.counters.clone(), built(counter_keys)?),
+        (
+            deps.tables.counters.clone(),
+            built(vec![k(counter_key.clone())])?,
+        ),
     ]);
     let mut rows: std::collections::HashMap<String, Vec<Item>> = Default::default();
     // Keys DynamoDB leaves unprocessed (throttling) are asked again, at most twice.
@@ -91,56 +80,107 @@ pub async fn check(
             break;
         }
     }
-    let responses = Some(&rows);
-    let unprocessed = |table: &str| {
-        request
-            .get(table)
-            .map(|ka| ka.keys().to_vec())
-            .unwrap_or_default()
-    };
-    let session_unknown = !unprocessed(&deps.tables.sessions).is_empty();
-    let mut session_open = None;
-    if !session_unknown {
-        let session = responses
-            .and_then(|r| r.get(&deps.tables.sessions))
-            .and_then(|v| v.first());
-        let Some(session) = session else {
+    let unprocessed = |table: &str| request.get(table).is_some_and(|ka| !ka.keys().is_empty());
+    let session = if unprocessed(&deps.tables.sessions) {
+        None
+    } else {
+        let Some(session) = rows.get(&deps.tables.sessions).and_then(|v| v.first()) else {
             return Ok(Precheck::NoSession);
         };
         if item::num(session, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
             return Ok(Precheck::Expired);
         }
-        session_open = Some(item::string_set(session, sattr::CONNECTION_IDS).len() as u64);
-    }
-    let counters = &deps.tables.counters;
+        Some(session)
+    };
+    let counter = if unprocessed(&deps.tables.counters) {
+        None
+    } else {
+        Some(row_of(Some(&rows), &deps.tables.counters, &counter_key))
+    };
     // The seed's order: tenant connections, session connections, tenant/minute, session/minute.
-    let open = [
+    // An unread item (still unprocessed) is not checked here; a zero limit refuses regardless.
+    let open = |it: Option<&Item>| {
+        it.and_then(|i| item::num(i, cattr::ITEM_COUNT))
+            .map(|c| c.max(0) as u64)
+            .unwrap_or(0)
+    };
+    let checks = [
         (
-            Some(count_of(responses, counters, &keys::tenant_connections(t))),
             Limit::TenantConnections,
+            counter.map(|c| open(c) >= limits.tenant_connections),
         ),
-        (session_open, Limit::ConnectionsPerSession),
+        (
+            Limit::ConnectionsPerSession,
+            session.map(|s| {
+                item::string_set(s, sattr::CONNECTION_IDS).len() as u64
+                    >= limits.connections_per_session
+            }),
+        ),
+        (
+            Limit::TenantPerMinute,
+            counter.map(|c| {
+                minute_full(
+                    c,
+                    gcra,
+                    (
+                        cattr::CONN_MINUTE,
+                        cattr::CONN_MINUTE_COUNT,
+                        cattr::CONN_TAT,
+                    ),
+                    limits.tenant_per_minute,
+                    m,
+                    now,
+                )
+            }),
+        ),
+        (
+            Limit::SessionPerMinute,
+            session.map(|s| {
+                minute_full(
+                    Some(s),
+                    gcra,
+                    (
+                        sattr::CONN_MINUTE,
+                        sattr::CONN_MINUTE_COUNT,
+                        sattr::CONN_TAT,
+                    ),
+                    limits.session_per_minute,
+                    m,
+                    now,
+                )
+            }),
+        ),
     ];
-    for (used, limit) in open {
-        if used.is_some_and(|u| u >= limit.cap(limits)) {
-            return Ok(Precheck::OverLimit(limit));
-        }
-    }
-    for (key, limit) in [
-        (&tenant_minute, Limit::TenantPerMinute),
-        (&session_minute, Limit::SessionPerMinute),
-    ] {
-        let cap = limit.cap(limits);
-        let over = if gcra {
-            gcra_empty(responses, counters, key, cap, now)
-        } else {
-            count_of(responses, counters, key) >= cap
-        };
-        if over {
+    for (limit, over) in checks {
+        if limit.cap(limits) == 0 || over == Some(true) {
             return Ok(Precheck::OverLimit(limit));
         }
     }
     Ok(Precheck::Allow)
+}
+
+/// Whether a folded per-minute window on `it` (attribute names: minute, count, TAT) has no room
+/// for one more connection at `now` (`m`: the current minute's start). A cap of 0 is always full.
+fn minute_full(
+    it: Option<&Item>,
+    gcra: bool,
+    (minute, count, tat): (&str, &str, &str),
+    cap: u64,
+    m: i64,
+    now: crate::clock::Timestamp,
+) -> bool {
+    if gcra {
+        let Ok(rate) = Rate::per_minute(cap) else {
+            return true;
+        };
+        let tat = gw::stored_tat(it, tat);
+        return gcra::spend(&rate, tat, now, 1).is_ok_and(|d| !d.allowed);
+    }
+    let in_window = it
+        .and_then(|i| item::num(i, minute))
+        .is_some_and(|sm| sm >= m);
+    let used = it.and_then(|i| item::num(i, count)).unwrap_or(0);
+    cap == 0 || (in_window && used >= cap as i64)
 }
 
 /// The counter row with `key` in the batch answer.
@@ -154,32 +194,4 @@ fn row_of<'a>(
             |r| matches!(r.get(cattr::KEY), Some(v) if v.as_s().ok().map(String::as_str) == Some(key)),
         )
     })
-}
-
-/// The `itemCount` of the counter row with `key` in the batch answer (0 when absent).
-fn count_of(
-    responses: Option<&std::collections::HashMap<String, Vec<Item>>>,
-    table: &str,
-    key: &str,
-) -> u64 {
-    row_of(responses, table, key)
-        .and_then(|r| item::num(r, cattr::ITEM_COUNT))
-        .map(|c| c.max(0) as u64)
-        .unwrap_or(0)
-}
-
-/// Whether the GCRA bucket with `key` (`Rate::per_minute(cap)`) has no room for one connection at
-/// `now`: a cost-1 spend decided on the stored TAT, nothing written. A cap of 0 is always empty.
-fn gcra_empty(
-    responses: Option<&std::collections::HashMap<String, Vec<Item>>>,
-    table: &str,
-    key: &str,
-    cap: u64,
-    now: crate::clock::Timestamp,
-) -> bool {
-    let Ok(rate) = Rate::per_minute(cap) else {
-        return true;
-    };
-    let tat = gw::stored_tat(row_of(responses, table, key), gw::attr::TAT);
-    gcra::spend(&rate, tat, now, 1).is_ok_and(|d| !d.allowed)
 }

@@ -1,144 +1,207 @@
-//! Releasing open-connection capacity, exactly once per connection. The connection row
-//! `{tenant}:conn:{cid}` written at admission is deleted under `attribute_exists`, in the same
-//! transaction that decrements the tenant's count: whoever deletes the row is the one that
-//! decrements, so a repeated, concurrent or lost-then-replayed release never counts twice and the
-//! count never goes below the number of admitted connections.
+//! Releasing open-connection capacity, exactly once per connection (decision 0305). A connection id
+//! leaves its session's `connectionIds` exactly once, by one atomic write on the session item whose
+//! caller learns what left, and only that caller decrements the tenant's count, by that number:
 //!
-//! Used by `$disconnect`, gone-connection pruning in `$default`, session DELETE, session replace and
-//! the TTL sweeper.
+//! | what removes the id | how the caller learns it | here |
+//! |---|---|---|
+//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds`, `UPDATED_OLD` | [`from_session`] |
+//! | session `DELETE` | `DeleteItem`, `ALL_OLD` | [`left_session`] |
+//! | `PUT` over an expired session | `PutItem`, `ALL_OLD` | [`left_session`] |
+//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone) | [`swept`] |
+//!
+//! The decrement comes second and is sent at most once (no SDK retry of an unknown outcome): a
+//! crash or timeout between the two leaves the count one too high — an under-admission that the
+//! reconciler repairs — never too low. Costs: a disconnect 2 `UpdateItem` (2 WCU), 1 when nothing
+//! was released.
 
-use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
-use super::item::{n, s, Item};
-use super::txn::{self, Outcome, Reason};
+use super::item::{self, n, s, Item};
+use super::write::{self, Parts, Retries, Written};
+use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::session::{attr as sattr, store as sstore};
 use crate::Deps;
 
-/// Connection rows per transaction (DynamoDB allows 100 items; two are the count and the session).
-const CHUNK: usize = 98;
+/// How long a sweep's tombstone outlives its record: DynamoDB Streams keep records 24 hours.
+pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(2 * 24 * 3600);
+/// A TTL deletion this close after the reconciler's truth (or before it) is taken as already
+/// counted by that truth: clocks differ and stream times are rounded down to the second.
+pub const TRUTH_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn counter_key(k: String) -> Item {
-    Item::from([(cattr::KEY.to_string(), s(k))])
-}
-
-/// Releases one connection (`$disconnect`): deletes its row, decrements the tenant count and
-/// removes it from the session. 1 TransactWriteItems; 2 when the session is already gone.
-/// Returns false when it had already been released (or never admitted): nothing changed.
+/// Releases one connection (`$disconnect`). 2 `UpdateItem`; 1 when it had already been released,
+/// never admitted, or its session is gone (whoever deleted the session released it). Returns
+/// whether this call released it.
 pub async fn disconnect(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     cid: &ConnectionId,
 ) -> Result<bool> {
-    Ok(release(deps, t, Some(sid), std::slice::from_ref(cid)).await? == 1)
+    Ok(from_session(deps, t, sid, std::slice::from_ref(cid)).await? == 1)
 }
 
-/// Releases `cids` of tenant `t`; when `session` is given they are also removed from its
-/// `connectionIds` (skipped if the session no longer exists). Returns how many were released by
-/// this call; the others had been released already. 1 TransactWriteItems per 98 connections,
-/// plus 1 per retry (a row released concurrently, a vanished session, or a collision).
-pub async fn release(
+/// Removes `cids` from the session's `connectionIds` and decrements the tenant's count by the
+/// number this call removed (the others were not members: released already, or never admitted).
+/// 1 `UpdateItem`, plus 1 when something was removed.
+pub async fn from_session(
     deps: &Deps,
     t: &TenantId,
-    session: Option<&SessionId>,
+    sid: &SessionId,
     cids: &[ConnectionId],
 ) -> Result<u64> {
-    let mut released = 0;
-    for chunk in cids.chunks(CHUNK) {
-        released += release_chunk(deps, t, session, chunk).await?;
+    if cids.is_empty() {
+        return Ok(0);
     }
-    Ok(released)
+    let mut p = Parts::default();
+    p.name("#ids", sattr::CONNECTION_IDS)
+        .name("#sid", sattr::SESSION_ID);
+    p.value(
+        ":gone",
+        AttributeValue::Ss(cids.iter().map(|c| c.to_string()).collect()),
+    );
+    p.conditions.push("attribute_exists(#sid)".into());
+    p.delete.push("#ids :gone".into());
+    let old = match write::update(
+        deps,
+        &deps.tables.sessions,
+        &sstore::key(t, sid),
+        &p,
+        ReturnValue::UpdatedOld,
+        Retries::Sdk,
+    )
+    .await?
+    {
+        Written::Applied(old) => old,
+        // The session is gone: whoever deleted it released its connections.
+        Written::Refused(_) => return Ok(0),
+    };
+    let was = item::string_set(&old, sattr::CONNECTION_IDS);
+    let removed = cids
+        .iter()
+        .filter(|c| was.iter().any(|w| w == c.as_str()))
+        .count() as u64;
+    if removed > 0 {
+        decrement(deps, t, removed, None).await?;
+    }
+    Ok(removed)
 }
 
-async fn release_chunk(
-    deps: &Deps,
-    t: &TenantId,
-    session: Option<&SessionId>,
-    cids: &[ConnectionId],
-) -> Result<u64> {
-    let mut pending: Vec<ConnectionId> = cids.to_vec();
-    pending.sort();
-    pending.dedup();
-    let mut session = session;
-    let mut attempt = 0;
-    while !pending.is_empty() {
-        attempt += 1;
-        if attempt > txn::MAX_ATTEMPTS {
-            return Err(Error::Other(format!(
-                "releasing {} connection(s) of tenant {t}: still colliding after {} attempts",
-                pending.len(),
-                txn::MAX_ATTEMPTS
-            )));
-        }
-        let items = build(deps, t, session, &pending)?;
-        match txn::send(deps, items).await? {
-            Outcome::Committed => return Ok(pending.len() as u64),
-            Outcome::Cancelled(reasons) => {
-                let mut changed = false;
-                // Rows already gone: someone else released them.
-                let before = pending.len();
-                pending = pending
-                    .into_iter()
-                    .zip(reasons.iter())
-                    .filter(|(_, r)| !matches!(r, Reason::ConditionFailed(_)))
-                    .map(|(c, _)| c)
-                    .collect();
-                changed |= pending.len() != before;
-                // The session item is last when present: its condition fails once it is deleted.
-                if session.is_some() && matches!(reasons.last(), Some(Reason::ConditionFailed(_))) {
-                    session = None;
-                    changed = true;
-                }
-                if !changed {
-                    tracing::debug!(attempt, ?reasons, "release transaction collided; retrying");
-                    txn::backoff(attempt).await;
-                }
-            }
-        }
+/// Decrements the tenant's count for `released` connections that left a session the caller
+/// deleted or replaced (it holds the old image). 1 `UpdateItem`; none when `released` is 0.
+pub async fn left_session(deps: &Deps, t: &TenantId, released: u64) -> Result<()> {
+    if released > 0 {
+        decrement(deps, t, released, None).await?;
     }
-    Ok(0)
+    Ok(())
 }
 
-fn build(
+/// What [`swept`] did with one TTL record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swept {
+    /// This record's connections were released now.
+    Released(u64),
+    /// An earlier delivery of the same record released them.
+    AlreadySwept,
+    /// The reconciler set the count from a truth taken after the deletion (or the count was
+    /// already lower): decrementing again would undercount.
+    Counted,
+}
+
+/// Releases the connections of a session DynamoDB deleted by TTL, once per stream record however
+/// often it is delivered: a tombstone `{tenant}:swept:{session}:{eventId}` is put first (1
+/// `PutItem`, conditional), then the count is decremented (1 `UpdateItem`) unless the reconciler's
+/// truth already left these connections out (`truthAt` at or after `deleted_at`, within
+/// [`TRUTH_MARGIN`]).
+pub async fn swept(
     deps: &Deps,
     t: &TenantId,
-    session: Option<&SessionId>,
-    cids: &[ConnectionId],
-) -> Result<Vec<TransactWriteItem>> {
-    let counters = &deps.tables.counters;
-    let mut items = Vec::with_capacity(cids.len() + 2);
-    for c in cids {
-        items.push(txn::delete_existing(
-            counters,
-            counter_key(keys::connection(t, c)),
-            cattr::KEY,
-        )?);
+    sid: &SessionId,
+    event_id: &str,
+    deleted_at: Timestamp,
+    released: u64,
+) -> Result<Swept> {
+    if released == 0 {
+        return Ok(Swept::Released(0));
     }
-    items.push(txn::update(
-        counters,
-        counter_key(keys::tenant_connections(t)),
-        "ADD #c :minus",
-        None,
-        txn::names(&[("#c", cattr::ITEM_COUNT)]),
-        txn::values(vec![(":minus", n(-(cids.len() as i64)))]),
-    )?);
-    if let Some(sid) = session {
-        items.push(txn::update(
-            &deps.tables.sessions,
-            sstore::key(t, sid),
-            "DELETE #ids :gone",
-            Some("attribute_exists(#sid)"),
-            txn::names(&[("#ids", sattr::CONNECTION_IDS), ("#sid", sattr::SESSION_ID)]),
-            txn::values(vec![(
-                ":gone",
-                AttributeValue::Ss(cids.iter().map(|c| c.to_string()).collect()),
-            )]),
-        )?);
+    let now = deps.clock.now();
+    let mut tomb = Item::from([
+        (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id))),
+        (cattr::TENANT_ID.to_string(), s(t.as_str())),
+        (cattr::SESSION_ID.to_string(), s(sid.as_str())),
+        (cattr::ITEM_COUNT.to_string(), n(released)),
+        (
+            cattr::ITEM_TTL.to_string(),
+            n(now.plus(TOMBSTONE_TTL).as_secs()),
+        ),
+    ]);
+    tomb.retain(|_, v| !matches!(v, AttributeValue::S(s) if s.is_empty()));
+    let put = deps
+        .dynamo
+        .put_item()
+        .table_name(&deps.tables.counters)
+        .set_item(Some(tomb))
+        .condition_expression("attribute_not_exists(#k)")
+        .expression_attribute_names("#k", cattr::KEY)
+        .send()
+        .await;
+    match put {
+        Ok(_) => {}
+        Err(SdkError::ServiceError(se))
+            if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+        {
+            return Ok(Swept::AlreadySwept)
+        }
+        Err(e) => return Err(Error::dynamo("PutItem", e)),
     }
-    Ok(items)
+    let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
+    Ok(if decrement(deps, t, released, Some(before)).await? {
+        Swept::Released(released)
+    } else {
+        Swept::Counted
+    })
+}
+
+/// `ADD itemCount -k, ver 1` on `{tenant}`, only while the count is at least `k` (and, for a
+/// sweep, only if the reconciler's truth is older than `truth_before` ms). Sent at most once.
+/// Returns whether it applied; a refused decrement leaves the count higher (the safe side).
+async fn decrement(deps: &Deps, t: &TenantId, k: u64, truth_before: Option<i64>) -> Result<bool> {
+    let key = Item::from([(cattr::KEY.to_string(), s(keys::tenant_connections(t)))]);
+    let mut p = Parts::default();
+    p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+    p.value(":k", n(k))
+        .value(":neg", n(-(k as i64)))
+        .value(":one", n(1));
+    p.conditions.push("#c >= :k".into());
+    if let Some(before) = truth_before {
+        p.name("#ta", cattr::TRUTH_AT);
+        p.value(":before", n(before));
+        p.conditions
+            .push("attribute_not_exists(#ta) OR #ta < :before".into());
+    }
+    p.add.push("#c :neg".into());
+    p.add.push("#v :one".into());
+    match write::update(
+        deps,
+        &deps.tables.counters,
+        &key,
+        &p,
+        ReturnValue::None,
+        Retries::AtMostOnce,
+    )
+    .await?
+    {
+        Written::Applied(_) => Ok(true),
+        Written::Refused(old) => {
+            let count = old.as_ref().and_then(|o| item::num(o, cattr::ITEM_COUNT));
+            tracing::warn!(tenant = %t, released = k, ?count, "count not decremented");
+            Ok(false)
+        }
+    }
 }
 
 /// Parses connection ids read back from a table or stream image, logging and skipping any that are

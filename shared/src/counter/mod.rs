@@ -17,6 +17,21 @@ pub mod attr {
     pub const CONNECTION_ID: &str = "connectionId";
     /// On connection rows: epoch seconds the connection was admitted.
     pub const CONNECTED_AT: &str = "connectedAt";
+    /// On `{tenant}`: incremented by every write to the open count, so the reconciler can repair
+    /// the count only if nothing touched it meanwhile (decision 0305).
+    pub const VERSION: &str = "ver";
+    /// On `{tenant}`: epoch ms of the last `$connect` reservation (a refusal soon after it waits
+    /// for that reservation to settle).
+    pub const RESERVED_AT: &str = "reservedAt";
+    /// On `{tenant}` (fixed windows): the start (epoch s) of the minute `connMinuteCount` counts.
+    pub const CONN_MINUTE: &str = "connMinute";
+    /// On `{tenant}` (fixed windows): connections opened by the tenant during `connMinute`.
+    pub const CONN_MINUTE_COUNT: &str = "connMinuteCount";
+    /// On `{tenant}` (`rateAlgorithm = gcra`): the per-minute bucket's TAT (epoch ns).
+    pub const CONN_TAT: &str = "connTat";
+    /// On `{tenant}`: epoch ms of the truth the reconciler last set the count from; a TTL sweep of
+    /// a session deleted before it must not decrement again.
+    pub const TRUTH_AT: &str = "truthAt";
 }
 
 pub fn table(name: &str) -> TableDef {

@@ -1,7 +1,6 @@
 //! The per-minute connection limits, as seed 003's fixed windows: `minStart = floor(epoch/60)*60`,
-//! rows expiring at `minStart + 61`. Kept behind [`MinuteWindow`] so the per-tenant GCRA option
-//! (`rateAlgorithm = gcra`, decision 0304) replaces the condition and update expression without
-//! touching the admission transaction.
+//! folded into the tenant's counter item and the session item (`connMinute`, `connMinuteCount`;
+//! decision 0305). A tenant with `rateAlgorithm = gcra` keeps a GCRA TAT there instead (0304).
 
 use std::time::Duration;
 
@@ -36,37 +35,6 @@ impl MinuteWindow {
     pub fn duration() -> Duration {
         Duration::from_secs(WINDOW_SECS as u64)
     }
-}
-
-/// The per-minute admission of one counter row as a transaction item: `ADD itemCount 1` and
-/// `SET itemTTL = minStart + 61`, if the row is absent or `itemCount < cap`. One write, and nothing
-/// spent when the condition fails. A tenant with `rateAlgorithm = gcra` gets a GCRA update instead
-/// (`admission::connect`, decision 0304); `connect` calls this for both per-minute limits of a fixed
-/// tenant and only reads whether its condition failed.
-pub fn admit_item(
-    table: &str,
-    key: String,
-    cap: u64,
-    now: Timestamp,
-) -> crate::Result<aws_sdk_dynamodb::types::TransactWriteItem> {
-    use crate::admission::{item::n, txn};
-    use crate::counter::attr;
-    let w = MinuteWindow::at(now);
-    txn::update(
-        table,
-        std::collections::HashMap::from([(
-            attr::KEY.to_string(),
-            aws_sdk_dynamodb::types::AttributeValue::S(key),
-        )]),
-        "ADD #c :one SET #t = :ttl",
-        Some("attribute_not_exists(#c) OR #c < :cap"),
-        txn::names(&[("#c", attr::ITEM_COUNT), ("#t", attr::ITEM_TTL)]),
-        txn::values(vec![
-            (":one", n(1)),
-            (":ttl", n(w.item_ttl())),
-            (":cap", n(cap)),
-        ]),
-    )
 }
 
 #[cfg(test)]

@@ -16,6 +16,12 @@ pub mod attr {
     pub const MSG_MINUTE: &str = "msgMinute";
     /// Messages sent on the session during `msgMinute`.
     pub const MSG_COUNT: &str = "msgCount";
+    /// Epoch seconds of the minute `connMinuteCount` counts (fixed windows; decision 0305).
+    pub const CONN_MINUTE: &str = "connMinute";
+    /// Connections opened on the session during `connMinute`.
+    pub const CONN_MINUTE_COUNT: &str = "connMinuteCount";
+    /// The session's per-minute connection bucket (`rateAlgorithm = gcra`): its TAT, epoch ns.
+    pub const CONN_TAT: &str = "connTat";
 }
 
 pub fn table(name: &str) -> TableDef {

@@ -37,7 +37,8 @@ pub enum Upsert {
     /// The session is live with the new TTL (created, or refreshed while still live).
     Live(Session),
     /// A stored session had expired without DynamoDB deleting it yet: it was replaced by a fresh one
-    /// and these are its stale connections, which the caller must close and release.
+    /// and `stale` is the replaced row (the put's `ALL_OLD`): the caller must close and release its
+    /// connections, which left with it.
     Replaced { session: Session, stale: Session },
 }
 
@@ -74,8 +75,10 @@ pub async fn create_or_refresh(
         Err(SdkError::ServiceError(se)) => match se.err() {
             UpdateItemError::ConditionalCheckFailedException(e) => {
                 let old = e.item().cloned().unwrap_or_default();
-                let stale = from_item(table, &old)?;
-                replace_expired(deps, t, sid, ttl, &stale).await?;
+                let seen = from_item(table, &old)?;
+                // The ids to release come from the replaced item itself (`ALL_OLD` of the put),
+                // not from this earlier image: a disconnect in between already released its own.
+                let stale = replace_expired(deps, t, sid, ttl, &seen).await?;
                 let session = Session {
                     tenant_id: t.to_string(),
                     session_id: sid.to_string(),
@@ -91,27 +94,36 @@ pub async fn create_or_refresh(
 }
 
 /// Replaces the expired row with a fresh one, only if it is still the same expired row (same TTL),
-/// so a concurrent refresh is never overwritten.
+/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then.
 async fn replace_expired(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     ttl: i64,
     stale: &Session,
-) -> Result<()> {
+) -> Result<Session> {
     let mut it = key(t, sid);
     it.insert(attr::SESSION_TTL.to_string(), n(ttl));
-    deps.dynamo
+    let out = deps
+        .dynamo
         .put_item()
         .table_name(&deps.tables.sessions)
         .set_item(Some(it))
         .condition_expression("#ttl = :old")
         .expression_attribute_names("#ttl", attr::SESSION_TTL)
         .expression_attribute_values(":old", n(stale.session_ttl))
+        .return_values(ReturnValue::AllOld)
         .send()
         .await
         .map_err(|e| Error::dynamo("PutItem", e))?;
-    Ok(())
+    match out.attributes() {
+        Some(old) => from_item(&deps.tables.sessions, old),
+        // Cannot happen (the condition needs the row); releasing nothing is the safe side.
+        None => Ok(Session {
+            connection_ids: vec![],
+            ..stale.clone()
+        }),
+    }
 }
 
 /// 1 GetItem (strongly consistent). Returns the row whether or not it has expired.

@@ -1,0 +1,1 @@
+//! Reconciler (to come).

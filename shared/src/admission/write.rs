@@ -1,0 +1,175 @@
+//! One conditional `UpdateItem` built from expression parts, with the old item back when its
+//! condition fails (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so callers decide without a
+//! read. Writes that must apply at most once (decrements, and `$connect`'s session write, whose
+//! "already a member" answer would otherwise be mistaken for a repeated `$connect`) are sent with
+//! the SDK's automatic retries off: a timeout then leaves the write unknown, and the caller keeps
+//! the safe side (a count too high, repaired by the reconciler) instead of applying it twice.
+//! Throttling answers are retried here: DynamoDB rejected those requests without applying them.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::item::Item;
+use crate::error::{Error, Result};
+use crate::Deps;
+
+/// Throttled attempts of an at-most-once write before giving up (each one a counted call).
+const THROTTLE_ATTEMPTS: u32 = 4;
+
+/// The parts of one conditional update; [`Parts::update`] and [`Parts::condition`] join them.
+#[derive(Debug, Clone, Default)]
+pub struct Parts {
+    pub conditions: Vec<String>,
+    pub set: Vec<String>,
+    pub add: Vec<String>,
+    pub delete: Vec<String>,
+    pub names: HashMap<String, String>,
+    pub values: HashMap<String, AttributeValue>,
+}
+
+impl Parts {
+    pub fn name(&mut self, placeholder: &str, attr: &str) -> &mut Self {
+        self.names.insert(placeholder.into(), attr.into());
+        self
+    }
+
+    pub fn value(&mut self, placeholder: &str, v: AttributeValue) -> &mut Self {
+        self.values.insert(placeholder.into(), v);
+        self
+    }
+
+    pub fn condition(&self) -> Option<String> {
+        (!self.conditions.is_empty()).then(|| {
+            self.conditions
+                .iter()
+                .map(|c| format!("({c})"))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        })
+    }
+
+    pub fn update(&self) -> String {
+        let mut u = Vec::new();
+        if !self.set.is_empty() {
+            u.push(format!("SET {}", self.set.join(", ")));
+        }
+        if !self.add.is_empty() {
+            u.push(format!("ADD {}", self.add.join(", ")));
+        }
+        if !self.delete.is_empty() {
+            u.push(format!("DELETE {}", self.delete.join(", ")));
+        }
+        u.join(" ")
+    }
+}
+
+/// How a write may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retries {
+    /// The SDK's standard retries: for writes whose repetition errs on the safe side.
+    Sdk,
+    /// At most once: only throttled attempts (never applied) are sent again.
+    AtMostOnce,
+}
+
+/// The outcome of one conditional update.
+#[derive(Debug)]
+pub enum Written {
+    /// Applied; the attributes asked for with `returned` (empty when none).
+    Applied(Item),
+    /// The condition failed: the item as it was (`None` when there was no item). Nothing changed.
+    Refused(Option<Item>),
+}
+
+fn throttled(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some(
+            "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "RequestLimitExceeded"
+        )
+    )
+}
+
+/// One `UpdateItem` on `key` of `table` (1 call; at most [`THROTTLE_ATTEMPTS`] when throttled
+/// with [`Retries::AtMostOnce`]).
+pub async fn update(
+    deps: &Deps,
+    table: &str,
+    key: &Item,
+    parts: &Parts,
+    returned: ReturnValue,
+    retries: Retries,
+) -> Result<Written> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut req = deps
+            .dynamo
+            .update_item()
+            .table_name(table)
+            .set_key(Some(key.clone()))
+            .update_expression(parts.update())
+            .set_condition_expression(parts.condition())
+            .set_expression_attribute_names((!parts.names.is_empty()).then(|| parts.names.clone()))
+            .set_expression_attribute_values(
+                (!parts.values.is_empty()).then(|| parts.values.clone()),
+            )
+            .return_values(returned.clone())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .customize();
+        if retries == Retries::AtMostOnce {
+            req = req.config_override(
+                aws_sdk_dynamodb::config::Builder::default().retry_config(RetryConfig::disabled()),
+            );
+        }
+        match req.send().await {
+            Ok(out) => {
+                return Ok(Written::Applied(
+                    out.attributes().cloned().unwrap_or_default(),
+                ))
+            }
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                UpdateItemError::ConditionalCheckFailedException(e) => {
+                    return Ok(Written::Refused(
+                        e.item().filter(|i| !i.is_empty()).cloned(),
+                    ))
+                }
+                other
+                    if retries == Retries::AtMostOnce
+                        && throttled(other.code())
+                        && attempt < THROTTLE_ATTEMPTS =>
+                {
+                    super::txn::backoff(attempt).await;
+                }
+                _ => return Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
+            },
+            Err(e) => return Err(Error::dynamo("UpdateItem", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_join_into_expressions() {
+        let mut p = Parts::default();
+        assert_eq!(p.condition(), None);
+        p.conditions.push("a OR b".into());
+        p.conditions.push("c".into());
+        p.set.push("#x = :x".into());
+        p.add.push("#c :one".into());
+        p.add.push("#v :one".into());
+        assert_eq!(p.condition().unwrap(), "(a OR b) AND (c)");
+        assert_eq!(p.update(), "SET #x = :x ADD #c :one, #v :one");
+        assert!(throttled(Some("ThrottlingException")));
+        assert!(!throttled(Some("ConditionalCheckFailedException")));
+    }
+}
