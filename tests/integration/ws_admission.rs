@@ -566,3 +566,68 @@ async fn a_cap_of_zero_blocks_the_first_connect_too() {
         }
     }
 }
+
+/// Issue 11's targets in write units (the call counter's capacity meter): `$connect` ≤ 4 WCU
+/// (measured 2), `$disconnect` ≤ 2 (2), a message 1; refusals: by the tenant 1, by the session 3
+/// (reserve, refused, give back), by a zero limit 0.
+#[tokio::test]
+async fn write_units_per_path_meet_the_targets() {
+    use shared::capacity::Units;
+    let w = World::new().await;
+    let limits = Limits::example(100, 100, 1, 2, 300, 60);
+    w.put_tenant(T, limits).await;
+    for s in ["s1", "s2", "s3"] {
+        w.put_session(T, s).await;
+    }
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 5));
+    let units = |w: &World| w.env.counter.units();
+
+    w.env.counter.reset();
+    assert_eq!(w.connect(T, "s1", "c1", &limits).await.status_code, 200);
+    let connect = units(&w);
+    assert_eq!(connect, Units::write(2.0), "$connect");
+    assert!(connect.write <= 4.0);
+
+    w.env.counter.reset();
+    assert_eq!(w.send(T, "s1", "c1", &limits, "hi").await.status_code, 200);
+    assert_eq!(units(&w), Units::write(1.0), "message");
+
+    // Refused by the session (one connection per session): reserve, refused, give back.
+    w.env.counter.reset();
+    let r = w.connect(T, "s1", "c2", &limits).await;
+    assert_eq!(
+        body_json(&r)["violated-policies"][0],
+        "connectionsPerSession"
+    );
+    assert_eq!(units(&w), Units::write(3.0), "refused by the session");
+
+    // Refused by the tenant (2 open), once nothing is in flight: one refused write.
+    assert_eq!(w.connect(T, "s2", "c3", &limits).await.status_code, 200);
+    w.env.clock.advance(Duration::from_secs(1));
+    w.env.counter.reset();
+    let r = w.connect(T, "s3", "c4", &limits).await;
+    assert_eq!(body_json(&r)["violated-policies"][0], "tenantConnections");
+    assert_eq!(units(&w), Units::write(1.0), "refused by the tenant");
+
+    w.env.counter.reset();
+    assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
+    let disconnect = units(&w);
+    assert_eq!(disconnect, Units::write(2.0), "$disconnect");
+    assert!(disconnect.write <= 2.0);
+    // A repeated disconnect releases nothing: one write.
+    w.env.counter.reset();
+    assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
+    assert_eq!(units(&w), Units::write(1.0), "repeated $disconnect");
+
+    // A zero limit: no call at all.
+    let mut zero = limits;
+    zero.session_per_minute = 0;
+    w.env.counter.reset();
+    assert_eq!(w.connect(T, "s3", "c5", &zero).await.status_code, 429);
+    assert_eq!(units(&w), Units::ZERO);
+    assert_eq!(w.env.counter.total(), 0);
+}
