@@ -5,6 +5,7 @@ mod dev;
 mod invoke;
 mod kv;
 mod limits;
+mod reconcile;
 mod reservation;
 mod state;
 mod tables;
@@ -49,6 +50,8 @@ enum Command {
     State(state::Args),
     /// Create, show, list or delete tenants and their WebSocket limits (seed 003).
     Tenant(tenant::Args),
+    /// Repair leaked open-connection counts from the sessions' connection ids (prints a report).
+    Reconcile(reconcile::Args),
 }
 
 #[tokio::main]
@@ -65,6 +68,7 @@ async fn main() -> ExitCode {
         Command::Kv(args) => kv::run(args).await,
         Command::State(args) => state::run(args).await,
         Command::Tenant(args) => tenant::run(args).await,
+        Command::Reconcile(args) => reconcile::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,6 +15,7 @@ mod ws_admission;
 mod ws_authorizer;
 mod ws_gcra;
 mod ws_message;
+mod ws_reconcile;
 mod ws_session_api;
 mod ws_support;
 mod ws_sweeper;

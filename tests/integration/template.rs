@@ -45,6 +45,7 @@ const TENANT_FUNCTIONS: &[&str] = &[
     "message",
     "session-api",
     "ttl-sweeper",
+    "reconciler",
 ];
 
 /// Per-function config readers.
@@ -85,6 +86,11 @@ fn function_readers(function: &str) -> Vec<(&'static str, Reader)> {
         })),
         "ttl-sweeper" => readers.push(("ttl_sweeper::Config::from_vars", |v| {
             ttl_sweeper::Config::from_vars(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
+        "reconciler" => readers.push(("reconciler::Config::from_vars", |v| {
+            reconciler::Config::from_vars(v)
                 .map(drop)
                 .map_err(|e| e.to_string())
         })),
@@ -164,6 +170,14 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
         ],
         // a tombstone per stream record (PutItem), then the count down.
         "ttl-sweeper" => vec![(Some(Counters), &["dynamodb:PutItem", "dynamodb:UpdateItem"])],
+        // reconcile: Scan the tenants (execution role even when isolated: no leading key), Query each
+        // tenant's sessions, release gone ids (UpdateItem session + count), read and repair the
+        // count (GetItem, UpdateItem).
+        "reconciler" => vec![
+            (Some(Tenants), &["dynamodb:Scan"]),
+            (Some(Sessions), &["dynamodb:Query", "dynamodb:UpdateItem"]),
+            (Some(Counters), &["dynamodb:GetItem", "dynamodb:UpdateItem"]),
+        ],
         // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token one
         // TransactWriteItems (Delete the row, Update the ledger item), or DeleteItem alone.
         "token-remover" => vec![
@@ -680,7 +694,7 @@ fn every_function_crate_has_exactly_one_function_built_by_cargo_lambda() {
     let t = load_template();
     let stack = Stack::new(&t, &[]);
     let crates = crates_in_functions_dir();
-    assert_eq!(crates.len(), 7, "{crates:?}");
+    assert_eq!(crates.len(), 8, "{crates:?}");
     let built: BTreeSet<String> = stack.functions().into_values().collect();
     assert_eq!(
         built, crates,
@@ -1067,7 +1081,14 @@ fn execution_roles_are_least_privilege() {
                 let resources = strings(&s["Resource"]);
                 for a in &actions {
                     assert!(!a.ends_with('*'), "{ctx}: wildcard action {a}");
-                    assert!(a != "dynamodb:Scan", "{ctx}: Scan");
+                }
+                // One Scan in the stack: the reconciler listing the tenant ids, and nothing else
+                // in that statement (a Scan has no leading key for TenantRole to scope).
+                if actions.iter().any(|a| a == "dynamodb:Scan") {
+                    assert_eq!(function, "reconciler", "{ctx}: Scan");
+                    assert_eq!(actions, ["dynamodb:Scan"], "{ctx}");
+                    assert_eq!(resources, [arn_of_table(&names.tenants)], "{ctx}");
+                    continue;
                 }
                 if resources.iter().any(|r| r == "*") {
                     assert_eq!(
@@ -1087,7 +1108,8 @@ fn execution_roles_are_least_privilege() {
                         );
                     }
                     assert!(
-                        ["message", "session-api", "ttl-sweeper"].contains(&function.as_str()),
+                        ["message", "session-api", "ttl-sweeper", "reconciler"]
+                            .contains(&function.as_str()),
                         "{ctx}: posts to connections"
                     );
                 }
@@ -1180,18 +1202,23 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 }
             }
             if isolated {
-                // Tenant rows only through TenantRole, which must allow all of it.
-                for (table, actions) in &need {
+                // Tenant rows only through TenantRole, which must allow all of it — except a Scan
+                // (the reconciler listing tenants), which has no leading key for TenantRole to
+                // scope and so stays on the execution role.
+                for (table, actions) in need.iter_mut() {
                     if tenant_tables.contains(table) {
-                        let missing: Vec<&String> = actions.difference(&role_actions).collect();
+                        let (unscoped, scoped): (BTreeSet<String>, BTreeSet<String>) =
+                            actions.iter().cloned().partition(|a| a == "dynamodb:Scan");
+                        let missing: Vec<&String> = scoped.difference(&role_actions).collect();
                         assert!(
                             missing.is_empty(),
                             "{ctx}: TenantRole lacks {missing:?} on {table}"
                         );
-                        tenant_needs.extend(actions.iter().cloned());
+                        tenant_needs.extend(scoped);
+                        *actions = unscoped;
                     }
                 }
-                need.retain(|table, _| !tenant_tables.contains(table));
+                need.retain(|_, actions| !actions.is_empty());
             }
             assert_eq!(
                 granted, need,

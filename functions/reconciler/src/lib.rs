@@ -1,0 +1,122 @@
+//! The reconciler (issue 12, defect 7), run on an EventBridge schedule: recomputes each tenant's
+//! open connections from its sessions' `connectionIds`, releases ids whose socket is gone
+//! (`GET @connections` answered 410 twice, a grace apart), and sets the tenant's count to the truth
+//! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0305). Answers the
+//! report (per tenant: counted, truth, stale ids released, repaired from → to, or busy/skipped).
+//!
+//! The event may narrow or soften a run: `{"tenantId": "acme", "dryRun": true}` at the top level
+//! or in `detail` (an EventBridge schedule sends `detail: {}`: every tenant, for real). A malformed
+//! field is logged and the run refused (an error), since guessing could repair the wrong tenant.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shared::admission::reconcile::{self, Options, Probe, Report};
+use shared::config::{ConfigError, Vars};
+use shared::gateway::Gateway;
+use shared::ids::TenantId;
+use shared::isolation::{self, TenantClients};
+use shared::Deps;
+
+/// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30; see the module docs of
+/// `shared::admission::reconcile`: it must exceed how long a `$connect` can be half-way).
+pub const GRACE_VAR: &str = "TURNSTILE_RECONCILE_GRACE_SECS";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub grace: Duration,
+    /// `TURNSTILE_MANAGEMENT_ENDPOINT`: where sockets are probed; unset skips probing.
+    pub management_endpoint: Option<String>,
+}
+
+impl Config {
+    pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
+        let grace = match vars.get(GRACE_VAR) {
+            None => reconcile::DEFAULT_GRACE,
+            Some(v) => Duration::from_secs(v.trim().parse().map_err(|_| ConfigError::Invalid {
+                var: GRACE_VAR.into(),
+                value: v.clone(),
+                reason: "expected whole seconds".into(),
+            })?),
+        };
+        Ok(Config {
+            grace,
+            management_endpoint: Gateway::endpoint_from_vars(vars)?,
+        })
+    }
+}
+
+pub struct State {
+    pub config: Config,
+    pub gateway: Gateway,
+    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` uses the execution role.
+    pub tenant_clients: Option<TenantClients>,
+}
+
+impl State {
+    pub fn new(config: &Config, gateway: Gateway) -> Self {
+        State {
+            config: config.clone(),
+            gateway,
+            tenant_clients: None,
+        }
+    }
+
+    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
+    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
+        self.tenant_clients = Some(clients);
+        self
+    }
+}
+
+/// What the event asks for: a tenant (or all) and whether to write.
+pub fn options(event: &Value, grace: Duration) -> Result<Options, String> {
+    let field = |name: &str| {
+        event
+            .get(name)
+            .or_else(|| event.get("detail").and_then(|d| d.get(name)))
+    };
+    let tenant = match field("tenantId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(TenantId::parse(t).map_err(|e| e.to_string())?),
+        Some(other) => return Err(format!("tenantId must be a string, not {other}")),
+    };
+    let dry_run = match field("dryRun") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(format!("dryRun must be true or false, not {other}")),
+    };
+    Ok(Options {
+        tenant,
+        dry_run,
+        grace,
+    })
+}
+
+pub async fn handle(deps: &Deps, state: &State, event: Value) -> Result<Report, shared::Error> {
+    let options = options(&event, state.config.grace).map_err(|reason| {
+        tracing::error!(%reason, "refusing a reconcile event");
+        shared::Error::Other(format!("bad reconcile event: {reason}"))
+    })?;
+    let probe = state
+        .config
+        .management_endpoint
+        .clone()
+        .map(|endpoint| Probe {
+            gateway: &state.gateway,
+            endpoint,
+        });
+    let clients = state.tenant_clients.as_ref();
+    let report = reconcile::run(deps, &options, probe.as_ref(), |t| async move {
+        Ok(isolation::tenant_deps(clients, deps, &t)
+            .await?
+            .into_owned())
+    })
+    .await?;
+    tracing::info!(
+        tenants = report.tenants.len(),
+        repaired = report.repaired(),
+        "reconcile finished"
+    );
+    Ok(report)
+}
