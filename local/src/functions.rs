@@ -1,4 +1,4 @@
-//! The seven functions behind [`Invoke`], built once with the same configuration their `main.rs`
+//! The eight functions behind [`Invoke`], built once with the same configuration their `main.rs`
 //! reads, so the local stack and `turnstile invoke` run exactly the deployed handler code.
 
 use std::future::Future;
@@ -22,6 +22,7 @@ pub struct LocalFunctions {
     message: message::State,
     session: session_api::State,
     sweeper: ttl_sweeper::State,
+    reconciler: reconciler::State,
     /// The token remover needs its processors configured; without them it answers every event with
     /// the configuration error instead of keeping the rest of the stack from starting.
     remover: Result<token_remover::Remover, String>,
@@ -49,6 +50,7 @@ impl LocalFunctions {
             message: message::State::new(&message::Config::from_vars(&vars)?, gateway()),
             session: session_api::State::new(&session_api::Config::from_vars(&vars)?, gateway()),
             sweeper: ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars)?, gateway()),
+            reconciler: reconciler::State::new(&reconciler::Config::from_vars(&vars)?, gateway()),
             remover,
             deps,
         }))
@@ -112,6 +114,12 @@ impl Invoke for LocalFunctions {
                 "ttl-sweeper" => {
                     call(function, event, |e| async {
                         Ok::<_, shared::Error>(ttl_sweeper::handle(d, &self.sweeper, e).await)
+                    })
+                    .await
+                }
+                "reconciler" => {
+                    call(function, event, |e: Value| {
+                        reconciler::handle(d, &self.reconciler, e)
                     })
                     .await
                 }

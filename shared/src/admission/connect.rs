@@ -47,7 +47,8 @@ use crate::Deps;
 pub const MAX_ATTEMPTS: u32 = 8;
 /// How recent a reservation must be for a step-1 refusal to wait for it to settle.
 pub const SETTLE: Duration = Duration::from_millis(500);
-/// Step-1 refusals re-tried while reservations settle (jittered backoff: 10, 20, 40 ... ms).
+/// Step-1 refusals re-tried while reservations settle (jittered backoff up to 20, 40, 80, 160,
+/// 320, 320 ms: under a second in all).
 const SETTLE_ATTEMPTS: u32 = 6;
 /// Step 2 is not sent later than this after step 1 (so a reservation is settled within a known
 /// time: the reconciler's grace must exceed it).
@@ -237,6 +238,8 @@ pub struct Reservation {
     minute: Minute,
     /// The decision instant (the GCRA spend's `now`).
     at: Timestamp,
+    /// When step 1 applied (process time), for [`JOIN_DEADLINE`].
+    reserved: std::time::Instant,
 }
 
 /// The first limit that is 0 (it blocks its dimension: refused with no call).
@@ -375,6 +378,7 @@ pub async fn reserve(
                     tenant: t.clone(),
                     minute,
                     at: now,
+                    reserved: std::time::Instant::now(),
                 }));
             }
             Written::Refused(old) => {
@@ -439,7 +443,6 @@ pub async fn join(
     hints: &Hints,
     reservation: &Reservation,
 ) -> Result<Admission> {
-    let started = std::time::Instant::now();
     let now = reservation.at;
     let alg = limits.rate_algorithm;
     let key = sstore::key(t, sid);
@@ -456,7 +459,7 @@ pub async fn join(
         now,
     )?;
     for _ in 0..MAX_ATTEMPTS {
-        if started.elapsed() > JOIN_DEADLINE {
+        if reservation.reserved.elapsed() > JOIN_DEADLINE {
             return Err(Error::Other(format!(
                 "joining {cid} to {t}/{sid}: past the {JOIN_DEADLINE:?} deadline"
             )));

@@ -154,14 +154,14 @@ fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
 }
 
 /// Ids (with their session) whose socket the Management API says is gone.
-async fn gone(
-    probe: &Probe<'_>,
-    ids: impl Iterator<Item = (String, String)>,
-) -> Result<Vec<(String, String)>> {
-    let checks = ids.map(|(sid, cid)| async move {
-        let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
-        (sid, cid, live)
-    });
+async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> Result<Vec<(String, String)>> {
+    let mut checks = Vec::with_capacity(ids.len());
+    for (sid, cid) in ids {
+        checks.push(async move {
+            let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
+            (sid, cid, live)
+        });
+    }
     let mut out = Vec::new();
     for (sid, cid, live) in futures::future::join_all(checks).await {
         if !live? {
@@ -245,9 +245,12 @@ where
         for w in work.iter_mut().filter(|w| !w.done) {
             let step = async {
                 let ss = sessions(&w.deps, &w.tenant).await?;
-                let ids = ss
-                    .iter()
-                    .flat_map(|(sid, ids)| ids.iter().map(move |c| (sid.clone(), c.clone())));
+                let mut ids = Vec::new();
+                for (sid, cids) in ss {
+                    for c in cids {
+                        ids.push((sid.clone(), c));
+                    }
+                }
                 gone(p, ids).await
             };
             match step.await {
@@ -330,7 +333,7 @@ fn skip(w: &mut Work, reason: String) {
 
 async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool) -> Result<()> {
     if let (Some(p), false) = (probe, w.candidates.is_empty()) {
-        let still = gone(p, w.candidates.drain(..)).await?;
+        let still = gone(p, std::mem::take(&mut w.candidates)).await?;
         let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (sid, cid) in still {
             by_session.entry(sid).or_default().push(cid);
