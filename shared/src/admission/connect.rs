@@ -37,7 +37,7 @@ use crate::counter::{attr as cattr, keys};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
 use crate::ids::{ConnectionId, SessionId, TenantId};
-use crate::kv::write::{Case, SpendPlan, Target};
+use crate::kv::write::{SpendPlan, Target};
 use crate::refusal::Refusal;
 use crate::session::{attr as sattr, store as sstore};
 use crate::tenant::{Limits, WindowAlgorithm};
@@ -602,24 +602,12 @@ impl Reservation {
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
     }
-
-    /// Whether the tenant's minute was spent as a GCRA bucket.
-    pub fn is_gcra(&self) -> bool {
-        matches!(self.minute, Minute::Gcra(_))
-    }
-
-    /// Whether the GCRA bet was on an idle bucket (for tests of the bet).
-    pub fn gcra_case(&self) -> Option<Case> {
-        match &self.minute {
-            Minute::Gcra(p) => Some(p.case),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::write::Case;
 
     fn old(pairs: &[(&str, i64)]) -> Item {
         pairs.iter().map(|(k, v)| (k.to_string(), n(v))).collect()

@@ -41,6 +41,9 @@ use crate::ids::{SessionId, TenantId};
 use crate::session::attr as sattr;
 use crate::Deps;
 
+/// Management API probes in flight at once.
+const PROBES_IN_FLIGHT: usize = 32;
+
 /// Default grace between the phases: longer than any `$connect` or release can be half-way.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
@@ -155,19 +158,21 @@ fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
 
 /// Ids (with their session) whose socket the Management API says is gone.
 async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> Result<Vec<(String, String)>> {
-    let mut checks = Vec::with_capacity(ids.len());
-    for (sid, cid) in ids {
-        checks.push(async move {
-            let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
-            (sid, cid, live)
-        });
-    }
+    use futures::stream::{self, StreamExt};
+    let checks = stream::iter(ids.into_iter().map(|(sid, cid)| async move {
+        let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
+        (sid, cid, live)
+    }))
+    .buffer_unordered(PROBES_IN_FLIGHT)
+    .collect::<Vec<_>>()
+    .await;
     let mut out = Vec::new();
-    for (sid, cid, live) in futures::future::join_all(checks).await {
+    for (sid, cid, live) in checks {
         if !live? {
             out.push((sid, cid));
         }
     }
+    out.sort();
     Ok(out)
 }
 
