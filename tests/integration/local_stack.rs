@@ -117,6 +117,25 @@ impl Local {
         r.json()["connectionIds"].as_array().map_or(0, |a| a.len())
     }
 
+    /// The tenant's open-connection count (`itemCount` on its counter item; 0 when absent).
+    async fn open_count(&self, t: &str) -> i64 {
+        let out = self
+            .env
+            .deps
+            .dynamo
+            .get_item()
+            .table_name(&self.env.deps.tables.counters)
+            .key("key", aws_sdk_dynamodb::types::AttributeValue::S(t.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        out.item()
+            .and_then(|i| i.get("itemCount"))
+            .and_then(|v| v.as_n().ok())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
     async fn shutdown(mut self) {
         if let Some(s) = self.stack.take() {
             s.shutdown().await;
@@ -328,7 +347,12 @@ async fn a_dropped_tcp_connection_still_reaches_disconnect() {
     let ws = l.connect("drop", "s").await.unwrap();
     // No close frame: the TCP stream just goes away.
     drop(ws);
-    assert!(eventually(5, async || l.live_connections("drop", "s").await == 0).await);
+    // The release leaves the session first, then the tenant's count (decision 0305): wait for both.
+    assert!(
+        eventually(5, async || l.live_connections("drop", "s").await == 0
+            && l.open_count("drop").await == 0)
+        .await
+    );
     // The capacity came back: the session's single slot admits a new connection.
     assert!(l.connect("drop", "s").await.is_ok());
     l.shutdown().await;
