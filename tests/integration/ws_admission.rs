@@ -160,8 +160,9 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     // ones by a session a give-back, and refusals decided while reservations settle retry.
     let calls = w.env.counter.total();
     eprintln!(
-        "50 concurrent connects: {calls} calls {:?}",
-        w.env.counter.by_operation()
+        "50 concurrent connects: {calls} calls {:?}, {:?}",
+        w.env.counter.by_operation(),
+        w.env.counter.units()
     );
     assert!(calls >= 60);
     assert_eq!(w.env.counter.by_operation().len(), 1, "UpdateItem only");
