@@ -201,7 +201,7 @@ fn jwt_context(authorization: &str) -> Option<Value> {
             c => c,
         })
         .collect();
-    while b64.len() % 4 != 0 {
+    while !b64.len().is_multiple_of(4) {
         b64.push('=');
     }
     let bytes = aws_smithy_types::base64::decode(&b64).ok()?;
