@@ -76,9 +76,13 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let answer = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.gcra_hints)
-        .await?
-    {
+    let admission =
+        match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.gcra_hints).await {
+            Ok(a) => a,
+            // A key outside the tenant (the key guard): a logged 500, never a panic.
+            Err(e) => return Ok(respond::websocket(&respond::guard_refusal(e)?)),
+        };
+    let answer = match admission {
         Admission::Admitted | Admission::AlreadyAdmitted => {
             respond::message(200, format!("connected to session {sid}"))
         }

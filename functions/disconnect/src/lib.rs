@@ -59,7 +59,11 @@ pub async fn handle(
     };
     let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
     let deps: &Deps = &scoped;
-    let released = release::disconnect(deps, &t, &sid, &cid).await?;
+    let released = match release::disconnect(deps, &t, &sid, &cid).await {
+        Ok(r) => r,
+        // A key outside the tenant (the key guard): a logged 500, never a panic.
+        Err(e) => return Ok(respond::websocket(&respond::guard_refusal(e)?)),
+    };
     tracing::info!(tenant = %t, session = %sid, connection = %cid, released, "disconnect");
     let text = if released {
         "released"

@@ -141,7 +141,7 @@ fn buckets(
             2,
             Limit::TenantPerMinute,
             limits.tenant_per_minute,
-            keys::tenant_gcra_minute(t),
+            keys::tenant_gcra_minute(t)?,
             now,
             hints,
         )?,
@@ -150,7 +150,7 @@ fn buckets(
             3,
             Limit::SessionPerMinute,
             limits.session_per_minute,
-            keys::session_gcra_minute(t, sid),
+            keys::session_gcra_minute(t, sid)?,
             now,
             hints,
         )?,
@@ -320,7 +320,7 @@ fn build(
     let w = MinuteWindow::at(now);
     let session_ttl =
         now_secs.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
-    let mut conn_row = counter_key(keys::connection(t, cid));
+    let mut conn_row = counter_key(keys::connection(t, cid)?);
     conn_row.insert(cattr::TENANT_ID.into(), s(t.as_str()));
     conn_row.insert(cattr::SESSION_ID.into(), s(sid.as_str()));
     conn_row.insert(cattr::CONNECTION_ID.into(), s(cid.as_str()));
@@ -328,7 +328,7 @@ fn build(
     Ok(vec![
         txn::update(
             counters,
-            counter_key(keys::tenant_connections(t)),
+            counter_key(keys::tenant_connections(t)?),
             "ADD #c :one",
             Some("attribute_not_exists(#c) OR #c < :cap"),
             txn::names(&[("#c", cattr::ITEM_COUNT)]),
@@ -361,7 +361,7 @@ fn build(
             Some([tenant, _]) => tenant.item()?,
             None => window::admit_item(
                 counters,
-                keys::tenant_minute(t, w.start),
+                keys::tenant_minute(t, w.start)?,
                 limits.tenant_per_minute,
                 now,
             )?,
@@ -370,7 +370,7 @@ fn build(
             Some([_, session]) => session.item()?,
             None => window::admit_item(
                 counters,
-                keys::session_minute(t, sid, w.start),
+                keys::session_minute(t, sid, w.start)?,
                 limits.session_per_minute,
                 now,
             )?,

@@ -42,18 +42,18 @@ pub async fn check(
     let gcra = limits.rate_algorithm == WindowAlgorithm::Gcra;
     let (tenant_minute, session_minute) = if gcra {
         (
-            keys::tenant_gcra_minute(t),
-            keys::session_gcra_minute(t, sid),
+            keys::tenant_gcra_minute(t)?,
+            keys::session_gcra_minute(t, sid)?,
         )
     } else {
         (
-            keys::tenant_minute(t, w.start),
-            keys::session_minute(t, sid, w.start),
+            keys::tenant_minute(t, w.start)?,
+            keys::session_minute(t, sid, w.start)?,
         )
     };
     let k = |key: String| Item::from([(cattr::KEY.to_string(), s(key))]);
     let counter_keys = vec![
-        k(keys::tenant_connections(t)),
+        k(keys::tenant_connections(t)?),
         k(tenant_minute.clone()),
         k(session_minute.clone()),
     ];
@@ -116,7 +116,7 @@ pub async fn check(
     // The seed's order: tenant connections, session connections, tenant/minute, session/minute.
     let open = [
         (
-            Some(count_of(responses, counters, &keys::tenant_connections(t))),
+            Some(count_of(responses, counters, &keys::tenant_connections(t)?)),
             Limit::TenantConnections,
         ),
         (session_open, Limit::ConnectionsPerSession),

@@ -113,13 +113,13 @@ fn build(
     for c in cids {
         items.push(txn::delete_existing(
             counters,
-            counter_key(keys::connection(t, c)),
+            counter_key(keys::connection(t, c)?),
             cattr::KEY,
         )?);
     }
     items.push(txn::update(
         counters,
-        counter_key(keys::tenant_connections(t)),
+        counter_key(keys::tenant_connections(t)?),
         "ADD #c :minus",
         None,
         txn::names(&[("#c", cattr::ITEM_COUNT)]),

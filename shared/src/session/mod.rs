@@ -14,7 +14,8 @@ pub mod attr {
     pub const SESSION_TTL: &str = "sessionTTL";
     /// Epoch seconds of the minute the message counter belongs to.
     pub const MSG_MINUTE: &str = "msgMinute";
-    /// Messages sent on the session during `msgMinute`.
+    /// Messages received on the session during `msgMinute`, refused ones included (a message is
+    /// admitted when its count is at most `messagesPerMinute`; decision 0303).
     pub const MSG_COUNT: &str = "msgCount";
 }
 
