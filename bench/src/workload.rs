@@ -203,7 +203,7 @@ pub fn registry() -> Vec<Spec> {
             id: "websocket-handlers",
             title: "WebSocket path at handler level: authorizer + $connect + $disconnect",
             // 1 BatchGetItem (authorizer, tenant cached) + 2 UpdateItem each for $connect (tenant
-            // counter, then session) and $disconnect (session, then tenant counter): decision 0305.
+            // counter, then session) and $disconnect (session, then tenant counter): decision 0306.
             // Concurrent first connects of a minute both bet "new window": the loser re-bets (one
             // more call), so the 5 is the c = 1 promise.
             expected_calls: Some(5.0),

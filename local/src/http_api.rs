@@ -162,6 +162,9 @@ async fn session(
     if !raw_query.is_empty() {
         event["queryStringParameters"] = Value::Object(query_map(&raw_query));
     }
+    if let Some(jwt) = hdrs.get("authorization").and_then(|h| jwt_context(h)) {
+        event["requestContext"]["authorizer"] = jwt;
+    }
     if !body.is_empty() {
         event["body"] = body_value;
     }
@@ -176,6 +179,50 @@ async fn session(
                 .into_response()
         }
     }
+}
+
+/// `requestContext.authorizer` for an `Authorization: Bearer <JWT>` header, shaped as API Gateway's
+/// JWT authorizer passes it: `{"jwt": {"claims": {..}, "scopes": [..]}}`, every claim a string
+/// (non-string claims as their JSON text), scopes from the `scope` claim. **The token is decoded, not
+/// verified**: the local stack has no issuer to check against, so it trusts the token as the local
+/// caller's word (use it to try `TURNSTILE_SESSION_API_AUTH=jwt`; see docs/session-api-auth.md).
+fn jwt_context(authorization: &str) -> Option<Value> {
+    let token = authorization
+        .strip_prefix("Bearer ")
+        .or_else(|| authorization.strip_prefix("bearer "))?
+        .trim();
+    let payload = token.split('.').nth(1)?;
+    // base64url without padding -> standard base64 with padding.
+    let mut b64: String = payload
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
+    while !b64.len().is_multiple_of(4) {
+        b64.push('=');
+    }
+    let bytes = aws_smithy_types::base64::decode(&b64).ok()?;
+    let Value::Object(raw) = serde_json::from_slice::<Value>(&bytes).ok()? else {
+        return None;
+    };
+    let scopes: Option<Vec<String>> = raw
+        .get("scope")
+        .and_then(Value::as_str)
+        .map(|s| s.split_whitespace().map(str::to_string).collect());
+    let claims: Map<String, Value> = raw
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, Value::String(v))
+        })
+        .collect();
+    Some(json!({"jwt": {"claims": claims, "scopes": scopes}}))
 }
 
 /// Payload 2.0 responses: an object with `statusCode` is used as is; anything else is a 200 JSON body.
@@ -267,6 +314,34 @@ async fn put_events(State(st): State<HttpState>, body: Bytes) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bearer_token_becomes_the_jwt_authorizer_context() {
+        // {"alg":"none"} . {"sub":"u1","custom:tenantId":"acme","exp":1700000000,"scope":"a b"}
+        let enc = |v: &Value| {
+            aws_smithy_types::base64::encode(v.to_string())
+                .trim_end_matches('=')
+                .replace('+', "-")
+                .replace('/', "_")
+        };
+        let token = format!(
+            "{}.{}.sig",
+            enc(&json!({"alg": "none"})),
+            enc(
+                &json!({"sub": "u1", "custom:tenantId": "acme", "exp": 1_700_000_000, "scope": "a b"})
+            )
+        );
+        let ctx = jwt_context(&format!("Bearer {token}")).unwrap();
+        assert_eq!(ctx["jwt"]["claims"]["custom:tenantId"], "acme");
+        assert_eq!(ctx["jwt"]["claims"]["exp"], "1700000000");
+        assert_eq!(ctx["jwt"]["scopes"], json!(["a", "b"]));
+        // It deserialises as the typed event's authorizer.
+        let typed: aws_lambda_events::apigw::ApiGatewayRequestAuthorizer =
+            serde_json::from_value(ctx).unwrap();
+        assert_eq!(typed.jwt.unwrap().claims["sub"], "u1");
+        assert!(jwt_context("Basic abc").is_none());
+        assert!(jwt_context("Bearer not-a-jwt").is_none());
+    }
 
     #[test]
     fn query_strings_decode_like_http_api() {

@@ -3,6 +3,7 @@
 
 use crate::config::ConfigError;
 use crate::ids::IdError;
+use crate::isolation::CrossTenantKey;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -19,6 +20,10 @@ pub enum Error {
     /// A stored item does not have the shape this code writes (a corrupt or foreign row).
     #[error("item in table {table} is malformed: {reason}")]
     MalformedItem { table: String, reason: String },
+    /// A key outside the tenant a request is scoped to (the key guard, `crate::isolation`): always a
+    /// bug in Turnstile, refused before it reaches DynamoDB. Handlers answer it with a logged 500.
+    #[error(transparent)]
+    CrossTenantKey(#[from] CrossTenantKey),
     #[error("{0}")]
     Other(String),
 }

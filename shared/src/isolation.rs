@@ -3,8 +3,9 @@
 //! `tenantId`, counters by `{tenantId}` and `{tenantId}:swept:{sessionId}:{eventId}` (formerly also
 //! per-minute and per-connection rows). Two independent guards hold a function to one tenant's rows:
 //!
-//! 1. **In code**, always: [`check_key`] (and [`TenantClient::key`]) refuse a key outside the tenant
-//!    before any request is built. It compares whole segments: tenant `ab` owns `ab` and `ab:x`, never
+//! 1. **In code**, always (release builds included): [`check_key`] (and [`TenantClient::key`])
+//!    refuse a key outside the tenant before any request is built; every counter-key builder
+//!    (`crate::counter::keys`) returns its typed error ([`CrossTenantKey`], `Error::CrossTenantKey`). It compares whole segments: tenant `ab` owns `ab` and `ab:x`, never
 //!    `abc` or `abc:x` (the AWS sample's prefix match let `ab` reach `abc`'s rows).
 //! 2. **In IAM**, when `TENANT_ROLE_ARN` is set: [`TenantClients`] hands out a DynamoDB client per tenant
 //!    whose credentials come from `sts:AssumeRole` on that role with the session tag `tenantId`. The
@@ -59,12 +60,6 @@ pub fn key_in_tenant(tenant: &TenantId, key: &str) -> bool {
 pub struct CrossTenantKey {
     pub tenant: String,
     pub key: String,
-}
-
-impl From<CrossTenantKey> for Error {
-    fn from(e: CrossTenantKey) -> Self {
-        Error::Other(e.to_string())
-    }
 }
 
 /// Guard 1: `Ok` only for keys of `tenant` (see [`key_in_tenant`]).

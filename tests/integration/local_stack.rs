@@ -16,7 +16,7 @@ use turnstile_local::functions::LocalFunctions;
 use turnstile_local::http_api::Rule;
 use turnstile_local::stack::{Stack, StackConfig};
 use turnstile_local::stream_bridge::StartAt;
-use turnstile_tests::http::request;
+use turnstile_tests::http::{request, request_with};
 use turnstile_tests::TestEnv;
 
 type Socket =
@@ -33,6 +33,11 @@ struct Local {
 impl Local {
     /// The stack on free ports, with the wall clock (DynamoDB Local's TTL runs on it) and the EMR rule.
     async fn start() -> Local {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Local::start`] with more variables for the functions.
+    async fn start_with(vars: &[(&str, &str)]) -> Local {
         let kinds = [
             TableKind::Tenants,
             TableKind::Sessions,
@@ -43,7 +48,9 @@ impl Local {
         let env = TestEnv::for_ttl(&kinds).await;
         let mut deps = env.deps.clone();
         deps.clock = shared::clock::system();
-        deps.vars = Vars::from_pairs([("TOKEN_REMOVER_PROCESSORS", PROCESSORS)]);
+        let mut pairs = vec![("TOKEN_REMOVER_PROCESSORS", PROCESSORS)];
+        pairs.extend_from_slice(vars);
+        deps.vars = Vars::from_pairs(pairs);
         let mut cfg = StackConfig::new(
             "127.0.0.1:0".parse().unwrap(),
             "127.0.0.1:0".parse().unwrap(),
@@ -347,7 +354,7 @@ async fn a_dropped_tcp_connection_still_reaches_disconnect() {
     let ws = l.connect("drop", "s").await.unwrap();
     // No close frame: the TCP stream just goes away.
     drop(ws);
-    // The release leaves the session first, then the tenant's count (decision 0305): wait for both.
+    // The release leaves the session first, then the tenant's count (decision 0306): wait for both.
     assert!(
         eventually(5, async || l.live_connections("drop", "s").await == 0
             && l.open_count("drop").await == 0)
@@ -443,5 +450,49 @@ async fn bad_requests_get_api_gateway_statuses() {
             .status,
         404
     );
+    l.shutdown().await;
+}
+
+/// A token as a client would send it (the local stack decodes it without verifying it).
+fn bearer(claims: &Value) -> String {
+    let enc = |v: &Value| {
+        aws_smithy_types::base64::encode(v.to_string())
+            .trim_end_matches('=')
+            .replace('+', "-")
+            .replace('/', "_")
+    };
+    format!(
+        "Bearer {}.{}.unsigned",
+        enc(&json!({"alg": "none"})),
+        enc(claims)
+    )
+}
+
+/// With `TURNSTILE_SESSION_API_AUTH=jwt`, the local HTTP API hands the bearer token's claims to the
+/// session API as API Gateway does, and a caller reaches only its own tenant's sessions.
+#[tokio::test]
+async fn the_local_session_api_binds_a_jwt_caller_to_its_tenant_claim() {
+    let l = Local::start_with(&[("TURNSTILE_SESSION_API_AUTH", "jwt")]).await;
+    l.tenant("acme", limits(10, 2, 60, 200)).await;
+    l.tenant("other", limits(10, 2, 60, 200)).await;
+    let token = bearer(&json!({"sub": "u1", "tenantId": "acme", "exp": 4_000_000_000u64}));
+    let auth = [("Authorization", token.as_str())];
+    let r = request_with("PUT", &l.session_url("other", "s1"), &auth, None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        r.headers.get("content-type").map(String::as_str),
+        Some("application/problem+json")
+    );
+    let url = format!("{}/session?sessionId=s1", l.stack().endpoints.http_url());
+    let r = request_with("PUT", &url, &auth, None).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["tenantId"], "acme");
+    // No token: no claims reach the function, which refuses.
+    let r = request("GET", &l.session_url("acme", "s1"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "{}", r.body);
     l.shutdown().await;
 }

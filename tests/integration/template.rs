@@ -130,7 +130,7 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
     use TableKind::{Counters, NonFungibleTokens, Sessions, Tenants};
     // The tenant row, through TenantCache (1 GetItem when cold).
     let tenant_read = (Some(Tenants), &["dynamodb:GetItem"][..]);
-    // shared::admission::release: the tenant count decremented (decision 0305).
+    // shared::admission::release: the tenant count decremented (decision 0306).
     let release = (Some(Counters), &["dynamodb:UpdateItem"][..]);
     match function {
         // precheck: one BatchGetItem of the session and the tenant's counter.
@@ -994,31 +994,36 @@ fn the_tenant_role_allows_exactly_the_keys_the_key_guard_allows() {
         shared::isolation::SESSION_DURATION.as_secs()
     );
 
-    // What it reaches: the three WebSocket tables, by leading key only, never Scan.
+    // What it reaches: the three WebSocket tables, by leading key only, never Scan. One statement
+    // per table (each with only the actions the functions perform on that table), all under the
+    // same leading-key condition.
     let statements = role["Policies"][0]["PolicyDocument"]["Statement"]
         .as_array()
         .unwrap();
-    assert_eq!(
-        statements.len(),
-        1,
-        "one statement (see the template's comment)"
-    );
-    let s = &statements[0];
-    assert_eq!(s["Effect"], "Allow");
-    let actions = strings(&s["Action"]);
-    assert!(
-        !actions
-            .iter()
-            .any(|a| a.contains("Scan") || a.contains('*')),
-        "{actions:?}"
-    );
-    let resources: BTreeSet<String> = strings(&s["Resource"]).into_iter().collect();
+    assert!(!statements.is_empty());
+    let mut resources: BTreeSet<String> = BTreeSet::new();
+    for s in statements {
+        assert_eq!(s["Effect"], "Allow");
+        let actions = strings(&s["Action"]);
+        assert!(
+            !actions
+                .iter()
+                .any(|a| a.contains("Scan") || a.contains('*')),
+            "{actions:?}"
+        );
+        assert_eq!(
+            s["Condition"], statements[0]["Condition"],
+            "every statement has the same leading-key condition"
+        );
+        resources.extend(strings(&s["Resource"]));
+    }
     let names = TableNames::with_prefix(&format!("{STACK}-"));
     let want: BTreeSet<String> = [&names.tenants, &names.sessions, &names.counters]
         .iter()
         .map(|n| arn_of_table(n))
         .collect();
     assert_eq!(resources, want);
+    let s = &statements[0];
 
     let condition = &s["Condition"];
     let tenants = ["ab", "abc", "a", "a.b", "x-1"];
@@ -1163,22 +1168,29 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 .map(|k| arn(Some(k)))
                 .collect();
         let isolated = stack.condition("IsolationOn");
-        // What TenantRole grants (on all three tenant tables, by leading key).
-        let role_actions: BTreeSet<String> = if isolated {
+        // What TenantRole grants, per table (by leading key).
+        let role_actions: BTreeMap<String, BTreeSet<String>> = if isolated {
             let role = stack
                 .eval(&stack.resource("TenantRole")["Properties"])
                 .unwrap();
-            strings(&role["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"])
-                .into_iter()
-                .collect()
+            let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for s in role["Policies"][0]["PolicyDocument"]["Statement"]
+                .as_array()
+                .unwrap()
+            {
+                for r in strings(&s["Resource"]) {
+                    granted.entry(r).or_default().extend(strings(&s["Action"]));
+                }
+            }
+            granted
         } else {
             assert!(
                 !stack.exists("TenantRole"),
                 "{variant}: TenantRole without isolation"
             );
-            BTreeSet::new()
+            BTreeMap::new()
         };
-        let mut tenant_needs: BTreeSet<String> = BTreeSet::new();
+        let mut tenant_needs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (id, function) in stack.functions() {
             let ctx = format!("{variant}: {function}");
             let mut need: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -1209,12 +1221,16 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                     if tenant_tables.contains(table) {
                         let (unscoped, scoped): (BTreeSet<String>, BTreeSet<String>) =
                             actions.iter().cloned().partition(|a| a == "dynamodb:Scan");
-                        let missing: Vec<&String> = scoped.difference(&role_actions).collect();
+                        let granted = role_actions.get(table).cloned().unwrap_or_default();
+                        let missing: Vec<&String> = scoped.difference(&granted).collect();
                         assert!(
                             missing.is_empty(),
                             "{ctx}: TenantRole lacks {missing:?} on {table}"
                         );
-                        tenant_needs.extend(scoped);
+                        tenant_needs
+                            .entry(table.clone())
+                            .or_default()
+                            .extend(scoped);
                         *actions = unscoped;
                     }
                 }
@@ -1228,7 +1244,8 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
         if isolated {
             assert_eq!(
                 role_actions, tenant_needs,
-                "{variant}: TenantRole grants exactly what the functions do on tenant rows"
+                "{variant}: TenantRole grants, table by table, exactly what the functions do on \
+                 tenant rows (left: the role, right: the union of the functions' actions)"
             );
         }
     }

@@ -492,7 +492,7 @@ async fn malformed_websocket_events_are_4xx_without_any_call() {
 }
 
 /// Once no reservation is in flight, a refusal by the tenant's counter is one UpdateItem and
-/// writes nothing; right after a reservation it waits for it to settle first (decision 0305).
+/// writes nothing; right after a reservation it waits for it to settle first (decision 0306).
 #[tokio::test]
 async fn a_refusal_by_the_tenant_costs_one_call_and_writes_nothing() {
     let w = World::new().await;

@@ -26,7 +26,7 @@ fn freeze_at(w: &World, secs: i64) -> Timestamp {
     t
 }
 
-/// The tenant's per-minute GCRA TAT, folded into its counter item (decision 0305).
+/// The tenant's per-minute GCRA TAT, folded into its counter item (decision 0306).
 async fn tenant_tat(w: &World, t: &str) -> Option<i64> {
     w.counter_number(t, "connTat").await
 }

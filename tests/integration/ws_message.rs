@@ -264,3 +264,72 @@ async fn the_local_management_api_answers_the_real_sdk_client() {
     assert_eq!(got, want);
     assert_eq!(w.api.received()[1].body_str(), "payload");
 }
+
+/// Seed 003: every inbound message refreshes the session TTL, refused ones included (issue 12,
+/// defect 8). The refusal still costs one UpdateItem (decision 0303) and counts nothing that could
+/// admit a later message of the same minute.
+#[tokio::test]
+async fn a_refused_message_still_refreshes_the_session_ttl_in_one_call() {
+    let w = World::new().await;
+    let limits = Limits::example(60, 5, 5, 10, 200, 1);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &limits).await.status_code, 200);
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 5));
+    assert_eq!(w.send(T, "s1", "a", &limits, "1").await.status_code, 200);
+    // Later in the same minute: over messagesPerMinute = 1.
+    w.env.clock.advance(Duration::from_secs(30));
+    let now = shared::clock::Clock::now(&w.env.clock).as_secs();
+    w.env.counter.reset();
+    let r = w.send(T, "s1", "a", &limits, "2").await;
+    assert_eq!(r.status_code, 429, "{:?}", r.body);
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "the refusal is decided by the same one UpdateItem: {:?}",
+        w.env.counter.by_operation()
+    );
+    assert_eq!(
+        w.session(T, "s1").await.unwrap().session_ttl,
+        now + 200,
+        "the refused message refreshed the TTL"
+    );
+    // Refusals never make room: still refused later in the minute, admitted in the next.
+    w.env.clock.advance(Duration::from_secs(10));
+    assert_eq!(w.send(T, "s1", "a", &limits, "3").await.status_code, 429);
+    w.env.clock.advance(Duration::from_secs(20));
+    assert_eq!(w.send(T, "s1", "a", &limits, "4").await.status_code, 200);
+}
+
+/// A tenant allowing no messages at all: each message is refused, the TTL refreshed all the same
+/// (1 call; it used to be refused with none, leaving the session to expire under an active client).
+#[tokio::test]
+async fn a_tenant_with_no_message_allowance_still_keeps_its_sessions_alive() {
+    let w = World::new().await;
+    let none = Limits::example(60, 5, 5, 10, 200, 0);
+    w.put_tenant("quiet", none).await;
+    w.put_session("quiet", "q1").await;
+    assert_eq!(w.connect("quiet", "q1", "q", &none).await.status_code, 200);
+    w.env.clock.advance(Duration::from_secs(50));
+    let now = shared::clock::Clock::now(&w.env.clock).as_secs();
+    w.env.counter.reset();
+    assert_eq!(
+        w.send("quiet", "q1", "q", &none, "x").await.status_code,
+        429
+    );
+    assert_eq!(w.env.counter.total(), 1);
+    assert_eq!(
+        w.session("quiet", "q1").await.unwrap().session_ttl,
+        now + 200
+    );
+    // A refused message on an expired session closes it, as an admitted one would.
+    w.env.clock.advance(Duration::from_secs(201));
+    assert_eq!(
+        w.send("quiet", "q1", "q", &none, "x").await.status_code,
+        410
+    );
+}

@@ -366,3 +366,303 @@ async fn the_sample_session_events_run_as_is() {
         assert_eq!(got, status, "{file}: {body}");
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// Binding callers to their tenant (issue 12, defect 1): with JWT (or IAM with a binding), the tenant
+// comes from the caller's identity, and naming another tenant is refused before any DynamoDB call.
+// ------------------------------------------------------------------------------------------------
+
+const A: &str = "tenant-a";
+const B: &str = "tenant-b";
+
+/// A session API configured like a deployed one with these variables.
+fn session_state(w: &World, vars: &[(&str, &str)]) -> session_api::State {
+    let mut pairs = vec![(
+        "TURNSTILE_MANAGEMENT_ENDPOINT".to_string(),
+        w.api.url().to_string(),
+    )];
+    pairs.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = session_api::Config::from_vars(&shared::config::Vars::from_pairs(pairs)).unwrap();
+    session_api::State::new(&config, shared::gateway::Gateway::local(&w.api.url()))
+}
+
+/// A session API event carrying `authorizer` as `requestContext.authorizer` (API Gateway's shape:
+/// `{"jwt": {"claims": {..}, "scopes": ..}}` or `{"iam": {..}}`).
+fn authorized(
+    method: &str,
+    query: &[(&str, &str)],
+    body: Option<&str>,
+    authorizer: Option<Value>,
+) -> aws_lambda_events::apigw::ApiGatewayV2httpRequest {
+    let mut v = serde_json::to_value(session_event(method, "/session", query, body)).unwrap();
+    if let Some(a) = authorizer {
+        v["requestContext"]["authorizer"] = a;
+    }
+    typed(v)
+}
+
+fn jwt(claims: Value) -> Option<Value> {
+    Some(serde_json::json!({"jwt": {"claims": claims, "scopes": null}}))
+}
+
+async fn call(
+    w: &World,
+    state: &session_api::State,
+    ev: aws_lambda_events::apigw::ApiGatewayV2httpRequest,
+) -> (i64, String, Option<String>) {
+    let r = session_api::handle(w.deps(), state, ev).await.unwrap();
+    let ct = r
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (
+        r.status_code,
+        shared::admission::respond::body_text(&r.body),
+        ct,
+    )
+}
+
+/// A refusal: 403, problem+json naming the problem, and no DynamoDB call.
+async fn assert_forbidden(
+    w: &World,
+    state: &session_api::State,
+    ev: aws_lambda_events::apigw::ApiGatewayV2httpRequest,
+    detail: &str,
+) {
+    w.env.counter.reset();
+    let (status, body, ct) = call(w, state, ev).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(ct.as_deref(), Some("application/problem+json"), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], 403, "{body}");
+    assert_eq!(v["title"], "Forbidden", "{body}");
+    assert!(
+        v["detail"].as_str().unwrap().contains(detail),
+        "{detail:?} in {body}"
+    );
+    assert_eq!(
+        w.env.counter.total(),
+        0,
+        "refused before any DynamoDB call: {:?}",
+        w.env.counter.by_operation()
+    );
+}
+
+#[tokio::test]
+async fn a_jwt_caller_cannot_put_get_or_delete_another_tenants_session() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    w.put_tenant(B, SMALL).await;
+    // Tenant B's session with a live connection (made through the trusted, unauthenticated API).
+    w.put_session(B, "sb").await;
+    assert_eq!(w.connect(B, "sb", "cb", &SMALL).await.status_code, 200);
+    let before = w.session(B, "sb").await.unwrap();
+    w.env.clock.advance(Duration::from_secs(30));
+
+    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "jwt")]);
+    let claims_a = || jwt(serde_json::json!({"sub": "user-1", "tenantId": A}));
+    let theirs: &[(&str, &str)] = &[("tenantId", B), ("sessionId", "sb")];
+    for method in ["PUT", "GET", "DELETE"] {
+        let ev = authorized(method, theirs, None, claims_a());
+        assert_forbidden(&w, &api, ev, "tenant-b").await;
+    }
+    // The tenant named in the body instead of the query: refused the same way.
+    let ev = authorized(
+        "PUT",
+        &[],
+        Some(r#"{"tenantId": "tenant-b", "sessionId": "sb"}"#),
+        claims_a(),
+    );
+    assert_forbidden(&w, &api, ev, "tenant-b").await;
+    // Nothing changed for tenant B: same TTL, same connection, same count, no socket closed.
+    assert_eq!(w.session(B, "sb").await.unwrap(), before);
+    assert_eq!(w.count(B).await, Some(1));
+    assert!(w.api.received_by("DELETE").is_empty());
+
+    // Its own tenant, named or not: works, with the usual budgets.
+    w.env.counter.reset();
+    let (status, body, _) = call(
+        &w,
+        &api,
+        authorized(
+            "PUT",
+            &[("tenantId", A), ("sessionId", "sa")],
+            None,
+            claims_a(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        w.env.counter.total(),
+        2,
+        "cold tenant cache: GetItem + UpdateItem"
+    );
+    let (status, body, _) = call(
+        &w,
+        &api,
+        authorized("PUT", &[("sessionId", "from-claim")], None, claims_a()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["tenantId"], A, "the claim supplies the tenant");
+    assert!(w.session(A, "from-claim").await.is_some());
+    let (status, body, _) = call(
+        &w,
+        &api,
+        authorized("GET", &[("sessionId", "sa")], None, claims_a()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = call(
+        &w,
+        &api,
+        authorized(
+            "DELETE",
+            &[("tenantId", A), ("sessionId", "sa")],
+            None,
+            claims_a(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(w.session(A, "sa").await.is_none());
+}
+
+#[tokio::test]
+async fn a_jwt_caller_without_a_usable_tenant_claim_is_refused() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "JWT")]);
+    let ours: &[(&str, &str)] = &[("tenantId", A), ("sessionId", "s1")];
+    // No authorizer context at all (a route deployed without the JWT authorizer).
+    assert_forbidden(&w, &api, authorized("PUT", ours, None, None), "tenantId").await;
+    // A valid token without the claim.
+    let ev = authorized("PUT", ours, None, jwt(serde_json::json!({"sub": "user-1"})));
+    assert_forbidden(&w, &api, ev, "no tenantId claim").await;
+    // A claim that is not a tenant id.
+    let ev = authorized(
+        "GET",
+        ours,
+        None,
+        jwt(serde_json::json!({"tenantId": "a:b"})),
+    );
+    assert_forbidden(&w, &api, ev, "tenantId claim").await;
+    // An IAM context is not a JWT.
+    let iam = Some(serde_json::json!({"iam": {"userArn": "arn:aws:iam::123456789012:user/x"}}));
+    assert_forbidden(&w, &api, authorized("GET", ours, None, iam), "tenantId").await;
+    assert!(w.session(A, "s1").await.is_none());
+}
+
+#[tokio::test]
+async fn the_tenant_claim_is_configurable_for_cognito() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    w.put_tenant(B, SMALL).await;
+    let api = session_state(
+        &w,
+        &[
+            ("TURNSTILE_SESSION_API_AUTH", "jwt"),
+            ("TURNSTILE_SESSION_TENANT_CLAIM", "custom:tenantId"),
+        ],
+    );
+    // Only the configured claim counts; a plain "tenantId" claim is ignored.
+    let claims = || jwt(serde_json::json!({"custom:tenantId": A, "tenantId": B}));
+    let ev = authorized(
+        "PUT",
+        &[("tenantId", B), ("sessionId", "s1")],
+        None,
+        claims(),
+    );
+    assert_forbidden(&w, &api, ev, "custom:tenantId").await;
+    let (status, body, _) = call(
+        &w,
+        &api,
+        authorized("PUT", &[("sessionId", "s1")], None, claims()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(w.session(A, "s1").await.is_some());
+    assert!(w.session(B, "s1").await.is_none());
+}
+
+#[tokio::test]
+async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    w.put_tenant(B, SMALL).await;
+    let role = |session: &str| {
+        Some(serde_json::json!({"iam": {
+            "accountId": "123456789012",
+            "callerId": format!("AROAEXAMPLEID:{session}"),
+            "userArn": format!("arn:aws:sts::123456789012:assumed-role/session-api-caller/{session}"),
+            "userId": format!("AROAEXAMPLEID:{session}"),
+        }}))
+    };
+    let bound = session_state(
+        &w,
+        &[
+            ("TURNSTILE_SESSION_API_AUTH", "iam"),
+            ("TURNSTILE_SESSION_IAM_BINDING", "role-session-name"),
+        ],
+    );
+    let ev = authorized(
+        "PUT",
+        &[("tenantId", B), ("sessionId", "s1")],
+        None,
+        role(A),
+    );
+    assert_forbidden(&w, &bound, ev, "tenant-b").await;
+    let (status, body, _) = call(
+        &w,
+        &bound,
+        authorized("PUT", &[("sessionId", "s1")], None, role(A)),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(w.session(A, "s1").await.is_some());
+    // An IAM user (not an assumed role) has no session name to bind.
+    let user = Some(serde_json::json!({"iam": {"userArn": "arn:aws:iam::123456789012:user/ops"}}));
+    let ev = authorized("GET", &[("tenantId", A), ("sessionId", "s1")], None, user);
+    assert_forbidden(&w, &bound, ev, "assumed role").await;
+
+    // IAM without a binding: IAM decides who may call at all; the tenant is the one named (for
+    // trusted callers only, see docs/session-api-auth.md).
+    let open = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam")]);
+    let (status, body, _) = call(
+        &w,
+        &open,
+        authorized(
+            "PUT",
+            &[("tenantId", B), ("sessionId", "s1")],
+            None,
+            role(A),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn session_api_auth_settings_are_validated() {
+    let read = |pairs: &[(&str, &str)]| {
+        let mut all = vec![("TURNSTILE_MANAGEMENT_ENDPOINT", "http://127.0.0.1:1/x")];
+        all.extend_from_slice(pairs);
+        session_api::Config::from_vars(&shared::config::Vars::from_pairs(all.to_vec()))
+    };
+    for (var, bad) in [
+        ("TURNSTILE_SESSION_API_AUTH", "cognito"),
+        ("TURNSTILE_SESSION_IAM_BINDING", "principal-tag"),
+    ] {
+        let err = read(&[(var, bad)]).unwrap_err().to_string();
+        assert!(err.contains(var), "{err}");
+    }
+    assert!(read(&[
+        ("TURNSTILE_SESSION_API_AUTH", "jwt"),
+        ("TURNSTILE_SESSION_TENANT_CLAIM", "a b")
+    ])
+    .is_err());
+    assert!(read(&[("TURNSTILE_SESSION_API_AUTH", "NONE")]).is_ok());
+}

@@ -232,7 +232,7 @@ impl World {
     }
 
     /// Connections the tenant opened in the current fixed minute (`connMinuteCount` on its
-    /// counter item, decision 0305); 0 when the stored window is another minute or absent.
+    /// counter item, decision 0306); 0 when the stored window is another minute or absent.
     pub async fn tenant_minute_count(&self, t: &str) -> i64 {
         if self.counter_number(t, "connMinute").await != Some(self.minute()) {
             return 0;

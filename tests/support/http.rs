@@ -22,6 +22,16 @@ impl Reply {
 
 /// Sends `method url` (an `http://host:port/path?query` URL) with an optional body.
 pub async fn request(method: &str, url: &str, body: Option<&str>) -> std::io::Result<Reply> {
+    request_with(method, url, &[], body).await
+}
+
+/// [`request`] with extra request headers.
+pub async fn request_with(
+    method: &str,
+    url: &str,
+    extra_headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> std::io::Result<Reply> {
     let rest = url.strip_prefix("http://").unwrap_or(url);
     let (host, path) = rest
         .split_once('/')
@@ -29,8 +39,12 @@ pub async fn request(method: &str, url: &str, body: Option<&str>) -> std::io::Re
     let mut stream = TcpStream::connect(host).await?;
     let body = body.unwrap_or("");
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: turnstile-tests\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: turnstile-tests\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n{body}",
+        body.len(),
+        extra_headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect::<String>()
     );
     stream.write_all(req.as_bytes()).await?;
     let mut raw = Vec::new();

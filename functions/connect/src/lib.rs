@@ -1,7 +1,7 @@
 //! `$connect` (seed 003 step 5): admits the connection with two ordered conditional writes — the
 //! tenant's counter (open connections and its minute), then the session (its connections, its
 //! minute, the TTL refresh) — giving the first back if the second refuses
-//! (`shared::admission::connect`, decision 0305).
+//! (`shared::admission::connect`, decision 0306).
 //!
 //! Answers: 200 admitted (or already admitted); 429 over a limit, with a problem+json body naming
 //! it and `Retry-After` (via `shared::refusal`); 404 session missing or expired; 400 bad ids;
@@ -77,7 +77,12 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let answer = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.hints).await? {
+    let admission = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.hints).await {
+        Ok(a) => a,
+        // A key outside the tenant (the key guard): a logged 500, never a panic.
+        Err(e) => return Ok(respond::websocket(&respond::guard_refusal(e)?)),
+    };
+    let answer = match admission {
         Admission::Admitted | Admission::AlreadyAdmitted => {
             respond::message(200, format!("connected to session {sid}"))
         }

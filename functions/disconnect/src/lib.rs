@@ -1,6 +1,6 @@
 //! `$disconnect` (seed 003 step 7): releases the connection exactly once — removes it from the
 //! session's `connectionIds`, and only if this call removed it, decrements the tenant's open
-//! connections (`shared::admission::release`, decision 0305). A repeated disconnect, or one for a
+//! connections (`shared::admission::release`, decision 0306). A repeated disconnect, or one for a
 //! connection already released by pruning, a session delete or the TTL sweeper, changes nothing.
 //! Always answers 200 (API Gateway ignores a `$disconnect` answer; it cannot be refused).
 //! Budget: 2 UpdateItem, 2 WCU (1 when there was nothing to release).
@@ -59,7 +59,11 @@ pub async fn handle(
     };
     let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
     let deps: &Deps = &scoped;
-    let released = release::disconnect(deps, &t, &sid, &cid).await?;
+    let released = match release::disconnect(deps, &t, &sid, &cid).await {
+        Ok(r) => r,
+        // A key outside the tenant (the key guard): a logged 500, never a panic.
+        Err(e) => return Ok(respond::websocket(&respond::guard_refusal(e)?)),
+    };
     tracing::info!(tenant = %t, session = %sid, connection = %cid, released, "disconnect");
     let text = if released {
         "released"

@@ -4,7 +4,8 @@
 //! session's other connections through the Management API (one post per recipient).
 //!
 //! - Over the limit: the sender gets an error frame (problem+json from `shared::refusal`, with
-//!   `retryAfter` seconds) and the answer is 429.
+//!   `retryAfter` seconds) and the answer is 429. The refused message still refreshed the session
+//!   TTL (seed 003: every inbound message does), in the same single UpdateItem.
 //! - The session is gone or expired, or the sender is no longer in it: the sender's connection is
 //!   closed (the session is never recreated) and the answer is 410.
 //! - A recipient that is gone (410) is pruned: one release transaction frees its capacity.
@@ -76,6 +77,18 @@ pub fn forward_frame(from: &str, message: &str) -> String {
 }
 
 pub async fn handle(
+    deps: &Deps,
+    state: &State,
+    event: ApiGatewayWebsocketProxyRequest,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    match answer(deps, state, event).await {
+        Ok(r) => Ok(r),
+        // A key outside the tenant (the key guard): a logged 500, never a panic.
+        Err(e) => Ok(respond::websocket(&respond::guard_refusal(e)?)),
+    }
+}
+
+async fn answer(
     deps: &Deps,
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,

@@ -1,7 +1,7 @@
 //! The reconciler (issue 12, defect 7), run on an EventBridge schedule: recomputes each tenant's
 //! open connections from its sessions' `connectionIds`, releases ids whose socket is gone
 //! (`GET @connections` answered 410 twice, a grace apart), and sets the tenant's count to the truth
-//! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0305). Answers the
+//! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0306). Answers the
 //! report (per tenant: counted, truth, stale ids released, repaired from → to, or busy/skipped).
 //!
 //! The event may narrow or soften a run: `{"tenantId": "acme", "dryRun": true}` at the top level

@@ -2,7 +2,7 @@
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
 //! dynamodb.amazonaws.com}` — it releases the capacity of every connection in the old image
 //! (a conditional tombstone `PutItem` per record, then 1 `UpdateItem` on the tenant's count: a
-//! redelivered record finds its tombstone and changes nothing; decision 0305) and closes each
+//! redelivered record finds its tombstone and changes nothing; decision 0306) and closes each
 //! connection through the Management API (a gone one is fine). Other
 //! records (inserts, updates, user deletes, which the session API already handled) are ignored.
 //! A record that fails is reported in `batchItemFailures` (by sequence number) for redelivery;

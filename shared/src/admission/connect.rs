@@ -1,5 +1,5 @@
 //! `$connect`: the authoritative admission, two ordered conditional writes and no transaction
-//! (decision 0305). The per-minute windows are folded into the two items, so no other row is
+//! (decision 0306). The per-minute windows are folded into the two items, so no other row is
 //! touched:
 //!
 //! | step | item | write | condition |
@@ -336,7 +336,7 @@ pub async fn reserve(
     if let Some(limit) = zero_limit(limits) {
         return Ok(Err(refusal(limit, limits, now, t, sid, None)));
     }
-    let key_text = keys::tenant_connections(t);
+    let key_text = keys::tenant_connections(t)?;
     let key = Item::from([(cattr::KEY.to_string(), s(key_text.clone()))]);
     let alg = limits.rate_algorithm;
     let cap = limits.tenant_connections;
@@ -543,7 +543,7 @@ pub async fn join(
 pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
     let key = Item::from([(
         cattr::KEY.to_string(),
-        s(keys::tenant_connections(&r.tenant)),
+        s(keys::tenant_connections(&r.tenant)?),
     )]);
     let base = || {
         let mut p = Parts::default();

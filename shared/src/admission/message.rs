@@ -1,10 +1,16 @@
 //! `$default`: the per-session message counter, the TTL refresh and the read of the recipients, in
 //! one conditional UpdateItem on the session item (no other row is touched).
 //!
-//! The counter is `msgMinute` (the minute it counts) and `msgCount`. Whether this message opens a
-//! new minute or continues the stored one is guessed from the last minute this process saw
-//! ([`MinuteHint`]); a wrong guess costs one more UpdateItem, decided from the `ALL_OLD` image the
-//! failed condition returns (no read).
+//! The counter is `msgMinute` (the minute it counts) and `msgCount`: every message of the minute on
+//! a live session is counted and refreshes `sessionTTL`, refused ones included (seed 003: every
+//! inbound message refreshes the TTL). The write's `ALL_NEW` count decides: the message is admitted
+//! when it is at most `messagesPerMinute`. Counts only grow within a minute, so exactly the first
+//! `messagesPerMinute` messages of a minute are admitted, whatever the concurrency, and a refusal
+//! never makes room for a later message (decision 0303).
+//!
+//! Whether this message opens a new minute or continues the stored one is guessed from the last
+//! minute this process saw ([`MinuteHint`]); a wrong guess costs one more UpdateItem, decided from
+//! the `ALL_OLD` image the failed condition returns (no read).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -39,7 +45,7 @@ impl MinuteHint {
 pub enum MessageAdmission {
     /// Counted; the session's connections (the sender included) to deliver to.
     Admitted { connection_ids: Vec<String> },
-    /// Over `messagesPerMinute`: nothing counted.
+    /// Over `messagesPerMinute`: the session's TTL was refreshed, the message is not delivered.
     Refused(Refusal),
     /// The session is gone or expired, or this connection is no longer in it: close the sender.
     NoSession,
@@ -53,8 +59,8 @@ enum Case {
     NewMinute(i64),
 }
 
-/// Counts one message from `cid` on the session. 1 UpdateItem when the minute guess is right, 2
-/// when it is wrong.
+/// Counts one message from `cid` on the session and refreshes its TTL, admitted or not. 1
+/// UpdateItem when the minute guess is right, 2 when it is wrong.
 pub async fn count(
     deps: &Deps,
     t: &TenantId,
@@ -65,12 +71,6 @@ pub async fn count(
 ) -> Result<MessageAdmission> {
     let now = deps.clock.now();
     let m = MinuteWindow::at(now).start;
-    if limits.messages_per_minute == 0 {
-        let who = format!("session {sid} of tenant {t}");
-        return Ok(MessageAdmission::Refused(
-            Limit::MessagesPerMinute.refusal(limits, now, &who),
-        ));
-    }
     let mut case = if hint.get() == m {
         Case::SameMinute(m)
     } else {
@@ -79,10 +79,19 @@ pub async fn count(
     // Two guesses at most; a third only if the minute changed in between (another writer).
     for _ in 0..3 {
         match attempt(deps, t, sid, cid, limits, case).await? {
-            Ok(ids) => {
-                hint.set(m);
+            Ok(new) => {
+                hint.set(match case {
+                    Case::SameMinute(x) | Case::NewMinute(x) => x,
+                });
+                let counted = item::num(&new, sattr::MSG_COUNT).unwrap_or(i64::MAX);
+                if counted > i64::try_from(limits.messages_per_minute).unwrap_or(i64::MAX) {
+                    let who = format!("session {sid} of tenant {t}");
+                    return Ok(MessageAdmission::Refused(
+                        Limit::MessagesPerMinute.refusal(limits, now, &who),
+                    ));
+                }
                 return Ok(MessageAdmission::Admitted {
-                    connection_ids: ids,
+                    connection_ids: item::string_set(&new, sattr::CONNECTION_IDS),
                 });
             }
             Err(old) => {
@@ -96,21 +105,13 @@ pub async fn count(
                 if ttl <= now.as_secs() || !member {
                     return Ok(MessageAdmission::NoSession);
                 }
-                let stored = item::num(&old, sattr::MSG_MINUTE);
-                let stored_count = item::num(&old, sattr::MSG_COUNT).unwrap_or(0);
-                match stored {
+                case = match item::num(&old, sattr::MSG_MINUTE) {
                     Some(sm) if sm >= m => {
                         hint.set(sm);
-                        if stored_count >= limits.messages_per_minute as i64 {
-                            let who = format!("session {sid} of tenant {t}");
-                            return Ok(MessageAdmission::Refused(
-                                Limit::MessagesPerMinute.refusal(limits, now, &who),
-                            ));
-                        }
-                        case = Case::SameMinute(sm);
+                        Case::SameMinute(sm)
                     }
-                    _ => case = Case::NewMinute(m),
-                }
+                    _ => Case::NewMinute(m),
+                };
             }
         }
     }
@@ -119,7 +120,9 @@ pub async fn count(
     )))
 }
 
-/// One UpdateItem. `Ok(recipients)` when counted; `Err(old image)` when the condition failed.
+/// One UpdateItem that counts the message and refreshes the TTL. `Ok(new image)` when written;
+/// `Err(old image)` when the condition failed (session gone, expired, sender not in it, or the
+/// minute guess wrong).
 async fn attempt(
     deps: &Deps,
     t: &TenantId,
@@ -127,7 +130,7 @@ async fn attempt(
     cid: &ConnectionId,
     limits: &Limits,
     case: Case,
-) -> Result<std::result::Result<Vec<String>, Option<Item>>> {
+) -> Result<std::result::Result<Item, Option<Item>>> {
     let now = deps.clock.now().as_secs();
     let ttl = now.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
     let live = "#ttl > :now AND contains(#ids, :cid)";
@@ -149,19 +152,15 @@ async fn attempt(
     req = match case {
         Case::SameMinute(m) => req
             .update_expression("SET #n = #n + :one, #ttl = :ttl")
-            .condition_expression(format!("{live} AND #m = :m AND #n < :cap"))
-            .expression_attribute_values(":m", n(m))
-            .expression_attribute_values(":cap", n(limits.messages_per_minute)),
+            .condition_expression(format!("{live} AND #m = :m"))
+            .expression_attribute_values(":m", n(m)),
         Case::NewMinute(m) => req
             .update_expression("SET #m = :m, #n = :one, #ttl = :ttl")
             .condition_expression(format!("{live} AND (attribute_not_exists(#m) OR #m < :m)"))
             .expression_attribute_values(":m", n(m)),
     };
     match req.send().await {
-        Ok(out) => Ok(Ok(item::string_set(
-            out.attributes().unwrap_or(&Item::new()),
-            sattr::CONNECTION_IDS,
-        ))),
+        Ok(out) => Ok(Ok(out.attributes().cloned().unwrap_or_default())),
         Err(SdkError::ServiceError(se)) => match se.err() {
             UpdateItemError::ConditionalCheckFailedException(e) => {
                 Ok(Err(e.item().filter(|i| !i.is_empty()).cloned()))

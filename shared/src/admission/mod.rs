@@ -2,7 +2,7 @@
 //! `$default`, the session API and the TTL sweeper, and the reconciler that repairs leaked counts.
 //! Every admission is a conditional update, or ordered conditional updates proven never to
 //! over-admit; see `docs/decisions/0300-websocket-admission.md` and
-//! `0305-connect-without-a-transaction.md`.
+//! `0306-connect-without-a-transaction.md`.
 //!
 //! Call budgets (DynamoDB round trips and write units, common path):
 //! - [`precheck::check`] (authorizer): 1 BatchGetItem of 2 items.

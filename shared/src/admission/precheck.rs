@@ -1,6 +1,6 @@
 //! The authorizer's advisory pre-check: one BatchGetItem reads the two items every limit lives on —
 //! the session (its connections and its minute) and the tenant's counter (its open count and its
-//! minute, decision 0305) — and refuses early what `$connect` would refuse anyway. It never writes:
+//! minute, decision 0306) — and refuses early what `$connect` would refuse anyway. It never writes:
 //! the authoritative check is `$connect`'s conditional writes ([`super::connect`]), which hold under
 //! concurrency where a read-then-decide cannot.
 //!
@@ -41,7 +41,7 @@ pub async fn check(
     let now = deps.clock.now();
     let m = MinuteWindow::at(now).start;
     let gcra = limits.rate_algorithm == WindowAlgorithm::Gcra;
-    let counter_key = keys::tenant_connections(t);
+    let counter_key = keys::tenant_connections(t)?;
     let k = |key: String| Item::from([(cattr::KEY.to_string(), s(key))]);
     let built = |keys: Vec<Item>| {
         KeysAndAttributes::builder()

@@ -4,7 +4,7 @@
 //!
 //! The truth of a tenant is the union of its sessions' `connectionIds` (one `Query` of the session
 //! table's tenant partition). The count may be set to the truth only when no connect or release was
-//! half-way meanwhile, so a run goes in four phases, `grace` apart (decision 0305):
+//! half-way meanwhile, so a run goes in four phases, `grace` apart (decision 0306):
 //!
 //! 1. **probe**: read the truth; ask the Management API about every id (`GET @connections`). A 410
 //!    is only a candidate: a connection inside its own `$connect` answers 410 too.
@@ -360,7 +360,7 @@ async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool
         .dynamo
         .get_item()
         .table_name(&w.deps.tables.counters)
-        .key(cattr::KEY, s(keys::tenant_connections(&w.tenant)))
+        .key(cattr::KEY, s(keys::tenant_connections(&w.tenant)?))
         .consistent_read(true)
         .send()
         .await
@@ -375,7 +375,7 @@ async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool
 async fn set_count(w: &Work) -> Result<bool> {
     let key = Item::from([(
         cattr::KEY.to_string(),
-        s(keys::tenant_connections(&w.tenant)),
+        s(keys::tenant_connections(&w.tenant)?),
     )]);
     let mut p = Parts::default();
     p.name("#c", cattr::ITEM_COUNT)

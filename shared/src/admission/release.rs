@@ -1,4 +1,4 @@
-//! Releasing open-connection capacity, exactly once per connection (decision 0305). A connection id
+//! Releasing open-connection capacity, exactly once per connection (decision 0306). A connection id
 //! leaves its session's `connectionIds` exactly once, by one atomic write on the session item whose
 //! caller learns what left, and only that caller decrements the tenant's count, by that number:
 //!
@@ -130,7 +130,7 @@ pub async fn swept(
     }
     let now = deps.clock.now();
     let mut tomb = Item::from([
-        (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id))),
+        (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
         (cattr::TENANT_ID.to_string(), s(t.as_str())),
         (cattr::SESSION_ID.to_string(), s(sid.as_str())),
         (cattr::ITEM_COUNT.to_string(), n(released)),
@@ -170,7 +170,7 @@ pub async fn swept(
 /// sweep, only if the reconciler's truth is older than `truth_before` ms). Sent at most once.
 /// Returns whether it applied; a refused decrement leaves the count higher (the safe side).
 async fn decrement(deps: &Deps, t: &TenantId, k: u64, truth_before: Option<i64>) -> Result<bool> {
-    let key = Item::from([(cattr::KEY.to_string(), s(keys::tenant_connections(t)))]);
+    let key = Item::from([(cattr::KEY.to_string(), s(keys::tenant_connections(t)?))]);
     let mut p = Parts::default();
     p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
     p.value(":k", n(k))

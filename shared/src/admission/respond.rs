@@ -7,6 +7,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use serde_json::Value;
 
+use crate::error::Error;
 use crate::refusal::HttpAnswer;
 
 fn headers(pairs: &[(&str, String)]) -> HeaderMap {
@@ -35,6 +36,50 @@ pub fn message(status: u16, text: impl Into<String>) -> HttpAnswer {
     json_answer(status, &serde_json::json!({ "message": text.into() }))
 }
 
+/// An RFC 9457 `application/problem+json` answer (`type` `about:blank`, so `title` is the status
+/// phrase). It also carries `message` (= `detail`), the member every other error body of the API
+/// has, so clients reading `message` keep working.
+pub fn problem(status: u16, title: &str, detail: impl Into<String>) -> HttpAnswer {
+    let detail = detail.into();
+    HttpAnswer {
+        status,
+        headers: vec![("Content-Type", "application/problem+json".to_string())],
+        body: serde_json::json!({
+            "type": "about:blank",
+            "title": title,
+            "status": status,
+            "detail": detail,
+            "message": detail,
+        })
+        .to_string(),
+    }
+}
+
+/// 403: the caller is authenticated but may not act for the tenant it named.
+pub fn forbidden(detail: impl Into<String>) -> HttpAnswer {
+    problem(403, "Forbidden", detail)
+}
+
+/// The answer to a failure of the key guard (`Error::CrossTenantKey`, always a Turnstile bug): the
+/// reason is logged at error level, the caller gets a 500 problem without the key. Any other error
+/// is handed back for the caller to propagate (the Lambda runtime logs it; API Gateway answers 5xx).
+pub fn guard_refusal(e: Error) -> Result<HttpAnswer, Error> {
+    match e {
+        Error::CrossTenantKey(k) => {
+            tracing::error!(tenant = %k.tenant, key = %k.key, "key guard refused a key: {k}");
+            Ok(problem(
+                500,
+                "Internal Server Error",
+                format!(
+                    "refused to reach a row outside tenant {}; this is a bug and has been logged",
+                    k.tenant
+                ),
+            ))
+        }
+        other => Err(other),
+    }
+}
+
 pub fn websocket(a: &HttpAnswer) -> ApiGatewayProxyResponse {
     let mut r = ApiGatewayProxyResponse::default();
     r.status_code = i64::from(a.status);
@@ -57,5 +102,36 @@ pub fn body_text(b: &Option<Body>) -> String {
         Some(Body::Text(s)) => s.clone(),
         Some(Body::Binary(v)) => String::from_utf8_lossy(v).into_owned(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolation::CrossTenantKey;
+
+    #[test]
+    fn a_key_guard_refusal_is_a_500_problem_and_other_errors_pass_through() {
+        let e = Error::CrossTenantKey(CrossTenantKey {
+            tenant: "ab".into(),
+            key: "abc:conn:x".into(),
+        });
+        let a = guard_refusal(e).unwrap();
+        assert_eq!(a.status, 500);
+        assert_eq!(a.header("Content-Type"), Some("application/problem+json"));
+        let v: Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(v["status"], 500);
+        assert!(!a.body.contains("abc:conn:x"), "the key stays in the log");
+        assert!(matches!(
+            guard_refusal(Error::Other("x".into())),
+            Err(Error::Other(_))
+        ));
+        let f = forbidden("no");
+        assert_eq!(f.status, 403);
+        let v: Value = serde_json::from_str(&f.body).unwrap();
+        assert_eq!(
+            (v["title"].as_str(), v["message"].as_str()),
+            (Some("Forbidden"), Some("no"))
+        );
     }
 }

@@ -4,40 +4,41 @@
 //!
 //! | key | what it holds |
 //! |---|---|
-//! | `{tenant}` | the tenant's open connections (seed 003's count), and its per-minute window folded in (decision 0305) |
+//! | `{tenant}` | the tenant's open connections (seed 003's count), and its per-minute window folded in (decision 0306) |
 //! | `{tenant}:swept:{session}:{eventId}` | a TTL sweep already released: the stream record that did it (expires after the stream's retention) |
 //!
 //! The per-minute windows live on the `{tenant}` item and on the session item, and messages per
 //! minute on the session item, so `$connect` writes two items and a message one; see
-//! `docs/decisions/0305-connect-without-a-transaction.md` and `0303-message-counter-on-the-session.md`.
-
+//! `docs/decisions/0306-connect-without-a-transaction.md` and `0303-message-counter-on-the-session.md`.
+//! (Before 0306 the table also held `{tenant}:minute:{m}`, `{tenant}:{session}:minute:{m}`,
+//! `{tenant}:gcra:minute`, `{tenant}:{session}:gcra:minute` and `{tenant}:conn:{cid}` rows.)
 //!
-//! Each builder passes its key through the key guard (`crate::isolation::key_in_tenant`) in debug
-//! builds: a format that ever left the tenant's key space fails every test that builds it. Release
-//! builds skip the check (the formats start with `{tenant}` or `{tenant}:` by construction, and
-//! TenantRole's `dynamodb:LeadingKeys` condition enforces the same rule in IAM).
+//! Each builder passes its key through the key guard (`crate::isolation::check_key`) in every build,
+//! release included, and returns the guard's typed error instead of a key outside the tenant: a
+//! format that ever left the tenant's key space fails the request (a logged 500-class answer),
+//! never reaches DynamoDB, and never panics. The check is a prefix comparison on a short string; it
+//! makes no call. TenantRole's `dynamodb:LeadingKeys` condition enforces the same rule in IAM.
 
 use crate::ids::{SessionId, TenantId};
-use crate::isolation::key_in_tenant;
+use crate::isolation::{check_key, CrossTenantKey};
 
-/// The key guard on a built key (debug builds only; no cost in release).
-fn guarded(t: &TenantId, key: String) -> String {
-    debug_assert!(
-        key_in_tenant(t, &key),
-        "counter key {key:?} is outside tenant {t:?}"
-    );
-    key
+/// A counter key, or the key guard's refusal.
+pub type Key = Result<String, CrossTenantKey>;
+
+/// The key guard on a built key, on the production path (not a `debug_assert`).
+fn guarded(t: &TenantId, key: String) -> Key {
+    check_key(t, &key).map(|()| key)
 }
 
 /// `{tenant}`: open connections of the tenant.
-pub fn tenant_connections(t: &TenantId) -> String {
+pub fn tenant_connections(t: &TenantId) -> Key {
     guarded(t, t.to_string())
 }
 
 /// `{tenant}:swept:{session}:{eventId}`: the tombstone of one TTL stream record, so its release
 /// happens once however often the record is delivered. Four or more segments with the literal
 /// `swept` second, so it can never equal `{tenant}`.
-pub fn swept(t: &TenantId, s: &SessionId, event_id: &str) -> String {
+pub fn swept(t: &TenantId, s: &SessionId, event_id: &str) -> Key {
     guarded(t, format!("{t}:swept:{s}:{event_id}"))
 }
 
@@ -46,17 +47,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_follow_the_seed_and_cannot_collide() {
+    fn keys_follow_the_seed_and_cannot_collide() -> Result<(), CrossTenantKey> {
         let t = TenantId::parse("acme").unwrap();
         let s = SessionId::parse("s1").unwrap();
-        assert_eq!(tenant_connections(&t), "acme");
-        assert_eq!(swept(&t, &s, "ev-1"), "acme:swept:s1:ev-1");
+        assert_eq!(tenant_connections(&t)?, "acme");
+        assert_eq!(swept(&t, &s, "ev-1")?, "acme:swept:s1:ev-1");
         // Tenant "ab" never shares a key with tenant "abc": keys are compared whole, never by prefix.
         let ab = TenantId::parse("ab").unwrap();
-        assert_ne!(tenant_connections(&ab), tenant_connections(&t));
+        assert_ne!(tenant_connections(&ab)?, tenant_connections(&t)?);
         // Every format passes the key guard (and so TenantRole's LeadingKeys condition).
-        for key in [tenant_connections(&ab), swept(&ab, &s, "e")] {
+        for key in [tenant_connections(&ab)?, swept(&ab, &s, "e")?] {
             crate::isolation::check_key(&ab, &key).unwrap();
         }
+        Ok(())
+    }
+
+    /// The guard runs on the production path: a key outside the tenant is a typed error in every
+    /// build (not a `debug_assert`, which release builds skip), and never a panic.
+    #[test]
+    fn a_forged_key_is_refused_in_every_build() {
+        let ab = TenantId::parse("ab").unwrap();
+        for forged in ["abc", "abc:minute:60", "xab:conn:c", "", ":ab", "AB:conn:c"] {
+            let r = std::panic::catch_unwind(|| guarded(&ab, forged.to_string()));
+            let err = r
+                .expect("the guard never panics")
+                .expect_err("a key outside the tenant is refused");
+            assert_eq!(err.tenant, "ab");
+            assert_eq!(err.key, forged);
+        }
+        assert_eq!(guarded(&ab, "ab:conn:c".into()).unwrap(), "ab:conn:c");
+        // The error converts into the library's own variant (mapped to a 500 by the handlers).
+        let e: crate::Error = guarded(&ab, "abc".into()).unwrap_err().into();
+        assert!(matches!(e, crate::Error::CrossTenantKey(_)), "{e:?}");
     }
 }

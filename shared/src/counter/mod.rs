@@ -18,7 +18,7 @@ pub mod attr {
     /// On connection rows: epoch seconds the connection was admitted.
     pub const CONNECTED_AT: &str = "connectedAt";
     /// On `{tenant}`: incremented by every write to the open count, so the reconciler can repair
-    /// the count only if nothing touched it meanwhile (decision 0305).
+    /// the count only if nothing touched it meanwhile (decision 0306).
     pub const VERSION: &str = "ver";
     /// On `{tenant}`: epoch ms of the last `$connect` reservation (a refusal soon after it waits
     /// for that reservation to settle).

@@ -14,9 +14,10 @@ pub mod attr {
     pub const SESSION_TTL: &str = "sessionTTL";
     /// Epoch seconds of the minute the message counter belongs to.
     pub const MSG_MINUTE: &str = "msgMinute";
-    /// Messages sent on the session during `msgMinute`.
+    /// Messages received on the session during `msgMinute`, refused ones included (a message is
+    /// admitted when its count is at most `messagesPerMinute`; decision 0303).
     pub const MSG_COUNT: &str = "msgCount";
-    /// Epoch seconds of the minute `connMinuteCount` counts (fixed windows; decision 0305).
+    /// Epoch seconds of the minute `connMinuteCount` counts (fixed windows; decision 0306).
     pub const CONN_MINUTE: &str = "connMinute";
     /// Connections opened on the session during `connMinute`.
     pub const CONN_MINUTE_COUNT: &str = "connMinuteCount";

@@ -13,6 +13,8 @@ use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
 use crate::Deps;
 
+/// The session's key. Its leading (partition) key is the tenant id itself, taken from the validated
+/// [`TenantId`], so it passes the key guard by construction (no format to get wrong; tested below).
 pub fn key(t: &TenantId, sid: &SessionId) -> HashMap<String, AttributeValue> {
     HashMap::from([
         (attr::TENANT_ID.to_string(), s(t.as_str())),
@@ -156,4 +158,22 @@ pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option
     out.attributes()
         .map(|it| from_item(&deps.tables.sessions, it))
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolation::check_key;
+
+    #[test]
+    fn the_session_key_leads_with_exactly_the_tenant() {
+        for (t, sid) in [("ab", "s1"), ("a.b", "x"), ("abc", "ab"), ("t-1_x", "conn")] {
+            let (t, sid) = (TenantId::parse(t).unwrap(), SessionId::parse(sid).unwrap());
+            let k = key(&t, &sid);
+            let lead = k[attr::TENANT_ID].as_s().unwrap();
+            check_key(&t, lead).unwrap();
+            assert_eq!(lead, t.as_str());
+            assert_eq!(k[attr::SESSION_ID].as_s().unwrap(), sid.as_str());
+        }
+    }
 }
