@@ -3,7 +3,8 @@
 //! Reads `AWS::Events::Rule` resources (an `EventPattern` written inline or as `!Ref` to a parameter,
 //! whose default — or an override — is the pattern's JSON) and SAM functions' `EventBridgeRule` /
 //! `CloudWatchEvent` events. A target is a function resource; its `Metadata.BuildProperties.Binary`
-//! names the function the local stack invokes.
+//! names the function the local stack invokes. Schedules (`ScheduleExpression`, no pattern) match no
+//! event and are skipped.
 
 use std::collections::HashMap;
 
@@ -80,6 +81,12 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
                     .get("Properties")
                     .ok_or_else(|| rule_err(name, "no Properties"))?;
                 if props.get("State").and_then(Yaml::as_str) == Some("DISABLED") {
+                    continue;
+                }
+                // A schedule (the reconciler's) matches no event: `POST /events` never reaches
+                // it; run its function with `turnstile invoke` or `turnstile reconcile` instead.
+                if props.get("EventPattern").is_none() && props.get("ScheduleExpression").is_some()
+                {
                     continue;
                 }
                 let pattern = pattern_of(
