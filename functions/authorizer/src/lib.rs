@@ -7,7 +7,7 @@
 //!    (DynamoDB deletes expired items late), and the four limits are not already reached.
 //!
 //! Allow carries the context `tenantId`, `sessionId` and the tenant's limits, so `$connect` needs
-//! no tenant read. The checks here are advisory: `$connect`'s transaction is the authority.
+//! no tenant read. The checks here are advisory: `$connect`'s conditional writes are the authority.
 //! Budget: 2 DynamoDB calls with a cold tenant cache, 1 warm.
 
 use std::time::Duration;

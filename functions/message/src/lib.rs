@@ -8,11 +8,12 @@
 //!   TTL (seed 003: every inbound message does), in the same single UpdateItem.
 //! - The session is gone or expired, or the sender is no longer in it: the sender's connection is
 //!   closed (the session is never recreated) and the answer is 410.
-//! - A recipient that is gone (410) is pruned: one release transaction frees its capacity.
+//! - A recipient that is gone (410) is pruned: out of the session, then the tenant's count down
+//!   (2 UpdateItem; decision 0306).
 //!
 //! Frames: the sender receives its message back as sent; every other connection receives
 //! `{"from": "<sender connection id>", "message": "<the message>"}` — the inbound message and the
-//! echo in one frame. Budget: 1 DynamoDB call (+1 to prune gone connections), 1 post per recipient.
+//! echo in one frame. Budget: 1 DynamoDB call (+2 to prune gone connections), 1 post per recipient.
 
 use std::time::Duration;
 
