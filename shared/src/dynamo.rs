@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -82,10 +84,40 @@ impl Intercept for CallCounter {
     }
 }
 
+/// Env var: how long one DynamoDB request attempt may take, in milliseconds (default 2000).
+pub const TIMEOUT_VAR: &str = "TURNSTILE_DYNAMODB_TIMEOUT_MS";
+/// Per-attempt timeout when [`TIMEOUT_VAR`] is unset or not a positive number.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(2000);
+/// Attempts of the SDK's standard retry mode (its default), used to bound a whole call.
+pub const SDK_ATTEMPTS: u32 = 3;
+
+/// Timeouts for every client Turnstile builds, so no call waits unboundedly on a stalled or slow
+/// DynamoDB: each attempt (and its TCP connect) gets `attempt`; the whole call, the SDK's retries
+/// and their backoff included, gets [`SDK_ATTEMPTS`] x `attempt` (6 s by default, inside the
+/// functions' 10 s Lambda timeout). A call that runs out answers a timeout error, which handlers
+/// turn into a 5xx or a retry.
+pub fn timeouts(attempt: Duration) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(attempt)
+        .operation_attempt_timeout(attempt)
+        .operation_timeout(attempt * SDK_ATTEMPTS)
+        .build()
+}
+
+/// The per-attempt timeout from [`TIMEOUT_VAR`], else [`DEFAULT_ATTEMPT_TIMEOUT`].
+pub fn env_timeout() -> Duration {
+    std::env::var(TIMEOUT_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_ATTEMPT_TIMEOUT)
+}
+
 /// A DynamoDB client from the shared SDK config (credentials, region, `AWS_ENDPOINT_URL_DYNAMODB`),
 /// optionally counting its calls.
 pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Client {
-    let mut b = aws_sdk_dynamodb::config::Builder::from(sdk);
+    let mut b = aws_sdk_dynamodb::config::Builder::from(sdk).timeout_config(timeouts(env_timeout()));
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }
@@ -105,7 +137,8 @@ pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
             None,
             "turnstile-local",
         ))
-        .endpoint_url(endpoint);
+        .endpoint_url(endpoint)
+        .timeout_config(timeouts(env_timeout()));
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }
