@@ -120,11 +120,7 @@ mod tests {
 
     #[test]
     fn a_conflict_names_the_conflicting_indexes_and_none_elsewhere() {
-        let v = transaction_canceled(&[
-            Reason::None,
-            Reason::TransactionConflict,
-            Reason::None,
-        ]);
+        let v = transaction_canceled(&[Reason::None, Reason::TransactionConflict, Reason::None]);
         assert_eq!(
             v["__type"],
             "com.amazonaws.dynamodb.v20120810#TransactionCanceledException"
@@ -148,7 +144,10 @@ mod tests {
     fn a_throttled_transaction_item_says_throttling_error() {
         let v = transaction_canceled(&[Reason::ThrottlingError]);
         assert_eq!(v["CancellationReasons"][0]["Code"], "ThrottlingError");
-        assert!(v["Message"].as_str().unwrap().ends_with("[ThrottlingError]"));
+        assert!(v["Message"]
+            .as_str()
+            .unwrap()
+            .ends_with("[ThrottlingError]"));
     }
 
     #[test]

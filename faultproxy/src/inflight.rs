@@ -36,10 +36,7 @@ impl InFlight {
     }
 
     /// Holds the keys of a transaction, or returns the indexes of those another request holds.
-    pub fn hold_transaction(
-        self: &Arc<Self>,
-        keys: &[ItemKey],
-    ) -> Result<Hold, Vec<usize>> {
+    pub fn hold_transaction(self: &Arc<Self>, keys: &[ItemKey]) -> Result<Hold, Vec<usize>> {
         let mut held = self.lock();
         let busy: Vec<usize> = keys
             .iter()

@@ -552,7 +552,10 @@ impl Shared {
             .method(http::Method::POST)
             .uri(format!("{}/", self.upstream))
             .header(http::header::CONTENT_TYPE, answer::CONTENT_TYPE)
-            .header("x-amz-target", format!("{}DescribeTable", keys::TARGET_PREFIX));
+            .header(
+                "x-amz-target",
+                format!("{}DescribeTable", keys::TARGET_PREFIX),
+            );
         if let Some(auth) = headers.get(http::header::AUTHORIZATION) {
             req = req.header(http::header::AUTHORIZATION, auth.clone());
         }

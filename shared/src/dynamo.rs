@@ -88,6 +88,9 @@ impl Intercept for CallCounter {
 pub const TIMEOUT_VAR: &str = "TURNSTILE_DYNAMODB_TIMEOUT_MS";
 /// Per-attempt timeout when [`TIMEOUT_VAR`] is unset or not a positive number.
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(2000);
+/// The same for [`local_client`]: DynamoDB Local on a busy machine (a JVM, tables created by the
+/// hundred in a test run) can take seconds for one call, so it gets more, still bounded.
+pub const LOCAL_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// Attempts of the SDK's standard retry mode (its default), used to bound a whole call.
 pub const SDK_ATTEMPTS: u32 = 3;
 
@@ -104,20 +107,21 @@ pub fn timeouts(attempt: Duration) -> TimeoutConfig {
         .build()
 }
 
-/// The per-attempt timeout from [`TIMEOUT_VAR`], else [`DEFAULT_ATTEMPT_TIMEOUT`].
-pub fn env_timeout() -> Duration {
+/// The per-attempt timeout from [`TIMEOUT_VAR`], else `default`.
+pub fn env_timeout(default: Duration) -> Duration {
     std::env::var(TIMEOUT_VAR)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
         .map(Duration::from_millis)
-        .unwrap_or(DEFAULT_ATTEMPT_TIMEOUT)
+        .unwrap_or(default)
 }
 
 /// A DynamoDB client from the shared SDK config (credentials, region, `AWS_ENDPOINT_URL_DYNAMODB`),
 /// optionally counting its calls.
 pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Client {
-    let mut b = aws_sdk_dynamodb::config::Builder::from(sdk).timeout_config(timeouts(env_timeout()));
+    let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .timeout_config(timeouts(env_timeout(DEFAULT_ATTEMPT_TIMEOUT)));
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }
@@ -125,7 +129,8 @@ pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Cli
 }
 
 /// A client for DynamoDB Local (or any endpoint) with static dummy credentials, for tests, the local
-/// stack and benchmarks. DynamoDB Local accepts any non-empty key.
+/// stack and benchmarks. DynamoDB Local accepts any non-empty key. Its timeouts: [`TIMEOUT_VAR`],
+/// else [`LOCAL_ATTEMPT_TIMEOUT`] per attempt.
 pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
     let mut b = aws_sdk_dynamodb::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
@@ -138,7 +143,7 @@ pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
             "turnstile-local",
         ))
         .endpoint_url(endpoint)
-        .timeout_config(timeouts(env_timeout()));
+        .timeout_config(timeouts(env_timeout(LOCAL_ATTEMPT_TIMEOUT)));
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }
