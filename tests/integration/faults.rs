@@ -956,6 +956,8 @@ impl PrivateDynamo {
             .arg(dir.join("DynamoDBLocal.jar"))
             .args(["-dbPath", &db_path.to_string_lossy(), "-sharedDb", "-port"])
             .arg(port.to_string())
+            // It writes a metadata file into its working directory: keep that in the temp dir.
+            .current_dir(db_path)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
