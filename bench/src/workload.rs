@@ -247,20 +247,17 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "websocket-handlers-conflicts",
             title: "WebSocket handlers with TransactionConflict injected (fault proxy)",
-            expected_calls: Some(3.0),
+            // authorizer 1 + $connect 2 + $disconnect 2, as `websocket-handlers` (decision 0306):
+            // no transaction on the path, so the injected conflicts find nothing to cancel.
+            expected_calls: Some(5.0),
             races: true,
             single_call: false,
             accuracy: false,
             peer_workload: None,
             refuses: false,
-            // Ready to flip to `workloads::conflicts::build_websocket`: measured with it, `$connect`
-            // gave up ("still colliding after 8 attempts") on 11 of 300 decisions at c = 8 and 40
-            // of 300 at c = 32, which would fail the smoke's no-error check. Pending until the
-            // hot-item change to `$connect` lands.
-            availability: Availability::Pending(
-                "$connect gives up under injected conflicts at c > 1 (issue 11); enable after the \
-                 $connect hot-item change",
-            ),
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::conflicts::build_websocket(ctx, p))
+            }),
         },
         Spec {
             id: "reservation-conflicts",
