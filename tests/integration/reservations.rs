@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::join_all;
 use shared::limit::LimitRow;
-use shared::reservation::{NonFungibleLimiter, ReservationError, LEDGER_ID};
+use shared::reservation::{CoordinateError, NonFungibleLimiter, ReservationError, LEDGER_ID};
 use shared::table::{AttributeStyle, TableKind};
 use turnstile_tests::TestEnv;
 
@@ -376,6 +376,7 @@ async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
     ));
     // The legacy reservation can still be bound, and the remover releases the legacy token.
     l.reservation("emr", "acct", "py-2")
+        .unwrap()
         .create_token("j-PY2")
         .await
         .unwrap();
@@ -385,4 +386,49 @@ async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
     );
     assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
     drop(r);
+}
+
+/// Issue 12, defect 2: `"{resource}:{account}"` made (`emr`, `acct:1`) and (`emr:acct`, `1`) one
+/// ledger. A resource name with ':' is now refused (naming the field), so they cannot share capacity;
+/// an account with ':' keeps rate-limiter-py's coordinate.
+#[tokio::test]
+async fn a_separator_in_the_resource_name_cannot_alias_another_coordinate() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let held = l.get_reservation("emr", "acct:1", 1).await.unwrap();
+    assert_eq!(held.coordinate, "emr:acct:1");
+
+    let err = l.get_reservation("emr:acct", "1", 1).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReservationError::InvalidCoordinate(CoordinateError::SeparatorInResource { ref resource })
+                if resource == "emr:acct"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("resource name"), "{err}");
+    assert!(l.list("emr:acct", "1").await.is_err());
+    assert!(l.reservation("emr:acct", "1", &held.id).is_err());
+    assert!(
+        l.reservation("emr", "acct:1", LEDGER_ID).is_err(),
+        "the ledger is not a reservation"
+    );
+
+    // (emr, acct:1)'s one unit is still held, and its row is the one rate-limiter-py would write.
+    assert!(matches!(
+        l.get_reservation("emr", "acct:1", 1).await,
+        Err(ReservationError::Limited { live: 1, .. })
+    ));
+    let rows = l.list("emr", "acct:1").await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].resource_name.as_deref(),
+            rows[0].account_id.as_deref()
+        ),
+        (Some("emr"), Some("acct:1"))
+    );
+    held.delete().await.unwrap();
+    assert!(l.get_reservation("emr", "acct:1", 1).await.is_ok());
 }

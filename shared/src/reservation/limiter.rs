@@ -23,6 +23,7 @@ use aws_sdk_dynamodb::Client;
 use futures::FutureExt;
 use serde::Serialize;
 
+use super::coordinate::{self, CoordinateError};
 use super::Attrs;
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
@@ -71,6 +72,9 @@ pub enum ReservationError {
         reservation_id: String,
         bound_to: String,
     },
+    /// The (resource, account) pair has no unambiguous `resourceCoordinate` (names the field).
+    #[error(transparent)]
+    InvalidCoordinate(#[from] CoordinateError),
     #[error(transparent)]
     Store(#[from] Error),
 }
@@ -225,9 +229,21 @@ impl NonFungibleLimiter {
         &self.inner.limits
     }
 
-    /// The seed's `resourceCoordinate`: `"{resource}:{account}"`.
-    pub fn coordinate(resource: &str, account: &str) -> String {
-        format!("{resource}:{account}")
+    /// The seed's `resourceCoordinate`, `"{resource}:{account}"`; a resource name holding `:` is
+    /// refused so that no two pairs share a coordinate ([`coordinate::encode`]).
+    pub fn coordinate(resource: &str, account: &str) -> Result<String, CoordinateError> {
+        coordinate::encode(resource, account)
+    }
+
+    /// Refuses ids that are not reservations: empty, or the ledger's own sort key (deleting it
+    /// through a handle would drop the coordinate's capacity record).
+    fn check_id(id: &str) -> Result<()> {
+        if id.is_empty() || id == LEDGER_ID {
+            return Err(Error::Other(format!(
+                "{id:?} is not a reservation id (empty, or the ledger's sort key)"
+            )));
+        }
+        Ok(())
     }
 
     fn key(&self, coordinate: &str, id: &str) -> Item {
@@ -334,15 +350,22 @@ impl NonFungibleLimiter {
     }
 
     /// A handle on an existing reservation (from a listing or another process), to bind or delete.
-    pub fn reservation(&self, resource: &str, account: &str, id: &str) -> Reservation {
-        Reservation {
+    pub fn reservation(
+        &self,
+        resource: &str,
+        account: &str,
+        id: &str,
+    ) -> Result<Reservation, ReservationError> {
+        let coordinate = Self::coordinate(resource, account)?;
+        Self::check_id(id)?;
+        Ok(Reservation {
             limiter: self.clone(),
             resource: resource.to_string(),
             account: account.to_string(),
-            coordinate: Self::coordinate(resource, account),
+            coordinate,
             id: id.to_string(),
             expires_at: None,
-        }
+        })
     }
 
     /// Reserves one unit of (resource, account)'s capacity for the reservation TTL (5 min default).
@@ -359,12 +382,7 @@ impl NonFungibleLimiter {
         account: &str,
         default_limit: i64,
     ) -> Result<Reservation, ReservationError> {
-        if resource.is_empty() || account.is_empty() {
-            return Err(
-                Error::Other("resource name and account id must be non-empty".into()).into(),
-            );
-        }
-        let coordinate = Self::coordinate(resource, account);
+        let coordinate = Self::coordinate(resource, account)?;
         let now = self.inner.clock.now();
         let (row, mut ledger, mut cached) = match (
             self.inner.limits.cached(resource, account),
@@ -745,6 +763,7 @@ impl NonFungibleLimiter {
     /// ledger no longer holds the entry (pruned after expiry), **+1** DeleteItem for the row alone.
     /// Returns whether a live ledger entry was released.
     pub async fn release(&self, coordinate: &str, id: &str) -> Result<bool> {
+        Self::check_id(id)?;
         for attempt in 0..MAX_ATTEMPTS {
             let del = build(
                 Delete::builder()
@@ -875,7 +894,7 @@ impl NonFungibleLimiter {
     pub async fn list(&self, resource: &str, account: &str) -> Result<Vec<TokenRow>> {
         let a = self.inner.attrs;
         let now = self.inner.clock.now();
-        let coordinate = Self::coordinate(resource, account);
+        let coordinate = Self::coordinate(resource, account)?;
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
         loop {

@@ -4,8 +4,10 @@
 //! binds it to a resource; [`Reservation::delete`] and [`NonFungibleLimiter::remove_by_resource_id`]
 //! release it. Design: `docs/decisions/0101-non-fungible-tokens.md`.
 
+pub mod coordinate;
 mod limiter;
 
+pub use coordinate::CoordinateError;
 pub use limiter::{
     NonFungibleLimiter, Reservation, ReservationError, Token, TokenRow, DEFAULT_RESERVATION_TTL,
     DEFAULT_TOKEN_TTL, LEDGER_ID, LEDGER_MAP,
