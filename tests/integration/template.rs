@@ -168,8 +168,8 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
         ],
         // release without the session (the stream, not the table, gives it the session).
         "ttl-sweeper" => vec![release],
-        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token one
-        // TransactWriteItems (Delete the row, Update the ledger item), or DeleteItem alone.
+        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token an
+        // UpdateItem of the ledger item and a DeleteItem of the row.
         "token-remover" => vec![
             (None, &["dynamodb:Query"]),
             (
