@@ -163,9 +163,11 @@ pub fn registry() -> Vec<Spec> {
         },
         Spec {
             id: "reservation-create-token",
-            title: "Non-fungible get_reservation + create_token (2 transactions by design)",
-            // 1 TransactWriteItems for the reservation + 1 for create_token.
-            expected_calls: Some(2.0),
+            title:
+                "Non-fungible get_reservation + create_token (3 single-item writes, no transaction)",
+            // 1 UpdateItem of the ledger for the reservation, then create_token's row and ledger
+            // entry (decision 0101).
+            expected_calls: Some(3.0),
             races: false,
             single_call: false,
             accuracy: true,
@@ -262,7 +264,7 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "reservation-conflicts",
             title: "Reservation + create_token with TransactionConflict injected (fault proxy)",
-            expected_calls: Some(2.0),
+            expected_calls: Some(3.0),
             races: true,
             single_call: false,
             accuracy: false,

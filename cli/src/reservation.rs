@@ -56,10 +56,11 @@ enum Cmd {
     },
 }
 
-/// Refusals are decisions, printed as JSON like grants; only store failures are errors.
+/// Refusals are decisions, printed as JSON like grants; store failures and bad names are errors.
 fn refusal(e: ReservationError) -> Result<serde_json::Value> {
     match e {
         ReservationError::Store(e) => Err(e),
+        ReservationError::InvalidCoordinate(e) => Err(e.into()),
         ReservationError::Limited {
             coordinate,
             limit,
@@ -100,8 +101,11 @@ pub async fn run(args: Args) -> Result<()> {
             resource_id,
             ..
         } => {
-            let r = limiter.reservation(&resource, &account, &reservation_id);
-            match r.create_token(&resource_id).await {
+            let bound = match limiter.reservation(&resource, &account, &reservation_id) {
+                Ok(r) => r.create_token(&resource_id).await,
+                Err(e) => Err(e),
+            };
+            match bound {
                 Ok(t) => json!({"bound": true, "token": t}),
                 Err(e) => {
                     let mut v = refusal(e)?;
@@ -115,7 +119,7 @@ pub async fn run(args: Args) -> Result<()> {
             account,
             reservation_id,
         } => {
-            let coordinate = NonFungibleLimiter::coordinate(&resource, &account);
+            let coordinate = NonFungibleLimiter::coordinate(&resource, &account)?;
             let released = limiter.release(&coordinate, &reservation_id).await?;
             json!({"deleted": true, "released_capacity": released, "reservation_id": reservation_id})
         }

@@ -4,6 +4,7 @@
 use crate::config::ConfigError;
 use crate::ids::IdError;
 use crate::isolation::CrossTenantKey;
+use crate::reservation::CoordinateError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -11,6 +12,9 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error(transparent)]
     InvalidId(#[from] IdError),
+    /// A (resource, account) pair without an unambiguous reservation coordinate.
+    #[error(transparent)]
+    InvalidCoordinate(#[from] CoordinateError),
     /// A DynamoDB call failed for a reason other than a condition we asked for.
     #[error("DynamoDB {operation} failed: {message}")]
     Dynamo {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::join_all;
 use shared::limit::LimitRow;
-use shared::reservation::{NonFungibleLimiter, ReservationError, LEDGER_ID};
+use shared::reservation::{CoordinateError, NonFungibleLimiter, ReservationError, LEDGER_ID};
 use shared::table::{AttributeStyle, TableKind};
 use turnstile_tests::TestEnv;
 
@@ -63,6 +63,7 @@ async fn forty_concurrent_callers_get_exactly_the_capacity() {
     assert_eq!(live(&one, "cold").await, 3);
 }
 
+/// Decision 0101's budget, no transactions: reserve 1 UpdateItem (warm), create_token 2, delete 2.
 #[tokio::test]
 async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
     let env = TestEnv::new(&TABLES).await;
@@ -74,7 +75,7 @@ async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
         [
             ("BatchGetItem".to_string(), 1),
             ("Query".to_string(), 1),
-            ("TransactWriteItems".to_string(), 1)
+            ("UpdateItem".to_string(), 1)
         ]
         .into(),
         "a coordinate's first use also counts rows written without a ledger"
@@ -87,20 +88,32 @@ async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
         env.counter.by_operation(),
         [
             ("BatchGetItem".to_string(), 1),
-            ("TransactWriteItems".to_string(), 1)
+            ("UpdateItem".to_string(), 1)
         ]
         .into(),
         "cold"
     );
     env.counter.reset();
     let r2 = l.get_reservation("emr", "acct", 2).await.unwrap();
-    assert_eq!(env.counter.total(), 1, "warm");
+    assert_eq!(
+        env.counter.by_operation(),
+        [("UpdateItem".to_string(), 1)].into(),
+        "warm: one UpdateItem on the ledger, no row"
+    );
     env.counter.reset();
     r.create_token("j-CLUSTER1").await.unwrap();
-    assert_eq!(env.counter.total(), 1, "create_token");
+    assert_eq!(
+        env.counter.by_operation(),
+        [("UpdateItem".to_string(), 2)].into(),
+        "create_token: the row, then the ledger entry"
+    );
     env.counter.reset();
     r2.delete().await.unwrap();
-    assert_eq!(env.counter.total(), 1, "delete");
+    assert_eq!(
+        env.counter.by_operation(),
+        [("DeleteItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
+        "delete: the ledger entry, then the row"
+    );
     // A refusal predicted by the cached ledger is confirmed with one read.
     let _r3 = l.get_reservation("emr", "acct", 2).await.unwrap();
     env.counter.reset();
@@ -376,6 +389,7 @@ async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
     ));
     // The legacy reservation can still be bound, and the remover releases the legacy token.
     l.reservation("emr", "acct", "py-2")
+        .unwrap()
         .create_token("j-PY2")
         .await
         .unwrap();
@@ -385,4 +399,135 @@ async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
     );
     assert!(l.get_reservation("emr", "acct", 3).await.is_ok());
     drop(r);
+}
+
+/// Issue 12, defect 2: `"{resource}:{account}"` made (`emr`, `acct:1`) and (`emr:acct`, `1`) one
+/// ledger. A resource name with ':' is now refused (naming the field), so they cannot share capacity;
+/// an account with ':' keeps rate-limiter-py's coordinate.
+#[tokio::test]
+async fn a_separator_in_the_resource_name_cannot_alias_another_coordinate() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let held = l.get_reservation("emr", "acct:1", 1).await.unwrap();
+    assert_eq!(held.coordinate, "emr:acct:1");
+
+    let err = l.get_reservation("emr:acct", "1", 1).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReservationError::InvalidCoordinate(CoordinateError::SeparatorInResource { ref resource })
+                if resource == "emr:acct"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("resource name"), "{err}");
+    assert!(l.list("emr:acct", "1").await.is_err());
+    assert!(l.reservation("emr:acct", "1", &held.id).is_err());
+    assert!(
+        l.reservation("emr", "acct:1", LEDGER_ID).is_err(),
+        "the ledger is not a reservation"
+    );
+
+    // (emr, acct:1)'s one unit is still held, and its row is the one rate-limiter-py would write.
+    assert!(matches!(
+        l.get_reservation("emr", "acct:1", 1).await,
+        Err(ReservationError::Limited { live: 1, .. })
+    ));
+    let rows = l.list("emr", "acct:1").await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].resource_name.as_deref(),
+            rows[0].account_id.as_deref()
+        ),
+        (Some("emr"), Some("acct:1"))
+    );
+    held.delete().await.unwrap();
+    assert!(l.get_reservation("emr", "acct:1", 1).await.is_ok());
+}
+
+/// Reserve/bind/delete churn from 50 tasks on separate limiters, capacity 5: the reservations held at
+/// once (counted from grant until the delete starts, a subset of the ledger's entries) never exceed
+/// the capacity, and everything released leaves the ledger empty.
+#[tokio::test]
+async fn churn_of_fifty_tasks_never_holds_more_than_the_capacity() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    let env = TestEnv::new(&TABLES).await;
+    let held = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..50).map(|i| {
+        let l = limiter(&env);
+        let (held, peak, granted) = (held.clone(), peak.clone(), granted.clone());
+        tokio::spawn(async move {
+            for round in 0..4 {
+                match l.get_reservation("emr", "churn", 5).await {
+                    Ok(r) => {
+                        let now = held.fetch_add(1, SeqCst) + 1;
+                        peak.fetch_max(now, SeqCst);
+                        granted.fetch_add(1, SeqCst);
+                        if (i + round) % 2 == 0 {
+                            r.create_token(&format!("j-{i}-{round}")).await.unwrap();
+                        }
+                        held.fetch_sub(1, SeqCst);
+                        r.delete().await.unwrap();
+                    }
+                    Err(ReservationError::Limited { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+    });
+    for t in join_all(tasks).await {
+        t.unwrap();
+    }
+    let peak = peak.load(SeqCst);
+    assert!(peak <= 5, "held {peak} at once with capacity 5");
+    assert!(granted.load(SeqCst) >= 5, "the capacity was used");
+    eprintln!(
+        "churn: {} granted, peak {peak}, calls {:?}",
+        granted.load(SeqCst),
+        env.counter.by_operation()
+    );
+    let l = limiter(&env);
+    assert_eq!(live(&l, "churn").await, 0, "every release came back");
+    assert!(l.list("emr", "churn").await.unwrap().is_empty());
+    assert_eq!(concurrent(vec![l; 20], "churn", 5).await, 5);
+}
+
+/// create_token and delete racing on the same reservation, in every interleaving the scheduler
+/// gives: the delete always wins in the end (no capacity and no row left), and a bind that lost
+/// is `Gone`, never a token holding capacity without its row.
+#[tokio::test]
+async fn a_bind_racing_a_delete_leaves_neither_capacity_nor_row() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let mut pairs = Vec::new();
+    for i in 0..20 {
+        let r = l.get_reservation("emr", "race", 20).await.unwrap();
+        let (b, d) = (r.clone(), r);
+        pairs.push(tokio::spawn(async move {
+            let bind = tokio::spawn(async move { b.create_token(&format!("j-R{i}")).await });
+            d.delete().await.unwrap();
+            match bind.await.unwrap() {
+                Ok(_) | Err(ReservationError::Gone { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    for p in join_all(pairs).await {
+        p.unwrap();
+    }
+    assert!(l.list("emr", "race").await.unwrap().is_empty());
+    let rows = env
+        .deps
+        .dynamo
+        .scan()
+        .table_name(&env.deps.tables.non_fungible_tokens)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rows.items().len(), 1, "only the ledger item is left");
+    assert_eq!(concurrent(vec![l; 30], "race", 20).await, 20);
 }

@@ -178,8 +178,8 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
             (Some(Sessions), &["dynamodb:Query", "dynamodb:UpdateItem"]),
             (Some(Counters), &["dynamodb:GetItem", "dynamodb:UpdateItem"]),
         ],
-        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token one
-        // TransactWriteItems (Delete the row, Update the ledger item), or DeleteItem alone.
+        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token an
+        // UpdateItem of the ledger item and a DeleteItem of the row.
         "token-remover" => vec![
             (None, &["dynamodb:Query"]),
             (

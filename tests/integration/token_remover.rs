@@ -189,8 +189,9 @@ async fn terminated_clusters_lose_their_tokens_and_release_capacity() {
     assert_eq!(
         env.counter.by_operation(),
         [
+            ("DeleteItem".to_string(), 1),
             ("Query".to_string(), 1),
-            ("TransactWriteItems".to_string(), 1)
+            ("UpdateItem".to_string(), 1)
         ]
         .into()
     );

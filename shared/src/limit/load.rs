@@ -2,6 +2,11 @@
 //! (`{"limits":[{"accountId","resourceName","limit","windowSec"}]}`) diffed against the rows the
 //! `serviceName` index holds for that service. New and changed rows are put, rows the file no
 //! longer lists are deleted; a dry run only computes the diff.
+//!
+//! A row belongs to the service named in its `serviceName`. Loading never re-owns another service's
+//! row (nor a row without a service): the file's rows that exist under another owner are
+//! [`Conflict`]s, and the load is refused whole unless [`LoadOptions::take_over`] is set. Every
+//! write is conditional on the owner seen, so a concurrent loader cannot lose its rows either.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +32,42 @@ pub struct Change {
     pub after: LimitRow,
 }
 
+/// A row this load would touch that another service (or no service) owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    pub resource_name: String,
+    pub account_id: String,
+    /// The row's owner: another service, or `None` for a row without a service name.
+    pub owner: Option<String>,
+    /// The row as the table holds it.
+    pub current: LimitRow,
+    /// What the file asks for; `None` when this service meant to delete a row that another
+    /// service took over meanwhile (left alone).
+    pub wanted: Option<LimitRow>,
+}
+
+impl Conflict {
+    fn new(current: LimitRow, wanted: Option<LimitRow>) -> Self {
+        Conflict {
+            resource_name: current.resource_name.clone(),
+            account_id: current.account_id.clone(),
+            owner: current.service_name.clone(),
+            current,
+            wanted,
+        }
+    }
+}
+
+/// How to load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Compute and report the diff (conflicts included) without writing.
+    pub dry_run: bool,
+    /// Re-own the file's rows that another service owns (each write conditioned on the owner
+    /// reported). Without it such rows refuse the whole load.
+    pub take_over: bool,
+}
+
 /// What loading a file does (or, on a dry run, would do).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LimitDiff {
@@ -35,13 +76,22 @@ pub struct LimitDiff {
     pub changed: Vec<Change>,
     pub removed: Vec<LimitRow>,
     pub unchanged: usize,
-    /// False on a dry run.
+    /// Rows owned by others that were not (or, on a dry run, would not be) written. Non-empty
+    /// means the load was refused, or lost a race for these rows.
+    pub conflicts: Vec<Conflict>,
+    /// With [`LoadOptions::take_over`]: rows re-owned from another service (would be, on a dry run).
+    pub taken_over: Vec<Conflict>,
+    /// False on a dry run and on a refused load.
     pub applied: bool,
 }
 
 impl LimitDiff {
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+        self.added.is_empty()
+            && self.changed.is_empty()
+            && self.removed.is_empty()
+            && self.conflicts.is_empty()
+            && self.taken_over.is_empty()
     }
 }
 
@@ -120,6 +170,8 @@ pub fn diff(service: &str, desired: &[LimitSpec], existing: &[LimitRow]) -> Limi
         changed: vec![],
         removed: vec![],
         unchanged: 0,
+        conflicts: vec![],
+        taken_over: vec![],
         applied: false,
     };
     for spec in desired {
@@ -143,29 +195,112 @@ pub fn diff(service: &str, desired: &[LimitSpec], existing: &[LimitRow]) -> Limi
     d
 }
 
-/// Diffs the file against the service's rows (Query on the `serviceName` index, one call per page)
-/// and, unless `dry_run`, applies it: one PutItem per added or changed row, one DeleteItem per
-/// removed row. Rows of other services are never touched.
+/// Sorts the `added` rows by what a consistent read found under their keys (`found`): a row
+/// that turns out to be this service's (the index lagged) becomes changed or unchanged; a row of
+/// another owner becomes a conflict, or with `take_over` a row to take over.
+pub fn resolve_added(d: &mut LimitDiff, found: &[LimitRow], take_over: bool) {
+    let found: BTreeMap<(&str, &str), &LimitRow> = found
+        .iter()
+        .map(|r| ((r.resource_name.as_str(), r.account_id.as_str()), r))
+        .collect();
+    for after in std::mem::take(&mut d.added) {
+        match found.get(&(after.resource_name.as_str(), after.account_id.as_str())) {
+            None => d.added.push(after),
+            Some(&current) if current.service_name.as_deref() == Some(d.service.as_str()) => {
+                if *current == after {
+                    d.unchanged += 1;
+                } else {
+                    d.changed.push(Change {
+                        before: current.clone(),
+                        after,
+                    });
+                }
+            }
+            Some(&current) => {
+                let c = Conflict::new(current.clone(), Some(after));
+                if take_over {
+                    d.taken_over.push(c);
+                } else {
+                    d.conflicts.push(c);
+                }
+            }
+        }
+    }
+}
+
+/// Diffs the file against the service's rows (Query on the `serviceName` index, one call per page),
+/// reads the rows the file adds (strongly consistent BatchGetItem, one per 100) to find rows other
+/// services own, and unless `dry_run` applies it: one conditional PutItem per added, changed or
+/// taken-over row, one conditional DeleteItem per removed row.
+///
+/// Rows owned by another service are never written unless `take_over`: their presence refuses the
+/// load before anything is written (`conflicts` non-empty, `applied` false). A row re-owned by
+/// another loader between the read and the write is left alone and reported in `conflicts`.
 pub async fn load(
     store: &LimitStore,
     service: &str,
     desired: &[LimitSpec],
-    dry_run: bool,
+    opts: LoadOptions,
 ) -> Result<LimitDiff> {
     if service.trim().is_empty() {
         return Err(bad("the service name is empty".into()));
     }
     let existing = store.list(Some(service)).await?;
     let mut d = diff(service, desired, &existing);
-    if dry_run {
+    if !d.added.is_empty() {
+        let keys: Vec<(String, String)> = d
+            .added
+            .iter()
+            .map(|r| (r.resource_name.clone(), r.account_id.clone()))
+            .collect();
+        let found = store.get_many(&keys).await?;
+        resolve_added(&mut d, &found, opts.take_over);
+    }
+    if opts.dry_run || !d.conflicts.is_empty() {
         return Ok(d);
     }
-    for row in d.added.iter().chain(d.changed.iter().map(|c| &c.after)) {
-        store.put(row).await?;
+    let mut lost = Vec::new();
+    let mut written = |current: Option<LimitRow>, wanted: &LimitRow| match current {
+        None => true,
+        Some(current) => {
+            lost.push(Conflict::new(current, Some(wanted.clone())));
+            false
+        }
+    };
+    let mut added = Vec::new();
+    for row in std::mem::take(&mut d.added) {
+        if written(store.put_owned(&row, None).await?, &row) {
+            added.push(row);
+        }
     }
-    for row in &d.removed {
-        store.delete(&row.resource_name, &row.account_id).await?;
+    let mut changed = Vec::new();
+    for c in std::mem::take(&mut d.changed) {
+        if written(store.put_owned(&c.after, None).await?, &c.after) {
+            changed.push(c);
+        }
     }
+    let mut taken_over = Vec::new();
+    for c in std::mem::take(&mut d.taken_over) {
+        let Some(after) = c.wanted.clone() else {
+            continue;
+        };
+        let from = Some(c.owner.as_deref());
+        if written(store.put_owned(&after, from).await?, &after) {
+            taken_over.push(c);
+        }
+    }
+    let mut removed = Vec::new();
+    for row in std::mem::take(&mut d.removed) {
+        match store
+            .delete_owned(&row.resource_name, &row.account_id, service)
+            .await?
+        {
+            None => removed.push(row),
+            Some(current) => lost.push(Conflict::new(current, None)),
+        }
+    }
+    (d.added, d.changed, d.taken_over, d.removed) = (added, changed, taken_over, removed);
+    d.conflicts = lost;
     d.applied = true;
     Ok(d)
 }
@@ -218,5 +353,51 @@ mod tests {
         assert_eq!(d.changed.len(), 1);
         assert_eq!(d.changed[0].after, row("b", 1));
         assert_eq!(d.removed, vec![row("z", 1)]);
+    }
+
+    #[test]
+    fn added_rows_of_other_owners_are_conflicts_unless_taken_over() {
+        let desired = parse_file(
+            r#"{"limits":[
+            {"accountId":"new","resourceName":"r","limit":1,"windowSec":60},
+            {"accountId":"billing","resourceName":"r","limit":2,"windowSec":60},
+            {"accountId":"nobody","resourceName":"r","limit":3,"windowSec":60},
+            {"accountId":"lagged","resourceName":"r","limit":4,"windowSec":60}]}"#,
+        )
+        .unwrap();
+        let row = |acct: &str, limit, svc: Option<&str>| LimitRow {
+            resource_name: "r".into(),
+            account_id: acct.into(),
+            limit,
+            window_sec: Some(60),
+            service_name: svc.map(String::from),
+        };
+        // The index does not yet show "lagged" as svc's; the consistent read does.
+        let found = [
+            row("billing", 9, Some("billing")),
+            row("nobody", 9, None),
+            row("lagged", 4, Some("svc")),
+        ];
+        let mut d = diff("svc", &desired, &[]);
+        assert_eq!(d.added.len(), 4);
+        resolve_added(&mut d, &found, false);
+        assert_eq!(d.added, vec![row("new", 1, Some("svc"))]);
+        assert_eq!(d.unchanged, 1);
+        let owners: Vec<_> = d
+            .conflicts
+            .iter()
+            .map(|c| (c.account_id.as_str(), c.owner.as_deref(), c.current.limit))
+            .collect();
+        assert_eq!(
+            owners,
+            [("billing", Some("billing"), 9), ("nobody", None, 9)]
+        );
+        assert_eq!(d.conflicts[0].wanted, Some(row("billing", 2, Some("svc"))));
+        assert!(d.taken_over.is_empty());
+
+        let mut d = diff("svc", &desired, &[]);
+        resolve_added(&mut d, &found, true);
+        assert!(d.conflicts.is_empty());
+        assert_eq!(d.taken_over.len(), 2);
     }
 }

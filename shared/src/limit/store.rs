@@ -4,7 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::KeysAndAttributes;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
@@ -377,6 +380,132 @@ impl LimitStore {
             .map_err(|e| Error::dynamo("PutItem", e))?;
         self.forget(&row.resource_name, &row.account_id);
         Ok(())
+    }
+
+    /// Strongly consistent reads of up to any number of rows: one BatchGetItem per 100 keys (+1 per
+    /// round of unprocessed keys). Rows that do not exist are absent from the answer.
+    pub async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<LimitRow>> {
+        let mut rows = Vec::new();
+        for chunk in keys.chunks(100) {
+            let mut pending: Vec<Item> = chunk.iter().map(|(r, a)| self.key(r, a)).collect();
+            for round in 0u32.. {
+                if pending.is_empty() {
+                    break;
+                }
+                if round > 0 {
+                    crate::token::backoff(round.min(8)).await;
+                }
+                let req = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
+                let out = self
+                    .inner
+                    .client
+                    .batch_get_item()
+                    .request_items(self.table(), req)
+                    .send()
+                    .await
+                    .map_err(|e| Error::dynamo("BatchGetItem", e))?;
+                if let Some(items) = out.responses().and_then(|r| r.get(self.table())) {
+                    for item in items {
+                        rows.push(self.parse(item)?);
+                    }
+                }
+                if let Some(u) = out.unprocessed_keys().and_then(|u| u.get(self.table())) {
+                    pending = u.keys().to_vec();
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Writes `row` (1 PutItem) only if no row exists or the row already belongs to `row`'s service
+    /// (or, to take it over, to `take_over_from`: `Some(None)` is a row without a service). The
+    /// condition makes a concurrent loader of another service unable to lose its row to this one.
+    /// `Ok(None)`: written; `Ok(Some(current))`: refused, the row as it is.
+    pub async fn put_owned(
+        &self,
+        row: &LimitRow,
+        take_over_from: Option<Option<&str>>,
+    ) -> Result<Option<LimitRow>> {
+        let a = self.inner.attrs;
+        let Some(me) = row.service_name.as_deref() else {
+            return Err(Error::Other(format!(
+                "limit row {}/{} has no service name",
+                row.resource_name, row.account_id
+            )));
+        };
+        let mut req = self
+            .inner
+            .client
+            .put_item()
+            .table_name(&self.inner.table)
+            .set_item(Some(self.to_item(row)))
+            .expression_attribute_names("#pk", a.resource_name)
+            .expression_attribute_names("#svc", a.service_name)
+            .expression_attribute_values(":me", s(me))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let cond = match take_over_from {
+            None => "attribute_not_exists(#pk) OR #svc = :me",
+            Some(None) => "attribute_not_exists(#pk) OR #svc = :me OR attribute_not_exists(#svc)",
+            Some(Some(owner)) => {
+                req = req.expression_attribute_values(":owner", s(owner));
+                "attribute_not_exists(#pk) OR #svc = :me OR #svc = :owner"
+            }
+        };
+        let sent = req.condition_expression(cond).send().await;
+        self.forget(&row.resource_name, &row.account_id);
+        match sent {
+            Ok(_) => Ok(None),
+            Err(SdkError::ServiceError(se)) => {
+                if let PutItemError::ConditionalCheckFailedException(c) = se.err() {
+                    return match c.item() {
+                        Some(old) => Ok(Some(self.parse(old)?)),
+                        None => Err(Error::Other(format!(
+                            "limit row {}/{}: the ownership condition failed without the row",
+                            row.resource_name, row.account_id
+                        ))),
+                    };
+                }
+                Err(Error::dynamo("PutItem", SdkError::ServiceError(se)))
+            }
+            Err(e) => Err(Error::dynamo("PutItem", e)),
+        }
+    }
+
+    /// Deletes (resource, account) only while `service` owns it (1 DeleteItem). `Ok(None)`: deleted
+    /// or already gone; `Ok(Some(current))`: another service (or none) owns it now, left alone.
+    pub async fn delete_owned(
+        &self,
+        resource: &str,
+        account: &str,
+        service: &str,
+    ) -> Result<Option<LimitRow>> {
+        let sent = self
+            .inner
+            .client
+            .delete_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(resource, account)))
+            .condition_expression("#svc = :me")
+            .expression_attribute_names("#svc", self.inner.attrs.service_name)
+            .expression_attribute_values(":me", s(service))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        self.forget(resource, account);
+        match sent {
+            Ok(_) => Ok(None),
+            Err(SdkError::ServiceError(se)) => {
+                if let DeleteItemError::ConditionalCheckFailedException(c) = se.err() {
+                    return c.item().map(|old| self.parse(old)).transpose();
+                }
+                Err(Error::dynamo("DeleteItem", SdkError::ServiceError(se)))
+            }
+            Err(e) => Err(Error::dynamo("DeleteItem", e)),
+        }
     }
 
     /// Deletes a row (1 DeleteItem) and forgets its cached answer.

@@ -4,11 +4,18 @@
 //! binds it to a resource; [`Reservation::delete`] and [`NonFungibleLimiter::remove_by_resource_id`]
 //! release it. Design: `docs/decisions/0101-non-fungible-tokens.md`.
 
+pub mod coordinate;
+mod ledger;
 mod limiter;
+mod queries;
+mod reserve;
+mod tokens;
 
+pub use coordinate::CoordinateError;
+pub use ledger::{LEDGER_ID, LEDGER_MAP};
 pub use limiter::{
     NonFungibleLimiter, Reservation, ReservationError, Token, TokenRow, DEFAULT_RESERVATION_TTL,
-    DEFAULT_TOKEN_TTL, LEDGER_ID, LEDGER_MAP,
+    DEFAULT_TOKEN_TTL,
 };
 
 use crate::table::{AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};

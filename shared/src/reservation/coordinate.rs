@@ -1,0 +1,140 @@
+//! The `resourceCoordinate` key of the non-fungible table: `"{resource}:{account}"`, as
+//! rate-limiter-py writes it, made injective by refusing the separator in the resource name.
+//!
+//! With `:` allowed on both sides, (`emr`, `acct:1`) and (`emr:acct`, `1`) would both be
+//! `emr:acct:1` and share one ledger. A resource name never contains `:`, so the first `:` of a
+//! coordinate always ends the resource name and [`decode`] recovers the pair: two different pairs
+//! can no longer encode alike. Accounts may contain `:` (ARNs, `org:team`). Rows of names without
+//! `:` are byte-for-byte what rate-limiter-py writes. Decision 0101.
+
+/// Separator between the resource name and the account id.
+pub const SEPARATOR: char = ':';
+/// DynamoDB's limit on a partition key value, in UTF-8 bytes.
+pub const MAX_COORDINATE_BYTES: usize = 2048;
+
+/// Why (resource, account) has no coordinate. Each variant names the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoordinateError {
+    #[error("{field} must be non-empty")]
+    Empty { field: &'static str },
+    /// The resource name holds the separator: its coordinate could equal another pair's.
+    #[error(
+        "resource name {resource:?} contains ':', which separates the resource name from the \
+         account id in resourceCoordinate; use a resource name without ':'"
+    )]
+    SeparatorInResource { resource: String },
+    #[error("resourceCoordinate of {resource:?} and the account id is {len} bytes; DynamoDB allows {max}")]
+    TooLong {
+        resource: String,
+        len: usize,
+        max: usize,
+    },
+}
+
+/// `"{resource}:{account}"`, or why the pair cannot be encoded unambiguously.
+pub fn encode(resource: &str, account: &str) -> Result<String, CoordinateError> {
+    if resource.is_empty() {
+        return Err(CoordinateError::Empty {
+            field: "resource name",
+        });
+    }
+    if account.is_empty() {
+        return Err(CoordinateError::Empty {
+            field: "account id",
+        });
+    }
+    if resource.contains(SEPARATOR) {
+        return Err(CoordinateError::SeparatorInResource {
+            resource: resource.to_string(),
+        });
+    }
+    let len = resource.len() + SEPARATOR.len_utf8() + account.len();
+    if len > MAX_COORDINATE_BYTES {
+        return Err(CoordinateError::TooLong {
+            resource: resource.to_string(),
+            len,
+            max: MAX_COORDINATE_BYTES,
+        });
+    }
+    Ok(format!("{resource}{SEPARATOR}{account}"))
+}
+
+/// The (resource, account) a coordinate was encoded from: split at the first `:`. `None` when
+/// there is no separator or a side is empty (not a coordinate [`encode`] writes).
+pub fn decode(coordinate: &str) -> Option<(&str, &str)> {
+    let (resource, account) = coordinate.split_once(SEPARATOR)?;
+    (!resource.is_empty() && !account.is_empty()).then_some((resource, account))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Every string of length 0..=max over `alphabet`.
+    fn strings(alphabet: &[char], max: usize) -> Vec<String> {
+        let mut all = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..max {
+            last = last
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    /// Injectivity by exhaustion over a small alphabet holding the separator and a multi-byte
+    /// character: every pair that encodes decodes back to itself, and no two pairs share an
+    /// encoding. Refusals are exactly the empty sides and a ':' in the resource name.
+    #[test]
+    fn encoding_is_injective_over_every_short_pair() {
+        let words = strings(&['a', ':', 'é'], 4);
+        let mut seen: HashMap<String, (String, String)> = HashMap::new();
+        let mut encoded = 0;
+        for r in &words {
+            for a in &words {
+                match encode(r, a) {
+                    Ok(c) => {
+                        encoded += 1;
+                        assert_eq!(decode(&c), Some((r.as_str(), a.as_str())), "{c:?}");
+                        if let Some(other) = seen.insert(c.clone(), (r.clone(), a.clone())) {
+                            panic!("{c:?} encodes both {other:?} and {:?}", (r, a));
+                        }
+                    }
+                    Err(CoordinateError::Empty { .. }) => assert!(r.is_empty() || a.is_empty()),
+                    Err(CoordinateError::SeparatorInResource { .. }) => assert!(r.contains(':')),
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+        }
+        // 1 + 3 + 9 + 27 + 81 = 121 words; 2^0 + .. + 2^4 - 1 = 30 non-empty without ':'.
+        assert_eq!(encoded, 30 * 120);
+    }
+
+    #[test]
+    fn the_colliding_pair_of_issue_12_is_told_apart() {
+        assert_eq!(encode("emr", "acct:1").unwrap(), "emr:acct:1");
+        let err = encode("emr:acct", "1").unwrap_err();
+        assert!(
+            err.to_string().contains("resource name \"emr:acct\""),
+            "{err}"
+        );
+        // Names rate-limiter-py users have (no ':') are unchanged.
+        assert_eq!(encode("emr", "123456789012").unwrap(), "emr:123456789012");
+        assert_eq!(decode("emr:acct:1"), Some(("emr", "acct:1")));
+        assert_eq!(decode("emr"), None);
+    }
+
+    #[test]
+    fn the_key_size_limit_is_checked_before_dynamodb_sees_it() {
+        let long = "a".repeat(MAX_COORDINATE_BYTES);
+        assert!(matches!(
+            encode("emr", &long),
+            Err(CoordinateError::TooLong { len: 2052, .. })
+        ));
+        assert!(encode("emr", &long[..MAX_COORDINATE_BYTES - 4]).is_ok());
+    }
+}

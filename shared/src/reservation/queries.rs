@@ -1,0 +1,240 @@
+//! Reading a coordinate's reservations and tokens, and the token remover's work.
+//!
+//! A listing merges the token rows with the ledger, the only capacity record: an unbound
+//! reservation has no row (it is listed from its ledger entry), and a row whose ledger entry is gone
+//! (released, or left behind by a crash between two writes) is listed as not live.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::ledger::{is_live, Ledger, LEDGER_ID};
+use super::{NonFungibleLimiter, TokenRow};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::limit::item::{opt_int, opt_str, req_str, s, Item};
+
+/// The listing of a coordinate: each row, live only while its ledger entry is (rows without a
+/// ledger keep their own `expirationTime`, as rate-limiter-py wrote them), plus one entry per
+/// ledger reservation without a row. Sorted by reservation id.
+pub(super) fn merge(
+    rows: Vec<TokenRow>,
+    ledger: &Ledger,
+    pair: (&str, &str),
+    coordinate: &str,
+    now: Timestamp,
+) -> Vec<TokenRow> {
+    if !ledger.exists {
+        return rows;
+    }
+    let mut out: Vec<TokenRow> = rows
+        .into_iter()
+        .map(|mut r| {
+            r.live = ledger
+                .live
+                .get(&r.reservation_id)
+                .is_some_and(|(e, _)| is_live(*e, now));
+            r
+        })
+        .collect();
+    for (id, (exp, _)) in &ledger.live {
+        if out.iter().any(|r| &r.reservation_id == id) {
+            continue;
+        }
+        out.push(TokenRow {
+            coordinate: coordinate.to_string(),
+            reservation_id: id.clone(),
+            resource_name: Some(pair.0.to_string()),
+            account_id: Some(pair.1.to_string()),
+            resource_id: None,
+            expiration_time: Some(*exp),
+            live: is_live(*exp, now),
+        });
+    }
+    out.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
+    out
+}
+
+impl NonFungibleLimiter {
+    fn parse_row(&self, item: &Item, now: Timestamp) -> Result<TokenRow> {
+        let a = self.inner.attrs;
+        let t = &self.inner.table;
+        let exp = opt_int(item, t, a.expiration_time)?;
+        Ok(TokenRow {
+            coordinate: req_str(item, t, a.resource_coordinate)?,
+            reservation_id: req_str(item, t, a.reservation_id)?,
+            resource_name: opt_str(item, t, a.resource_name)?,
+            account_id: opt_str(item, t, a.account_id)?,
+            resource_id: opt_str(item, t, a.resource_id)?,
+            expiration_time: exp,
+            live: exp.is_some_and(|e| is_live(e, now)),
+        })
+    }
+
+    /// The coordinate's rows (live by their own `expirationTime`) and its ledger item. One strongly
+    /// consistent Query per page.
+    async fn read_partition(
+        &self,
+        coordinate: &str,
+        now: Timestamp,
+    ) -> Result<(Vec<TokenRow>, Option<Item>)> {
+        let a = self.inner.attrs;
+        let mut rows = Vec::new();
+        let mut ledger = None;
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .inner
+                .client
+                .query()
+                .table_name(&self.inner.table)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", a.resource_coordinate)
+                .expression_attribute_values(":pk", s(coordinate))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Error::dynamo("Query", e))?;
+            for item in page.items() {
+                if item.get(a.reservation_id) == Some(&AttributeValue::S(LEDGER_ID.into())) {
+                    ledger = Some(item.clone());
+                } else {
+                    rows.push(self.parse_row(item, now)?);
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        Ok((rows, ledger))
+    }
+
+    /// The coordinate's rows by their own expiry (to seed a new ledger from rows written without one).
+    pub(super) async fn list_rows(
+        &self,
+        coordinate: &str,
+        now: Timestamp,
+    ) -> Result<Vec<TokenRow>> {
+        Ok(self.read_partition(coordinate, now).await?.0)
+    }
+
+    /// Every reservation and token of (resource, account), live or not, from its rows and ledger
+    /// ([`merge`]). One strongly consistent Query per page.
+    pub async fn list(&self, resource: &str, account: &str) -> Result<Vec<TokenRow>> {
+        let now = self.inner.clock.now();
+        let coordinate = Self::coordinate(resource, account)?;
+        let (rows, item) = self.read_partition(&coordinate, now).await?;
+        let ledger = Ledger::parse(&self.inner.table, item.as_ref())?;
+        Ok(merge(rows, &ledger, (resource, account), &coordinate, now))
+    }
+
+    /// The rows bound to `resource_id`, by the resource index (eventually consistent), one Query per
+    /// page of `page_size` (None: DynamoDB's default page).
+    pub async fn find_by_resource_id(
+        &self,
+        resource_id: &str,
+        page_size: Option<i32>,
+    ) -> Result<Vec<TokenRow>> {
+        let a = self.inner.attrs;
+        let now = self.inner.clock.now();
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .inner
+                .client
+                .query()
+                .table_name(&self.inner.table)
+                .index_name(&self.inner.index)
+                .key_condition_expression("#rid = :rid")
+                .expression_attribute_names("#rid", a.resource_id)
+                .expression_attribute_values(":rid", s(resource_id))
+                .set_limit(page_size)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Error::dynamo("Query", e))?;
+            for item in page.items() {
+                out.push(self.parse_row(item, now)?);
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes every token bound to `resource_id` and releases its capacity (the token remover's
+    /// work). Already removed tokens are a no-op. Calls: Query pages + 2 per token
+    /// ([`release`](Self::release)).
+    pub async fn remove_by_resource_id(
+        &self,
+        resource_id: &str,
+        page_size: Option<i32>,
+    ) -> Result<Vec<TokenRow>> {
+        let rows = self.find_by_resource_id(resource_id, page_size).await?;
+        for row in &rows {
+            self.release(&row.coordinate, &row.reservation_id).await?;
+        }
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::item::n;
+
+    fn row(id: &str, exp: i64, bound: Option<&str>) -> TokenRow {
+        TokenRow {
+            coordinate: "emr:1".into(),
+            reservation_id: id.into(),
+            resource_name: Some("emr".into()),
+            account_id: Some("1".into()),
+            resource_id: bound.map(String::from),
+            expiration_time: Some(exp),
+            live: is_live(exp, Timestamp::from_secs(100)),
+        }
+    }
+
+    #[test]
+    fn the_ledger_decides_what_is_live_and_lists_unbound_reservations() {
+        let now = Timestamp::from_secs(100);
+        let ledger = Ledger {
+            exists: true,
+            live: [("bound", 200), ("unbound", 150), ("stale", 90)]
+                .into_iter()
+                .map(|(k, e)| (k.to_string(), (e, n(e))))
+                .collect(),
+        };
+        let rows = vec![
+            row("bound", 200, Some("j-1")),
+            // Released (entry gone) but its row is still there: not live.
+            row("orphan", 200, Some("j-2")),
+        ];
+        let out = merge(rows, &ledger, ("emr", "1"), "emr:1", now);
+        let got: Vec<_> = out
+            .iter()
+            .map(|r| (r.reservation_id.as_str(), r.resource_id.as_deref(), r.live))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("bound", Some("j-1"), true),
+                ("orphan", Some("j-2"), false),
+                ("stale", None, false),
+                ("unbound", None, true)
+            ]
+        );
+        // Without a ledger, rows keep rate-limiter-py's meaning.
+        let legacy = merge(
+            vec![row("py", 200, None)],
+            &Ledger::default(),
+            ("emr", "1"),
+            "emr:1",
+            now,
+        );
+        assert!(legacy[0].live);
+    }
+}

@@ -1,0 +1,336 @@
+//! Binding a reservation to a resource ([`Reservation::create_token`]), releasing it
+//! ([`NonFungibleLimiter::release`]) and the scoped form. Each is two single-item writes in a fixed
+//! order, never a transaction; the order makes a crash between them harmless (decision 0101):
+//!
+//! | operation | 1st write | 2nd write | crash between leaves |
+//! |---|---|---|---|
+//! | bind | token row: `resourceId`, 8 h expiry | ledger entry → 8 h, if still live | a row whose entry expires with the reservation: as if never bound |
+//! | release | ledger entry removed | token row deleted | a row holding no capacity (listed as not live) |
+//!
+//! Capacity is decided by the ledger alone, so neither order can over-admit; binding first writes
+//! the row so that a bound token is always findable by the remover before it holds capacity for 8 h.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use futures::FutureExt;
+
+use super::ledger::{expiry_secs, is_live, LEDGER_ID, LEDGER_MAP};
+use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
+use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::limit::item::{n, opt_int, opt_str, s};
+use crate::token::backoff;
+
+/// Why a bind's row write was refused, from the row as it is: bound to another resource and still
+/// live → [`ReservationError::AlreadyBound`]; otherwise the reservation is gone.
+pub(super) fn bind_refusal(
+    bound: Option<String>,
+    exp: Option<i64>,
+    (coordinate, id): (&str, &str),
+    resource_id: &str,
+    now: Timestamp,
+) -> ReservationError {
+    match (bound, exp) {
+        (Some(b), Some(e)) if b != resource_id && is_live(e, now) => {
+            ReservationError::AlreadyBound {
+                reservation_id: id.to_string(),
+                bound_to: b,
+            }
+        }
+        _ => ReservationError::Gone {
+            coordinate: coordinate.to_string(),
+            reservation_id: id.to_string(),
+        },
+    }
+}
+
+impl NonFungibleLimiter {
+    /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **2** UpdateItems:
+    /// the token row (unbound, or bound to the same id), then the ledger entry (only while live).
+    /// An expired or deleted reservation is [`ReservationError::Gone`]: the row just written is
+    /// deleted again (+1 DeleteItem), so nothing is left behind.
+    async fn bind(&self, r: &Reservation, resource_id: &str) -> Result<Token, ReservationError> {
+        if resource_id.is_empty() {
+            return Err(Error::Other("resource id must be non-empty".into()).into());
+        }
+        let a = self.inner.attrs;
+        let now = self.inner.clock.now();
+        let exp = expiry_secs(now.plus(self.inner.token_ttl));
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .inner
+                .client
+                .update_item()
+                .table_name(&self.inner.table)
+                .set_key(Some(self.key(&r.coordinate, &r.id)))
+                .update_expression("SET #rn = :rn, #acct = :acct, #rid = :rid, #exp = :exp")
+                .condition_expression("attribute_not_exists(#rid) OR #rid = :rid")
+                .expression_attribute_names("#rn", a.resource_name)
+                .expression_attribute_names("#acct", a.account_id)
+                .expression_attribute_names("#rid", a.resource_id)
+                .expression_attribute_names("#exp", a.expiration_time)
+                .expression_attribute_values(":rn", s(&r.resource))
+                .expression_attribute_values(":acct", s(&r.account))
+                .expression_attribute_values(":rid", s(resource_id))
+                .expression_attribute_values(":exp", n(exp))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let outcome = match sent {
+                Ok(_) => Attempt::Done(()),
+                Err(err) => attempt_of("UpdateItem", err, |e| match e {
+                    UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                    _ => None,
+                })?,
+            };
+            match outcome {
+                Attempt::Done(()) => break,
+                Attempt::Failed(old) => {
+                    let old = old.unwrap_or_default();
+                    let t = &self.inner.table;
+                    let bound = opt_str(&old, t, a.resource_id)?;
+                    let old_exp = opt_int(&old, t, a.expiration_time)?;
+                    return Err(bind_refusal(
+                        bound,
+                        old_exp,
+                        (&r.coordinate, &r.id),
+                        resource_id,
+                        now,
+                    ));
+                }
+                Attempt::Retry => Self::pause(&mut attempt, &r.coordinate).await?,
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .inner
+                .client
+                .update_item()
+                .table_name(&self.inner.table)
+                .set_key(Some(self.key(&r.coordinate, LEDGER_ID)))
+                .update_expression("SET #live.#id = :exp")
+                .condition_expression("#live.#id > :now")
+                .expression_attribute_names("#live", LEDGER_MAP)
+                .expression_attribute_names("#id", &r.id)
+                .expression_attribute_values(":exp", n(exp))
+                .expression_attribute_values(":now", n(now.as_secs()))
+                .send()
+                .await;
+            let outcome = match sent {
+                Ok(_) => Ok(Attempt::Done(())),
+                Err(err) => attempt_of("UpdateItem", err, |e| {
+                    matches!(e, UpdateItemError::ConditionalCheckFailedException(_)).then_some(None)
+                }),
+            };
+            let failure = match outcome {
+                Ok(Attempt::Done(())) => {
+                    self.extend_entry(&r.coordinate, &r.id, exp);
+                    return Ok(Token {
+                        coordinate: r.coordinate.clone(),
+                        reservation_id: r.id.clone(),
+                        resource_id: resource_id.to_string(),
+                        expiration_time: exp,
+                    });
+                }
+                Ok(Attempt::Failed(_)) => {
+                    self.forget_entry(&r.coordinate, &r.id);
+                    ReservationError::Gone {
+                        coordinate: r.coordinate.clone(),
+                        reservation_id: r.id.clone(),
+                    }
+                }
+                Ok(Attempt::Retry) => match Self::pause(&mut attempt, &r.coordinate).await {
+                    Ok(()) => continue,
+                    Err(e) => e.into(),
+                },
+                Err(e) => e.into(),
+            };
+            self.unbind(r, resource_id, exp).await;
+            return Err(failure);
+        }
+    }
+
+    /// Deletes the row a failed bind wrote (only if it still holds what the bind wrote). 1 DeleteItem;
+    /// a failure is logged: the row holds no capacity, and listings show it as not live.
+    async fn unbind(&self, r: &Reservation, resource_id: &str, exp: i64) {
+        let a = self.inner.attrs;
+        let sent = self
+            .inner
+            .client
+            .delete_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(&r.coordinate, &r.id)))
+            .condition_expression("#rid = :rid AND #exp = :exp")
+            .expression_attribute_names("#rid", a.resource_id)
+            .expression_attribute_names("#exp", a.expiration_time)
+            .expression_attribute_values(":rid", s(resource_id))
+            .expression_attribute_values(":exp", n(exp))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            if !matches!(
+                e.as_service_error(),
+                Some(DeleteItemError::ConditionalCheckFailedException(_))
+            ) {
+                tracing::warn!(reservation = %r.id, error = %Error::dynamo("DeleteItem", e), "could not delete the row of a failed bind; it holds no capacity");
+            }
+        }
+    }
+
+    /// Backs off before retrying a throttled write; an error after [`MAX_ATTEMPTS`].
+    async fn pause(attempt: &mut u32, coordinate: &str) -> Result<()> {
+        *attempt += 1;
+        if *attempt >= MAX_ATTEMPTS {
+            return Err(Error::Other(format!(
+                "{coordinate} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
+            )));
+        }
+        backoff(*attempt).await;
+        Ok(())
+    }
+
+    /// Deletes a reservation or token and releases its capacity. Idempotent: deleting what is already
+    /// gone is a no-op. **2** calls: UpdateItem removing the ledger entry (the capacity, first),
+    /// then DeleteItem of the row (a no-op for an unbound reservation, which has none).
+    /// Returns whether a ledger entry was released.
+    pub async fn release(&self, coordinate: &str, id: &str) -> Result<bool> {
+        Self::check_id(id)?;
+        let mut attempt = 0;
+        let released = loop {
+            let sent = self
+                .inner
+                .client
+                .update_item()
+                .table_name(&self.inner.table)
+                .set_key(Some(self.key(coordinate, LEDGER_ID)))
+                .update_expression("REMOVE #live.#id")
+                .condition_expression("attribute_exists(#live.#id)")
+                .expression_attribute_names("#live", LEDGER_MAP)
+                .expression_attribute_names("#id", id)
+                .send()
+                .await;
+            let outcome = match sent {
+                Ok(_) => Attempt::Done(()),
+                Err(err) => attempt_of("UpdateItem", err, |e| {
+                    matches!(e, UpdateItemError::ConditionalCheckFailedException(_)).then_some(None)
+                })?,
+            };
+            match outcome {
+                Attempt::Done(()) => break true,
+                Attempt::Failed(_) => break false,
+                Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
+            }
+        };
+        self.forget_entry(coordinate, id);
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .inner
+                .client
+                .delete_item()
+                .table_name(&self.inner.table)
+                .set_key(Some(self.key(coordinate, id)))
+                .send()
+                .await;
+            match sent {
+                Ok(_) => return Ok(released),
+                Err(err) => match attempt_of("DeleteItem", err, |_: &DeleteItemError| None)? {
+                    Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
+                    Attempt::Done(()) | Attempt::Failed(_) => return Ok(released),
+                },
+            }
+        }
+    }
+
+    /// Runs `work` with a fresh reservation; if `work` fails or panics the reservation is deleted
+    /// (then the error is returned or the panic resumed). On success the reservation is left as the
+    /// work left it: bound with `create_token`, or expiring unused after the reservation TTL.
+    /// (With `panic = "abort"`, as in release Lambdas, a panic ends the process instead; the
+    /// reservation then expires after its TTL.)
+    pub async fn with_reservation<F, Fut, T, E>(
+        &self,
+        resource: &str,
+        account: &str,
+        default_limit: i64,
+        work: F,
+    ) -> std::result::Result<T, E>
+    where
+        F: FnOnce(Reservation) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<ReservationError>,
+    {
+        let r = self
+            .get_reservation(resource, account, default_limit)
+            .await?;
+        let outcome = AssertUnwindSafe(work(r.clone())).catch_unwind().await;
+        match outcome {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if let Err(de) = r.delete().await {
+                    tracing::warn!(reservation = %r.id, error = %de, "could not delete the reservation after failed work; it expires on its own");
+                }
+                Err(e)
+            }
+            Err(panic) => {
+                if let Err(de) = r.delete().await {
+                    tracing::warn!(reservation = %r.id, error = %de, "could not delete the reservation after a panic; it expires on its own");
+                }
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+}
+
+impl Reservation {
+    /// Binds this reservation to a resource instance for the token TTL (8 h default). An expired or
+    /// deleted reservation is [`ReservationError::Gone`] and leaves nothing behind. **2** calls.
+    pub async fn create_token(&self, resource_id: &str) -> Result<Token, ReservationError> {
+        self.limiter.bind(self, resource_id).await
+    }
+
+    /// Deletes the reservation (or its token) and releases its capacity; idempotent. **2** calls.
+    pub async fn delete(&self) -> Result<(), ReservationError> {
+        self.limiter.release(&self.coordinate, &self.id).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_bind_is_already_bound_only_to_a_live_other_resource() {
+        let now = Timestamp::from_secs(100);
+        let r = |e: ReservationError| match e {
+            ReservationError::AlreadyBound { bound_to, .. } => format!("bound:{bound_to}"),
+            ReservationError::Gone { .. } => "gone".into(),
+            other => format!("{other}"),
+        };
+        let refuse = |b: Option<&str>, e: Option<i64>| {
+            r(bind_refusal(
+                b.map(String::from),
+                e,
+                ("emr:1", "r"),
+                "j-1",
+                now,
+            ))
+        };
+        assert_eq!(refuse(Some("j-2"), Some(200)), "bound:j-2");
+        assert_eq!(
+            refuse(Some("j-2"), Some(100)),
+            "gone",
+            "that token has expired"
+        );
+        assert_eq!(refuse(None, None), "gone", "no row");
+    }
+}
