@@ -279,3 +279,32 @@ mod tests {
         assert_eq!(m["bad"], "%zz");
     }
 }
+
+/// Property tests (docs/testing.md): query strings come from any HTTP client.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference: `+` is a space, then RFC 3986 percent-decoding.
+    fn reference(s: &str) -> String {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    }
+
+    proptest! {
+        #![proptest_config(shared::fuzz::config(1))]
+
+        /// `fuzz_query_strings`: any raw query decodes like the reference percent-decoder, and the
+        /// parameter map never panics (repeated keys joined with commas).
+        #[test]
+        fn fuzz_query_strings(
+            raw in prop_oneof![shared::fuzz::text(), "([a-zA-Z]{1,3}=?([a-z+]|%[0-9a-fA-F+ -]{0,2}|%){0,4}&?){0,5}"],
+        ) {
+            prop_assert_eq!(decode(&raw), reference(&raw), "{:?}", raw);
+            let m = query_map(&raw);
+            prop_assert!(m.values().all(Value::is_string));
+        }
+    }
+}

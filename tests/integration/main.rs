@@ -1,6 +1,7 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
 mod foundation;
+mod fuzz;
 mod isolation;
 mod kv;
 mod local_stack;

@@ -73,12 +73,14 @@ impl State {
 }
 
 /// The route: `/session`, also under a stage prefix (`/prod/session`).
-fn is_session_path(path: &str) -> bool {
+pub fn is_session_path(path: &str) -> bool {
     let p = path.trim_end_matches('/');
     p == "/session" || p.ends_with("/session")
 }
 
-fn ids(event: &ApiGatewayV2httpRequest) -> Result<(TenantId, SessionId), HttpAnswer> {
+/// The ids of a request (query strings, else a JSON body), or the 400 answer. Public so it is
+/// fuzzed without DynamoDB (tests/integration/fuzz.rs).
+pub fn ids(event: &ApiGatewayV2httpRequest) -> Result<(TenantId, SessionId), HttpAnswer> {
     let q = &event.query_string_parameters;
     let mut t = q.first("tenantId").map(str::to_string);
     let mut s = q.first("sessionId").map(str::to_string);
