@@ -91,7 +91,10 @@ fn decode(s: &str) -> String {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                // Two hex digits exactly: `from_str_radix` alone would also take a sign ("%+0").
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(b) => {
                         out.push(b);
@@ -277,6 +280,22 @@ mod tests {
         assert_eq!(m["flag"], "");
         assert_eq!(m["plus"], "a b");
         assert_eq!(m["bad"], "%zz");
+    }
+}
+
+/// Regression cases found by `fuzz_query_strings`.
+#[cfg(test)]
+mod fuzz_regressions {
+    use super::*;
+
+    /// `%+0` decoded to a NUL byte (`u8::from_str_radix("+0", 16)` is `Ok(0)`); API Gateway keeps
+    /// an escape that is not two hex digits as written (and `+` is still a space).
+    #[test]
+    fn a_signed_escape_is_not_decoded() {
+        assert_eq!(decode("A%+0"), "A% 0");
+        assert_eq!(decode("%-1x"), "%-1x");
+        assert_eq!(query_map("tenantId=a%+0b")["tenantId"], "a% 0b");
+        assert_eq!(decode("%41%2b"), "A+");
     }
 }
 
