@@ -161,7 +161,10 @@ proptest! {
         if let Ok(ev) = serde_json::from_value::<EventBridgeEvent<Value>>(v) {
             match token_remover::resolve(&processors, ev) {
                 Ok(Resolved::Remove { resource_id, .. }) => prop_assert!(!resource_id.is_empty()),
-                Ok(Resolved::Done(o)) => prop_assert!(!matches!(o, Outcome::Removed { .. })),
+                Ok(Resolved::Done(o)) => {
+                    let removed = matches!(o, Outcome::Removed { .. });
+                    prop_assert!(!removed, "{:?}", o);
+                }
                 Err(e) => prop_assert!(!e.to_string().is_empty()),
             }
         }
