@@ -120,6 +120,8 @@ pub enum Mutation {
     Replace(Value),
     /// The field's string (if it is one) gets `text` appended.
     Append(String),
+    /// The field's string (if it is one) becomes `text`: right type, wrong content.
+    Retext(String),
 }
 
 fn apply(doc: &mut Value, path: &[Step], m: &Mutation) {
@@ -153,6 +155,11 @@ fn apply(doc: &mut Value, path: &[Step], m: &Mutation) {
                     s.push_str(t);
                 }
             }
+            Mutation::Retext(t) => {
+                if let Some(Value::String(s)) = o.get_mut(k) {
+                    *s = t.clone();
+                }
+            }
         },
         (Step::Index(i), Value::Array(a)) if *i < a.len() => match m {
             Mutation::Remove => {
@@ -162,6 +169,11 @@ fn apply(doc: &mut Value, path: &[Step], m: &Mutation) {
             Mutation::Append(t) => {
                 if let Value::String(s) = &mut a[*i] {
                     s.push_str(t);
+                }
+            }
+            Mutation::Retext(t) => {
+                if let Value::String(s) = &mut a[*i] {
+                    *s = t.clone();
                 }
             }
         },
@@ -176,6 +188,7 @@ pub fn mutation() -> impl Strategy<Value = Mutation> {
         4 => scalar().prop_map(Mutation::Replace),
         1 => json().prop_map(Mutation::Replace),
         2 => text().prop_map(Mutation::Append),
+        4 => text().prop_map(Mutation::Retext),
     ]
 }
 

@@ -230,3 +230,62 @@ fn sample_events_are_accepted_as_they_are() {
         Resolved::Remove { .. }
     ));
 }
+
+/// The properties are not vacuous: most mutated sample events still deserialize, so the handlers'
+/// parsing (not only serde's) is what gets exercised, and both acceptance and refusal occur.
+#[test]
+fn mutated_events_mostly_reach_the_handlers_parsing() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let mut draw = |path: &str| -> Vec<Value> {
+        let s = fuzz::mutated(sample(path));
+        (0..200)
+            .map(|_| s.new_tree(&mut runner).unwrap().current())
+            .collect()
+    };
+    let events: Vec<ApiGatewayWebsocketProxyRequest> = draw("connect/connect.json")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    let accepted = events
+        .iter()
+        .filter(|e| context::websocket_ids(e).is_ok())
+        .count();
+    eprintln!("{} of 200 deserialized", events.len());
+    assert!(events.len() > 50, "{} of 200 deserialized", events.len());
+    eprintln!("{accepted} of {} accepted", events.len());
+    assert!(
+        accepted > 20 && accepted < events.len(),
+        "{accepted} of {} accepted",
+        events.len()
+    );
+    let events: Vec<ApiGatewayV2httpRequest> = draw("session-api/put.json")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    let accepted = events
+        .iter()
+        .filter(|e| session_api::ids(e).is_ok())
+        .count();
+    eprintln!("{} of 200 deserialized", events.len());
+    assert!(events.len() > 50, "{} of 200 deserialized", events.len());
+    eprintln!("{accepted} of {} accepted", events.len());
+    assert!(
+        accepted > 20 && accepted < events.len(),
+        "{accepted} of {} accepted",
+        events.len()
+    );
+    let events: Vec<StreamEvent> = draw("ttl-sweeper/ttl-expiry.json")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    eprintln!("{} of 200 deserialized", events.len());
+    assert!(events.len() > 50, "{} of 200 deserialized", events.len());
+    let events: Vec<EventBridgeEvent<Value>> = draw("token-remover/emr-terminated.json")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    eprintln!("{} of 200 deserialized", events.len());
+    assert!(events.len() > 50, "{} of 200 deserialized", events.len());
+}
