@@ -462,3 +462,107 @@ mod tests {
         ));
     }
 }
+
+/// Property tests (docs/testing.md): patterns come from template.yaml, events from `POST /events`.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use shared::fuzz;
+
+    const KEYS: &[&str] = &[
+        "source",
+        "detail-type",
+        "detail",
+        "state",
+        "$or",
+        "prefix",
+        "suffix",
+        "equals-ignore-case",
+        "anything-but",
+        "exists",
+        "numeric",
+        "wildcard",
+        "cidr",
+        "<",
+        ">=",
+        "=",
+        "resources",
+    ];
+
+    /// A reference matcher for `*` patterns: dynamic programming over characters.
+    fn wildcard_reference(p: &str, s: &str) -> bool {
+        let (p, s): (Vec<char>, Vec<char>) = (p.chars().collect(), s.chars().collect());
+        let mut row = vec![false; s.len() + 1];
+        row[0] = true;
+        for pc in &p {
+            let mut next = vec![false; s.len() + 1];
+            if *pc == '*' {
+                let mut any = false;
+                for j in 0..=s.len() {
+                    any |= row[j];
+                    next[j] = any;
+                }
+            } else {
+                for j in 1..=s.len() {
+                    next[j] = row[j - 1] && s[j - 1] == *pc;
+                }
+            }
+            row = next;
+        }
+        row[s.len()]
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config(1))]
+
+        /// `fuzz_event_patterns`: any pattern JSON is accepted or refused with a typed
+        /// `PatternError`; any accepted pattern matched against any event never panics.
+        #[test]
+        fn fuzz_event_patterns(
+            pattern in prop_oneof![fuzz::json_with_keys(KEYS), fuzz::mutated(serde_json::json!({
+                "source": ["aws.emr"], "detail-type": ["EMR Cluster State Change"],
+                "detail": {"state": ["TERMINATED", {"prefix": "T"}, {"numeric": [">", 0, "<=", 5]},
+                    {"anything-but": {"suffix": "x"}}, {"wildcard": "a*b"}, {"exists": true}]},
+                "$or": [{"resources": [{"equals-ignore-case": "R"}]}, {"version": ["0"]}]
+            }))],
+            events in proptest::collection::vec(fuzz::json_with_keys(KEYS), 1..4),
+        ) {
+            match Pattern::parse(pattern) {
+                Ok(p) => {
+                    for e in &events {
+                        let _ = p.matches(e);
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        /// `fuzz_wildcards`: the `wildcard` operator agrees with a reference matcher on any
+        /// pattern and value (unicode included).
+        #[test]
+        fn fuzz_wildcards(p in "[ab*é]{0,8}", s in "[abé]{0,10}") {
+            prop_assert_eq!(wildcard(&p, &s), wildcard_reference(&p, &s), "{:?} ~ {:?}", p, s);
+        }
+
+        /// `fuzz_put_events_entries`: any entry (valid ones with fields mutated, or anything)
+        /// becomes an event whose `detail` is an object, or a typed `EntryError`.
+        #[test]
+        fn fuzz_put_events_entries(
+            entry in prop_oneof![
+                fuzz::mutated(serde_json::json!({
+                    "Source": "aws.emr", "DetailType": "EMR Cluster State Change",
+                    "Detail": "{\"state\":\"TERMINATED\",\"clusterId\":\"j-1\"}",
+                    "Resources": ["arn:x"], "Time": "2026-11-21T10:00:00Z"
+                })),
+                fuzz::json_with_keys(&["Source", "DetailType", "Detail", "Resources", "Time"]),
+            ],
+            now in any::<i64>(),
+        ) {
+            match event_from_entry(&entry, 0, Timestamp::from_nanos(now), "000000000000", "us-east-1") {
+                Ok(ev) => prop_assert!(ev["detail"].is_object()),
+                Err(e) => prop_assert!(e.to_string().starts_with("entry 0: ")),
+            }
+        }
+    }
+}

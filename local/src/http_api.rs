@@ -91,7 +91,10 @@ fn decode(s: &str) -> String {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                // Two hex digits exactly: `from_str_radix` alone would also take a sign ("%+0").
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(b) => {
                         out.push(b);
@@ -352,5 +355,50 @@ mod tests {
         assert_eq!(m["flag"], "");
         assert_eq!(m["plus"], "a b");
         assert_eq!(m["bad"], "%zz");
+    }
+}
+
+/// Regression cases found by `fuzz_query_strings`.
+#[cfg(test)]
+mod fuzz_regressions {
+    use super::*;
+
+    /// `%+0` decoded to a NUL byte (`u8::from_str_radix("+0", 16)` is `Ok(0)`); API Gateway keeps
+    /// an escape that is not two hex digits as written (and `+` is still a space).
+    #[test]
+    fn a_signed_escape_is_not_decoded() {
+        assert_eq!(decode("A%+0"), "A% 0");
+        assert_eq!(decode("%-1x"), "%-1x");
+        assert_eq!(query_map("tenantId=a%+0b")["tenantId"], "a% 0b");
+        assert_eq!(decode("%41%2b"), "A+");
+    }
+}
+
+/// Property tests (docs/testing.md): query strings come from any HTTP client.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference: `+` is a space, then RFC 3986 percent-decoding.
+    fn reference(s: &str) -> String {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    }
+
+    proptest! {
+        #![proptest_config(shared::fuzz::config(1))]
+
+        /// `fuzz_query_strings`: any raw query decodes like the reference percent-decoder, and the
+        /// parameter map never panics (repeated keys joined with commas).
+        #[test]
+        fn fuzz_query_strings(
+            raw in prop_oneof![shared::fuzz::text(), "([a-zA-Z]{1,3}=?([a-z+]|%[0-9a-fA-F+ -]{0,2}|%){0,4}&?){0,5}"],
+        ) {
+            prop_assert_eq!(decode(&raw), reference(&raw), "{:?}", raw);
+            let m = query_map(&raw);
+            prop_assert!(m.values().all(Value::is_string));
+        }
     }
 }

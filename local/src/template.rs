@@ -239,3 +239,43 @@ Resources:
         );
     }
 }
+
+/// Property tests (docs/testing.md): the template and its pattern parameters are configuration
+/// the local stack reads at start.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use shared::fuzz;
+
+    const TEMPLATE: &str = include_str!("../../template.yaml");
+
+    proptest! {
+        #![proptest_config(fuzz::config(8))]
+
+        /// `fuzz_template_rules`: the project's template with lines mutated, and any JSON text as
+        /// every pattern parameter, gives rules or a typed `TemplateError`, never a panic.
+        #[test]
+        fn fuzz_template_rules(
+            text in fuzz::mutated_text(TEMPLATE),
+            pattern in prop_oneof![fuzz::text(), fuzz::json().prop_map(|v| v.to_string())],
+        ) {
+            let _ = rules(&text, &HashMap::new());
+            let params: Vec<String> = serde_yaml_ng::from_str::<Yaml>(TEMPLATE)
+                .ok()
+                .and_then(|d| d.get("Parameters").and_then(Yaml::as_mapping).cloned())
+                .map(|m| m.keys().filter_map(|k| k.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            let o: HashMap<String, String> =
+                params.into_iter().map(|p| (p, pattern.clone())).collect();
+            match rules(TEMPLATE, &o) {
+                Ok(rs) => {
+                    for r in rs {
+                        let _ = r.pattern.matches(&serde_json::Value::Null);
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+}

@@ -460,3 +460,43 @@ mod tests {
         assert_ne!(id, new_connection_id());
     }
 }
+
+/// Property tests (docs/testing.md): the functions' answers are turned into HTTP and frames.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use shared::fuzz;
+
+    const KEYS: &[&str] = &[
+        "policyDocument",
+        "Statement",
+        "Effect",
+        "statusCode",
+        "body",
+        "headers",
+        "context",
+    ];
+
+    proptest! {
+        #![proptest_config(fuzz::config(1))]
+
+        /// `fuzz_function_answers`: any authorizer or proxy answer (arbitrary or a valid one with
+        /// fields mutated) is read without a panic; a Deny anywhere never allows.
+        #[test]
+        fn fuzz_function_answers(
+            resp in prop_oneof![
+                fuzz::json_with_keys(KEYS),
+                fuzz::mutated(json!({"policyDocument": {"Statement": [{"Effect": "Allow"}]},
+                    "statusCode": 429, "headers": {"Retry-After": "3"}, "body": "{}"})),
+            ],
+        ) {
+            let allows = policy_allows(&resp);
+            let deny = resp["policyDocument"]["Statement"].as_array().is_some_and(|s| {
+                s.iter().any(|x| x["Effect"].as_str().is_some_and(|e| e.eq_ignore_ascii_case("deny")))
+            });
+            prop_assert!(!(allows && deny));
+            let _ = proxy_response(&resp);
+        }
+    }
+}

@@ -14,6 +14,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Timestamp(i64);
 
 impl Timestamp {
+    /// The last representable instant (2262-04-11T23:47:16.854Z).
+    pub const MAX: Timestamp = Timestamp(i64::MAX);
+    /// The first representable instant (1677-09-21).
+    pub const MIN: Timestamp = Timestamp(i64::MIN);
+
     pub const fn from_nanos(nanos: i64) -> Self {
         Timestamp(nanos)
     }

@@ -147,3 +147,57 @@ mod tests {
         );
     }
 }
+
+/// Property tests (docs/testing.md).
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn candidates() -> impl Strategy<Value = String> {
+        prop_oneof![
+            crate::fuzz::text(),
+            "[a-zA-Z0-9._=+/:# -]{0,140}",
+            "[a-z0-9]{120,136}",
+        ]
+    }
+
+    fn invariants(s: &str, ok: impl Fn(char) -> bool) -> bool {
+        !s.is_empty() && s.len() <= MAX_ID_LEN && s.chars().all(ok) && !s.contains(':')
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_ids`: any string either parses to an id that satisfies the invariants (1-128
+        /// bytes, the allowed characters, never the key separator `:`) and displays as exactly
+        /// what was parsed, or is refused with a typed [`IdError`] that names the id kind.
+        #[test]
+        fn fuzz_ids(s in candidates()) {
+            match TenantId::parse(&s) {
+                Ok(t) => {
+                    prop_assert!(invariants(t.as_str(), id_char));
+                    prop_assert_eq!(t.to_string(), s.clone());
+                    prop_assert_eq!(TenantId::parse(&t.to_string()), Ok(t));
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("tenantId ")),
+            }
+            match SessionId::parse(&s) {
+                Ok(t) => {
+                    prop_assert!(invariants(t.as_str(), id_char));
+                    prop_assert_eq!(s.parse::<SessionId>(), Ok(t));
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("sessionId ")),
+            }
+            match ConnectionId::parse(&s) {
+                Ok(c) => {
+                    let conn_char =
+                        |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '=' | '+' | '/');
+                    prop_assert!(invariants(c.as_str(), conn_char));
+                    prop_assert_eq!(c.to_string(), s);
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("connectionId ")),
+            }
+        }
+    }
+}

@@ -14,6 +14,9 @@ pub mod counter;
 pub mod deps;
 pub mod dynamo;
 pub mod error;
+/// Property-test input generators (tests and the `fuzz` feature only).
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod gateway;
 pub mod gcra;
 pub mod ids;

@@ -107,7 +107,7 @@ impl HttpAnswer {
 
 /// Whole seconds, rounded up: a client told "0" would retry at once and be refused again.
 pub fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// `Retry-After` value for a refusal: whole seconds rounded up, never 0.

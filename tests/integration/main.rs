@@ -2,6 +2,7 @@
 
 mod faults;
 mod foundation;
+mod fuzz;
 mod isolation;
 mod kv;
 mod local_stack;

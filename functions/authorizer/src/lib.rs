@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use shared::admission::context;
 use shared::admission::precheck::{self, Precheck};
 use shared::config::{ConfigError, Vars};
-use shared::ids::{SessionId, TenantId};
+use shared::ids::{IdError, SessionId, TenantId};
 use shared::isolation::{self, TenantClients};
 use shared::tenant::TenantCache;
 use shared::Deps;
@@ -117,6 +117,16 @@ fn deny(resource: &str, reason: String) -> ApiGatewayCustomAuthorizerResponse {
     )
 }
 
+/// The tenant and session ids of a request, from the `tenantId` and `sessionId` query strings.
+/// Pure, so it is fuzzed on its own (tests/integration/fuzz.rs).
+pub fn request_ids(
+    event: &ApiGatewayCustomAuthorizerRequestTypeRequest,
+) -> Result<(TenantId, SessionId), IdError> {
+    let q = &event.query_string_parameters;
+    let t = TenantId::parse_opt(q.first(context::TENANT_ID))?;
+    Ok((t, SessionId::parse_opt(q.first(context::SESSION_ID))?))
+}
+
 /// Handles one authorization request. Errors are DynamoDB failures only (API Gateway answers 500);
 /// every refusal is a Deny.
 pub async fn handle(
@@ -125,10 +135,7 @@ pub async fn handle(
     event: ApiGatewayCustomAuthorizerRequestTypeRequest,
 ) -> Result<ApiGatewayCustomAuthorizerResponse, shared::Error> {
     let resource = event.method_arn.clone().unwrap_or_else(|| "*".to_string());
-    let q = &event.query_string_parameters;
-    let ids = TenantId::parse_opt(q.first(context::TENANT_ID))
-        .and_then(|t| Ok((t, SessionId::parse_opt(q.first(context::SESSION_ID))?)));
-    let (t, sid) = match ids {
+    let (t, sid) = match request_ids(&event) {
         Ok(ids) => ids,
         Err(e) => return Ok(deny(&resource, e.to_string())),
     };

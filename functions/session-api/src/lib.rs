@@ -177,7 +177,7 @@ impl State {
 }
 
 /// The route: `/session`, also under a stage prefix (`/prod/session`).
-fn is_session_path(path: &str) -> bool {
+pub fn is_session_path(path: &str) -> bool {
     let p = path.trim_end_matches('/');
     p == "/session" || p.ends_with("/session")
 }
@@ -241,7 +241,8 @@ fn assumed_role_session(arn: &str) -> Option<&str> {
 
 /// The tenant and session the request acts on. `bound` is the caller's tenant (see
 /// [`caller_tenant`]): it fills a missing `tenantId`, and a different one is refused with 403.
-fn ids(
+/// Public so it is fuzzed without DynamoDB (tests/integration/fuzz.rs).
+pub fn ids(
     event: &ApiGatewayV2httpRequest,
     bound: Option<&TenantId>,
     claim: &str,

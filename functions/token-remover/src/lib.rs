@@ -123,41 +123,68 @@ pub enum Outcome {
     },
 }
 
-/// Handles one EventBridge event. Calls: none unless a processor matches; then one resource-index
-/// Query per page plus one TransactWriteItems per token removed.
-pub async fn handle(
-    remover: &Remover,
+/// What an event asks for, decided without DynamoDB: remove the tokens of a resource, or an
+/// outcome that needs no call. Pure, so it is fuzzed on its own (tests/integration/fuzz.rs).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    Remove {
+        processor: usize,
+        resource_id: String,
+    },
+    Done(Outcome),
+}
+
+/// Picks the processor for `event`, evaluates its predicate and finds the resource id.
+pub fn resolve(
+    processors: &Processors,
     event: EventBridgeEvent<Value>,
-) -> Result<Outcome, shared::Error> {
-    let Some((index, processor)) = remover
-        .config
-        .processors
-        .select(&event.source, &event.detail_type)
-    else {
+) -> Result<Resolved, shared::Error> {
+    let Some((index, processor)) = processors.select(&event.source, &event.detail_type) else {
         tracing::info!(source = %event.source, detail_type = %event.detail_type, "no processor for this event; acknowledged");
-        return Ok(Outcome::Unmatched {
+        return Ok(Resolved::Done(Outcome::Unmatched {
             source: event.source,
             detail_type: event.detail_type,
-        });
+        }));
     };
     let doc = serde_json::to_value(&event)
         .map_err(|e| shared::Error::Other(format!("re-reading the event as JSON: {e}")))?;
     if let Some(when) = &processor.when {
         if !when.eval(&doc) {
             tracing::info!(processor = index, "predicate false; nothing to remove");
-            return Ok(Outcome::Skipped { processor: index });
+            return Ok(Resolved::Done(Outcome::Skipped { processor: index }));
         }
     }
-    let resource_id = match json_path(&doc, &processor.resource_id) {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
+    match json_path(&doc, &processor.resource_id) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(Resolved::Remove {
+            processor: index,
+            resource_id: s.clone(),
+        }),
+        Some(Value::Number(n)) => Ok(Resolved::Remove {
+            processor: index,
+            resource_id: n.to_string(),
+        }),
         _ => {
             tracing::warn!(processor = index, path = %processor.resource_id, "event has no resource id; acknowledged");
-            return Ok(Outcome::NoResourceId {
+            Ok(Resolved::Done(Outcome::NoResourceId {
                 processor: index,
                 path: processor.resource_id.clone(),
-            });
+            }))
         }
+    }
+}
+
+/// Handles one EventBridge event. Calls: none unless a processor matches; then one resource-index
+/// Query per page plus one TransactWriteItems per token removed.
+pub async fn handle(
+    remover: &Remover,
+    event: EventBridgeEvent<Value>,
+) -> Result<Outcome, shared::Error> {
+    let (index, resource_id) = match resolve(&remover.config.processors, event)? {
+        Resolved::Done(outcome) => return Ok(outcome),
+        Resolved::Remove {
+            processor,
+            resource_id,
+        } => (processor, resource_id),
     };
     let tokens = remover
         .limiter

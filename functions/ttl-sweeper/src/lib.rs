@@ -77,8 +77,9 @@ pub fn is_ttl_removal(r: &EventRecord) -> bool {
             .is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com")
 }
 
-/// What one expired session held: tenant, session and connection ids.
-fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<String>), String> {
+/// What one expired session held: tenant, session and connection ids, or why the image is
+/// unusable. Public so it is fuzzed without DynamoDB (tests/integration/fuzz.rs).
+pub fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<String>), String> {
     let img = &r.change.old_image;
     let tenant = match img.get(sattr::TENANT_ID) {
         Some(AttributeValue::S(s)) => s.clone(),

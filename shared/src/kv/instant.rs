@@ -59,12 +59,17 @@ pub fn parse_instant(s: &str) -> Result<Timestamp, String> {
     }
     let offset_secs = match rest {
         "Z" | "z" => 0,
+        // `get`, not indexing: a multi-byte character may straddle any of these offsets.
         _ if rest.len() == 6
             && (rest.starts_with('+') || rest.starts_with('-'))
-            && &rest[3..4] == ":" =>
+            && rest.get(3..4) == Some(":") =>
         {
-            let oh: i64 = rest[1..3].parse().map_err(|_| bad())?;
-            let om: i64 = rest[4..6].parse().map_err(|_| bad())?;
+            let part = |r: std::ops::Range<usize>| {
+                rest.get(r)
+                    .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            };
+            let oh: i64 = part(1..3).ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            let om: i64 = part(4..6).ok_or_else(bad)?.parse().map_err(|_| bad())?;
             let sign = if rest.starts_with('-') { -1 } else { 1 };
             sign * (oh * 3600 + om * 60)
         }
@@ -72,7 +77,15 @@ pub fn parse_instant(s: &str) -> Result<Timestamp, String> {
     };
     let days = days_from_civil(y, mo, d);
     let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
-    Ok(Timestamp::from_nanos(secs * 1_000_000_000 + nanos))
+    // Years 0000-9999 fit the arithmetic above; nanoseconds since 1970 in an i64 do not.
+    secs.checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(nanos))
+        .map(Timestamp::from_nanos)
+        .ok_or_else(|| {
+            format!(
+                "{s:?} is outside the instants this tool can represent (1677-09-21 to 2262-04-11)"
+            )
+        })
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {
@@ -123,6 +136,69 @@ mod tests {
             "-5",
         ] {
             assert!(parse_instant(bad).is_err(), "{bad}");
+        }
+    }
+}
+
+/// Regression cases found by `fuzz_instants`.
+#[cfg(test)]
+mod fuzz_regressions {
+    use super::*;
+
+    /// Year 0 overflowed the nanosecond multiplication (a panic in debug, a wrong instant in
+    /// release); it is refused instead.
+    #[test]
+    fn instants_outside_the_time_type_are_refused() {
+        let e = parse_instant("0000-01-01T00:00:00Z").unwrap_err();
+        assert!(e.contains("outside"), "{e}");
+        assert!(parse_instant("9999-12-31T23:59:59Z").is_err());
+        assert!(parse_instant("2262-04-11T23:47:16.854775807Z").is_ok());
+        assert!(parse_instant("2262-04-11T23:47:16.854775808Z").is_err());
+    }
+
+    /// A multi-byte character inside the UTC offset made `&rest[3..4]` slice through it.
+    #[test]
+    fn a_multi_byte_offset_is_refused() {
+        assert!(parse_instant("2024-03-15T14:30:45+0é00").is_err());
+        assert!(parse_instant("2024-03-15T14:30:45+é:00").is_err());
+        assert!(parse_instant("2024-03-15T14:30:45+01:0é").is_err());
+        assert_eq!(
+            parse_instant("2024-03-15T15:30:45+01:00"),
+            parse_instant("2024-03-15T14:30:45Z")
+        );
+    }
+}
+
+/// Property tests (docs/testing.md): `--now` is typed by operators.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_instants`: any text parses or is refused with a message, never a panic; every
+        /// representable millisecond instant round-trips through RFC 3339 and epoch milliseconds.
+        #[test]
+        fn fuzz_instants(
+            s in prop_oneof![
+                crate::fuzz::text(),
+                "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?(Z|z|[+-][0-9é]{2}:?[0-9é]{2}|)",
+                "[0-9]{1,25}",
+            ],
+            ms in (i64::MIN / 1_000_000)..=(i64::MAX / 1_000_000),
+        ) {
+            if let Err(e) = parse_instant(&s) {
+                prop_assert!(!e.is_empty());
+            }
+            let t = Timestamp::from_millis(ms);
+            if (0..=9999).contains(&t.to_rfc3339()[..4].parse::<i32>().unwrap_or(-1)) {
+                prop_assert_eq!(parse_instant(&t.to_rfc3339()), Ok(t));
+            }
+            if ms >= 0 {
+                prop_assert_eq!(parse_instant(&ms.to_string()), Ok(t));
+            }
         }
     }
 }

@@ -270,3 +270,37 @@ mod tests {
         assert!("ip".parse::<IdFormat>().is_err());
     }
 }
+
+/// Property tests (docs/testing.md): ids from requests and the limits file.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_id_formats`: any text in any format is accepted in a canonical form that is a
+        /// fixed point (canonicalising it again changes nothing) and fits the length limit, or is
+        /// refused with a reason.
+        #[test]
+        fn fuzz_id_formats(
+            raw in prop_oneof![
+                crate::fuzz::text(),
+                "[0-9]{1,12}:[a-zA-Z0-9.,-]{0,40}",
+                "[0-9a-fA-F:.]{2,45}(/[0-9]{1,3})?",
+            ],
+            format in proptest::sample::select(&IdFormat::ALL),
+        ) {
+            match format.canonical(&raw) {
+                Ok(c) => {
+                    prop_assert!(!c.is_empty() && c.len() <= MAX_ID_LEN, "{:?}", c);
+                    prop_assert_eq!(format.canonical(&c), Ok(c.clone()));
+                }
+                Err(reason) => prop_assert!(!reason.is_empty()),
+            }
+            let _ = raw.parse::<IdFormat>();
+            let _ = check_name(&raw);
+        }
+    }
+}

@@ -194,10 +194,17 @@ fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-/// Reads an epoch-nanosecond (or any integer) attribute.
+/// Reads an epoch-nanosecond (or any integer) attribute. An integer beyond `i64` (DynamoDB numbers
+/// have 38 digits, and `SET tat = tat + :inc` can pass the end of the time type) saturates rather
+/// than reading as absent, which for a TAT would mean a full bucket.
 pub fn int_attr(item: &HashMap<String, AttributeValue>, name: &str) -> Option<i64> {
     match item.get(name) {
-        Some(AttributeValue::N(s)) => s.parse().ok(),
+        Some(AttributeValue::N(s)) => s.parse().ok().or_else(|| {
+            s.trim()
+                .parse::<i128>()
+                .ok()
+                .map(|v| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
+        }),
         _ => None,
     }
 }
@@ -244,7 +251,10 @@ impl SpendPlan {
         gcra::refund(&rate, None, now, cost)?;
         let inc = gcra::increment_nanos(&rate, cost);
         let case = match hint {
-            Some(t) if t.as_nanos() > now.as_nanos() && t.as_nanos() < now.as_nanos() + inc => {
+            Some(t)
+                if t.as_nanos() > now.as_nanos()
+                    && t.as_nanos() < now.as_nanos().saturating_add(inc) =>
+            {
                 Case::RefundToFull
             }
             _ => Case::RefundPartial,
@@ -280,7 +290,7 @@ impl SpendPlan {
         values.insert(":now".into(), n(now));
         let condition = match self.case {
             Case::Idle => {
-                values.insert(":newTat".into(), n(now + inc));
+                values.insert(":newTat".into(), n(now.saturating_add(inc)));
                 set.push("#tat = :newTat".into());
                 "attribute_not_exists(#tat) OR #tat <= :now".to_string()
             }
@@ -295,12 +305,12 @@ impl SpendPlan {
             }
             Case::RefundPartial => {
                 values.insert(":inc".into(), n(inc));
-                values.insert(":floor".into(), n(now + inc));
+                values.insert(":floor".into(), n(now.saturating_add(inc)));
                 set.push("#tat = #tat - :inc".into());
                 "#tat >= :floor".to_string()
             }
             Case::RefundToFull => {
-                values.insert(":floor".into(), n(now + inc));
+                values.insert(":floor".into(), n(now.saturating_add(inc)));
                 set.push("#tat = :now".into());
                 "#tat > :now AND #tat < :floor".to_string()
             }
@@ -445,21 +455,22 @@ impl SpendPlan {
             Case::Draining => {
                 let limit = gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos();
                 let old = match new_tat {
-                    Some(t) => t.as_nanos() - inc,
-                    None => hint.map_or(now + 1, |h| h.as_nanos()),
+                    Some(t) => t.as_nanos().saturating_sub(inc),
+                    None => hint.map_or(now.saturating_add(1), |h| h.as_nanos()),
                 };
-                Some(Timestamp::from_nanos(
-                    old.clamp(now + 1, limit.max(now + 1)),
-                ))
+                Some(Timestamp::from_nanos(old.clamp(
+                    now.saturating_add(1),
+                    limit.max(now.saturating_add(1)),
+                )))
             }
             Case::RefundPartial => {
                 let old = match new_tat {
-                    Some(t) => t.as_nanos() + inc,
-                    None => hint.map_or(now + inc, |h| h.as_nanos()),
+                    Some(t) => t.as_nanos().saturating_add(inc),
+                    None => hint.map_or(now.saturating_add(inc), |h| h.as_nanos()),
                 };
-                Some(Timestamp::from_nanos(old.max(now + inc)))
+                Some(Timestamp::from_nanos(old.max(now.saturating_add(inc))))
             }
-            Case::RefundToFull => Some(Timestamp::from_nanos(now + 1)),
+            Case::RefundToFull => Some(Timestamp::from_nanos(now.saturating_add(1))),
         };
         // Cost was validated when the plan was made, so the arithmetic cannot fail.
         let d = if self.is_refund() {
@@ -491,7 +502,7 @@ impl SpendPlan {
                 Ok(_) => {
                     let inc = gcra::increment_nanos(&self.rate, self.cost);
                     let case = match old {
-                        Some(t) if t.as_nanos() < now + inc => Case::RefundToFull,
+                        Some(t) if t.as_nanos() < now.saturating_add(inc) => Case::RefundToFull,
                         _ => Case::RefundPartial,
                     };
                     Next::Retry(SpendPlan {
@@ -695,6 +706,84 @@ mod tests {
         match to_full.on_condition_failed(None, attr::TAT) {
             Next::Refused(d) => assert!(!d.allowed && d.remaining == 10),
             other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Property tests (docs/testing.md): the stored item a failed condition returns is outside input.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn instant() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            any::<i64>(),
+            Just(i64::MAX),
+            Just(i64::MIN),
+            1_700_000_000_000_000_000i64..1_900_000_000_000_000_000,
+        ]
+    }
+
+    fn tat_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            instant().prop_map(|n| n.to_string()),
+            any::<i128>().prop_map(|n| n.to_string()),
+            crate::fuzz::text(),
+            Just("1e400".to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_spend_plans`: for any valid rate, instant, cost, hint and stored item, building
+        /// the expression, deciding from a failed condition and deciding an admitted write never
+        /// panic; a refusal decided from the old item is exactly `gcra::spend` on it.
+        #[test]
+        fn fuzz_spend_plans(
+            burst in 1u64..=100_000,
+            count in 1u64..=100_000,
+            period_s in 1u64..=86_400 * 365,
+            now in instant(),
+            hint in proptest::option::of(instant()),
+            cost_pick in any::<prop::sample::Index>(),
+            refund in any::<bool>(),
+            old in proptest::option::of(tat_text()),
+            margin in any::<u64>(),
+        ) {
+            let Ok(rate) = Rate::new(burst, count, Duration::from_secs(period_s)) else {
+                return Ok(());
+            };
+            let cost = 1 + cost_pick.index(burst as usize) as u64;
+            let (now, hint) = (Timestamp::from_nanos(now), hint.map(Timestamp::from_nanos));
+            let plan = if refund {
+                SpendPlan::refund(rate, now, cost, hint)
+            } else {
+                SpendPlan::spend(rate, now, cost, hint)
+            }
+            .unwrap()
+            .with_state(StateWrite {
+                limit_name: Some("L".into()),
+                pending_throttles: 1,
+                first_throttle: Some(now),
+            });
+            let target = Target::bucket("t", "1:x", Duration::from_secs(margin));
+            let e = plan.expression(&target);
+            prop_assert!(!e.condition.is_empty() && e.update.starts_with("SET "));
+            let item = old.map(|v| HashMap::from([(attr::TAT.to_string(), AttributeValue::N(v))]));
+            let stored = stored_tat(item.as_ref(), attr::TAT);
+            match plan.on_condition_failed(item.as_ref(), attr::TAT) {
+                Next::Refused(d) if !refund => {
+                    prop_assert_eq!(Ok(d), gcra::spend(&rate, stored, now, cost));
+                }
+                Next::Refused(d) => prop_assert!(!d.allowed),
+                Next::Retry(p) => {
+                    let _ = p.expression(&target);
+                }
+            }
+            let d = plan.admitted(stored, hint);
+            prop_assert!(d.remaining <= burst);
         }
     }
 }

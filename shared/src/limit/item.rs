@@ -91,3 +91,24 @@ mod tests {
         assert_eq!(opt_int(&item, "t", "windowSec").unwrap(), None);
     }
 }
+
+/// Property tests (docs/testing.md): limit and token rows may come from the Python library.
+#[cfg(test)]
+mod fuzz_tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_stored_numbers`: any stored number text parses to an integer (rounded down,
+        /// saturating) or to nothing; every `i64` parses to itself.
+        #[test]
+        fn fuzz_stored_numbers(
+            v in prop_oneof![crate::fuzz::text(), "-?[0-9]{1,40}(\\.[0-9]{0,20})?([eE][+-]?[0-9]{1,4})?", "(NaN|inf|-inf|infinity)"],
+            n in any::<i64>(),
+        ) {
+            let _ = super::parse_int(&v);
+            prop_assert_eq!(super::parse_int(&n.to_string()), Some(n));
+        }
+    }
+}

@@ -117,16 +117,25 @@ impl RateLimitState {
         let rate = stored_rate
             .or(rate)
             .ok_or_else(|| StateError::NoRate(bucket.to_string()))?;
-        let ei = rate.emission_interval_nanos();
-        let offset = rate.burst_offset_nanos();
+        // i128: a stored TAT is outside input and may sit anywhere in the i64 range.
+        let ei = i128::from(rate.emission_interval_nanos().max(1));
+        let offset = i128::from(rate.burst_offset_nanos());
         let now_n = now.as_nanos();
         let tat = item.and_then(|i| int_attr(i, attr::TAT));
         let tat_eff = tat.map_or(now_n, |t| t.max(now_n));
-        let tokens = (((now_n - (tat_eff - offset)) / ei).max(0) as u64).min(rate.burst);
+        let span = i128::from(now_n) - (i128::from(tat_eff) - offset);
+        let tokens = u64::try_from((span / ei).max(0))
+            .unwrap_or(u64::MAX)
+            .min(rate.burst);
         let last_refill = match tat {
             None => None,
             Some(t) if t <= now_n => Some(Timestamp::from_nanos(t)),
-            Some(t) => Some(Timestamp::from_nanos(t - offset + (tokens as i64) * ei)),
+            Some(t) => {
+                let at = i128::from(t) - offset + i128::from(tokens) * ei;
+                Some(Timestamp::from_nanos(
+                    at.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+                ))
+            }
         };
         let get = |name: &str| item.and_then(|i| time(i, name));
         let count_of = |name: &str| item.and_then(|i| uint(i, name));
@@ -222,7 +231,9 @@ impl RateLimitState {
         let elapsed = now.since(last_refill).as_secs_f64();
         let available = (tokens.max(0.0) + refill_per_sec.max(0.0) * elapsed).min(cap);
         let to_full = if refill_per_sec > 0.0 {
-            Duration::from_secs_f64(((cap - available) / refill_per_sec).max(0.0))
+            // try_: a tiny rate could need longer than a Duration holds; that is "never".
+            Duration::try_from_secs_f64(((cap - available) / refill_per_sec).max(0.0))
+                .unwrap_or(Duration::MAX)
         } else {
             Duration::ZERO
         };
@@ -484,5 +495,51 @@ mod tests {
         assert_eq!(tb.tokens_available, Some(8));
         assert_eq!(tb.reset_at, last.plus(Duration::from_secs(50)).to_rfc3339());
         assert_eq!(tb.is_throttled, Some(false));
+    }
+}
+
+/// Property tests (docs/testing.md): a stored bucket item is outside input.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn number() -> impl Strategy<Value = AttributeValue> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| AttributeValue::N(n.to_string())),
+            any::<u64>().prop_map(|n| AttributeValue::N(n.to_string())),
+            any::<i128>().prop_map(|n| AttributeValue::N(n.to_string())),
+            crate::fuzz::text().prop_map(AttributeValue::N),
+            crate::fuzz::text().prop_map(AttributeValue::S),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_gcra_state_view`: any stored item (any attribute any value) with any instant
+        /// gives a state view or a typed error, never a panic, and never more tokens than the burst.
+        #[test]
+        fn fuzz_gcra_state_view(
+            attrs in proptest::collection::vec(
+                (proptest::sample::select(&[
+                    attr::TAT, attr::BURST, attr::COUNT, attr::PERIOD_NS, attr::WINDOW_START,
+                    attr::REQUEST_COUNT, attr::LAST_REQUEST_AT, attr::THROTTLED_AT,
+                    attr::THROTTLE_COUNT, attr::VERSION, attr::UPDATED_AT, attr::LIMIT_NAME,
+                ]), number()),
+                0..12,
+            ),
+            now in any::<i64>(),
+            fallback in proptest::option::of((1u64..1000, 1u64..1000, 1u64..100_000)),
+        ) {
+            let item: HashMap<String, AttributeValue> =
+                attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let rate = fallback.and_then(|(b, c, p)| Rate::new(b, c, Duration::from_secs(p)).ok());
+            let now = Timestamp::from_nanos(now);
+            if let Ok(s) = RateLimitState::from_gcra_item("1:x", "L", "x", Some(&item), rate, now) {
+                prop_assert!(s.tokens_available <= s.token_capacity);
+                serde_json::to_string(&s).unwrap();
+            }
+        }
     }
 }

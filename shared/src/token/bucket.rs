@@ -42,14 +42,15 @@ pub fn refill(state: Option<&BucketState>, limit: u64, window: u64, now: i64) ->
         return full;
     };
     let elapsed = now.saturating_sub(last).max(0) as u128;
-    let base = st.tokens.clamp(0, limit as i64) as u128;
+    let base = st.tokens.clamp(0, i64::try_from(limit).unwrap_or(i64::MAX)) as u128;
     let window = u128::from(window.max(1));
     let gained = elapsed * u128::from(limit) / window;
     let available = (base + gained).min(u128::from(limit)) as u64;
     if available >= limit {
         return full;
     }
-    let used = ceil_div(gained * window, u128::from(limit.max(1))) as i64;
+    let used =
+        i64::try_from(ceil_div(gained * window, u128::from(limit.max(1)))).unwrap_or(i64::MAX);
     Refilled {
         available,
         last_refill: last.saturating_add(used),
@@ -67,13 +68,15 @@ pub fn time_for(tokens: u64, want: u64, last_refill: i64, limit: u64, window: u6
 /// up to six decimals (`1700000000123.456789`), so no precision is lost and Python reads it as a
 /// `Decimal`.
 pub fn format_ms(ns: i64) -> String {
-    let ms = ns.div_euclid(1_000_000);
-    let frac = ns.rem_euclid(1_000_000);
+    // Sign and magnitude, as a decimal is read: -1 ns is "-0.000001", not "-1.999999".
+    let sign = if ns < 0 { "-" } else { "" };
+    let abs = ns.unsigned_abs();
+    let (ms, frac) = (abs / 1_000_000, abs % 1_000_000);
     if frac == 0 {
-        ms.to_string()
+        format!("{sign}{ms}")
     } else {
         let f = format!("{frac:06}");
-        format!("{ms}.{}", f.trim_end_matches('0'))
+        format!("{sign}{ms}.{}", f.trim_end_matches('0'))
     }
 }
 
@@ -190,6 +193,60 @@ mod tests {
         assert_eq!(parse_ms("x"), None);
         for ns in [0, 1, 999_999, 1_000_000, 1_234_567_891] {
             assert_eq!(parse_ms(&format_ms(ns)), Some(ns));
+        }
+    }
+}
+
+/// Regression cases found by `fuzz_token_bucket`.
+#[cfg(test)]
+mod fuzz_regressions {
+    use super::*;
+
+    /// A negative instant with a fraction of a millisecond was written as `-1.999999` for -1 ns
+    /// (floor and remainder), which reads back as -1,999,999 ns.
+    #[test]
+    fn negative_instants_round_trip_through_stored_milliseconds() {
+        assert_eq!(format_ms(-1), "-0.000001");
+        assert_eq!(parse_ms(&format_ms(-1)), Some(-1));
+        assert_eq!(format_ms(-1_500_000), "-1.5");
+        assert_eq!(parse_ms(&format_ms(i64::MIN)), Some(i64::MIN));
+        assert_eq!(format_ms(1_700_000_000_123_456_789), "1700000000123.456789");
+    }
+}
+
+/// Property tests (docs/testing.md): bucket rows may have been written by anyone.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_token_bucket`: any stored tokens, instants, limit and window refill without a
+        /// panic, never above the limit and never moving `lastRefill` past now; stored millisecond
+        /// numbers in any form parse or are refused, and every nanosecond instant round-trips
+        /// through the stored form.
+        #[test]
+        fn fuzz_token_bucket(
+            tokens in any::<i64>(),
+            last in proptest::option::of(any::<i64>()),
+            limit in prop_oneof![1u64..=1_000, any::<u64>()],
+            window in any::<u64>(),
+            now in any::<i64>(),
+            want in any::<u64>(),
+            stored in prop_oneof![crate::fuzz::text(), "-?[0-9]{1,22}(\\.[0-9]{0,12})?", "[0-9.eE+-]{1,12}"],
+            ns in any::<i64>(),
+        ) {
+            let st = BucketState { tokens, last_refill: last };
+            let r = refill(Some(&st), limit, window, now);
+            prop_assert!(r.available <= limit);
+            if r.available < limit {
+                prop_assert!(r.last_refill <= now.max(last.unwrap_or(now)));
+            }
+            let _ = time_for(r.available, want, r.last_refill, limit, window);
+            let _ = parse_ms(&stored);
+            prop_assert_eq!(parse_ms(&format_ms(ns)), Some(ns));
         }
     }
 }

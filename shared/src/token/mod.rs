@@ -72,3 +72,24 @@ pub fn table(name: &str, style: AttributeStyle) -> TableDef {
         stream: None,
     }
 }
+
+/// Property tests (docs/testing.md): paths come from configuration, documents from events.
+#[cfg(test)]
+mod fuzz_tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1))]
+
+        /// `fuzz_json_path`: any dotted path over any document finds a value or nothing.
+        #[test]
+        fn fuzz_json_path(
+            doc in crate::fuzz::json_with_keys(&["detail", "clusterId", "0", "a", ""]),
+            path in prop_oneof![crate::fuzz::text(), "(detail|clusterId|0|1|a|)(\\.(detail|clusterId|0|1|a|)){0,4}"],
+        ) {
+            if let Some(v) = super::json_path(&doc, &path) {
+                prop_assert!(path.split('.').count() >= 1 && v == v);
+            }
+        }
+    }
+}
