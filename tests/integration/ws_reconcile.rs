@@ -352,9 +352,7 @@ async fn probe_errors_count_ids_as_live_and_the_count_is_still_repaired() {
 async fn a_repair_from_a_clock_running_behind_is_not_undone_by_a_late_sweep() {
     let w = World::new().await;
     drift(&w).await;
-    let behind = shared::clock::ManualClock::new(
-        w.env.clock.now().minus(Duration::from_secs(120)),
-    );
+    let behind = shared::clock::ManualClock::new(w.env.clock.now().minus(Duration::from_secs(120)));
     let mut deps = w.deps().clone();
     deps.clock = std::sync::Arc::new(behind);
     let report = reconcile_with(&deps, &w.api.url(), false, 20).await;
@@ -376,11 +374,11 @@ async fn a_repair_from_a_clock_running_behind_is_not_undone_by_a_late_sweep() {
 #[test]
 fn a_grace_below_the_minimum_is_a_configuration_error() {
     for bad in ["0", "5", "14"] {
-        let vars = shared::config::Vars::from_pairs([(
-            "TURNSTILE_RECONCILE_GRACE_SECS",
-            bad.to_string(),
-        )]);
-        let err = reconciler::Config::from_vars(&vars).unwrap_err().to_string();
+        let vars =
+            shared::config::Vars::from_pairs([("TURNSTILE_RECONCILE_GRACE_SECS", bad.to_string())]);
+        let err = reconciler::Config::from_vars(&vars)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("at least 15"), "{bad}: {err}");
     }
     let vars =
@@ -390,9 +388,10 @@ fn a_grace_below_the_minimum_is_a_configuration_error() {
         Duration::from_secs(15)
     );
     assert_eq!(
-        reconciler::Config::from_vars(&shared::config::Vars::from_pairs(
-            std::iter::empty::<(&str, String)>()
-        ))
+        reconciler::Config::from_vars(&shared::config::Vars::from_pairs(std::iter::empty::<(
+            &str,
+            String
+        )>()))
         .unwrap()
         .grace,
         reconcile::DEFAULT_GRACE

@@ -4,12 +4,13 @@
 //!
 //! | step | item | write | condition |
 //! |---|---|---|---|
-//! | 1 reserve | counter `{tenant}` | `ADD itemCount 1, ver 1`, `SET reservedAt`, the tenant's minute | `itemCount < tenantConnections`, room this minute |
+//! | 1 reserve | counter `{tenant}` | `ADD itemCount 1, ver 1, resvTotal 1`, `SET reservedAt`, the tenant's minute | `itemCount < tenantConnections`, room this minute |
 //! | 2 join | the session | `ADD connectionIds {cid}`, `SET sessionTTL`, the session's minute | exists, not expired, `size(connectionIds) < connectionsPerSession`, not already a member, room this minute |
-//! | undo (only when 2 refuses) | counter `{tenant}` | `ADD itemCount -1, ver 1`, the minute given back | — |
+//! | undo (only when 2 refused or gave up) | counter `{tenant}` | `ADD itemCount -1, ver 1, relTotal 1`, the minute given back | — |
 //!
 //! The tenant goes first: a crash between the writes leaves the tenant's count one too high (an
-//! under-admission that `reconcile` repairs), never too low. Admitted: 2 `UpdateItem` (2 WCU);
+//! under-admission that `reconcile` repairs), never too low. Every write is sent at most once (no
+//! SDK retry; only throttled attempts again). Admitted: 2 `UpdateItem` (2 WCU);
 //! refused by the tenant: 1 (1 WCU); refused by the session: 3 (3 WCU). No call when a limit is 0.
 //!
 //! The minute windows: `fixed` tenants keep `connMinute` (the window's start) and
@@ -573,7 +574,14 @@ async fn join_inner(
                     )));
                 }
                 if let Some(d) = minute.refused(&SESSION_MINUTE, old) {
-                    return Ok(Joined::Answer(refusal(Limit::SessionPerMinute, limits, now, t, sid, d)));
+                    return Ok(Joined::Answer(refusal(
+                        Limit::SessionPerMinute,
+                        limits,
+                        now,
+                        t,
+                        sid,
+                        d,
+                    )));
                 }
                 minute = Minute::bet(
                     alg,
