@@ -18,8 +18,8 @@ pub struct Args {
     /// Report what would be released and repaired; write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Seconds between the phases; must exceed how long a $connect can be half-way (default 30;
-    /// also TURNSTILE_RECONCILE_GRACE_SECS).
+    /// Seconds between the phases; must exceed how long a $connect can be half-way (default 30,
+    /// at least 15; also TURNSTILE_RECONCILE_GRACE_SECS).
     #[arg(long)]
     grace_secs: Option<u64>,
     /// The WebSocket API's Management API endpoint, to find gone sockets (default
@@ -41,6 +41,7 @@ pub async fn run(args: Args) -> Result<()> {
             None => reconcile::DEFAULT_GRACE,
         },
     };
+    let grace = reconcile::check_grace(grace).map_err(Error::Other)?;
     let endpoint = match args.endpoint {
         Some(e) => Some(e.trim_end_matches('/').to_string()),
         None => Gateway::endpoint_from_vars(&deps.vars)?,

@@ -114,6 +114,15 @@ pub fn throttled(error: ThrottleError) -> Value {
     })
 }
 
+/// A 500 `InternalServerError`, as DynamoDB answers when it failed (or lost) a request; the SDK's
+/// standard retry mode retries it.
+pub fn internal_error() -> Value {
+    json!({
+        "__type": "com.amazon.coral.service#InternalServerError",
+        "message": "Internal server error (injected after the request was applied)",
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

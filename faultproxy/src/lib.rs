@@ -14,7 +14,10 @@
 //!   gets `ThrottlingError` at that item's index);
 //! - **latency**: a delay before forwarding (held items stay held, widening the conflict window);
 //! - **stall**: never answer;
-//! - **refuse**: close connections without answering (the endpoint is down).
+//! - **refuse**: close connections without answering (the endpoint is down);
+//! - **lose answers**: forward the request (DynamoDB applies it), then answer 500
+//!   `InternalServerError` instead of its answer, for the next N covered requests: the "applied,
+//!   answer lost" case that makes retrying a non-idempotent write unsafe.
 //!
 //! It counts what it injected ([`Stats`]). See `docs/decisions/0900-fault-proxy.md`.
 
@@ -81,6 +84,9 @@ pub struct Policy {
     /// Operations that throttle, delay and stall apply to (`"TransactWriteItems"`, `"GetItem"`);
     /// empty means all. Conflicts and refusals ignore it.
     pub only: Vec<String>,
+    /// The next this many covered requests are forwarded, then answered with a 500
+    /// `InternalServerError` (the upstream's answer is lost). Counted from [`FaultProxy::set_policy`].
+    pub lose_answers: u64,
 }
 
 impl Policy {
@@ -125,6 +131,14 @@ impl Policy {
         }
     }
 
+    /// Forwards the next `n` covered requests and answers each with a 500 instead.
+    pub fn lose_answers(n: u64) -> Self {
+        Policy {
+            lose_answers: n,
+            ..Policy::default()
+        }
+    }
+
     /// Adds a delay before forwarding.
     pub fn with_delay(mut self, d: Duration) -> Self {
         self.delay = Some(d);
@@ -163,6 +177,8 @@ pub struct Stats {
     pub refused: u64,
     /// Requests the upstream could not answer (connection closed without an answer).
     pub upstream_errors: u64,
+    /// Requests forwarded whose answer was replaced by a 500 (lose-answers policy).
+    pub answers_lost: u64,
 }
 
 impl Stats {
@@ -187,10 +203,11 @@ struct Counters {
     stalled: AtomicU64,
     refused: AtomicU64,
     upstream_errors: AtomicU64,
+    answers_lost: AtomicU64,
 }
 
 impl Counters {
-    fn all(&self) -> [&AtomicU64; 9] {
+    fn all(&self) -> [&AtomicU64; 10] {
         [
             &self.requests,
             &self.forwarded,
@@ -201,11 +218,12 @@ impl Counters {
             &self.stalled,
             &self.refused,
             &self.upstream_errors,
+            &self.answers_lost,
         ]
     }
 
     fn snapshot(&self) -> Stats {
-        let [requests, forwarded, transactions, conflicts, conflict_exceptions, throttled, stalled, refused, upstream_errors] =
+        let [requests, forwarded, transactions, conflicts, conflict_exceptions, throttled, stalled, refused, upstream_errors, answers_lost] =
             self.all().map(|a| a.load(Ordering::SeqCst));
         Stats {
             requests,
@@ -217,6 +235,7 @@ impl Counters {
             stalled,
             refused,
             upstream_errors,
+            answers_lost,
         }
     }
 }
@@ -244,6 +263,8 @@ struct Shared {
     inflight: Arc<InFlight>,
     rates: ItemRates,
     schemas: Mutex<HashMap<String, Vec<String>>>,
+    /// Covered requests whose answer is still to be lost.
+    lose_budget: AtomicU64,
 }
 
 /// A running proxy. Dropping it stops it (open connections are closed, stalled requests dropped).
@@ -280,6 +301,7 @@ impl FaultProxy {
             inflight: Arc::new(InFlight::default()),
             rates: ItemRates::default(),
             schemas: Mutex::new(HashMap::new()),
+            lose_budget: AtomicU64::new(0),
         });
         let (shutdown, stop) = watch::channel(false);
         tokio::spawn(serve(listener, shared.clone(), stop));
@@ -301,6 +323,9 @@ impl FaultProxy {
 
     /// Replaces the policy; requests already past their checks are not affected.
     pub fn set_policy(&self, policy: Policy) {
+        self.shared
+            .lose_budget
+            .store(policy.lose_answers, Ordering::SeqCst);
         *self.shared.policy() = policy;
     }
 
@@ -470,11 +495,22 @@ impl Shared {
         if let (true, Some(d)) = (covered, policy.delay) {
             tokio::time::sleep(d).await;
         }
+        let lose = covered
+            && self
+                .lose_budget
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
         let r = self.forward(parts, body).await;
         if r.is_err() {
             bump(&self.counters.upstream_errors);
         } else {
             bump(&self.counters.forwarded);
+        }
+        if lose && r.is_ok() {
+            bump(&self.counters.answers_lost);
+            let mut lost = json_answer(&answer::internal_error());
+            *lost.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            return Ok(lost);
         }
         r
     }

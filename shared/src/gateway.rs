@@ -26,7 +26,8 @@ pub const ENDPOINT_VAR: &str = "TURNSTILE_MANAGEMENT_ENDPOINT";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
     Delivered,
-    /// The connection no longer exists (GoneException): prune it and release its capacity.
+    /// The Management API answered 410 (or 404 on delete): the socket is gone, or still inside its
+    /// own `$connect` (no capacity is released on one such answer; decision 0306).
     Gone,
 }
 
@@ -213,6 +214,29 @@ impl Gateway {
                 crate::error::error_chain(&e)
             ))),
         }
+    }
+
+    /// Closes every connection, concurrently, each tried twice when its close fails (not gone:
+    /// failed); returns each id with its last outcome, in the order given. Callers that release
+    /// capacity release only the `Ok(Delivered)` ones: a 410 may be a socket still inside its
+    /// `$connect` (decision 0306), and a failed close leaves the socket open.
+    pub async fn close_each(
+        &self,
+        endpoint: &str,
+        connection_ids: &[String],
+    ) -> Vec<(String, Result<Delivery>)> {
+        futures::future::join_all(connection_ids.iter().map(|c| async move {
+            let first = self.close(endpoint, c).await;
+            let r = match first {
+                Err(e) => {
+                    tracing::warn!(connection = %c, error = %e, "closing a connection failed; trying again");
+                    self.close(endpoint, c).await
+                }
+                ok => ok,
+            };
+            (c.clone(), r)
+        }))
+        .await
     }
 
     /// Closes every connection, concurrently; returns the ids whose close failed (not gone: failed).

@@ -1296,3 +1296,59 @@ async fn connection_count(deps: &Deps) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// Review finding 3: `$connect`'s step 1 applied but its answer was lost (the proxy forwards it,
+/// then answers 500). With the SDK's retries the retry applied again (two units for one
+/// admission, or with no room a refusal that kept a unit); sent at most once, the loss is an error
+/// and one unit too many, which a reconcile gives back: nothing is spent for good.
+#[tokio::test]
+async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good() {
+    let mut w = World::new().await;
+    let proxy = proxied(&mut w.env, None).await;
+    let limits = Limits::example(60, 60, 5, 2, 200, 60);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    let (t, s1) = (T.parse().unwrap(), "s1".parse().unwrap());
+    proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+    w.env.counter.reset();
+    let lost =
+        shared::admission::connect::admit(w.deps(), &t, &s1, &"c1".parse().unwrap(), &limits).await;
+    assert!(lost.is_err(), "a lost answer is an error: {lost:?}");
+    assert_eq!(proxy.stats().answers_lost, 1);
+    assert_eq!(
+        w.env.counter.total(),
+        1,
+        "step 1 sent once, never retried: {:?}",
+        w.env.counter.by_operation()
+    );
+    proxy.set_policy(Policy::passthrough());
+    assert_eq!(w.count(T).await, Some(1), "one unit too many, not two");
+    assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
+    // The reconciler gives the unit back (nothing moved: the exact truth).
+    let gateway = shared::gateway::Gateway::local(&w.api.url());
+    let probe = shared::admission::reconcile::Probe {
+        gateway: &gateway,
+        endpoint: w.api.url(),
+    };
+    let options = shared::admission::reconcile::Options {
+        tenant: Some(t.clone()),
+        dry_run: false,
+        grace: Duration::from_millis(20),
+    };
+    let deps = w.deps().clone();
+    let report = shared::admission::reconcile::run(w.deps(), &options, Some(&probe), |_| {
+        let d = deps.clone();
+        async move { Ok(d) }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        report.tenants[0].outcome,
+        shared::admission::reconcile::Outcome::Repaired { from: 1, to: 0 }
+    );
+    // Both units of the cap are there to admit.
+    for c in ["c2", "c3"] {
+        assert_eq!(w.connect(T, "s1", c, &limits).await.status_code, 200, "{c}");
+    }
+    assert_eq!(w.count(T).await, Some(2));
+}

@@ -632,3 +632,48 @@ async fn write_units_per_path_meet_the_targets() {
     assert_eq!(units(&w), Units::ZERO);
     assert_eq!(w.env.counter.total(), 0);
 }
+
+/// Review finding 4: a join that gives up (past the join deadline, no attempt applied) undoes its
+/// reservation instead of leaking the open connection and the tenant's minute unit.
+#[tokio::test]
+async fn a_join_past_its_deadline_gives_the_reservation_back() {
+    use shared::admission::connect::{self, Hints, JOIN_DEADLINE};
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    let (t, s1) = (T.parse().unwrap(), "s1".parse().unwrap());
+    let hints = Hints::default();
+    let r = connect::reserve(w.deps(), &t, &s1, &SMALL, &hints)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.tenant_minute_count(T).await, 1);
+    // The handler stalled between the two writes for longer than the deadline.
+    w.env.clock.advance(JOIN_DEADLINE + Duration::from_secs(1));
+    w.env.counter.reset();
+    let out = connect::complete(
+        w.deps(),
+        &t,
+        &s1,
+        &"late".parse().unwrap(),
+        &SMALL,
+        &hints,
+        &r,
+    )
+    .await;
+    let err = out.unwrap_err().to_string();
+    assert!(err.contains("deadline"), "{err}");
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 1)].into(),
+        "no session write, one undo"
+    );
+    assert_eq!(w.count(T).await, Some(0), "the open connection given back");
+    assert_eq!(
+        w.counter_number(T, "connMinuteCount").await,
+        Some(0),
+        "the minute unit given back (in the window it was spent in)"
+    );
+    assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
+}

@@ -1,5 +1,5 @@
 //! `$default`: one UpdateItem per message, echo + forward through the real Management API client,
-//! messagesPerMinute with an error frame, gone-connection pruning, and closing on a dead session.
+//! messagesPerMinute with an error frame, gone recipients reported but not released, and closing on a dead session.
 
 use std::time::Duration;
 
@@ -146,30 +146,42 @@ async fn a_wrong_minute_guess_costs_one_more_call() {
     assert_eq!(out.item().unwrap()["msgCount"].as_n().unwrap(), "2");
 }
 
+/// A recipient answering 410 may still be inside its own `$connect` (API Gateway answers 410 until
+/// the handshake completes): one 410 releases nothing (decision 0306, review finding 1). Before the
+/// fix the message pruned `b` and the count fell to 2 while `b`'s `$connect` could still answer 200:
+/// a live socket counted nowhere, and the tenant's next connect admitted over its cap.
 #[tokio::test]
-async fn a_gone_recipient_is_pruned_and_its_capacity_released() {
+async fn a_recipient_answering_410_is_not_released_by_a_message() {
     let w = World::new().await;
-    w.put_tenant(T, MEDIUM).await;
+    // tenantConnections 3: a, c and the half-open b fill it.
+    let limits = Limits::example(60, 60, 5, 3, 200, 60);
+    w.put_tenant(T, limits).await;
     w.put_session(T, "s1").await;
     for c in ["a", "b", "c"] {
-        assert_eq!(w.connect(T, "s1", c, &MEDIUM).await.status_code, 200);
+        assert_eq!(w.connect(T, "s1", c, &limits).await.status_code, 200);
     }
+    // b joined its session but its handshake has not completed: the Management API answers 410.
     w.recorder.mark_gone("b");
     w.env.counter.reset();
-    let r = w.send(T, "s1", "a", &MEDIUM, "x").await;
+    let r = w.send(T, "s1", "a", &limits, "x").await;
     assert_eq!(r.status_code, 200);
     assert_eq!(body_json(&r)["gone"], serde_json::json!(["b"]));
     assert_eq!(
         w.env.counter.by_operation(),
-        [("UpdateItem".to_string(), 3)].into(),
-        "the message, then b out of the session and the tenant's count down"
+        [("UpdateItem".to_string(), 1)].into(),
+        "the message only: nothing released on one 410"
     );
-    assert_eq!(w.count(T).await, Some(2));
+    assert_eq!(w.count(T).await, Some(3));
     assert_eq!(
         w.session(T, "s1").await.unwrap().connection_ids,
-        vec!["a", "c"]
+        vec!["a", "b", "c"]
     );
-    // The late $disconnect for b changes nothing.
+    // The tenant is still full: the next connect is refused (before the fix it was admitted).
+    w.put_session(T, "s2").await;
+    assert_eq!(w.connect(T, "s2", "d", &limits).await.status_code, 429);
+    // b's own $disconnect (or the reconciler, after two probes) releases it, exactly once.
+    assert_eq!(w.disconnect(T, "s1", "b").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(2));
     w.disconnect(T, "s1", "b").await;
     assert_eq!(w.count(T).await, Some(2));
 }

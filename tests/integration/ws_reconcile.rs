@@ -1,6 +1,7 @@
 //! The reconciler (issue 12, defect 7) against DynamoDB Local and the local Management API: drift
 //! made on purpose is repaired, a dry run changes nothing, a connect in flight is never undercounted,
-//! a moving count is left alone, and a late TTL sweep does not subtract what a repair already did.
+//! a leak is repaired under load, a probe error skips nothing, and a late TTL sweep does not subtract
+//! what a repair already did (even from a clock running behind).
 
 use std::time::Duration;
 
@@ -27,19 +28,29 @@ fn sid(s: &str) -> SessionId {
 }
 
 async fn reconcile(w: &World, dry_run: bool, grace_ms: u64) -> Report {
-    let gateway = Gateway::local(&w.api.url());
+    reconcile_with(w.deps(), &w.api.url(), dry_run, grace_ms).await
+}
+
+/// A run with these deps (e.g. another clock) and this Management API endpoint.
+async fn reconcile_with(
+    deps: &shared::Deps,
+    endpoint: &str,
+    dry_run: bool,
+    grace_ms: u64,
+) -> Report {
+    let gateway = Gateway::local(endpoint);
     let probe = Probe {
         gateway: &gateway,
-        endpoint: w.api.url(),
+        endpoint: endpoint.to_string(),
     };
     let options = Options {
         tenant: Some(tid()),
         dry_run,
         grace: Duration::from_millis(grace_ms),
     };
-    let deps = w.deps().clone();
-    reconcile::run(w.deps(), &options, Some(&probe), |_| {
-        let d = deps.clone();
+    let scoped = deps.clone();
+    reconcile::run(deps, &options, Some(&probe), |_| {
+        let d = scoped.clone();
         async move { Ok(d) }
     })
     .await
@@ -130,7 +141,9 @@ async fn drift_made_on_purpose_is_repaired_and_a_late_sweep_does_not_subtract_tw
     assert_eq!(w.connect(T, "s4", "late-1", &LIMITS).await.status_code, 200);
     assert_eq!(w.count(T).await, Some(2));
     delete_session_row(&w, "s4").await;
-    w.env.clock.advance(Duration::from_secs(30));
+    w.env
+        .clock
+        .advance(shared::admission::release::TRUTH_MARGIN + Duration::from_secs(30));
     let now = w.env.clock.now().as_secs();
     let ev: aws_lambda_events::dynamodb::Event =
         typed(json!({ "Records": [ttl_record("s4", &["late-1"], "s4-del", now)] }));
@@ -231,27 +244,160 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
     assert_eq!(w.count(T).await, Some(2));
 }
 
-/// A count that moves while the run waits (a connect admitted meanwhile) is left for the next run.
+/// Review finding 6: a count that moves while the run waits (a connect admitted meanwhile) no longer
+/// makes the run give up (before: `Busy`, for ever on a busy tenant): the leak measured at the read
+/// is subtracted, and the connection admitted meanwhile keeps its unit.
 #[tokio::test]
-async fn a_moving_count_is_busy_and_left_alone() {
+async fn a_leak_is_repaired_while_a_connect_lands_during_the_run() {
     let w = World::new().await;
     w.put_tenant(T, LIMITS).await;
     w.put_session(T, "s1").await;
     reserve_only(&w, "s1").await;
     let connect = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Between the read (after one grace) and the repair (after two).
+        tokio::time::sleep(Duration::from_millis(600)).await;
         w.connect(T, "s1", "meanwhile", &LIMITS).await.status_code
     };
-    let (report, status) = tokio::join!(reconcile(&w, false, 200), connect);
+    let (report, status) = tokio::join!(reconcile(&w, false, 400), connect);
     assert_eq!(status, 200);
-    assert_eq!(report.tenants[0].outcome, Outcome::Busy);
-    assert_eq!(w.count(T).await, Some(2), "the leak and the new connection");
-    let report = reconcile(&w, false, 0).await;
     assert_eq!(
         report.tenants[0].outcome,
         Outcome::Repaired { from: 2, to: 1 }
     );
-    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.count(T).await, Some(1), "the new connection only");
+    let report = reconcile(&w, false, 0).await;
+    assert_eq!(report.tenants[0].outcome, Outcome::Consistent);
+}
+
+/// Review finding 6 under steady load: a tenant connecting and disconnecting all the time (the
+/// `ver` guard of before reported it busy on every run, so its leaks grew until it was refused
+/// for good) has its leaks repaired while the load goes on, never below the connections held.
+#[tokio::test]
+async fn leaks_of_a_busy_tenant_are_repaired_under_load_never_below_the_truth() {
+    let w = World::new().await;
+    w.put_tenant(T, LIMITS).await;
+    w.put_session(T, "s1").await;
+    w.put_session(T, "busy").await;
+    assert_eq!(w.connect(T, "s1", "held", &LIMITS).await.status_code, 200);
+    for _ in 0..20 {
+        reserve_only(&w, "s1").await;
+    }
+    assert_eq!(w.count(T).await, Some(21));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let load = async {
+        let mut i = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let cid = format!("b{i}");
+            if w.connect(T, "busy", &cid, &LIMITS).await.status_code == 200 {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                w.disconnect(T, "busy", &cid).await;
+            }
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            i += 1;
+        }
+        i
+    };
+    let run = async {
+        let r = reconcile(&w, false, 300).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    };
+    let (report, cycles) = tokio::join!(run, load);
+    let r = &report.tenants[0];
+    eprintln!("under load ({cycles} connect/disconnect cycles): {r:?}");
+    assert!(cycles >= 5, "the load ran during the run: {cycles}");
+    assert!(r.in_flight > 0, "the load was in flight: {r:?}");
+    let Outcome::Repaired { from, to } = r.outcome else {
+        panic!("expected a repair under load, got {r:?}");
+    };
+    assert!((to as i64) < from && to >= 1, "{r:?}");
+    // At rest: never below what the sessions hold, and a quiet run makes it exact.
+    let held = w.session(T, "s1").await.unwrap().connection_ids.len()
+        + w.session(T, "busy").await.unwrap().connection_ids.len();
+    assert!(w.count(T).await.unwrap() >= held as i64);
+    let last = reconcile(&w, false, 0).await;
+    assert!(matches!(
+        last.tenants[0].outcome,
+        Outcome::Consistent | Outcome::Repaired { .. }
+    ));
+    assert_eq!(w.count(T).await, Some(held as i64));
+}
+
+/// Review finding 7: a probe that errors (here: no Management API at all) counts that id as live
+/// and is reported; before, one error skipped the tenant, repair included.
+#[tokio::test]
+async fn probe_errors_count_ids_as_live_and_the_count_is_still_repaired() {
+    let w = World::new().await;
+    drift(&w).await;
+    // A port nothing listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let report = reconcile_with(w.deps(), &dead, false, 20).await;
+    let r = &report.tenants[0];
+    assert_eq!(r.probe_errors, 2, "gone-1 and live-1: {r:?}");
+    assert!(r.stale_released.is_empty(), "an error proves nothing gone");
+    // The reservation that died and the swept session are repaired; gone-1 stays (taken as live).
+    assert_eq!(r.truth, 2);
+    assert_eq!(r.outcome, Outcome::Repaired { from: 4, to: 2 });
+    assert_eq!(w.count(T).await, Some(2));
+}
+
+/// Review finding 5: `truthAt` comes from the clock of the host running the reconciler. A host
+/// running two minutes behind stamps a truth older than the TTL deletions it already left out; a
+/// late sweep of such a deletion must still subtract nothing (before: a 5 s margin, so it did,
+/// and the count fell below the connections held).
+#[tokio::test]
+async fn a_repair_from_a_clock_running_behind_is_not_undone_by_a_late_sweep() {
+    let w = World::new().await;
+    drift(&w).await;
+    let behind = shared::clock::ManualClock::new(w.env.clock.now().minus(Duration::from_secs(120)));
+    let mut deps = w.deps().clone();
+    deps.clock = std::sync::Arc::new(behind);
+    let report = reconcile_with(&deps, &w.api.url(), false, 20).await;
+    assert_eq!(
+        report.tenants[0].outcome,
+        Outcome::Repaired { from: 3, to: 1 }
+    );
+    // s2 was deleted (by TTL) 10 s before the truth was read; its record arrives now.
+    let now = w.env.clock.now().as_secs();
+    let ev: aws_lambda_events::dynamodb::Event =
+        typed(json!({ "Records": [ttl_record("s2", &["swept-1"], "late-s2", now - 10)] }));
+    let res = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+    assert!(res.batch_item_failures.is_empty());
+    assert_eq!(w.count(T).await, Some(1), "live-1 still counted");
+}
+
+/// Review finding 5: a grace shorter than the handlers' timeout plus a margin is a configuration
+/// error (0 used to be accepted, and a grace of 0 repairs a half-way connect below the truth).
+#[test]
+fn a_grace_below_the_minimum_is_a_configuration_error() {
+    for bad in ["0", "5", "14"] {
+        let vars =
+            shared::config::Vars::from_pairs([("TURNSTILE_RECONCILE_GRACE_SECS", bad.to_string())]);
+        let err = reconciler::Config::from_vars(&vars)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 15"), "{bad}: {err}");
+    }
+    let vars =
+        shared::config::Vars::from_pairs([("TURNSTILE_RECONCILE_GRACE_SECS", "15".to_string())]);
+    assert_eq!(
+        reconciler::Config::from_vars(&vars).unwrap().grace,
+        Duration::from_secs(15)
+    );
+    assert_eq!(
+        reconciler::Config::from_vars(&shared::config::Vars::from_pairs(std::iter::empty::<(
+            &str,
+            String
+        )>()))
+        .unwrap()
+        .grace,
+        reconcile::DEFAULT_GRACE
+    );
+    assert!(reconcile::check_grace(Duration::ZERO).is_err());
+    assert!(reconcile::check_grace(reconcile::MIN_GRACE).is_ok());
 }
 
 /// The scheduled function runs on the sample events (every tenant; one tenant dry) and refuses a
@@ -277,11 +423,13 @@ async fn the_reconciler_function_runs_the_sample_events() {
     .unwrap()
     .unwrap();
     let vars = shared::config::Vars::from_pairs([
-        ("TURNSTILE_RECONCILE_GRACE_SECS", "0".to_string()),
+        ("TURNSTILE_RECONCILE_GRACE_SECS", "15".to_string()),
         ("TURNSTILE_MANAGEMENT_ENDPOINT", w.api.url()),
     ]);
-    let config = reconciler::Config::from_vars(&vars).unwrap();
-    assert_eq!(config.grace, Duration::ZERO);
+    let mut config = reconciler::Config::from_vars(&vars).unwrap();
+    assert_eq!(config.grace, Duration::from_secs(15));
+    // Shortened after validation so the test does not wait 45 s (nothing is in flight here).
+    config.grace = Duration::ZERO;
     let state = reconciler::State::new(&config, Gateway::local(&w.api.url()));
     let dry = reconciler::handle(
         w.deps(),

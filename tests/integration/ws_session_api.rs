@@ -103,6 +103,53 @@ async fn delete_closes_and_releases_every_connection() {
     assert_eq!(w.env.counter.total(), 1);
 }
 
+/// Review finding 2: sockets are closed first and only those whose close succeeded are released.
+/// An id answering 410 may be a socket still inside its `$connect`; releasing it (what the handler
+/// did before, releasing all three and then closing) would leave a live socket counted nowhere.
+#[tokio::test]
+async fn delete_releases_only_the_connections_it_closed() {
+    let w = World::new().await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    for c in ["c1", "c2", "c3"] {
+        assert_eq!(w.connect(T, "s1", c, &MEDIUM).await.status_code, 200);
+    }
+    w.recorder.mark_gone("c2");
+    assert_eq!(w.count(T).await, Some(3));
+    let (status, body) = w
+        .session_call("DELETE", &[("tenantId", T), ("sessionId", "s1")], None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        w.count(T).await,
+        Some(1),
+        "c1 and c3 closed and released; c2 (410) still counted"
+    );
+    // c2's count is repaired by the reconciler, whose truth no longer holds it.
+    let gateway = shared::gateway::Gateway::local(&w.api.url());
+    let probe = shared::admission::reconcile::Probe {
+        gateway: &gateway,
+        endpoint: w.api.url(),
+    };
+    let options = shared::admission::reconcile::Options {
+        tenant: Some(T.parse().unwrap()),
+        dry_run: false,
+        grace: Duration::from_millis(20),
+    };
+    let deps = w.deps().clone();
+    let report = shared::admission::reconcile::run(w.deps(), &options, Some(&probe), |_| {
+        let d = deps.clone();
+        async move { Ok(d) }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        report.tenants[0].outcome,
+        shared::admission::reconcile::Outcome::Repaired { from: 1, to: 0 }
+    );
+    assert_eq!(w.count(T).await, Some(0));
+}
+
 #[tokio::test]
 async fn put_over_an_expired_session_replaces_it_and_releases_its_stale_connections() {
     let w = World::new().await;

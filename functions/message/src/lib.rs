@@ -8,12 +8,16 @@
 //!   TTL (seed 003: every inbound message does), in the same single UpdateItem.
 //! - The session is gone or expired, or the sender is no longer in it: the sender's connection is
 //!   closed (the session is never recreated) and the answer is 410.
-//! - A recipient that is gone (410) is pruned: out of the session, then the tenant's count down
-//!   (2 UpdateItem; decision 0306).
+//! - A recipient that answers 410 is reported as `gone` but NOT released: a connection still inside
+//!   its own `$connect` answers 410 too, and releasing it would leave a live socket counted nowhere
+//!   (decision 0306). Its capacity is released by its `$disconnect`, or by the reconciler once it
+//!   is gone on two probes a grace apart; until then the stale id holds a session slot.
+//! - A sender that is gone when its refusal is posted back is released (out of the session, then
+//!   the count down: 2 UpdateItem): it sent a message, so its `$connect` had completed.
 //!
 //! Frames: the sender receives its message back as sent; every other connection receives
 //! `{"from": "<sender connection id>", "message": "<the message>"}` — the inbound message and the
-//! echo in one frame. Budget: 1 DynamoDB call (+2 to prune gone connections), 1 post per recipient.
+//! echo in one frame. Budget: 1 DynamoDB call, 1 post per recipient.
 
 use std::time::Duration;
 
@@ -157,9 +161,8 @@ async fn answer(
                 }
             }
             if !gone.is_empty() {
-                let ids = release::parse_ids(&gone);
-                let n = release::from_session(deps, &t, &sid, &ids).await?;
-                tracing::info!(tenant = %t, session = %sid, pruned = n, "pruned gone connections");
+                // Not released here: one 410 does not prove the socket is gone for good.
+                tracing::info!(tenant = %t, session = %sid, ?gone, "recipients answered 410");
             }
             Ok(respond::websocket(&respond::json_answer(
                 200,

@@ -18,8 +18,9 @@ use shared::ids::TenantId;
 use shared::isolation::{self, TenantClients};
 use shared::Deps;
 
-/// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30; see the module docs of
-/// `shared::admission::reconcile`: it must exceed how long a `$connect` can be half-way).
+/// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30, at least 15: the
+/// handlers' 10 s timeout plus a margin; see `shared::admission::reconcile`: it must exceed how long a
+/// `$connect` or release can be half-way). A smaller value is a configuration error.
 pub const GRACE_VAR: &str = "TURNSTILE_RECONCILE_GRACE_SECS";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +34,20 @@ impl Config {
     pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
         let grace = match vars.get(GRACE_VAR) {
             None => reconcile::DEFAULT_GRACE,
-            Some(v) => Duration::from_secs(v.trim().parse().map_err(|_| ConfigError::Invalid {
-                var: GRACE_VAR.into(),
-                value: v.clone(),
-                reason: "expected whole seconds".into(),
-            })?),
+            Some(v) => {
+                let secs = v.trim().parse().map_err(|_| ConfigError::Invalid {
+                    var: GRACE_VAR.into(),
+                    value: v.clone(),
+                    reason: "expected whole seconds".into(),
+                })?;
+                reconcile::check_grace(Duration::from_secs(secs)).map_err(|reason| {
+                    ConfigError::Invalid {
+                        var: GRACE_VAR.into(),
+                        value: v.clone(),
+                        reason,
+                    }
+                })?
+            }
         };
         Ok(Config {
             grace,

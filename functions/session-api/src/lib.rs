@@ -2,10 +2,12 @@
 //!
 //! - `PUT /session?tenantId=&sessionId=` creates the session or refreshes it
 //!   (`sessionTTL = now + tenant.sessionTTL`) and returns it. A stored session that had expired
-//!   without DynamoDB deleting it yet is replaced: its stale connections are closed and released.
+//!   without DynamoDB deleting it yet is replaced: its stale connections are closed, and the ones
+//!   whose close succeeded released.
 //!   The ids may also come in a JSON body `{"tenantId": "...", "sessionId": "..."}`.
 //! - `GET /session?...` returns the session with its connections (404 if missing or expired).
-//! - `DELETE /session?...` deletes it, closes its connections and releases their capacity.
+//! - `DELETE /session?...` deletes it, closes its connections and releases the capacity of those
+//!   whose close succeeded (an id answering 410 is left to the reconciler: decision 0306).
 //!
 //! Bad input never reaches DynamoDB: missing or malformed ids → 400 naming the parameter; a body
 //! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
@@ -30,7 +32,7 @@ use http::Method;
 use serde_json::{json, Value};
 use shared::admission::{release, respond};
 use shared::config::{ConfigError, Vars};
-use shared::gateway::{self, Gateway};
+use shared::gateway::{self, Delivery, Gateway};
 use shared::ids::{SessionId, TenantId};
 use shared::isolation::{self, TenantClients};
 use shared::refusal::HttpAnswer;
@@ -392,8 +394,13 @@ async fn delete(
     ))
 }
 
-/// Releases the capacity of `ids`, which left the session with the row this call deleted or
-/// replaced (1 UpdateItem), and closes them (1 Management API call each).
+/// Closes `ids`, which left the session with the row this call deleted or replaced (1 Management
+/// API DELETE each, a failed one tried again), then releases the capacity of the ones whose close
+/// succeeded (1 UpdateItem). Closing comes first and a 410 releases nothing: the socket may still
+/// be inside its own `$connect` (it answers 410 until its handshake completes) and would go live
+/// counted nowhere. An id not closed keeps the count one too high (the safe side) until the
+/// reconciler, whose truth no longer holds it, repairs the count (decision 0306). Returns the
+/// number closed.
 async fn close_and_release(
     deps: &Deps,
     state: &State,
@@ -403,9 +410,25 @@ async fn close_and_release(
     if ids.is_empty() {
         return Ok(0);
     }
-    release::left_session(deps, t, release::parse_ids(ids).len() as u64).await?;
-    let failed = state.gateway.close_all(&state.endpoint, ids).await;
-    Ok(ids.len() - failed.len())
+    let closed: Vec<String> = state
+        .gateway
+        .close_each(&state.endpoint, ids)
+        .await
+        .into_iter()
+        .filter_map(|(c, r)| match r {
+            Ok(Delivery::Delivered) => Some(c),
+            Ok(Delivery::Gone) => {
+                tracing::info!(tenant = %t, connection = %c, "close answered 410: not released");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(tenant = %t, connection = %c, error = %e, "close failed: not released");
+                None
+            }
+        })
+        .collect();
+    release::left_session(deps, t, release::parse_ids(&closed).len() as u64).await?;
+    Ok(closed.len())
 }
 
 #[cfg(test)]

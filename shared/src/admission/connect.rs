@@ -4,12 +4,13 @@
 //!
 //! | step | item | write | condition |
 //! |---|---|---|---|
-//! | 1 reserve | counter `{tenant}` | `ADD itemCount 1, ver 1`, `SET reservedAt`, the tenant's minute | `itemCount < tenantConnections`, room this minute |
+//! | 1 reserve | counter `{tenant}` | `ADD itemCount 1, ver 1, resvTotal 1`, `SET reservedAt`, the tenant's minute | `itemCount < tenantConnections`, room this minute |
 //! | 2 join | the session | `ADD connectionIds {cid}`, `SET sessionTTL`, the session's minute | exists, not expired, `size(connectionIds) < connectionsPerSession`, not already a member, room this minute |
-//! | undo (only when 2 refuses) | counter `{tenant}` | `ADD itemCount -1, ver 1`, the minute given back | — |
+//! | undo (only when 2 refused or gave up) | counter `{tenant}` | `ADD itemCount -1, ver 1, relTotal 1`, the minute given back | — |
 //!
 //! The tenant goes first: a crash between the writes leaves the tenant's count one too high (an
-//! under-admission that `reconcile` repairs), never too low. Admitted: 2 `UpdateItem` (2 WCU);
+//! under-admission that `reconcile` repairs), never too low. Every write is sent at most once (no
+//! SDK retry; only throttled attempts again). Admitted: 2 `UpdateItem` (2 WCU);
 //! refused by the tenant: 1 (1 WCU); refused by the session: 3 (3 WCU). No call when a limit is 0.
 //!
 //! The minute windows: `fixed` tenants keep `connMinute` (the window's start) and
@@ -313,14 +314,43 @@ pub async fn admit_hinted(
         Ok(r) => r,
         Err(refused) => return Ok(refused),
     };
-    let answer = join(deps, t, sid, cid, limits, hints, &reservation).await?;
-    if !matches!(answer, Admission::Admitted) {
-        if let Err(e) = undo(deps, &reservation).await {
+    complete(deps, t, sid, cid, limits, hints, &reservation).await
+}
+
+/// Step 2 for a held reservation, then the undo when step 2 certainly did not apply: refused by
+/// its condition, or given up (the join deadline, or no decision after [`MAX_ATTEMPTS`]: every
+/// attempt before either was refused, so none applied). An error of the session write itself
+/// (its outcome unknown) keeps the reservation: a count one too high, repaired by `reconcile`.
+pub async fn complete(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    cid: &ConnectionId,
+    limits: &Limits,
+    hints: &Hints,
+    reservation: &Reservation,
+) -> Result<Admission> {
+    let (answer, gave_up) = match join_inner(deps, t, sid, cid, limits, hints, reservation).await? {
+        Joined::Answer(a) => (Some(a), None),
+        Joined::GaveUp(e) => (None, Some(e)),
+    };
+    if !matches!(answer, Some(Admission::Admitted)) {
+        if let Err(e) = undo(deps, reservation).await {
             // The count stays one too high: an under-admission the reconciler repairs.
             tracing::warn!(tenant = %t, error = %e, "giving back a $connect reservation failed");
         }
     }
-    Ok(answer)
+    match (answer, gave_up) {
+        (Some(a), _) => Ok(a),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(Error::Other("joining: no answer".into())),
+    }
+}
+
+/// What step 2 ended with: an answer, or giving up with no attempt applied.
+enum Joined {
+    Answer(Admission),
+    GaveUp(Error),
 }
 
 /// Step 1: reserves one open connection and one of this minute's connections on the tenant's
@@ -352,6 +382,7 @@ pub async fn reserve(
         let mut p = Parts::default();
         p.name("#c", cattr::ITEM_COUNT)
             .name("#v", cattr::VERSION)
+            .name("#rt", cattr::RESERVED_TOTAL)
             .name("#at", cattr::RESERVED_AT);
         p.value(":cap", n(cap))
             .value(":one", n(1))
@@ -362,13 +393,17 @@ pub async fn reserve(
         p.set.push("#at = :at".into());
         p.add.push("#c :one".into());
         p.add.push("#v :one".into());
+        p.add.push("#rt :one".into());
         match write::update(
             deps,
             &deps.tables.counters,
             &key,
             &p,
             ReturnValue::None,
-            Retries::Sdk,
+            // At most once: an SDK retry of an attempt that applied but lost its answer would
+            // reserve twice, or fail its condition and refuse while holding a unit. A lost answer
+            // is an error (a 5xx) and at worst a count one too high, which `reconcile` repairs.
+            Retries::AtMostOnce,
         )
         .await?
         {
@@ -443,6 +478,21 @@ pub async fn join(
     hints: &Hints,
     reservation: &Reservation,
 ) -> Result<Admission> {
+    match join_inner(deps, t, sid, cid, limits, hints, reservation).await? {
+        Joined::Answer(a) => Ok(a),
+        Joined::GaveUp(e) => Err(e),
+    }
+}
+
+async fn join_inner(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    cid: &ConnectionId,
+    limits: &Limits,
+    hints: &Hints,
+    reservation: &Reservation,
+) -> Result<Joined> {
     let now = reservation.at;
     let alg = limits.rate_algorithm;
     let key = sstore::key(t, sid);
@@ -459,10 +509,15 @@ pub async fn join(
         now,
     )?;
     for _ in 0..MAX_ATTEMPTS {
-        if reservation.reserved.elapsed() > JOIN_DEADLINE {
-            return Err(Error::Other(format!(
+        // Process time or the injected clock, whichever moved more (the tests move the clock).
+        let waited = reservation
+            .reserved
+            .elapsed()
+            .max(deps.clock.now().since(reservation.at));
+        if waited > JOIN_DEADLINE {
+            return Ok(Joined::GaveUp(Error::Other(format!(
                 "joining {cid} to {t}/{sid}: past the {JOIN_DEADLINE:?} deadline"
-            )));
+            ))));
         }
         let mut p = Parts::default();
         p.name("#ids", sattr::CONNECTION_IDS)
@@ -493,33 +548,40 @@ pub async fn join(
         {
             Written::Applied(_) => {
                 hints.set(&hint_key, after(&minute));
-                return Ok(Admission::Admitted);
+                return Ok(Joined::Answer(Admission::Admitted));
             }
             Written::Refused(old) => {
                 let old = old.as_ref();
                 hints.set(&hint_key, SESSION_MINUTE.stored(alg, old));
                 let Some(o) = old else {
-                    return Ok(Admission::NoSession);
+                    return Ok(Joined::Answer(Admission::NoSession));
                 };
                 if item::num(o, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
-                    return Ok(Admission::NoSession);
+                    return Ok(Joined::Answer(Admission::NoSession));
                 }
                 let ids = item::string_set(o, sattr::CONNECTION_IDS);
                 if ids.iter().any(|c| c == cid.as_str()) {
-                    return Ok(Admission::AlreadyAdmitted);
+                    return Ok(Joined::Answer(Admission::AlreadyAdmitted));
                 }
                 if ids.len() as u64 >= cap {
-                    return Ok(refusal(
+                    return Ok(Joined::Answer(refusal(
                         Limit::ConnectionsPerSession,
                         limits,
                         now,
                         t,
                         sid,
                         None,
-                    ));
+                    )));
                 }
                 if let Some(d) = minute.refused(&SESSION_MINUTE, old) {
-                    return Ok(refusal(Limit::SessionPerMinute, limits, now, t, sid, d));
+                    return Ok(Joined::Answer(refusal(
+                        Limit::SessionPerMinute,
+                        limits,
+                        now,
+                        t,
+                        sid,
+                        d,
+                    )));
                 }
                 minute = Minute::bet(
                     alg,
@@ -531,9 +593,9 @@ pub async fn join(
             }
         }
     }
-    Err(Error::Other(format!(
+    Ok(Joined::GaveUp(Error::Other(format!(
         "joining {cid} to {t}/{sid}: no decision after {MAX_ATTEMPTS} attempts"
-    )))
+    ))))
 }
 
 /// Gives a reservation back: the open connection, and this minute's connection when its window
@@ -547,11 +609,14 @@ pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
     )]);
     let base = || {
         let mut p = Parts::default();
-        p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+        p.name("#c", cattr::ITEM_COUNT)
+            .name("#v", cattr::VERSION)
+            .name("#rl", cattr::RELEASED_TOTAL);
         p.value(":neg", n(-1)).value(":one", n(1));
         p.conditions.push("#c >= :one".into());
         p.add.push("#c :neg".into());
         p.add.push("#v :one".into());
+        p.add.push("#rl :one".into());
         p
     };
     let mut with_minute = base();

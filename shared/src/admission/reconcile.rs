@@ -3,26 +3,32 @@
 //! TTL sweep that ended in the DLQ — and releases connection ids whose socket is gone.
 //!
 //! The truth of a tenant is the union of its sessions' `connectionIds` (one `Query` of the session
-//! table's tenant partition). The count may be set to the truth only when no connect or release was
-//! half-way meanwhile, so a run goes in four phases, `grace` apart (decision 0306):
+//! table's tenant partition). A run goes in three phases, `grace` apart (decision 0306):
 //!
-//! 1. **probe**: read the truth; ask the Management API about every id (`GET @connections`). A 410
-//!    is only a candidate: a connection inside its own `$connect` answers 410 too.
-//! 2. **release, then read the count**: candidates still gone a grace later are released as a
-//!    disconnect releases them (out of the session's set, then the count down). Then the count `C0`
-//!    and its version `ver` are read.
-//! 3. **truth**: a grace later, the truth `T` is read again (`truthAt` = when that read ended).
-//! 4. **repair**: a grace later, `SET itemCount = T, truthAt` only if `ver` is unchanged. Any
-//!    reservation, undo or decrement since phase 2 changed `ver` (reported as busy, left for the next
-//!    run); a reservation pending at phase 2 has joined its session (and is in `T`) or died within
-//!    the grace; a removal pending at phase 2 has been decremented (changing `ver`) or died. So the
-//!    count is never set below the connections that hold capacity. `grace` must exceed how long a
-//!    `$connect` or release can be half-way: `connect::JOIN_DEADLINE` plus a request (default 30 s).
+//! 1. **before**: read the counter (`resvTotal`, `ver`); ask the Management API about every id
+//!    (`GET @connections`). A 410 is only a candidate: a connection inside its own `$connect` answers
+//!    410 too. A probe that errors counts as live (and is reported), never skips the tenant.
+//! 2. **read** (a grace later): candidates still gone are released as a disconnect releases them.
+//!    Then the counter is read (`C`, `resvTotal`, `relTotal`, `repairs`) and, right after, the truth
+//!    `T` (`truthAt` = when that read ended).
+//! 3. **repair** (a grace later): the counter is read again. The units of `C` not in `T` are leaks,
+//!    reservations pending at phase 2 (made within a grace before it: at most the growth of
+//!    `resvTotal` since phase 1), or releases pending at phase 2 (decremented within a grace after
+//!    it: at most the growth of `relTotal` since phase 2; any later is a crash, a leak). So
+//!    `leak ≥ C − T − in_flight`, and `ADD itemCount −leak` is safe whatever runs meanwhile; it is
+//!    conditioned on `relTotal` and `repairs` unchanged since that read (re-read and retried when a
+//!    release lands in between), so no release and no other reconciler is counted twice. When
+//!    nothing at all moved (`ver` unchanged since phase 1) the count is set to `T` exactly (which may
+//!    raise it). Under load a leak below the in-flight bound waits for a quieter run; the count is
+//!    never set below the connections that hold capacity. `grace` must exceed how long a `$connect`
+//!    or release can be half-way: the handler timeout plus a margin ([`MIN_GRACE`]).
 //!
-//! A TTL sweep that arrives after a repair decrements only for a deletion later than `truthAt`
-//! (`release::swept`), so a session the truth already left out is not subtracted twice.
+//! A TTL sweep that arrives after a repair decrements only for a deletion later than `truthAt` plus
+//! [`release::TRUTH_MARGIN`] (`release::swept`), so a session the truth already left out is not
+//! subtracted twice even when this host's clock runs behind by up to that margin.
 //!
-//! Costs per tenant: 2 Query pages (usually), 1 GetItem, at most 1 UpdateItem, plus 2
+//! Costs per tenant: 1 Query (2 with probing), 3 GetItem, at most 1 UpdateItem (one more per
+//! release landing between the last read and the write, at most [`REPAIR_ATTEMPTS`]), plus 2
 //! Management API calls per gone candidate and 2 UpdateItem per session with gone ids.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,6 +52,30 @@ const PROBES_IN_FLIGHT: usize = 32;
 
 /// Default grace between the phases: longer than any `$connect` or release can be half-way.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+/// The handlers' timeout (`template.yaml`, `Globals.Function.Timeout`): no `$connect` or release is
+/// half-way for longer, since the handler is stopped.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest grace accepted from configuration: the handler timeout plus 5 s for the last
+/// request's flight and scheduling.
+pub const MIN_GRACE: Duration = Duration::from_secs(15);
+/// Repair writes tried when releases keep landing between the last read and the write.
+pub const REPAIR_ATTEMPTS: u32 = 4;
+
+/// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
+/// (a grace of 0 repairs a connect half-way through down to below the truth).
+pub fn check_grace(grace: Duration) -> std::result::Result<Duration, String> {
+    if grace < MIN_GRACE {
+        Err(format!(
+            "the reconcile grace must be at least {} s (the handlers' {} s timeout plus a margin), \
+             not {} s: a shorter grace can repair a count below the connections it holds",
+            MIN_GRACE.as_secs(),
+            HANDLER_TIMEOUT.as_secs(),
+            grace.as_secs_f64()
+        ))
+    } else {
+        Ok(grace)
+    }
+}
 
 /// What to reconcile and how.
 #[derive(Debug, Clone)]
@@ -54,7 +84,8 @@ pub struct Options {
     pub tenant: Option<TenantId>,
     /// Report only: release nothing, write nothing.
     pub dry_run: bool,
-    /// Time between the phases (see the module docs).
+    /// Time between the phases (see the module docs). Not checked here (tests use short ones):
+    /// the entry points validate configured values with [`check_grace`].
     pub grace: Duration,
 }
 
@@ -74,7 +105,8 @@ pub enum Outcome {
     Repaired { from: i64, to: u64 },
     /// Dry run: the count would be set to the truth.
     WouldRepair { from: i64, to: u64 },
-    /// The count moved during the run (connects or releases in flight): left for the next run.
+    /// The count differs from the truth by no more than what may be in flight (or another
+    /// reconciler repaired it meanwhile): left for the next run.
     Busy,
     /// Not checked, and why.
     Skipped { reason: String },
@@ -91,6 +123,10 @@ pub struct TenantReport {
     pub truth: u64,
     /// Ids whose socket was gone twice, released (or, in a dry run, to release).
     pub stale_released: Vec<String>,
+    /// Probes that failed (neither live nor gone): those ids were treated as live.
+    pub probe_errors: u64,
+    /// The bound on reservations and releases in flight at the read (phase 2).
+    pub in_flight: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
 }
@@ -156,8 +192,9 @@ fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
     sessions.values().flatten().collect::<BTreeSet<_>>().len() as u64
 }
 
-/// Ids (with their session) whose socket the Management API says is gone.
-async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> Result<Vec<(String, String)>> {
+/// Ids (with their session) whose socket the Management API says is gone, and how many probes
+/// failed (those ids are taken as live: a failed probe proves nothing).
+async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> (Vec<(String, String)>, u64) {
     use futures::stream::{self, StreamExt};
     let checks = stream::iter(ids.into_iter().map(|(sid, cid)| async move {
         let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
@@ -167,13 +204,66 @@ async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> Result<Vec<(Stri
     .collect::<Vec<_>>()
     .await;
     let mut out = Vec::new();
+    let mut errors = 0;
     for (sid, cid, live) in checks {
-        if !live? {
-            out.push((sid, cid));
+        match live {
+            Ok(true) => {}
+            Ok(false) => out.push((sid, cid)),
+            Err(e) => {
+                errors += 1;
+                tracing::warn!(connection = %cid, error = %e, "probe failed; taken as live");
+            }
         }
     }
     out.sort();
-    Ok(out)
+    (out, errors)
+}
+
+/// What one read of the tenant's counter showed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Snapshot {
+    count: Option<i64>,
+    ver: Option<i64>,
+    reserved: Option<i64>,
+    released: Option<i64>,
+    repairs: Option<i64>,
+}
+
+async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
+    let out = deps
+        .dynamo
+        .get_item()
+        .table_name(&deps.tables.counters)
+        .key(cattr::KEY, s(keys::tenant_connections(t)?))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("GetItem", e))?;
+    let it = out.item();
+    let num = |a: &str| it.and_then(|i| item::num(i, a));
+    Ok(Snapshot {
+        count: num(cattr::ITEM_COUNT),
+        ver: num(cattr::VERSION),
+        reserved: num(cattr::RESERVED_TOTAL),
+        released: num(cattr::RELEASED_TOTAL),
+        repairs: num(cattr::REPAIRS),
+    })
+}
+
+/// Adds `#name = :value`, or `attribute_not_exists(#name)` when it was absent.
+fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was: Option<i64>) {
+    p.name(name, attr);
+    match was {
+        Some(v) => {
+            p.value(value, n(v));
+            p.conditions.push(format!("{name} = {value}"));
+        }
+        None => p.conditions.push(format!("attribute_not_exists({name})")),
+    }
+}
+
+fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
+    u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }
 
 /// Per-tenant state carried between the phases.
@@ -182,7 +272,10 @@ struct Work {
     deps: Deps,
     report: TenantReport,
     candidates: Vec<(String, String)>,
-    version: Option<i64>,
+    /// Phase 1's read of the counter.
+    before: Snapshot,
+    /// Phase 2's read of the counter.
+    read: Snapshot,
     truth_at: i64,
     done: bool,
 }
@@ -216,6 +309,8 @@ where
             counted: None,
             truth: 0,
             stale_released: vec![],
+            probe_errors: 0,
+            in_flight: 0,
             outcome: Outcome::Consistent,
         };
         match scoped(t.clone()).await {
@@ -224,7 +319,8 @@ where
                 deps: d,
                 report,
                 candidates: vec![],
-                version: None,
+                before: Snapshot::default(),
+                read: Snapshot::default(),
                 truth_at: 0,
                 done: false,
             }),
@@ -238,63 +334,59 @@ where
                     ..report
                 },
                 candidates: vec![],
-                version: None,
+                before: Snapshot::default(),
+                read: Snapshot::default(),
                 truth_at: 0,
                 done: true,
             }),
         }
     }
 
-    // Phase 1: probe every id of every session.
-    if let Some(p) = probe {
-        for w in work.iter_mut().filter(|w| !w.done) {
-            let step = async {
-                let ss = sessions(&w.deps, &w.tenant).await?;
-                let mut ids = Vec::new();
-                for (sid, cids) in ss {
-                    for c in cids {
-                        ids.push((sid.clone(), c));
-                    }
-                }
-                gone(p, ids).await
-            };
-            match step.await {
-                Ok(c) => w.candidates = c,
-                Err(e) => skip(w, format!("probing: {e}")),
+    // Phase 1: the counter before, and a probe of every id of every session.
+    for w in work.iter_mut().filter(|w| !w.done) {
+        match read_counter(&w.deps, &w.tenant).await {
+            Ok(snap) => w.before = snap,
+            Err(e) => {
+                skip(w, format!("reading the count: {e}"));
+                continue;
             }
         }
-        if work.iter().any(|w| !w.candidates.is_empty()) {
-            tokio::time::sleep(options.grace).await;
-        }
-    }
-
-    // Phase 2: release what is still gone, then read the count and its version.
-    for w in work.iter_mut().filter(|w| !w.done) {
-        if let Err(e) = release_and_read(w, probe, options.dry_run).await {
-            skip(w, format!("releasing or reading the count: {e}"));
+        if let Some(p) = probe {
+            match sessions(&w.deps, &w.tenant).await {
+                Ok(ss) => {
+                    let ids = ss
+                        .into_iter()
+                        .flat_map(|(sid, cids)| cids.into_iter().map(move |c| (sid.clone(), c)))
+                        .collect();
+                    let (candidates, errors) = gone(p, ids).await;
+                    w.candidates = candidates;
+                    w.report.probe_errors += errors;
+                }
+                Err(e) => skip(w, format!("reading the sessions: {e}")),
+            }
         }
     }
     tokio::time::sleep(options.grace).await;
 
-    // Phase 3: the truth.
-    let mut stale: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    if options.dry_run {
-        for w in &work {
-            stale.insert(
-                w.report.tenant_id.clone(),
-                w.report.stale_released.iter().cloned().collect(),
-            );
-        }
-    }
+    // Phase 2: release what is still gone, then read the count and, right after, the truth.
     for w in work.iter_mut().filter(|w| !w.done) {
+        if let Err(e) = release_and_read(w, probe, options.dry_run).await {
+            skip(w, format!("releasing or reading the count: {e}"));
+            continue;
+        }
         match sessions(&w.deps, &w.tenant).await {
             Ok(ss) => {
                 w.truth_at = w.deps.clock.now().as_millis();
                 let mut t = truth_of(&ss);
                 // A dry run released nothing: count its stale ids out as a real run would.
-                if let Some(gone) = stale.get(&w.report.tenant_id) {
+                if options.dry_run {
                     let held: BTreeSet<&String> = ss.values().flatten().collect();
-                    t -= gone.iter().filter(|c| held.contains(c)).count() as u64;
+                    t -= w
+                        .report
+                        .stale_released
+                        .iter()
+                        .filter(|c| held.contains(c))
+                        .count() as u64;
                 }
                 w.report.truth = t;
             }
@@ -303,22 +395,13 @@ where
     }
     tokio::time::sleep(options.grace).await;
 
-    // Phase 4: repair, if nothing moved.
+    // Phase 3: repair what is provably leaked.
     for w in work.iter_mut().filter(|w| !w.done) {
-        let from = w.report.counted.unwrap_or(0);
-        let to = w.report.truth;
-        w.report.outcome = if from == to as i64 {
-            Outcome::Consistent
-        } else if options.dry_run {
-            Outcome::WouldRepair { from, to }
-        } else {
-            match set_count(w).await {
-                Ok(true) => Outcome::Repaired { from, to },
-                Ok(false) => Outcome::Busy,
-                Err(e) => Outcome::Skipped {
-                    reason: format!("writing the count: {e}"),
-                },
-            }
+        w.report.outcome = match repair(w, options.dry_run).await {
+            Ok(o) => o,
+            Err(e) => Outcome::Skipped {
+                reason: format!("repairing the count: {e}"),
+            },
         };
         tracing::info!(tenant = %w.tenant, report = ?w.report, "reconciled");
     }
@@ -330,6 +413,81 @@ where
     })
 }
 
+/// Phase 3 for one tenant: the exact truth when nothing moved since phase 1, otherwise the leak
+/// `C − T − in_flight` subtracted, conditioned on no release or repair since the last read.
+async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
+    let truth = w.report.truth as i64;
+    let read = w.read;
+    let c = read.count.unwrap_or(0);
+    for _ in 0..REPAIR_ATTEMPTS {
+        let now = read_counter(&w.deps, &w.tenant).await?;
+        if now.repairs != read.repairs {
+            return Ok(Outcome::Busy);
+        }
+        let in_flight = grew(w.before.reserved, read.reserved) + grew(read.released, now.released);
+        w.report.in_flight = in_flight;
+        let from = now.count.unwrap_or(0);
+        let quiet = now.ver == w.before.ver;
+        let (to, parts) = if quiet {
+            if from == truth {
+                return Ok(Outcome::Consistent);
+            }
+            let mut p = Parts::default();
+            unchanged(&mut p, "#v", cattr::VERSION, ":v0", w.before.ver);
+            p.name("#c", cattr::ITEM_COUNT);
+            p.value(":t", n(truth));
+            p.set.push("#c = :t".into());
+            (truth, p)
+        } else {
+            let leak = c - truth - i64::try_from(in_flight).unwrap_or(i64::MAX);
+            if leak <= 0 {
+                return Ok(if c == truth {
+                    Outcome::Consistent
+                } else {
+                    Outcome::Busy
+                });
+            }
+            let mut p = Parts::default();
+            unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", now.released);
+            p.name("#c", cattr::ITEM_COUNT);
+            p.value(":leak", n(leak)).value(":neg", n(-leak));
+            p.conditions.push("#c >= :leak".into());
+            p.add.push("#c :neg".into());
+            (from - leak, p)
+        };
+        let to_u = u64::try_from(to).unwrap_or(0);
+        if dry_run {
+            return Ok(Outcome::WouldRepair { from, to: to_u });
+        }
+        let mut p = parts;
+        unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", read.repairs);
+        p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
+        p.value(":one", n(1)).value(":at", n(w.truth_at));
+        p.set.push("#ta = :at".into());
+        p.add.push("#v :one".into());
+        p.add.push("#rp :one".into());
+        let key = Item::from([(
+            cattr::KEY.to_string(),
+            s(keys::tenant_connections(&w.tenant)?),
+        )]);
+        match write::update(
+            &w.deps,
+            &w.deps.tables.counters,
+            &key,
+            &p,
+            ReturnValue::None,
+            Retries::AtMostOnce,
+        )
+        .await?
+        {
+            Written::Applied(_) => return Ok(Outcome::Repaired { from, to: to_u }),
+            // A release (or anything, when quiet) landed since the read: read again.
+            Written::Refused(_) => continue,
+        }
+    }
+    Ok(Outcome::Busy)
+}
+
 fn skip(w: &mut Work, reason: String) {
     tracing::warn!(tenant = %w.tenant, %reason, "reconcile skipped a tenant");
     w.report.outcome = Outcome::Skipped { reason };
@@ -338,7 +496,8 @@ fn skip(w: &mut Work, reason: String) {
 
 async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool) -> Result<()> {
     if let (Some(p), false) = (probe, w.candidates.is_empty()) {
-        let still = gone(p, std::mem::take(&mut w.candidates)).await?;
+        let (still, errors) = gone(p, std::mem::take(&mut w.candidates)).await;
+        w.report.probe_errors += errors;
         let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (sid, cid) in still {
             by_session.entry(sid).or_default().push(cid);
@@ -355,57 +514,9 @@ async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool
         }
         w.report.stale_released.sort();
     }
-    let out = w
-        .deps
-        .dynamo
-        .get_item()
-        .table_name(&w.deps.tables.counters)
-        .key(cattr::KEY, s(keys::tenant_connections(&w.tenant)?))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("GetItem", e))?;
-    let it = out.item();
-    w.report.counted = it.and_then(|i| item::num(i, cattr::ITEM_COUNT));
-    w.version = it.and_then(|i| item::num(i, cattr::VERSION));
+    w.read = read_counter(&w.deps, &w.tenant).await?;
+    w.report.counted = w.read.count;
     Ok(())
-}
-
-/// `SET itemCount = truth, truthAt ADD ver 1` if `ver` is what phase 2 read. Sent at most once.
-async fn set_count(w: &Work) -> Result<bool> {
-    let key = Item::from([(
-        cattr::KEY.to_string(),
-        s(keys::tenant_connections(&w.tenant)?),
-    )]);
-    let mut p = Parts::default();
-    p.name("#c", cattr::ITEM_COUNT)
-        .name("#v", cattr::VERSION)
-        .name("#ta", cattr::TRUTH_AT);
-    p.value(":t", n(w.report.truth))
-        .value(":at", n(w.truth_at))
-        .value(":one", n(1));
-    match w.version {
-        Some(v) => {
-            p.value(":v0", n(v));
-            p.conditions.push("#v = :v0".into());
-        }
-        None => p.conditions.push("attribute_not_exists(#v)".into()),
-    }
-    p.set.push("#c = :t".into());
-    p.set.push("#ta = :at".into());
-    p.add.push("#v :one".into());
-    Ok(matches!(
-        write::update(
-            &w.deps,
-            &w.deps.tables.counters,
-            &key,
-            &p,
-            ReturnValue::None,
-            Retries::AtMostOnce,
-        )
-        .await?,
-        Written::Applied(_)
-    ))
 }
 
 #[cfg(test)]
@@ -425,13 +536,16 @@ mod tests {
             counted: Some(5),
             truth: 3,
             stale_released: vec!["x".into()],
+            probe_errors: 0,
+            in_flight: 0,
             outcome: Outcome::Repaired { from: 5, to: 3 },
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"tenantId": "acme", "counted": 5, "truth": 3,
-                "staleReleased": ["x"], "outcome": "repaired", "from": 5, "to": 3})
+                "staleReleased": ["x"], "probeErrors": 0, "inFlight": 0,
+                "outcome": "repaired", "from": 5, "to": 3})
         );
     }
 }

@@ -30,8 +30,12 @@ use crate::Deps;
 /// How long a sweep's tombstone outlives its record: DynamoDB Streams keep records 24 hours.
 pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(2 * 24 * 3600);
 /// A TTL deletion this close after the reconciler's truth (or before it) is taken as already
-/// counted by that truth: clocks differ and stream times are rounded down to the second.
-pub const TRUTH_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+/// counted by that truth. `truthAt` comes from the clock of whatever host ran the reconciler (an
+/// operator's machine for the CLI) and stream times from AWS, rounded down to the second: this is
+/// the clock skew tolerated. A host running behind by more could make a sweep subtract a session
+/// the repair already left out; one running ahead only delays sweeps' decrements to the next
+/// repair (the count stays high: the safe side). Decision 0306.
+pub const TRUTH_MARGIN: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Releases one connection (`$disconnect`). 2 `UpdateItem`; 1 when it had already been released,
 /// never admitted, or its session is gone (whoever deleted the session released it). Returns
@@ -172,7 +176,9 @@ pub async fn swept(
 async fn decrement(deps: &Deps, t: &TenantId, k: u64, truth_before: Option<i64>) -> Result<bool> {
     let key = Item::from([(cattr::KEY.to_string(), s(keys::tenant_connections(t)?))]);
     let mut p = Parts::default();
-    p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+    p.name("#c", cattr::ITEM_COUNT)
+        .name("#v", cattr::VERSION)
+        .name("#rl", cattr::RELEASED_TOTAL);
     p.value(":k", n(k))
         .value(":neg", n(-(k as i64)))
         .value(":one", n(1));
@@ -185,6 +191,7 @@ async fn decrement(deps: &Deps, t: &TenantId, k: u64, truth_before: Option<i64>)
     }
     p.add.push("#c :neg".into());
     p.add.push("#v :one".into());
+    p.add.push("#rl :k".into());
     match write::update(
         deps,
         &deps.tables.counters,

@@ -1,7 +1,8 @@
 //! One conditional `UpdateItem` built from expression parts, with the old item back when its
 //! condition fails (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so callers decide without a
-//! read. Writes that must apply at most once (decrements, and `$connect`'s session write, whose
-//! "already a member" answer would otherwise be mistaken for a repeated `$connect`) are sent with
+//! read. Writes that must apply at most once (decrements, `$connect`'s reservation, which retried
+//! after a lost answer would reserve twice or refuse while holding a unit, and `$connect`'s session
+//! write, whose "already a member" answer would otherwise be mistaken for a repeated `$connect`) are sent with
 //! the SDK's automatic retries off: a timeout then leaves the write unknown, and the caller keeps
 //! the safe side (a count too high, repaired by the reconciler) instead of applying it twice.
 //! Throttling answers are retried here: DynamoDB rejected those requests without applying them.

@@ -32,6 +32,15 @@ pub mod attr {
     /// On `{tenant}`: epoch ms of the truth the reconciler last set the count from; a TTL sweep of
     /// a session deleted before it must not decrement again.
     pub const TRUTH_AT: &str = "truthAt";
+    /// On `{tenant}`: reservations ever made (`$connect` step 1 adds 1 in the same write), so the
+    /// reconciler can bound the reservations in flight at a read (decision 0306).
+    pub const RESERVED_TOTAL: &str = "resvTotal";
+    /// On `{tenant}`: units ever decremented by undos and releases (each adds what it subtracts
+    /// in the same write), so the reconciler can bound the releases in flight at a read.
+    pub const RELEASED_TOTAL: &str = "relTotal";
+    /// On `{tenant}`: repairs ever applied by the reconciler; a repair is conditioned on it, so
+    /// two reconcilers never subtract the same leak twice.
+    pub const REPAIRS: &str = "repairs";
 }
 
 pub fn table(name: &str) -> TableDef {
