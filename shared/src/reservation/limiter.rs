@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
@@ -236,6 +238,24 @@ impl NonFungibleLimiter {
             (a.resource_coordinate.to_string(), s(coordinate)),
             (a.reservation_id.to_string(), s(id)),
         ])
+    }
+
+    /// An UpdateItem of one row (`coordinate`, `id`): where every conditional write here starts.
+    pub(super) fn update_row(&self, coordinate: &str, id: &str) -> UpdateItemFluentBuilder {
+        self.inner
+            .client
+            .update_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(coordinate, id)))
+    }
+
+    /// A DeleteItem of one row (`coordinate`, `id`).
+    pub(super) fn delete_row(&self, coordinate: &str, id: &str) -> DeleteItemFluentBuilder {
+        self.inner
+            .client
+            .delete_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(self.key(coordinate, id)))
     }
 
     pub(super) fn cached_ledger(&self, coordinate: &str) -> Option<Ledger> {

@@ -4,6 +4,7 @@
 //! reservation has no row (it is listed from its ledger entry), and a row whose ledger entry is gone
 //! (released, or left behind by a crash between two writes) is listed as not live.
 
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::ledger::{is_live, Ledger, LEDGER_ID};
@@ -69,6 +70,30 @@ impl NonFungibleLimiter {
         })
     }
 
+    /// Runs the Query `build` describes on the table, one call per page, handing each item to
+    /// `each` in order; stops at the first error (no further page is read).
+    async fn query_pages(
+        &self,
+        build: impl Fn(QueryFluentBuilder) -> QueryFluentBuilder,
+        mut each: impl FnMut(&Item) -> Result<()>,
+    ) -> Result<()> {
+        let mut start: Option<Item> = None;
+        loop {
+            let page = build(self.inner.client.query().table_name(&self.inner.table))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| Error::dynamo("Query", e))?;
+            for item in page.items() {
+                each(item)?;
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// The coordinate's rows (live by their own `expirationTime`) and its ledger item. One strongly
     /// consistent Query per page.
     async fn read_partition(
@@ -79,33 +104,23 @@ impl NonFungibleLimiter {
         let a = self.inner.attrs;
         let mut rows = Vec::new();
         let mut ledger = None;
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .inner
-                .client
-                .query()
-                .table_name(&self.inner.table)
-                .key_condition_expression("#pk = :pk")
-                .expression_attribute_names("#pk", a.resource_coordinate)
-                .expression_attribute_values(":pk", s(coordinate))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Error::dynamo("Query", e))?;
-            for item in page.items() {
+        self.query_pages(
+            |q| {
+                q.key_condition_expression("#pk = :pk")
+                    .expression_attribute_names("#pk", a.resource_coordinate)
+                    .expression_attribute_values(":pk", s(coordinate))
+                    .consistent_read(true)
+            },
+            |item| {
                 if item.get(a.reservation_id) == Some(&AttributeValue::S(LEDGER_ID.into())) {
                     ledger = Some(item.clone());
                 } else {
                     rows.push(self.parse_row(item, now)?);
                 }
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
-        }
+                Ok(())
+            },
+        )
+        .await?;
         Ok((rows, ledger))
     }
 
@@ -138,30 +153,20 @@ impl NonFungibleLimiter {
         let a = self.inner.attrs;
         let now = self.inner.clock.now();
         let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .inner
-                .client
-                .query()
-                .table_name(&self.inner.table)
-                .index_name(&self.inner.index)
-                .key_condition_expression("#rid = :rid")
-                .expression_attribute_names("#rid", a.resource_id)
-                .expression_attribute_values(":rid", s(resource_id))
-                .set_limit(page_size)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Error::dynamo("Query", e))?;
-            for item in page.items() {
+        self.query_pages(
+            |q| {
+                q.index_name(&self.inner.index)
+                    .key_condition_expression("#rid = :rid")
+                    .expression_attribute_names("#rid", a.resource_id)
+                    .expression_attribute_values(":rid", s(resource_id))
+                    .set_limit(page_size)
+            },
+            |item| {
                 out.push(self.parse_row(item, now)?);
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
-        }
+                Ok(())
+            },
+        )
+        .await?;
         Ok(out)
     }
 

@@ -63,12 +63,7 @@ impl NonFungibleLimiter {
         let exp = expiry_secs(now.plus(self.inner.token_ttl));
         let mut attempt = 0;
         loop {
-            let sent = self
-                .inner
-                .client
-                .update_item()
-                .table_name(&self.inner.table)
-                .set_key(Some(self.key(&r.coordinate, &r.id)))
+            let sent = self.update_row(&r.coordinate, &r.id)
                 .update_expression("SET #rn = :rn, #acct = :acct, #rid = :rid, #exp = :exp")
                 .condition_expression("attribute_not_exists(#rid) OR #rid = :rid")
                 .expression_attribute_names("#rn", a.resource_name)
@@ -111,12 +106,7 @@ impl NonFungibleLimiter {
         }
         let mut attempt = 0;
         loop {
-            let sent = self
-                .inner
-                .client
-                .update_item()
-                .table_name(&self.inner.table)
-                .set_key(Some(self.key(&r.coordinate, LEDGER_ID)))
+            let sent = self.update_row(&r.coordinate, LEDGER_ID)
                 .update_expression("SET #live.#id = :exp")
                 .condition_expression("#live.#id > :now")
                 .expression_attribute_names("#live", LEDGER_MAP)
@@ -163,12 +153,7 @@ impl NonFungibleLimiter {
     /// a failure is logged: the row holds no capacity, and listings show it as not live.
     async fn unbind(&self, r: &Reservation, resource_id: &str, exp: i64) {
         let a = self.inner.attrs;
-        let sent = self
-            .inner
-            .client
-            .delete_item()
-            .table_name(&self.inner.table)
-            .set_key(Some(self.key(&r.coordinate, &r.id)))
+        let sent = self.delete_row(&r.coordinate, &r.id)
             .condition_expression("#rid = :rid AND #exp = :exp")
             .expression_attribute_names("#rid", a.resource_id)
             .expression_attribute_names("#exp", a.expiration_time)
@@ -206,12 +191,7 @@ impl NonFungibleLimiter {
         Self::check_id(id)?;
         let mut attempt = 0;
         let released = loop {
-            let sent = self
-                .inner
-                .client
-                .update_item()
-                .table_name(&self.inner.table)
-                .set_key(Some(self.key(coordinate, LEDGER_ID)))
+            let sent = self.update_row(coordinate, LEDGER_ID)
                 .update_expression("REMOVE #live.#id")
                 .condition_expression("attribute_exists(#live.#id)")
                 .expression_attribute_names("#live", LEDGER_MAP)
@@ -233,12 +213,7 @@ impl NonFungibleLimiter {
         self.forget_entry(coordinate, id);
         let mut attempt = 0;
         loop {
-            let sent = self
-                .inner
-                .client
-                .delete_item()
-                .table_name(&self.inner.table)
-                .set_key(Some(self.key(coordinate, id)))
+            let sent = self.delete_row(coordinate, id)
                 .send()
                 .await;
             match sent {
