@@ -101,16 +101,7 @@ mod tests {
             window_sec: Some(60),
             service_name: svc.map(String::from),
         };
-        let mut diff = LimitDiff {
-            service: "orders".into(),
-            added: vec![],
-            changed: vec![],
-            removed: vec![],
-            unchanged: 0,
-            conflicts: vec![],
-            taken_over: vec![],
-            applied: false,
-        };
+        let mut diff = LimitDiff::new("orders");
         assert!(conflicts(&diff, true).is_ok());
         diff.conflicts.push(Conflict {
             resource_name: "api".into(),

@@ -86,6 +86,20 @@ pub struct LimitDiff {
 }
 
 impl LimitDiff {
+    /// No change yet for `service`: where [`diff`] starts (and what a caller builds on).
+    pub fn new(service: &str) -> Self {
+        LimitDiff {
+            service: service.to_string(),
+            added: vec![],
+            changed: vec![],
+            removed: vec![],
+            unchanged: 0,
+            conflicts: vec![],
+            taken_over: vec![],
+            applied: false,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.added.is_empty()
             && self.changed.is_empty()
@@ -164,16 +178,7 @@ pub fn diff(service: &str, desired: &[LimitSpec], existing: &[LimitRow]) -> Limi
         .iter()
         .map(|r| ((r.resource_name.as_str(), r.account_id.as_str()), r))
         .collect();
-    let mut d = LimitDiff {
-        service: service.to_string(),
-        added: vec![],
-        changed: vec![],
-        removed: vec![],
-        unchanged: 0,
-        conflicts: vec![],
-        taken_over: vec![],
-        applied: false,
-    };
+    let mut d = LimitDiff::new(service);
     for spec in desired {
         let after = LimitRow {
             resource_name: spec.resource_name.clone(),
