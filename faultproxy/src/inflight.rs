@@ -103,13 +103,7 @@ impl Drop for Hold {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn k(s: &str) -> ItemKey {
-        ItemKey {
-            table: "t".into(),
-            key: s.into(),
-        }
-    }
+    use crate::keys::test_key as k;
 
     #[test]
     fn overlapping_transactions_conflict_at_the_shared_indexes() {

@@ -41,6 +41,15 @@ impl ItemKey {
     }
 }
 
+/// The key `key` in table `t`: the stand-in item of the in-flight and rate unit tests.
+#[cfg(test)]
+pub(crate) fn test_key(key: &str) -> ItemKey {
+    ItemKey {
+        table: "t".into(),
+        key: key.into(),
+    }
+}
+
 /// The operation name from an `X-Amz-Target` header value (`TransactWriteItems`), if it is one.
 pub fn operation(target: &str) -> Option<&str> {
     target.strip_prefix(TARGET_PREFIX)

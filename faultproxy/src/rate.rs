@@ -51,13 +51,7 @@ impl ItemRates {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn k(s: &str) -> ItemKey {
-        ItemKey {
-            table: "t".into(),
-            key: s.into(),
-        }
-    }
+    use crate::keys::test_key as k;
 
     #[test]
     fn an_item_is_throttled_past_w_writes_in_a_second() {
