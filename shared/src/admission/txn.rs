@@ -1,21 +1,15 @@
-//! TransactWriteItems plumbing: building items, sending, reading the cancellation reasons (which are
-//! index-aligned with the items), and backing off when concurrent transactions collide.
+//! TransactWriteItems plumbing: sending, reading the cancellation reasons (which are index-aligned
+//! with the items), and backing off when concurrent writes collide.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::TransactWriteItem;
 
 use super::item::Item;
 use crate::error::{Error, Result};
 use crate::Deps;
-
-/// Attempts for a transaction that keeps colliding with concurrent ones before giving up.
-pub const MAX_ATTEMPTS: u32 = 8;
 
 /// Why one item of a cancelled transaction failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,73 +29,6 @@ pub enum Reason {
 pub enum Outcome {
     Committed,
     Cancelled(Vec<Reason>),
-}
-
-/// Builds names/values maps from slices.
-pub fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-pub fn values(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
-    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
-}
-
-fn built<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> Result<T> {
-    r.map_err(|e| Error::Other(format!("building a transaction item: {e}")))
-}
-
-/// An Update item that returns the old item when its condition fails.
-pub fn update(
-    table: &str,
-    key: Item,
-    update_expr: &str,
-    condition: Option<&str>,
-    names: HashMap<String, String>,
-    values: HashMap<String, AttributeValue>,
-) -> Result<TransactWriteItem> {
-    let u = built(
-        Update::builder()
-            .table_name(table)
-            .set_key(Some(key))
-            .update_expression(update_expr)
-            .set_condition_expression(condition.map(str::to_string))
-            .set_expression_attribute_names((!names.is_empty()).then_some(names))
-            .set_expression_attribute_values((!values.is_empty()).then_some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build(),
-    )?;
-    Ok(TransactWriteItem::builder().update(u).build())
-}
-
-/// A Put that succeeds only when no item has the key `key_attr`.
-pub fn put_new(table: &str, item: Item, key_attr: &str) -> Result<TransactWriteItem> {
-    let p = built(
-        Put::builder()
-            .table_name(table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#k)")
-            .expression_attribute_names("#k", key_attr)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build(),
-    )?;
-    Ok(TransactWriteItem::builder().put(p).build())
-}
-
-/// A Delete that succeeds only when the item exists (so exactly one deleter wins).
-pub fn delete_existing(table: &str, key: Item, key_attr: &str) -> Result<TransactWriteItem> {
-    let d = built(
-        Delete::builder()
-            .table_name(table)
-            .set_key(Some(key))
-            .condition_expression("attribute_exists(#k)")
-            .expression_attribute_names("#k", key_attr)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build(),
-    )?;
-    Ok(TransactWriteItem::builder().delete(d).build())
 }
 
 /// One TransactWriteItems call (1 round trip).

@@ -11,12 +11,9 @@ pub mod attr {
     pub const ITEM_COUNT: &str = "itemCount";
     /// Epoch seconds; per-minute rows expire one second after their minute.
     pub const ITEM_TTL: &str = "itemTTL";
-    /// On connection rows: the owning tenant, session and API Gateway connection id.
+    /// On TTL-sweep tombstones: the tenant and session whose deletion they record.
     pub const TENANT_ID: &str = "tenantId";
     pub const SESSION_ID: &str = "sessionId";
-    pub const CONNECTION_ID: &str = "connectionId";
-    /// On connection rows: epoch seconds the connection was admitted.
-    pub const CONNECTED_AT: &str = "connectedAt";
     /// On `{tenant}`: incremented by every write to the open count, so the reconciler can repair
     /// the count only if nothing touched it meanwhile (decision 0306).
     pub const VERSION: &str = "ver";
