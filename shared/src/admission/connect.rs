@@ -380,20 +380,13 @@ pub async fn reserve(
     let mut settling = 0;
     for _ in 0..MAX_ATTEMPTS {
         let mut p = Parts::default();
-        p.name("#c", cattr::ITEM_COUNT)
-            .name("#v", cattr::VERSION)
-            .name("#rt", cattr::RESERVED_TOTAL)
-            .name("#at", cattr::RESERVED_AT);
-        p.value(":cap", n(cap))
-            .value(":one", n(1))
-            .value(":at", n(now.as_millis()));
+        count_move(&mut p, 1);
+        p.name("#at", cattr::RESERVED_AT);
+        p.value(":cap", n(cap)).value(":at", n(now.as_millis()));
         p.conditions
             .push("attribute_not_exists(#c) OR #c < :cap".into());
         minute.write(&mut p, &TENANT_MINUTE);
         p.set.push("#at = :at".into());
-        p.add.push("#c :one".into());
-        p.add.push("#v :one".into());
-        p.add.push("#rt :one".into());
         match write::update(
             deps,
             &deps.tables.counters,
@@ -598,6 +591,27 @@ async fn join_inner(
     ))))
 }
 
+/// The open-count part of every write to `{tenant}`'s count (decision 0306): `ADD itemCount` by
+/// `by`, `ver` + 1, and `|by|` added to the running total of its direction (`resvTotal` up,
+/// `relTotal` down), all in the one write, so the reconciler can bound what is in flight.
+/// Names `#c`, `#v`, `#tot`; values `:d`, `:size`, `:one` (a caller's condition may use them).
+pub(super) fn count_move(p: &mut Parts, by: i64) {
+    let total = if by > 0 {
+        cattr::RESERVED_TOTAL
+    } else {
+        cattr::RELEASED_TOTAL
+    };
+    p.name("#c", cattr::ITEM_COUNT)
+        .name("#v", cattr::VERSION)
+        .name("#tot", total);
+    p.value(":d", n(by))
+        .value(":size", n(by.unsigned_abs()))
+        .value(":one", n(1));
+    p.add.push("#c :d".into());
+    p.add.push("#v :one".into());
+    p.add.push("#tot :size".into());
+}
+
 /// Gives a reservation back: the open connection, and this minute's connection when its window
 /// is still the current one (fixed) or as a GCRA refund that is never more generous than the
 /// spend (`inc` minus the time since the spend). 1 `UpdateItem`; 2 when the window moved on.
@@ -609,14 +623,8 @@ pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
     )]);
     let base = || {
         let mut p = Parts::default();
-        p.name("#c", cattr::ITEM_COUNT)
-            .name("#v", cattr::VERSION)
-            .name("#rl", cattr::RELEASED_TOTAL);
-        p.value(":neg", n(-1)).value(":one", n(1));
+        count_move(&mut p, -1);
         p.conditions.push("#c >= :one".into());
-        p.add.push("#c :neg".into());
-        p.add.push("#v :one".into());
-        p.add.push("#rl :one".into());
         p
     };
     let mut with_minute = base();

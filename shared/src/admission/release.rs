@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
+use super::connect::count_move;
 use super::item::{self, n, s, Item};
 use super::write::{self, Parts, Retries, Written};
 use crate::clock::Timestamp;
@@ -176,22 +177,14 @@ pub async fn swept(
 async fn decrement(deps: &Deps, t: &TenantId, k: u64, truth_before: Option<i64>) -> Result<bool> {
     let key = Item::from([(cattr::KEY.to_string(), s(keys::tenant_connections(t)?))]);
     let mut p = Parts::default();
-    p.name("#c", cattr::ITEM_COUNT)
-        .name("#v", cattr::VERSION)
-        .name("#rl", cattr::RELEASED_TOTAL);
-    p.value(":k", n(k))
-        .value(":neg", n(-(k as i64)))
-        .value(":one", n(1));
-    p.conditions.push("#c >= :k".into());
+    count_move(&mut p, -(k as i64));
+    p.conditions.push("#c >= :size".into());
     if let Some(before) = truth_before {
         p.name("#ta", cattr::TRUTH_AT);
         p.value(":before", n(before));
         p.conditions
             .push("attribute_not_exists(#ta) OR #ta < :before".into());
     }
-    p.add.push("#c :neg".into());
-    p.add.push("#v :one".into());
-    p.add.push("#rl :k".into());
     match write::update(
         deps,
         &deps.tables.counters,
