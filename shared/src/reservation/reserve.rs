@@ -138,7 +138,8 @@ impl NonFungibleLimiter {
             (a.resource_name, a.account_id),
             pair,
         );
-        let sent = self.update_row(coordinate, LEDGER_ID)
+        let sent = self
+            .update_row(coordinate, LEDGER_ID)
             .update_expression(e.update)
             .condition_expression(e.condition)
             .set_expression_attribute_names(Some(e.names))
@@ -160,7 +161,8 @@ impl NonFungibleLimiter {
         if prune.is_empty() {
             return Ok(());
         }
-        let mut req = self.update_row(coordinate, LEDGER_ID)
+        let mut req = self
+            .update_row(coordinate, LEDGER_ID)
             .expression_attribute_names("#live", super::LEDGER_MAP);
         let mut removes = Vec::new();
         let mut cond = Vec::new();

@@ -63,7 +63,8 @@ impl NonFungibleLimiter {
         let exp = expiry_secs(now.plus(self.inner.token_ttl));
         let mut attempt = 0;
         loop {
-            let sent = self.update_row(&r.coordinate, &r.id)
+            let sent = self
+                .update_row(&r.coordinate, &r.id)
                 .update_expression("SET #rn = :rn, #acct = :acct, #rid = :rid, #exp = :exp")
                 .condition_expression("attribute_not_exists(#rid) OR #rid = :rid")
                 .expression_attribute_names("#rn", a.resource_name)
@@ -106,7 +107,8 @@ impl NonFungibleLimiter {
         }
         let mut attempt = 0;
         loop {
-            let sent = self.update_row(&r.coordinate, LEDGER_ID)
+            let sent = self
+                .update_row(&r.coordinate, LEDGER_ID)
                 .update_expression("SET #live.#id = :exp")
                 .condition_expression("#live.#id > :now")
                 .expression_attribute_names("#live", LEDGER_MAP)
@@ -153,7 +155,8 @@ impl NonFungibleLimiter {
     /// a failure is logged: the row holds no capacity, and listings show it as not live.
     async fn unbind(&self, r: &Reservation, resource_id: &str, exp: i64) {
         let a = self.inner.attrs;
-        let sent = self.delete_row(&r.coordinate, &r.id)
+        let sent = self
+            .delete_row(&r.coordinate, &r.id)
             .condition_expression("#rid = :rid AND #exp = :exp")
             .expression_attribute_names("#rid", a.resource_id)
             .expression_attribute_names("#exp", a.expiration_time)
@@ -191,7 +194,8 @@ impl NonFungibleLimiter {
         Self::check_id(id)?;
         let mut attempt = 0;
         let released = loop {
-            let sent = self.update_row(coordinate, LEDGER_ID)
+            let sent = self
+                .update_row(coordinate, LEDGER_ID)
                 .update_expression("REMOVE #live.#id")
                 .condition_expression("attribute_exists(#live.#id)")
                 .expression_attribute_names("#live", LEDGER_MAP)
@@ -213,9 +217,7 @@ impl NonFungibleLimiter {
         self.forget_entry(coordinate, id);
         let mut attempt = 0;
         loop {
-            let sent = self.delete_row(coordinate, id)
-                .send()
-                .await;
+            let sent = self.delete_row(coordinate, id).send().await;
             match sent {
                 Ok(_) => return Ok(released),
                 Err(err) => match attempt_of("DeleteItem", err, |_: &DeleteItemError| None)? {
