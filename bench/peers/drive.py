@@ -97,9 +97,10 @@ class CapacityMeter:
     ``ReturnConsumedCapacity=TOTAL`` (added to the request by a ``before-parameter-build`` hook in
     this driver process when the peer did not ask itself; the library is not changed) and take what
     DynamoDB reports (never below the documented minimum of the request's shape: DynamoDB Local
-    reports 0 for a Query that matches nothing, DynamoDB bills 0.5); transactions, which DynamoDB Local under-reports, and any call whose answer
-    carries no capacity (an error such as a failed condition) are computed from the request body with
-    DynamoDB's documented rules (capacity.py)."""
+    reports 0 for a Query that matches nothing, DynamoDB bills 0.5); transactions, which DynamoDB
+    Local under-reports, and writes refused on their condition (billed, answered without a figure)
+    are computed from the request body with DynamoDB's documented rules (capacity.py); throttled and
+    otherwise failed calls are not billed and count 0 — the same rules as `shared::dynamo`."""
 
     def __init__(self, ask: bool = True) -> None:
         self.ask = ask
@@ -111,7 +112,7 @@ class CapacityMeter:
             self.write = 0.0
             self.read = 0.0
             self.reported = 0
-            self.computed = 0
+            self.computed_calls = 0
 
     def register(self, events: Any) -> None:
         events.register("before-parameter-build.dynamodb", self.before_build)
@@ -123,40 +124,53 @@ class CapacityMeter:
                 and model.name not in capacity.TRANSACTIONAL and isinstance(params, dict)):
             params.setdefault("ReturnConsumedCapacity", "TOTAL")
 
-    def before_call(self, params: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
-        # The wire body (DynamoDB JSON), the same shape the shared fixture holds.
-        if context is None or model is None or not isinstance(params, dict):
-            return
+    def before_call(self, params: Any = None, context: Any = None, **_: Any) -> None:
+        # Keep a reference to the wire body (DynamoDB JSON, the shape the shared fixture holds);
+        # it is parsed only when the answer carries no usable figure, so the usual call pays nothing.
+        if context is not None and isinstance(params, dict):
+            context["bench_body"] = params.get("body")
+
+    @staticmethod
+    def computed(op: str, context: Any) -> tuple[float, float]:
+        body = (context or {}).get("bench_body") or b"{}"
         try:
-            body = params.get("body") or b"{}"
             req = json.loads(body.decode() if isinstance(body, (bytes, bytearray)) else body)
-            context["bench_units"] = capacity.units_from_request(model.name, req)
-        except (ValueError, KeyError, TypeError):
-            context["bench_units"] = (0.0, 0.0)
+            return capacity.units_from_request(op, req)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return (0.0, 0.0)
 
     def after_call(self, parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
         if model is None:
             return
         op = model.name
         got = None
+        error = ((parsed or {}).get("Error") or {}).get("Code", "") if isinstance(parsed, dict) else ""
+        if error and not error.endswith(("ConditionalCheckFailedException", "TransactionCanceledException")):
+            return  # throttled or otherwise failed: DynamoDB bills nothing (as shared::dynamo counts it)
         if op not in capacity.TRANSACTIONAL and isinstance(parsed, dict):
             got = capacity.reported_units(op, parsed.get("ConsumedCapacity"))
-        floor = (context or {}).get("bench_units", (0.0, 0.0))
-        with self.lock:
-            if got is not None:
-                # DynamoDB Local reports 0 for a Query that matches nothing; DynamoDB charges the
+        if got is not None:
+            w, r = got
+            minimum = capacity.read_units(0) if op in capacity.READ_OPS else 0.0
+            if r < minimum:
+                # DynamoDB Local reports 0 for a Query that matches nothing; DynamoDB bills the
                 # minimum read. Never below the documented minimum of the request's shape.
-                self.write += max(got[0], floor[0])
-                self.read += max(got[1], floor[1])
+                r = max(r, self.computed(op, context)[1])
+            source = "reported"
+        else:
+            w, r = self.computed(op, context)
+            source = "computed"
+        with self.lock:
+            self.write += w
+            self.read += r
+            if source == "reported":
                 self.reported += 1
             else:
-                self.write += floor[0]
-                self.read += floor[1]
-                self.computed += 1
+                self.computed_calls += 1
 
     def source(self) -> str:
         with self.lock:
-            rep, comp = self.reported, self.computed
+            rep, comp = self.reported, self.computed_calls
         if comp == 0 and rep:
             return "reported by DynamoDB (ReturnConsumedCapacity=TOTAL)"
         if rep == 0 and comp:
@@ -164,7 +178,7 @@ class CapacityMeter:
         if rep == 0:
             return "no calls"
         return (f"reported by DynamoDB for {rep} calls, computed from the requests (DynamoDB's rules) for "
-                f"{comp} (transactions / answers without capacity)")
+                f"{comp} (transactions, writes refused on their condition)")
 
     def per_decision(self, n: int) -> tuple[float | None, float | None]:
         with self.lock:
