@@ -127,6 +127,63 @@ async fn the_call_counter_counts_each_round_trip_by_operation() {
 }
 
 #[tokio::test]
+async fn the_call_counter_charges_write_and_read_units_as_dynamodb_bills_them() {
+    use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+    let env = TestEnv::new(&[TableKind::Tenants]).await;
+    let c = &env.deps.dynamo;
+    let name = &env.deps.tables.tenants;
+    let key = |id: &str| AttributeValue::S(id.into());
+
+    // A small put: 1 write unit, as DynamoDB (Local) reports it.
+    let put = c.put_item().table_name(name).item("tenantId", key("acme"));
+    let (res, units) = env.counter.measure_units(put.send()).await;
+    res.unwrap();
+    assert_eq!(units, shared::capacity::Units::write(1.0));
+
+    // An eventually consistent read of a small item: half a read unit.
+    let get = c.get_item().table_name(name).key("tenantId", key("acme"));
+    let (res, units) = env.counter.measure_units(get.send()).await;
+    res.unwrap();
+    assert_eq!(units, shared::capacity::Units::read(0.5));
+
+    // Refused on its condition: DynamoDB answers without a figure but bills the write.
+    let refused = c
+        .put_item()
+        .table_name(name)
+        .item("tenantId", key("acme"))
+        .condition_expression("attribute_not_exists(tenantId)");
+    let (res, units) = env.counter.measure_units(refused.send()).await;
+    assert!(res.is_err());
+    assert_eq!(units, shared::capacity::Units::write(1.0));
+
+    // A 3-item transaction: 2 units per item (DynamoDB Local reports less; see capacity.rs).
+    let bump = |id: &str| {
+        TransactWriteItem::builder()
+            .update(
+                Update::builder()
+                    .table_name(name)
+                    .key("tenantId", key(id))
+                    .update_expression("ADD n :one")
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    };
+    let txn = c
+        .transact_write_items()
+        .transact_items(bump("a"))
+        .transact_items(bump("b"))
+        .transact_items(bump("c"));
+    let (res, units) = env.counter.measure_units(txn.send()).await;
+    res.unwrap();
+    assert_eq!(units, shared::capacity::Units::write(6.0));
+    let usage = env.counter.usage();
+    assert_eq!(usage["TransactWriteItems"].calls, 1);
+    assert_eq!(usage["PutItem"].write_units, 2.0);
+}
+
+#[tokio::test]
 async fn each_test_env_has_its_own_tables() {
     let a = TestEnv::new(&[TableKind::Tenants]).await;
     let b = TestEnv::new(&[TableKind::Tenants]).await;
