@@ -478,7 +478,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       + "; ".join(f"*{k}*: {v}" for k, v in STYLES.items() if k != "decorator")
       + " — `c` asyncio tasks on one limiter; rate-limiter-py 0.3.0: the `rate_limit` decorator, `c` threads. Calls "
       "are counted by a botocore `before-send` hook on the peer's own client (one per HTTP attempt); write and read "
-      "units by hooks in the driver process (see *Cost per decision*). Median of the rounds, spread in brackets.")
+      "units by hooks in the driver process, in a separate untimed pass (see *Cost per decision*). Median of the "
+      "rounds, spread in brackets.")
     w("")
     for key, impl in PEERS.items():
         rows = [r for r in tp if r["implementation"] == impl]
@@ -555,8 +556,9 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       f"${capacity.USD_PER_MILLION_READ_UNITS} per million read request units** ({capacity.PRICE_REGION}; AWS's price "
       f"list in effect since {capacity.PRICE_DATE}, when on-demand throughput prices were halved; storage, streams and "
       "backups are not included). How the units are obtained: non-transactional calls ask DynamoDB for "
-      "`ReturnConsumedCapacity=TOTAL` in the bench (ours through the meter in `shared::dynamo`; the peers' through a "
-      "botocore hook in the driver process, their library unchanged) and take what DynamoDB Local reports — it reports "
+      "`ReturnConsumedCapacity=TOTAL` in the bench (ours through the meter in `shared::dynamo`, during the timed run; the "
+      "peers' through botocore hooks in the driver process, their library unchanged, during a separate untimed pass "
+      "of 200 decisions at the same concurrency, so their timed runs carry no meter) and take what DynamoDB Local reports — it reports "
       "single-item calls as DynamoDB does, index writes included — never below the documented minimum of the "
       "request's shape (it reports 0 for a Query that matches nothing; DynamoDB bills 0.5). **Transactions are computed**, "
       "because DynamoDB Local under-reports them (a 5-item `TransactWriteItems` of small items reports 2.0; DynamoDB "
@@ -583,7 +585,7 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("")
     w("`floor` is the cheapest correct request for the same decision: one conditional `UpdateItem` (`ADD n :one` if "
       "`n < :limit`) on the client every Turnstile path uses, asking for nothing extra (no `ReturnValues`, no "
-      "`ReturnConsumedCapacity`; the bench's meter adds the same `ReturnConsumedCapacity` to it as to every path). "
+      "`ReturnConsumedCapacity`; the bench's meter adds the same `ReturnConsumedCapacity` to it as to every path of ours). "
       "A path can still come out below it, since a p50 difference of a few percent is within one run's noise; where "
       "one does by more than the rounds' spread, the reason is given below the table.")
     w("")
@@ -654,8 +656,14 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
       "that; the per-account row is the same call without a shared bucket.")
     w("- `reservation-create-token` releases nothing during a run, so its coordinate's ledger item grows by one "
-      "entry per decision (up to decisions + warm-up entries, ~100 KB at 2,100); every reservation rewrites "
-      "that item, so its latency and write cost grow through a run.")
+      "entry per decision (measured: 47 KB after 1,100 decisions, ~43 bytes an entry); every "
+      "reservation rewrites that item, so its latency grows through a run. **Its units above assume every item "
+      "under 1 KB** (what a request shows; true of every other bucket here): DynamoDB bills a transactional write "
+      "2 units per started KB of the larger of the item before and after, so with that grown ledger each of its two "
+      "transactions would cost about 2 × (ledger KB) — ~48 units on average over a 1,100-decision run, ~95 at its "
+      "end. In use "
+      "the ledger holds only live reservations (≤ capacity entries), e.g. ~2.4 KB for 50, i.e. 6 units per "
+      "transactional write of it.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
       "write (its calls/decision above). Its source writes the refill time as `lastRefill` but reads it back "
       "as `last_refill`, so every call computes the refill from time 0 and refills the bucket to the limit; "

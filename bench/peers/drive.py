@@ -91,9 +91,17 @@ class CallCounter:
 CALLS_SOURCE = "botocore before-send hook on the peer's client (one per HTTP attempt)"
 
 
+def restore(counter: "CallCounter", snap: tuple[int, dict[str, int]]) -> None:
+    """Puts back the timed run's call counts after the metered pass counted its own."""
+    with counter.lock:
+        counter.total, counter.by_op = snap[0], dict(snap[1])
+
+
 class CapacityMeter:
-    """Write and read units of every call a peer's client makes, measured the way Turnstile's meter
-    measures its own calls (decision 0803): non-transactional calls ask DynamoDB for
+    """Write and read units of the calls a peer's client makes, measured by the same rules as
+    Turnstile's meter (decision 0803) but in a **separate untimed pass** after each timed run (same
+    concurrency, same bucket, `--meter-decisions` decisions), so the timed run carries no hook beyond
+    the call counter and no extra request field: non-transactional calls ask DynamoDB for
     ``ReturnConsumedCapacity=TOTAL`` (added to the request by a ``before-parameter-build`` hook in
     this driver process when the peer did not ask itself; the library is not changed) and take what
     DynamoDB reports (never below the documented minimum of the request's shape: DynamoDB Local
@@ -104,6 +112,9 @@ class CapacityMeter:
 
     def __init__(self, ask: bool = True) -> None:
         self.ask = ask
+        # Off during the timed runs (the peer's requests and latency stay exactly as it makes them);
+        # on for the separate metered pass (see `metered_pass`).
+        self.enabled = False
         self.lock = threading.Lock()
         self.reset()
 
@@ -120,14 +131,14 @@ class CapacityMeter:
         events.register("after-call.dynamodb", self.after_call)
 
     def before_build(self, params: Any = None, model: Any = None, **_: Any) -> None:
-        if (self.ask and model is not None and model.name in capacity.CAPACITY_OPS
+        if (self.enabled and self.ask and model is not None and model.name in capacity.CAPACITY_OPS
                 and model.name not in capacity.TRANSACTIONAL and isinstance(params, dict)):
             params.setdefault("ReturnConsumedCapacity", "TOTAL")
 
     def before_call(self, params: Any = None, context: Any = None, **_: Any) -> None:
         # Keep a reference to the wire body (DynamoDB JSON, the shape the shared fixture holds);
         # it is parsed only when the answer carries no usable figure, so the usual call pays nothing.
-        if context is not None and isinstance(params, dict):
+        if self.enabled and context is not None and isinstance(params, dict):
             context["bench_body"] = params.get("body")
 
     @staticmethod
@@ -140,7 +151,7 @@ class CapacityMeter:
             return (0.0, 0.0)
 
     def after_call(self, parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
-        if model is None:
+        if not self.enabled or model is None:
             return
         op = model.name
         got = None
@@ -184,15 +195,20 @@ class CapacityMeter:
         with self.lock:
             return ((self.write / n, self.read / n) if n else (None, None))
 
+    def metered(self, n: int) -> tuple[float | None, float | None, str]:
+        """Units per decision of a metered pass of `n` decisions, and where they came from."""
+        w, r = self.per_decision(n)
+        return w, r, f"{self.source()}; a separate untimed pass of {n} decisions, same concurrency and bucket"
+
 
 def throughput_line(impl: str, version: str, concurrency: int, samples: list[float], admitted: int,
                     refused: int, errors: int, first_error: str | None, wall: float,
-                    counter: CallCounter, warmup: int, meter: CapacityMeter, style: str,
-                    rnd: int) -> dict[str, Any]:
+                    counter: CallCounter, warmup: int, units: tuple[float | None, float | None, str],
+                    style: str, rnd: int) -> dict[str, Any]:
     s = sorted(samples)
     n = len(s)
     calls, by_op = counter.snapshot()
-    wu, ru = meter.per_decision(n)
+    wu, ru, capacity_source = units
     ms = 1000.0
     return {
         "kind": "throughput",
@@ -220,7 +236,7 @@ def throughput_line(impl: str, version: str, concurrency: int, samples: list[flo
         "calls_source": CALLS_SOURCE,
         "write_units_per_decision": wu,
         "read_units_per_decision": ru,
-        "capacity_source": meter.source(),
+        "capacity_source": capacity_source,
         "warmup_decisions": warmup,
     }
 
@@ -370,9 +386,15 @@ def run_rlp(args: argparse.Namespace) -> None:
         with ThreadPoolExecutor(max_workers=c) as pool:
             run(pool, c, max(args.warmup, c), account, limit, 3600)
             counter.reset()
-            meter.reset()
             samples, a, r, e, fe, wall = run(pool, c, args.decisions, account, limit, 3600)
-        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup, meter,
+            calls = counter.snapshot()
+            meter.reset()
+            meter.enabled = True
+            run(pool, c, args.meter_decisions, account, limit, 3600)
+            meter.enabled = False
+        units = meter.metered(args.meter_decisions)
+        restore(counter, calls)
+        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup, units,
                              args.style, args.round))
 
     log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
@@ -467,10 +489,15 @@ async def _run_zae(args: argparse.Namespace) -> None:
         extra = await prepare(entity, (args.decisions + args.warmup) * 10)
         await run(c, args.warmup, entity, extra)
         counter.reset()
-        meter.reset()
         samples, a, r, e, fe, wall = await run(c, args.decisions, entity, extra)
-        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup, meter,
-                             args.style, args.round))
+        calls = counter.snapshot()
+        meter.reset()
+        meter.enabled = True
+        await run(c, args.meter_decisions, entity, extra)
+        meter.enabled = False
+        restore(counter, calls)
+        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup,
+                             meter.metered(args.meter_decisions), args.style, args.round))
 
     if args.accuracy_workers > 0:
         log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
@@ -497,6 +524,8 @@ def main() -> int:
     p.add_argument("--style", default=None,
                    help="zae: `inline` (acquire(limits=...), the package README) or `stored` "
                         "(builder + set_limits + acquire(consume=...)); rlp: `decorator`")
+    p.add_argument("--meter-decisions", type=int, default=200,
+                   help="decisions of the untimed metered pass after each timed run (write/read units)")
     p.add_argument("--capacity", choices=["reported", "computed"], default="reported",
                    help="reported: ask ReturnConsumedCapacity=TOTAL on non-transactional calls; "
                         "computed: every call from its request shape")
