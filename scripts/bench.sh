@@ -147,14 +147,19 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-# --- the independent zae-limiter reading: its README's usage, nothing of ours, fresh emulator ----
+# --- the independent zae-limiter reading: its documented usage, nothing of ours -----------------
+# Twice: on a fresh emulator primed like every unit (the check: same conditions, only the driver
+# differs) and on a fresh unprimed one (what a first try from outside sees; reported, not checked).
 if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
-  fresh raw
-  begin zae-readme
-  "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
-    --decisions "$readme_decisions" >"$out/zae-readme.json" \
-    || { say "zae_readme.py failed"; skipped[zae_readme]="the script failed"; status=1; }
-  end zae-readme
+  for kind in primed raw; do
+    if [ "$kind" = primed ]; then fresh; else fresh raw; fi
+    file="$out/zae-readme.json"; [ "$kind" = raw ] && file="$out/zae-readme-unprimed.json"
+    begin zae-readme
+    "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+      --decisions "$readme_decisions" >"$file" \
+      || { say "zae_readme.py ($kind) failed"; skipped[zae_readme]="the script failed"; status=1; }
+    end zae-readme
+  done
 fi
 
 # --- cold starts -------------------------------------------------------------------------------
