@@ -11,7 +11,7 @@
 # usage style — runs on a DynamoDB Local started fresh for it and primed identically (BENCH_PRIME
 # requests of every kind on a scratch table, so the emulator's JIT is warm and no unit inherits
 # another's tables, items or TTL sweeps). Rounds interleave the units (ours…, zae inline, zae stored,
-# rlp, ours…); the report shows the median of the rounds and their spread.
+# zae_readme.py, rlp, ours…); the report shows the median of the rounds and their spread.
 #
 # Env (defaults full / smoke):
 #   BENCH_PORT          DynamoDB Local port for this run (8010 / 8011; never the dev/test 8000)
@@ -123,16 +123,24 @@ status=0
 mapfile -t workloads < <("$bench_bin" list)
 units=(); for w in "${workloads[@]}"; do units+=("ours:$w"); done
 for p in "${ready_peers[@]}"; do
-  case "$p" in zae) units+=("zae:inline" "zae:stored") ;; *) units+=("$p:decorator") ;; esac
+  # zae:readme is the independent reading (bench/peers/zae_readme.py), in every round like the rest.
+  case "$p" in zae) units+=("zae:inline" "zae:stored" "zae:readme") ;; *) units+=("$p:decorator") ;; esac
 done
-: >"$out/ours.jsonl"; for p in "${ready_peers[@]}"; do : >"$out/peer-$p.jsonl"; done
+: >"$out/ours.jsonl"; : >"$out/zae-readme.jsonl"; for p in "${ready_peers[@]}"; do : >"$out/peer-$p.jsonl"; done
 
 # --- rounds: every unit on a fresh, primed emulator, interleaved --------------------------------
 for round in $(seq 1 "$rounds"); do
   for u in "${units[@]}"; do
     kind="${u%%:*}"; what="${u#*:}"
     fresh
-    if [ "$kind" = ours ]; then
+    if [ "$u" = zae:readme ]; then
+      begin zae-readme
+      # The same protocol as our driver's c = 1 run: as many untimed and timed decisions.
+      "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+        --decisions "$peer_decisions" --warmup "$peer_warmup" --round "$round" >>"$out/zae-readme.jsonl" \
+        || { say "zae_readme.py (round $round) failed"; skipped[zae_readme]="the script failed"; status=1; }
+      end zae-readme
+    elif [ "$kind" = ours ]; then
       begin ours
       "$bench_bin" ours --endpoint "$endpoint" --decisions "$decisions" --warmup "$warmup" \
         --concurrency "$concurrency" --only "$what" --round "$round" >>"$out/ours.jsonl" \
@@ -149,20 +157,14 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-# --- the independent zae-limiter reading: its documented usage, nothing of ours -----------------
-# Twice: on a fresh emulator primed like every unit (the check: same conditions, only the driver
-# differs) and on a fresh unprimed one (what a first try from outside sees; reported, not checked).
+# --- zae_readme.py once more, on a fresh emulator NOT primed: what a first try from outside sees ---
 if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
-  for kind in primed raw; do
-    if [ "$kind" = primed ]; then fresh; else fresh raw; fi
-    file="$out/zae-readme.json"; [ "$kind" = raw ] && file="$out/zae-readme-unprimed.json"
-    begin zae-readme
-    # The same protocol as our driver's c = 1 run: as many untimed and timed decisions.
-    "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
-      --decisions "$peer_decisions" --warmup "$peer_warmup" >"$file" \
-      || { say "zae_readme.py ($kind) failed"; skipped[zae_readme]="the script failed"; status=1; }
-    end zae-readme
-  done
+  fresh raw
+  begin zae-readme
+  "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+    --decisions "$peer_decisions" --warmup "$peer_warmup" >"$out/zae-readme-unprimed.json" \
+    || { say "zae_readme.py (unprimed) failed"; status=1; }
+  end zae-readme
 fi
 
 # --- cold starts -------------------------------------------------------------------------------

@@ -69,5 +69,6 @@ if __name__ == "__main__":
     p.add_argument("--endpoint", required=True)
     p.add_argument("--decisions", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--round", type=int, default=1)
     a = p.parse_args()
-    print(json.dumps(asyncio.run(main(a.endpoint, a.decisions, a.warmup))))
+    print(json.dumps({**asyncio.run(main(a.endpoint, a.decisions, a.warmup)), "round": a.round}))
