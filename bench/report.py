@@ -538,8 +538,9 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
         if ru:
             w("")
             w(f"The same script on a fresh emulator **not** primed (what a first try from outside sees: the emulator's "
-              f"JIT still cold) measured p50 {f(ru['p50_ms'])} ms, {f(ru['decisions_per_s'], 0)} decisions/s: the state "
-              "of the emulator moves the number more than the driver does, which is why every unit gets the same one.")
+              f"JIT still cold), once at the end of the run, measured p50 {f(ru['p50_ms'])} ms, "
+              f"{f(ru['decisions_per_s'], 0)} decisions/s: beside the primed reading above, what the emulator's state "
+              "alone does to the number on this machine in this run (reported, not checked).")
         w("")
         w("| our driver's style | our c = 1 p50 ms | zae_readme.py p50 ms | ratio | within 1.5× |")
         w("|---|---:|---:|---:|---|")
