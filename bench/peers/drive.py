@@ -42,6 +42,9 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import capacity  # noqa: E402  (standard library only, beside this file)
+
 REGION = "us-east-1"
 
 
@@ -88,17 +91,131 @@ class CallCounter:
 CALLS_SOURCE = "botocore before-send hook on the peer's client (one per HTTP attempt)"
 
 
+def restore(counter: "CallCounter", snap: tuple[int, dict[str, int]]) -> None:
+    """Puts back the timed run's call counts after the metered pass counted its own."""
+    with counter.lock:
+        counter.total, counter.by_op = snap[0], dict(snap[1])
+
+
+class CapacityMeter:
+    """Write and read units of the calls a peer's client makes, measured by the same rules as
+    Turnstile's meter (decision 0803) but in a **separate untimed pass** after each timed run (same
+    concurrency, same bucket, `--meter-decisions` decisions), so the timed run carries no hook beyond
+    the call counter and no extra request field: non-transactional calls ask DynamoDB for
+    ``ReturnConsumedCapacity=TOTAL`` (added to the request by a ``before-parameter-build`` hook in
+    this driver process when the peer did not ask itself; the library is not changed) and take what
+    DynamoDB reports (never below the documented minimum of the request's shape: DynamoDB Local
+    reports 0 for a Query that matches nothing, DynamoDB bills 0.5); transactions, which DynamoDB
+    Local under-reports, and writes refused on their condition (billed, answered without a figure)
+    are computed from the request body with DynamoDB's documented rules (capacity.py); throttled and
+    otherwise failed calls are not billed and count 0 — the same rules as `shared::dynamo`."""
+
+    def __init__(self, ask: bool = True) -> None:
+        self.ask = ask
+        # Off during the timed runs (the peer's requests and latency stay exactly as it makes them);
+        # on for the separate metered pass (see `metered_pass`).
+        self.enabled = False
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.write = 0.0
+            self.read = 0.0
+            self.reported = 0
+            self.computed_calls = 0
+
+    def register(self, events: Any) -> None:
+        events.register("before-parameter-build.dynamodb", self.before_build)
+        events.register("before-call.dynamodb", self.before_call)
+        events.register("after-call.dynamodb", self.after_call)
+
+    def before_build(self, params: Any = None, model: Any = None, **_: Any) -> None:
+        if (self.enabled and self.ask and model is not None and model.name in capacity.CAPACITY_OPS
+                and model.name not in capacity.TRANSACTIONAL and isinstance(params, dict)):
+            params.setdefault("ReturnConsumedCapacity", "TOTAL")
+
+    def before_call(self, params: Any = None, context: Any = None, **_: Any) -> None:
+        # Keep a reference to the wire body (DynamoDB JSON, the shape the shared fixture holds);
+        # it is parsed only when the answer carries no usable figure, so the usual call pays nothing.
+        if self.enabled and context is not None and isinstance(params, dict):
+            context["bench_body"] = params.get("body")
+
+    @staticmethod
+    def computed(op: str, context: Any) -> tuple[float, float]:
+        body = (context or {}).get("bench_body") or b"{}"
+        try:
+            req = json.loads(body.decode() if isinstance(body, (bytes, bytearray)) else body)
+            return capacity.units_from_request(op, req)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return (0.0, 0.0)
+
+    def after_call(self, parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
+        if not self.enabled or model is None:
+            return
+        op = model.name
+        got = None
+        error = ((parsed or {}).get("Error") or {}).get("Code", "") if isinstance(parsed, dict) else ""
+        if error and not error.endswith(("ConditionalCheckFailedException", "TransactionCanceledException")):
+            return  # throttled or otherwise failed: DynamoDB bills nothing (as shared::dynamo counts it)
+        if op not in capacity.TRANSACTIONAL and isinstance(parsed, dict):
+            got = capacity.reported_units(op, parsed.get("ConsumedCapacity"))
+        if got is not None:
+            w, r = got
+            minimum = capacity.read_units(0) if op in capacity.READ_OPS else 0.0
+            if r < minimum:
+                # DynamoDB Local reports 0 for a Query that matches nothing; DynamoDB bills the
+                # minimum read. Never below the documented minimum of the request's shape.
+                r = max(r, self.computed(op, context)[1])
+            source = "reported"
+        else:
+            w, r = self.computed(op, context)
+            source = "computed"
+        with self.lock:
+            self.write += w
+            self.read += r
+            if source == "reported":
+                self.reported += 1
+            else:
+                self.computed_calls += 1
+
+    def source(self) -> str:
+        with self.lock:
+            rep, comp = self.reported, self.computed_calls
+        if comp == 0 and rep:
+            return "reported by DynamoDB (ReturnConsumedCapacity=TOTAL)"
+        if rep == 0 and comp:
+            return "computed from the requests (DynamoDB's rules)"
+        if rep == 0:
+            return "no calls"
+        return (f"reported by DynamoDB for {rep} calls, computed from the requests (DynamoDB's rules) for "
+                f"{comp} (transactions, writes refused on their condition)")
+
+    def per_decision(self, n: int) -> tuple[float | None, float | None]:
+        with self.lock:
+            return ((self.write / n, self.read / n) if n else (None, None))
+
+    def metered(self, n: int) -> tuple[float | None, float | None, str]:
+        """Units per decision of a metered pass of `n` decisions, and where they came from."""
+        w, r = self.per_decision(n)
+        return w, r, f"{self.source()}; a separate untimed pass of {n} decisions, same concurrency and bucket"
+
+
 def throughput_line(impl: str, version: str, concurrency: int, samples: list[float], admitted: int,
                     refused: int, errors: int, first_error: str | None, wall: float,
-                    counter: CallCounter, warmup: int) -> dict[str, Any]:
+                    counter: CallCounter, warmup: int, units: tuple[float | None, float | None, str],
+                    style: str, rnd: int) -> dict[str, Any]:
     s = sorted(samples)
     n = len(s)
     calls, by_op = counter.snapshot()
+    wu, ru, capacity_source = units
     ms = 1000.0
     return {
         "kind": "throughput",
         "implementation": impl,
         "version": version,
+        "style": style,
+        "round": rnd,
         "workload": "acquire",
         "concurrency": concurrency,
         "decisions": n,
@@ -117,13 +234,16 @@ def throughput_line(impl: str, version: str, concurrency: int, samples: list[flo
         "calls_per_decision": (calls / n) if n else 0.0,
         "calls_by_operation": by_op,
         "calls_source": CALLS_SOURCE,
-        "write_units_per_decision": None,
+        "write_units_per_decision": wu,
+        "read_units_per_decision": ru,
+        "capacity_source": capacity_source,
         "warmup_decisions": warmup,
     }
 
 
 def accuracy_line(impl: str, version: str, limit: int, window_s: int, workers: int, attempts: int,
-                  admitted: int, errors: int, first_error: str | None, wall: float) -> dict[str, Any]:
+                  admitted: int, errors: int, first_error: str | None, wall: float, style: str,
+                  rnd: int) -> dict[str, Any]:
     total = workers * attempts
     refill = math.floor(limit * wall / window_s)
     allowed = min(limit + refill, total)
@@ -131,6 +251,8 @@ def accuracy_line(impl: str, version: str, limit: int, window_s: int, workers: i
         "kind": "accuracy",
         "implementation": impl,
         "version": version,
+        "style": style,
+        "round": rnd,
         "workload": "acquire",
         "limit": limit,
         "workers": workers,
@@ -158,6 +280,7 @@ def run_rlp(args: argparse.Namespace) -> None:
     version = "0.3.0"
     impl = "rate-limiter-py"
     counter = CallCounter()
+    meter = CapacityMeter(ask=args.capacity == "reported")
 
     def resource() -> Any:
         # The library builds its client with `boto3.resource('dynamodb')`; its botocore (1.13) predates
@@ -165,6 +288,7 @@ def run_rlp(args: argparse.Namespace) -> None:
         res = boto3.resource("dynamodb", endpoint_url=args.endpoint, region_name=REGION,
                              aws_access_key_id="local", aws_secret_access_key="local")
         res.meta.client.meta.events.register("before-send.dynamodb", counter)
+        meter.register(res.meta.client.meta.events)
         return res
 
     limiter.managers.dynamodb = resource  # the library's client factory, imported by name
@@ -263,7 +387,15 @@ def run_rlp(args: argparse.Namespace) -> None:
             run(pool, c, max(args.warmup, c), account, limit, 3600)
             counter.reset()
             samples, a, r, e, fe, wall = run(pool, c, args.decisions, account, limit, 3600)
-        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup))
+            calls = counter.snapshot()
+            meter.reset()
+            meter.enabled = True
+            run(pool, c, args.meter_decisions, account, limit, 3600)
+            meter.enabled = False
+        units = meter.metered(args.meter_decisions)
+        restore(counter, calls)
+        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup, units,
+                             args.style, args.round))
 
     log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
     account = f"acct-accuracy-{uuid.uuid4().hex[:6]}"
@@ -272,7 +404,7 @@ def run_rlp(args: argparse.Namespace) -> None:
         _, a, _, e, fe, wall = run(pool, args.accuracy_workers, total, account,
                                    args.accuracy_limit, 3600)
     emit(accuracy_line(impl, version, args.accuracy_limit, 3600, args.accuracy_workers,
-                       args.accuracy_attempts, a, e, fe, wall))
+                       args.accuracy_attempts, a, e, fe, wall, args.style, args.round))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,15 +431,31 @@ async def _run_zae(args: argparse.Namespace) -> None:
                            _skip_deprecation_warning=True)
     await bootstrap.create_table()
     await bootstrap.close()
-    repo = await Repository.open(stack=stack, region=REGION, endpoint_url=args.endpoint)
+    if args.style == "stored":
+        # Stored limits: the builder, `set_limits` once per entity, then `acquire(..., consume=...)`
+        # with no limits argument (the limits are resolved from the table and cached by the library).
+        repo = await Repository.builder().stack(stack).region(REGION).endpoint_url(args.endpoint).build()
+    else:
+        # Inline limits, the package README's example: `Repository.open`, then
+        # `acquire(..., limits=[...], consume=...)` on every call.
+        repo = await Repository.open(stack=stack, region=REGION, endpoint_url=args.endpoint)
     counter = CallCounter()
-    # Observe (never alter) the repository's own aiobotocore client: one event per HTTP attempt.
+    meter = CapacityMeter(ask=args.capacity == "reported")
+    # Observe the repository's own aiobotocore client: one before-send event per HTTP attempt.
     client = await repo._get_client()
     client.meta.events.register("before-send.dynamodb", counter)
+    meter.register(client.meta.events)
     limiter = RateLimiter(repository=repo)
 
+    async def prepare(entity: str, limit: int) -> dict[str, Any]:
+        limits = [Limit.per_hour("rph", limit)]
+        if args.style == "stored":
+            await limiter.set_limits(entity, limits, resource="bench-resource")
+            return {}
+        return {"limits": limits}
+
     async def run(concurrency: int, total: int, entity: str,
-                  limits: list[Any]) -> tuple[list[float], int, int, int, str | None, float]:
+                  extra: dict[str, Any]) -> tuple[list[float], int, int, int, str | None, float]:
         nxt = iter(range(total))
         samples: list[float] = []
         tally = {"admitted": 0, "refused": 0, "errors": 0}
@@ -318,7 +466,7 @@ async def _run_zae(args: argparse.Namespace) -> None:
                 t0 = time.perf_counter()
                 try:
                     async with limiter.acquire(entity_id=entity, resource="bench-resource",
-                                               limits=limits, consume={"rph": 1}):
+                                               consume={"rph": 1}, **extra):
                         pass
                     tally["admitted"] += 1
                 except RateLimitExceeded:
@@ -336,21 +484,29 @@ async def _run_zae(args: argparse.Namespace) -> None:
                 first_error[0] if first_error else None, wall)
 
     for c in args.concurrency:
-        log(f"{impl} acquire at concurrency {c} ({args.decisions} decisions)")
+        log(f"{impl} ({args.style} limits) acquire at concurrency {c} ({args.decisions} decisions)")
         entity = f"entity-c{c}-{uuid.uuid4().hex[:6]}"
-        limits = [Limit.per_hour("rph", (args.decisions + args.warmup) * 10)]
-        await run(c, args.warmup, entity, limits)
+        extra = await prepare(entity, (args.decisions + args.warmup) * 10)
+        await run(c, args.warmup, entity, extra)
         counter.reset()
-        samples, a, r, e, fe, wall = await run(c, args.decisions, entity, limits)
-        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup))
+        samples, a, r, e, fe, wall = await run(c, args.decisions, entity, extra)
+        calls = counter.snapshot()
+        meter.reset()
+        meter.enabled = True
+        await run(c, args.meter_decisions, entity, extra)
+        meter.enabled = False
+        restore(counter, calls)
+        emit(throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup,
+                             meter.metered(args.meter_decisions), args.style, args.round))
 
-    log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
-    entity = f"entity-accuracy-{uuid.uuid4().hex[:6]}"
-    total = args.accuracy_workers * args.accuracy_attempts
-    _, a, _, e, fe, wall = await run(args.accuracy_workers, total, entity,
-                                     [Limit.per_hour("rph", args.accuracy_limit)])
-    emit(accuracy_line(impl, version, args.accuracy_limit, 3600, args.accuracy_workers,
-                       args.accuracy_attempts, a, e, fe, wall))
+    if args.accuracy_workers > 0:
+        log(f"{impl} accuracy (limit {args.accuracy_limit}, {args.accuracy_workers} x {args.accuracy_attempts})")
+        entity = f"entity-accuracy-{uuid.uuid4().hex[:6]}"
+        total = args.accuracy_workers * args.accuracy_attempts
+        extra = await prepare(entity, args.accuracy_limit)
+        _, a, _, e, fe, wall = await run(args.accuracy_workers, total, entity, extra)
+        emit(accuracy_line(impl, version, args.accuracy_limit, 3600, args.accuracy_workers,
+                           args.accuracy_attempts, a, e, fe, wall, args.style, args.round))
     await repo.close()
 
 
@@ -364,7 +520,18 @@ def main() -> int:
     p.add_argument("--accuracy-limit", type=int, default=50)
     p.add_argument("--accuracy-workers", type=int, default=16)
     p.add_argument("--accuracy-attempts", type=int, default=20)
+    p.add_argument("--round", type=int, default=1, help="round number written into every line")
+    p.add_argument("--style", default=None,
+                   help="zae: `inline` (acquire(limits=...), the package README) or `stored` "
+                        "(builder + set_limits + acquire(consume=...)); rlp: `decorator`")
+    p.add_argument("--meter-decisions", type=int, default=200,
+                   help="decisions of the untimed metered pass after each timed run (write/read units)")
+    p.add_argument("--capacity", choices=["reported", "computed"], default="reported",
+                   help="reported: ask ReturnConsumedCapacity=TOTAL on non-transactional calls; "
+                        "computed: every call from its request shape")
     args = p.parse_args()
+    if args.style is None:
+        args.style = {"zae": "inline", "rlp": "decorator"}[args.peer]
     # rate-limiter-py logs a warning for every refill that loses a race; keep errors only.
     logging.basicConfig(level=logging.ERROR)
     {"zae": run_zae, "rlp": run_rlp}[args.peer](args)

@@ -5,6 +5,7 @@
 
 pub mod coldstart;
 pub mod error;
+pub mod prime;
 pub mod runner;
 pub mod workload;
 pub mod workloads;

@@ -54,6 +54,19 @@ enum Command {
         /// Only these workload ids (default: all).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Round number written into every throughput and accuracy line (scripts/bench.sh runs
+        /// each workload once per round, interleaved with the peers).
+        #[arg(long, default_value_t = 1)]
+        round: u32,
+    },
+    /// The ids of the workloads that can run, one per line (pending ones are left out).
+    List,
+    /// Prime a fresh DynamoDB Local: the same requests before every measured unit (src/prime.rs).
+    Prime {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long, default_value_t = 2000)]
+        requests: u64,
     },
     /// Cold start and size of each function binary; JSON lines on stdout.
     ColdStart {
@@ -96,6 +109,15 @@ fn emit<T: Serialize>(line: &T) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// Emits a result line with its round number added.
+fn emit_round<T: Serialize>(line: &T, round: u32) -> Result<(), BenchError> {
+    let mut v = serde_json::to_value(line).map_err(|e| BenchError::Other(e.to_string()))?;
+    if let Some(m) = v.as_object_mut() {
+        m.insert("round".into(), round.into());
+    }
+    emit(&v)
+}
+
 async fn ours(
     endpoint: String,
     decisions: u64,
@@ -103,6 +125,7 @@ async fn ours(
     concurrency: Vec<usize>,
     accuracy: (u64, usize, u64),
     only: Vec<String>,
+    round: u32,
 ) -> Result<(), BenchError> {
     let counter = CallCounter::new();
     let prefix = format!("bench-{}-", runner::short_id());
@@ -144,7 +167,7 @@ async fn ours(
                 spec.id
             );
             let line = runner::throughput(&ctx, &spec, build, c, decisions, warmup).await?;
-            emit(&line)?;
+            emit_round(&line, round)?;
         }
         if spec.accuracy {
             let (limit, workers, attempts) = accuracy;
@@ -153,7 +176,7 @@ async fn ours(
                 spec.id
             );
             let line = runner::accuracy(&ctx, &spec, build, limit, workers, attempts).await?;
-            emit(&line)?;
+            emit_round(&line, round)?;
         }
     }
     Ok(())
@@ -297,6 +320,7 @@ async fn main() -> ExitCode {
             accuracy_workers,
             accuracy_attempts,
             only,
+            round,
         } => {
             ours(
                 endpoint,
@@ -305,8 +329,20 @@ async fn main() -> ExitCode {
                 concurrency,
                 (accuracy_limit, accuracy_workers, accuracy_attempts),
                 only,
+                round,
             )
             .await
+        }
+        Command::List => {
+            for spec in workload::registry() {
+                if matches!(spec.availability, Availability::Ready(_)) {
+                    println!("{}", spec.id);
+                }
+            }
+            Ok(())
+        }
+        Command::Prime { endpoint, requests } => {
+            turnstile_bench::prime::prime(&local_client(&endpoint, None), requests).await
         }
         Command::ColdStart {
             bin_dir,

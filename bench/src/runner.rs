@@ -71,9 +71,18 @@ pub struct ThroughputLine {
     pub calls_per_decision: f64,
     pub calls_by_operation: std::collections::BTreeMap<String, u64>,
     pub calls_source: &'static str,
+    /// Write units per timed decision (see [`CAPACITY_SOURCE`]).
     pub write_units_per_decision: Option<f64>,
+    /// Read units per timed decision.
+    pub read_units_per_decision: Option<f64>,
+    pub capacity_source: &'static str,
     pub warmup_decisions: u64,
 }
+
+/// How the write and read units of our workloads are obtained (decision 0801).
+pub const CAPACITY_SOURCE: &str = "shared::dynamo::CallCounter: DynamoDB's ConsumedCapacity \
+     (ReturnConsumedCapacity=TOTAL) for answered single-item and batch calls; shared::capacity's \
+     rules for transactions and writes refused on their condition";
 
 /// One JSON line of the concurrent accuracy test.
 #[derive(Debug, Clone, Serialize)]
@@ -100,8 +109,6 @@ struct Tally {
     refused: u64,
     errors: u64,
     first_error: Option<String>,
-    write_units: f64,
-    write_units_seen: u64,
 }
 
 /// Runs `decisions` decisions from `concurrency` tasks, each taking the next decision number from a
@@ -136,10 +143,6 @@ async fn drive(
                         } else {
                             local.refused += 1;
                         }
-                        if let Some(w) = d.write_units {
-                            local.write_units += w;
-                            local.write_units_seen += 1;
-                        }
                     }
                     Err(e) => {
                         local.errors += 1;
@@ -152,8 +155,6 @@ async fn drive(
                 t.admitted += local.admitted;
                 t.refused += local.refused;
                 t.errors += local.errors;
-                t.write_units += local.write_units;
-                t.write_units_seen += local.write_units_seen;
                 if t.first_error.is_none() {
                     t.first_error = local.first_error;
                 }
@@ -199,7 +200,9 @@ pub async fn throughput(
     ctx.counter.reset();
     let (t, wall) = drive(workload, concurrency, decisions, warmup).await;
     let calls = ctx.counter.total();
+    let units = ctx.counter.units();
     let n = t.samples.len() as u64;
+    let per = |x: f64| (n > 0).then(|| x / n as f64);
     Ok(ThroughputLine {
         kind: "throughput",
         implementation: "turnstile".into(),
@@ -220,8 +223,9 @@ pub async fn throughput(
         calls_per_decision: if n == 0 { 0.0 } else { calls as f64 / n as f64 },
         calls_by_operation: ctx.counter.by_operation(),
         calls_source: "shared::dynamo::CallCounter (SDK interceptor, one per HTTP attempt)",
-        write_units_per_decision: (t.write_units_seen == n && n > 0)
-            .then(|| t.write_units / n as f64),
+        write_units_per_decision: per(units.write),
+        read_units_per_decision: per(units.read),
+        capacity_source: CAPACITY_SOURCE,
         warmup_decisions: warmup,
     })
 }
@@ -272,6 +276,70 @@ pub fn short_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+    use shared::capacity::{self, Consistency, Units};
+
+    /// The units `shared::capacity` gives a request body of `operation` (sizes an `Update`, `Delete`
+    /// or `ConditionCheck` finds on the server are not in the request: one item under 1 KB).
+    fn units_of(operation: &str, req: &Value) -> Units {
+        let consistency = |v: &Value| {
+            if v["ConsistentRead"].as_bool() == Some(true) {
+                Consistency::Strong
+            } else {
+                Consistency::Eventual
+            }
+        };
+        match operation {
+            "PutItem" => Units::write(capacity::write_units(capacity::item_size(&req["Item"]))),
+            "UpdateItem" | "DeleteItem" => Units::write(capacity::write_units(0)),
+            "TransactWriteItems" => capacity::transact_write(req),
+            "TransactGetItems" => capacity::transact_get(req, None),
+            "GetItem" | "Query" | "Scan" => Units::read(capacity::read_units(0, consistency(req))),
+            "BatchGetItem" => Units::read(
+                req["RequestItems"]
+                    .as_object()
+                    .map(|tables| {
+                        tables
+                            .values()
+                            .map(|spec| {
+                                let keys = spec["Keys"].as_array().map_or(0, Vec::len);
+                                keys as f64 * capacity::read_units(0, consistency(spec))
+                            })
+                            .sum()
+                    })
+                    .unwrap_or(0.0),
+            ),
+            other => panic!("no case for {other}"),
+        }
+    }
+
+    /// The Rust meter's calculator and the peers' (bench/peers/capacity.py, run by every bench)
+    /// agree on the same request bodies, item sizes included.
+    #[test]
+    fn the_rust_calculator_agrees_with_the_shared_capacity_cases() {
+        let doc: Value = serde_json::from_str(include_str!("../capacity-cases.json")).unwrap();
+        let cases = doc["cases"].as_array().unwrap();
+        assert!(cases.len() >= 10);
+        for c in cases {
+            let name = c["name"].as_str().unwrap();
+            let op = c["operation"].as_str().unwrap();
+            let req = &c["request"];
+            let got = units_of(op, req);
+            let want = Units {
+                write: c["write_units"].as_f64().unwrap(),
+                read: c["read_units"].as_f64().unwrap(),
+            };
+            assert_eq!(got, want, "{name}");
+            if let Some(size) = c["item_size"].as_u64() {
+                let item = if req["Item"].is_object() {
+                    &req["Item"]
+                } else {
+                    &req["Key"]
+                };
+                assert_eq!(capacity::item_size(item), size, "{name}: item size");
+            }
+        }
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -3,15 +3,16 @@
 //! Every single-call Turnstile path is one such write plus its own logic, so its latency is the
 //! yardstick ("p50 within 1.2 x the floor"); see docs/decisions/0802-the-floor.md.
 //!
-//! DynamoDB calls per decision: 1 (`UpdateItem`). It asks for `ReturnConsumedCapacity = TOTAL` so
-//! the report can show write units per decision.
+//! DynamoDB calls per decision: 1 (`UpdateItem`), asking for nothing extra (no
+//! `ReturnConsumedCapacity`, no `ReturnValues`): the cheapest correct request for an admission. Its
+//! write units come from the run's meter like every other workload's.
 
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ReturnConsumedCapacity, ScalarAttributeType,
+    ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
 use futures::future::BoxFuture;
@@ -78,13 +79,10 @@ impl Floor {
             .condition_expression("attribute_not_exists(n) OR n < :limit")
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":limit", AttributeValue::N(self.limit.clone()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         match res {
-            Ok(out) => Ok(Decision::admitted(
-                out.consumed_capacity().and_then(|c| c.capacity_units()),
-            )),
+            Ok(_) => Ok(Decision::admitted(None)),
             Err(e) => {
                 let refused = e
                     .as_service_error()
