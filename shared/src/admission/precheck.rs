@@ -8,7 +8,7 @@
 //! when a stored TAT leaves no room for one connection (`gcra::spend` of cost 1 on it, a pure
 //! check: nothing is written). A limit of 0 always refuses.
 
-use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::KeysAndAttributes;
 
 use super::item::{self, s, Item};
 use super::Limit;
@@ -67,7 +67,6 @@ pub async fn check(
             .dynamo
             .batch_get_item()
             .set_request_items(Some(request))
-            .return_consumed_capacity(ReturnConsumedCapacity::None)
             .send()
             .await
             .map_err(|e| Error::dynamo("BatchGetItem", e))?;
