@@ -127,16 +127,20 @@ WORKLOAD_NOTES = {
     "fungible-get-token-per-account": "`fungible-get-token-per-account` (diagnostic): the same call, one bucket "
                                       "per task (warmed in set-up), so no two decisions race.",
     "reservation-create-token": "`reservation-create-token`: `get_reservation` then `create_token` on one "
-                                "coordinate: 2 `TransactWriteItems` by design (reservation row + ledger entry "
-                                "under `size(live) < capacity`; then row + entry bound together).",
+                                "coordinate: 3 `UpdateItem`s, no transaction (decision 0101): reserve in the coordinate's "
+                                "ledger under its capacity, then the token row, then its ledger entry. Nothing is "
+                                "released during a run, so the ledger item grows (about 43 bytes per live "
+                                "reservation) and every write to it is billed by its size: the WCU column shows "
+                                "that cost, which a coordinate with a realistic capacity (tens) does not pay.",
     "gcra-spend": "`gcra-spend`: `kv::Limiter::spend` of cost 1 on one bucket: 1 `UpdateItem` "
                   "(`tat = tat + inc` under `tat <= admitLimit`, re-evaluated by DynamoDB, so concurrent "
                   "spends do not race).",
     "cached-rejection": "`cached-rejection`: `get_token` on a bucket of 1 token per hour already emptied in "
                         "set-up: refused from the limiter's memory (`Source::RejectionCache`), 0 calls.",
     "websocket-handlers": "`websocket-handlers`: `authorizer::handle` (1 `BatchGetItem`, tenant cached) → "
-                          "`connect::handle` with the authorizer's context (1 `TransactWriteItems`) → "
-                          "`disconnect::handle` (1 `TransactWriteItems`), events from `events/`, 32 sessions of "
+                          "`connect::handle` with the authorizer's context (2 conditional `UpdateItem`s: tenant count, "
+                          "then session; decision 0306) → `disconnect::handle` (2 `UpdateItem`s), events from "
+                          "`events/`, 32 sessions of "
                           "one tenant, a new connection id per decision; no Lambda runtime or network between them.",
 }
 
@@ -686,30 +690,21 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "further here. rate-limiter-py is synchronous; each of its "
       "threads has its own boto3 resource. Both run under CPython's GIL in one process; ours is one Rust "
       "process on tokio's multi-threaded runtime.")
-    w("- Turnstile's transactions (`reservation-create-token`, `websocket-handlers`) never collided here: "
-      "DynamoDB Local serialises transactions on an item, where DynamoDB cancels one of two concurrent "
-      "transactions on the same item with `TransactionConflict` and the library retries it (one more counted "
-      "call). On DynamoDB their calls/decision at c > 1 can therefore be higher than measured here, and "
-      "DynamoDB Local's transactions are much slower than its single-item writes (their latency above).")
+    w("- No measured Turnstile path uses a transaction any more (decisions 0101, 0306), so DynamoDB's "
+      "`TransactionConflict`, which DynamoDB Local never produces, cannot add calls to them; the "
+      "`*-conflicts` rows run the same paths behind `turnstile-faultproxy` with conflicts injected to show it.")
     w("- `fungible-get-token` on one hot bucket: `get_token` retries a lost race at once with the state the "
       "failed write returned (only transaction conflicts pause), so with c tasks on one bucket each round has "
       "one winner and a task can lose many rounds in a row; after 64 lost races it gives up with an error "
       "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
       "that; the per-account row is the same call without a shared bucket.")
     w("- `reservation-create-token` releases nothing during a run, so its coordinate's ledger item grows by one "
-      "entry per decision (measured: 47 KB after 1,100 decisions, ~43 bytes an entry); every "
-      "reservation rewrites that item, so its latency grows through a run. **Its units above assume every item "
-      "under 1 KB** (what a request shows; true of every other bucket here): DynamoDB bills a transactional write "
-      "2 units per started KB of the larger of the item before and after, so with that grown ledger each of its two "
-      "transactions would cost about 2 × (ledger KB) — ~48 units on average over a 1,100-decision run, ~95 at its "
-      "end. In use "
-      "the ledger holds only live reservations (≤ capacity entries), e.g. ~2.4 KB for 50, i.e. 6 units per "
-      "transactional write of it.")
-    w("- `websocket-handlers` and `local-stack-connects` show 0 read units, which is **too low**: the authorizer's "
-      "pre-check `BatchGetItem` asks explicitly for `ReturnConsumedCapacity=NONE` (shared/src/admission/precheck.rs), "
-      "and the meter adds `TOTAL` only where a request says nothing, so DynamoDB reports nothing for it. By the "
-      "rules it reads 4 items (the session and 3 counters), strongly consistent, each under 4 KB: **4 RCU per "
-      "decision**, +$0.50 per million decisions on top of the figure shown.")
+      "entry per decision (~43 bytes an entry; tens of KB by the end of a run), and every write to it is billed "
+      "by its size (1 unit per started KB): that is the ~54 WCU per decision above, as DynamoDB Local reports "
+      "it for these single-item writes. In use the ledger holds only live reservations (at most the "
+      "coordinate's capacity), e.g. ~2.2 KB for 50: 3 writes of about 1 + 3 + 3 units per reservation + bind.")
+    w("- The authorizer's pre-check reads the session and the tenant counter (`BatchGetItem`, strongly "
+      "consistent, each under 4 KB): the 2 RCU per decision of the WebSocket rows.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
       "write (its calls/decision above). Its source writes the refill time as `lastRefill` but reads it back "
       "as `last_refill`, so every call computes the refill from time 0 and refills the bucket to the limit; "
