@@ -1325,23 +1325,14 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
     assert_eq!(w.count(T).await, Some(1), "one unit too many, not two");
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
     // The reconciler gives the unit back (nothing moved: the exact truth).
-    let gateway = shared::gateway::Gateway::local(&w.api.url());
-    let probe = shared::admission::reconcile::Probe {
-        gateway: &gateway,
-        endpoint: w.api.url(),
-    };
-    let options = shared::admission::reconcile::Options {
-        tenant: Some(t.clone()),
-        dry_run: false,
-        grace: Duration::from_millis(20),
-    };
-    let deps = w.deps().clone();
-    let report = shared::admission::reconcile::run(w.deps(), &options, Some(&probe), |_| {
-        let d = deps.clone();
-        async move { Ok(d) }
-    })
-    .await
-    .unwrap();
+    let report = crate::ws_support::reconcile_tenant(
+        w.deps(),
+        &t,
+        &w.api.url(),
+        false,
+        Duration::from_millis(20),
+    )
+    .await;
     assert_eq!(
         report.tenants[0].outcome,
         shared::admission::reconcile::Outcome::Repaired { from: 1, to: 0 }

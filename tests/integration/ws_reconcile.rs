@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::json;
 use shared::admission::connect::{self as admission, Admission, Hints};
-use shared::admission::reconcile::{self, Options, Outcome, Probe, Report};
+use shared::admission::reconcile::{self, Outcome, Report};
 use shared::clock::Clock;
 use shared::gateway::Gateway;
 use shared::ids::{ConnectionId, SessionId, TenantId};
@@ -38,23 +38,14 @@ async fn reconcile_with(
     dry_run: bool,
     grace_ms: u64,
 ) -> Report {
-    let gateway = Gateway::local(endpoint);
-    let probe = Probe {
-        gateway: &gateway,
-        endpoint: endpoint.to_string(),
-    };
-    let options = Options {
-        tenant: Some(tid()),
+    reconcile_tenant(
+        deps,
+        &tid(),
+        endpoint,
         dry_run,
-        grace: Duration::from_millis(grace_ms),
-    };
-    let scoped = deps.clone();
-    reconcile::run(deps, &options, Some(&probe), |_| {
-        let d = scoped.clone();
-        async move { Ok(d) }
-    })
+        Duration::from_millis(grace_ms),
+    )
     .await
-    .unwrap()
 }
 
 /// A `$connect` that reserved on the tenant's counter and then died before its session write.

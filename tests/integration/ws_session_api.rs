@@ -126,23 +126,14 @@ async fn delete_releases_only_the_connections_it_closed() {
         "c1 and c3 closed and released; c2 (410) still counted"
     );
     // c2's count is repaired by the reconciler, whose truth no longer holds it.
-    let gateway = shared::gateway::Gateway::local(&w.api.url());
-    let probe = shared::admission::reconcile::Probe {
-        gateway: &gateway,
-        endpoint: w.api.url(),
-    };
-    let options = shared::admission::reconcile::Options {
-        tenant: Some(T.parse().unwrap()),
-        dry_run: false,
-        grace: Duration::from_millis(20),
-    };
-    let deps = w.deps().clone();
-    let report = shared::admission::reconcile::run(w.deps(), &options, Some(&probe), |_| {
-        let d = deps.clone();
-        async move { Ok(d) }
-    })
-    .await
-    .unwrap();
+    let report = crate::ws_support::reconcile_tenant(
+        w.deps(),
+        &T.parse().unwrap(),
+        &w.api.url(),
+        false,
+        Duration::from_millis(20),
+    )
+    .await;
     assert_eq!(
         report.tenants[0].outcome,
         shared::admission::reconcile::Outcome::Repaired { from: 1, to: 0 }

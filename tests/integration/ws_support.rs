@@ -370,3 +370,32 @@ pub fn session_event(
 pub fn body_json(r: &ApiGatewayProxyResponse) -> Value {
     serde_json::from_str(&respond::body_text(&r.body)).unwrap_or(Value::Null)
 }
+
+/// One reconciler run over `tenant` with these deps (e.g. another clock), probing sockets at this
+/// Management API endpoint; the tenant's rows are reached with the same deps.
+pub async fn reconcile_tenant(
+    deps: &shared::Deps,
+    tenant: &TenantId,
+    endpoint: &str,
+    dry_run: bool,
+    grace: std::time::Duration,
+) -> shared::admission::reconcile::Report {
+    use shared::admission::reconcile::{self, Options, Probe};
+    let gateway = Gateway::local(endpoint);
+    let probe = Probe {
+        gateway: &gateway,
+        endpoint: endpoint.to_string(),
+    };
+    let options = Options {
+        tenant: Some(tenant.clone()),
+        dry_run,
+        grace,
+    };
+    let scoped = deps.clone();
+    reconcile::run(deps, &options, Some(&probe), |_| {
+        let d = scoped.clone();
+        async move { Ok(d) }
+    })
+    .await
+    .unwrap()
+}
