@@ -28,5 +28,10 @@ target="${CARGO_TARGET_DIR:-target}"
 scripts/dynamodb-local.sh start "${persist[@]}"
 trap 'scripts/dynamodb-local.sh stop' EXIT
 
+# EMF metrics go to a file, not the console (docs/operations.md); TURNSTILE_METRICS=off or stdout
+# overrides.
+export TURNSTILE_METRICS="${TURNSTILE_METRICS:-file:$target/dev-metrics.jsonl}"
+echo "==> metrics (CloudWatch EMF lines): ${TURNSTILE_METRICS}" >&2
+
 # Not exec: the trap above must run when the stack stops, to stop DynamoDB Local too.
 "$target/debug/turnstile" dev

@@ -9,9 +9,10 @@ use serde::Serialize;
 use serde_json::Value;
 use shared::config::Vars;
 use shared::gateway::Gateway;
+use shared::telemetry::metrics::{self, Metrics};
 use shared::Deps;
 
-use crate::lambda::{Invoke, InvokeError, InvokeFuture};
+use crate::lambda::{Invoke, InvokeError, InvokeFuture, FUNCTIONS};
 
 /// Every function's state, built once.
 pub struct LocalFunctions {
@@ -26,6 +27,9 @@ pub struct LocalFunctions {
     /// The token remover needs its processors configured; without them it answers every event with
     /// the configuration error instead of keeping the rest of the stack from starting.
     remover: Result<token_remover::Remover, String>,
+    /// EMF metrics, only when `TURNSTILE_METRICS` is set (`make dev` sends them to a file, so the
+    /// console shows logs only); each invocation flushes, as in Lambda.
+    metrics: Option<&'static Metrics>,
 }
 
 impl LocalFunctions {
@@ -43,6 +47,13 @@ impl LocalFunctions {
         if let Err(e) = &remover {
             tracing::warn!(error = %e, "token-remover is not configured; events sent to it will fail");
         }
+        let metrics = match vars.get(metrics::OUTPUT_VAR) {
+            Some(_) => Some(
+                metrics::install_from_vars(&vars)
+                    .map_err(|e| shared::Error::Other(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(Arc::new(LocalFunctions {
             authorizer: authorizer::State::new(&authorizer::Config::from_vars(&vars)?),
             connect: connect::State::new(&connect::Config::from_vars(&vars)?),
@@ -52,6 +63,7 @@ impl LocalFunctions {
             sweeper: ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars)?, gateway()),
             reconciler: reconciler::State::new(&reconciler::Config::from_vars(&vars)?, gateway()),
             remover,
+            metrics,
             deps,
         }))
     }
@@ -88,6 +100,17 @@ where
 
 impl Invoke for LocalFunctions {
     fn invoke<'a>(&'a self, function: &'a str, event: Value) -> InvokeFuture<'a> {
+        let run = self.run(function, event);
+        let name = FUNCTIONS.iter().find(|f| **f == function);
+        match (self.metrics, name) {
+            (Some(m), Some(name)) => Box::pin(m.invocation(name, run)),
+            _ => run,
+        }
+    }
+}
+
+impl LocalFunctions {
+    fn run<'a>(&'a self, function: &'a str, event: Value) -> InvokeFuture<'a> {
         let d = &self.deps;
         Box::pin(async move {
             match function {

@@ -7,8 +7,8 @@ use std::pin::Pin;
 
 use serde_json::Value;
 
-/// The seven Turnstile functions, by their binary (and SAM `Binary:`) names.
-pub const FUNCTIONS: [&str; 7] = [
+/// The eight Turnstile functions, by their binary (and SAM `Binary:`) names.
+pub const FUNCTIONS: [&str; 8] = [
     "authorizer",
     "connect",
     "disconnect",
@@ -16,6 +16,7 @@ pub const FUNCTIONS: [&str; 7] = [
     "session-api",
     "ttl-sweeper",
     "token-remover",
+    "reconciler",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -23,6 +23,7 @@ use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use serde_json::Value;
 
 use crate::capacity::{self, Units};
+use crate::telemetry::dynamo::DynamoMeter;
 
 /// Calls and capacity units of one operation.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -283,10 +284,11 @@ pub fn env_timeout(default: Duration) -> Duration {
 }
 
 /// A DynamoDB client from the shared SDK config (credentials, region, `AWS_ENDPOINT_URL_DYNAMODB`),
-/// optionally counting its calls.
+/// metered ([`DynamoMeter`]), optionally counting its calls.
 pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Client {
     let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
-        .timeout_config(timeouts(env_timeout(DEFAULT_ATTEMPT_TIMEOUT)));
+        .timeout_config(timeouts(env_timeout(DEFAULT_ATTEMPT_TIMEOUT)))
+        .interceptor(DynamoMeter);
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }
@@ -308,7 +310,8 @@ pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
             "turnstile-local",
         ))
         .endpoint_url(endpoint)
-        .timeout_config(timeouts(env_timeout(LOCAL_ATTEMPT_TIMEOUT)));
+        .timeout_config(timeouts(env_timeout(LOCAL_ATTEMPT_TIMEOUT)))
+        .interceptor(DynamoMeter);
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
     }

@@ -147,7 +147,7 @@ impl Gateway {
 
     /// `POST /@connections/{id}`: 1 Management API call.
     pub async fn post(&self, endpoint: &str, connection_id: &str, data: &[u8]) -> Result<Delivery> {
-        match self
+        let out = match self
             .client(endpoint)
             .post_to_connection()
             .connection_id(connection_id)
@@ -165,12 +165,13 @@ impl Gateway {
                 "PostToConnection {connection_id}: {}",
                 crate::error::error_chain(&e)
             ))),
-        }
+        };
+        metered("post", out)
     }
 
     /// `DELETE /@connections/{id}`: closes the connection. Gone (410/404) is reported, not an error.
     pub async fn close(&self, endpoint: &str, connection_id: &str) -> Result<Delivery> {
-        match self
+        let out = match self
             .client(endpoint)
             .delete_connection()
             .connection_id(connection_id)
@@ -188,7 +189,8 @@ impl Gateway {
                 "DeleteConnection {connection_id}: {}",
                 crate::error::error_chain(&e)
             ))),
-        }
+        };
+        metered("delete", out)
     }
 
     /// `GET /@connections/{id}`: whether the connection is still open (false when gone).
@@ -258,6 +260,17 @@ impl Gateway {
             })
             .collect()
     }
+}
+
+/// Counts a Management API call by its result (`ManagementApiCalls`).
+fn metered(action: &'static str, out: Result<Delivery>) -> Result<Delivery> {
+    let result = match &out {
+        Ok(Delivery::Delivered) => "delivered",
+        Ok(Delivery::Gone) => "gone",
+        Err(_) => "error",
+    };
+    crate::telemetry::catalogue::management_call(action, result);
+    out
 }
 
 /// `TURNSTILE_MANAGEMENT_ENDPOINT`, required (for functions with no WebSocket event to take the

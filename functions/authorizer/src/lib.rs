@@ -10,7 +10,7 @@
 //! no tenant read. The checks here are advisory: `$connect`'s conditional writes are the authority.
 //! Budget: 2 DynamoDB calls with a cold tenant cache, 1 warm.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::apigw::{
     ApiGatewayCustomAuthorizerPolicy, ApiGatewayCustomAuthorizerRequestTypeRequest,
@@ -23,6 +23,7 @@ use shared::admission::precheck::{self, Precheck};
 use shared::config::{ConfigError, Vars};
 use shared::ids::{IdError, SessionId, TenantId};
 use shared::isolation::{self, TenantClients};
+use shared::telemetry::catalogue::{self, Outcome, Path};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -152,7 +153,24 @@ pub async fn handle(
         Err(e) => return Err(e),
     };
     let limits = tenant.limits;
-    match precheck::check(deps, &t, &sid, &limits).await? {
+    let started = Instant::now();
+    let decided = |outcome, limit| {
+        catalogue::decision(
+            Path::Authorizer,
+            outcome,
+            limit,
+            Some(t.as_str()),
+            started.elapsed(),
+        )
+    };
+    let checked = precheck::check(deps, &t, &sid, &limits).await;
+    match &checked {
+        Ok(Precheck::Allow) => decided(Outcome::Admitted, None),
+        Ok(Precheck::OverLimit(limit)) => decided(Outcome::Refused, Some(limit.name())),
+        Ok(_) => {}
+        Err(_) => decided(Outcome::Error, None),
+    }
+    match checked? {
         Precheck::Allow => Ok(policy(
             &format!("{t}/{sid}"),
             IamPolicyEffect::Allow,

@@ -19,14 +19,15 @@
 //! `{"from": "<sender connection id>", "message": "<the message>"}` — the inbound message and the
 //! echo in one frame. Budget: 1 DynamoDB call, 1 post per recipient.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::message::{self, MessageAdmission, MinuteHint};
-use shared::admission::{context, release, respond};
+use shared::admission::{context, release, respond, Limit};
 use shared::config::{ConfigError, Vars};
 use shared::gateway::{Delivery, Gateway};
 use shared::isolation::{self, TenantClients};
+use shared::telemetry::catalogue::{self, Outcome, Path};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -116,8 +117,23 @@ async fn answer(
         )));
     };
     let body = event.body.clone().unwrap_or_default();
-    match message::count(deps, &t, &sid, &cid, &limits, &state.hint).await? {
+    let started = Instant::now();
+    let decided = |outcome, limit| {
+        catalogue::decision(
+            Path::Message,
+            outcome,
+            limit,
+            Some(t.as_str()),
+            started.elapsed(),
+        )
+    };
+    let counted = message::count(deps, &t, &sid, &cid, &limits, &state.hint).await;
+    if counted.is_err() {
+        decided(Outcome::Error, None);
+    }
+    match counted? {
         MessageAdmission::Refused(refusal) => {
+            decided(Outcome::Refused, Some(Limit::MessagesPerMinute.name()));
             let answer = refusal.to_http();
             if state
                 .gateway
@@ -137,6 +153,7 @@ async fn answer(
             )))
         }
         MessageAdmission::Admitted { connection_ids } => {
+            decided(Outcome::Admitted, None);
             let frame = forward_frame(cid.as_str(), &body);
             let sends = connection_ids.iter().map(|c| {
                 let data = if c == cid.as_str() {

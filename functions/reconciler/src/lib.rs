@@ -11,11 +11,12 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use shared::admission::reconcile::{self, Options, Probe, Report};
+use shared::admission::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::config::{ConfigError, Vars};
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
 use shared::isolation::{self, TenantClients};
+use shared::telemetry::catalogue::{self, Worker};
 use shared::Deps;
 
 /// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30, at least 15: the
@@ -103,6 +104,28 @@ pub fn options(event: &Value, grace: Duration) -> Result<Options, String> {
     })
 }
 
+/// Tenants by outcome, stale connections released, and the connections open (`WorkItems`,
+/// `OpenConnections`).
+fn meter(report: &Report) {
+    let mut open = 0;
+    for t in &report.tenants {
+        let result = match t.outcome {
+            Outcome::Consistent => "consistent",
+            Outcome::Repaired { .. } | Outcome::WouldRepair { .. } => "repaired",
+            Outcome::Busy => "busy",
+            Outcome::Skipped { .. } => "skipped",
+        };
+        catalogue::work(Worker::Reconciler, result, 1);
+        catalogue::work(
+            Worker::Reconciler,
+            "staleReleased",
+            t.stale_released.len() as u64,
+        );
+        open += t.truth;
+    }
+    catalogue::open_connections(open);
+}
+
 pub async fn handle(deps: &Deps, state: &State, event: Value) -> Result<Report, shared::Error> {
     let options = options(&event, state.config.grace).map_err(|reason| {
         tracing::error!(%reason, "refusing a reconcile event");
@@ -128,5 +151,6 @@ pub async fn handle(deps: &Deps, state: &State, event: Value) -> Result<Report, 
         repaired = report.repaired(),
         "reconcile finished"
     );
+    meter(&report);
     Ok(report)
 }

@@ -4,6 +4,8 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
+    // EMF metrics on stdout, flushed at the end of each invocation (docs/operations.md).
+    let metrics = shared::telemetry::metrics::install_from_vars(&shared::config::Vars::process())?;
     let deps = shared::Deps::from_env().await?;
     let config = reconciler::Config::from_vars(&deps.vars)?;
     let gateway = shared::gateway::Gateway::from_env(config.management_endpoint.clone()).await;
@@ -12,7 +14,9 @@ async fn main() -> Result<(), Error> {
     let state = reconciler::State::new(&config, gateway).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let (deps, state) = (&deps, &state);
-        async move { Ok::<_, Error>(reconciler::handle(deps, state, event.payload).await?) }
+        metrics.invocation("reconciler", async move {
+            Ok::<_, Error>(reconciler::handle(deps, state, event.payload).await?)
+        })
     }))
     .await
 }

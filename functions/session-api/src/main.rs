@@ -4,6 +4,8 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
+    // EMF metrics on stdout, flushed at the end of each invocation (docs/operations.md).
+    let metrics = shared::telemetry::metrics::install_from_vars(&shared::config::Vars::process())?;
     let deps = shared::Deps::from_env().await?;
     let config = session_api::Config::from_vars(&deps.vars)?;
     let gateway =
@@ -13,7 +15,9 @@ async fn main() -> Result<(), Error> {
     let state = session_api::State::new(&config, gateway).with_tenant_clients(tenant_clients);
     lambda_runtime::run(service_fn(|event: LambdaEvent<ApiGatewayV2httpRequest>| {
         let (deps, state) = (&deps, &state);
-        async move { Ok::<_, Error>(session_api::handle(deps, state, event.payload).await?) }
+        metrics.invocation("session-api", async move {
+            Ok::<_, Error>(session_api::handle(deps, state, event.payload).await?)
+        })
     }))
     .await
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 use shared::config::{ConfigError, Vars};
 use shared::limit::LimitStore;
 use shared::reservation::{NonFungibleLimiter, TokenRow};
+use shared::telemetry::catalogue::{self, Worker};
 use shared::token::json_path;
 use shared::Deps;
 
@@ -180,7 +181,10 @@ pub async fn handle(
     event: EventBridgeEvent<Value>,
 ) -> Result<Outcome, shared::Error> {
     let (index, resource_id) = match resolve(&remover.config.processors, event)? {
-        Resolved::Done(outcome) => return Ok(outcome),
+        Resolved::Done(outcome) => {
+            catalogue::work(Worker::TokenRemover, "ignored", 1);
+            return Ok(outcome);
+        }
         Resolved::Remove {
             processor,
             resource_id,
@@ -191,6 +195,7 @@ pub async fn handle(
         .remove_by_resource_id(&resource_id, remover.page_size)
         .await?;
     tracing::info!(processor = index, resource_id = %resource_id, removed = tokens.len(), "tokens removed");
+    catalogue::work(Worker::TokenRemover, "removed", tokens.len() as u64);
     Ok(Outcome::Removed {
         processor: index,
         resource_id,

@@ -18,6 +18,7 @@ use shared::gateway::{self, Gateway};
 use shared::ids::{SessionId, TenantId};
 use shared::isolation::{self, TenantClients};
 use shared::session::attr as sattr;
+use shared::telemetry::catalogue::{self, Worker};
 use shared::Deps;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +143,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
                 false
             }
         };
+        catalogue::work(Worker::TtlSweeper, if ok { "swept" } else { "failed" }, 1);
         if !ok {
             let mut f = DynamoDbBatchItemFailure::default();
             f.item_identifier = r

@@ -278,7 +278,7 @@ impl Limiter {
     /// admitted or denied (a denial is decided from the old item the failed condition returns);
     /// **≤ 2** when cold (a wrong guess of the case costs one more conditional write, never a read).
     /// A denial writes nothing: its throttle count is carried into the bucket's next write.
-    pub async fn spend(
+    pub(super) async fn spend_unmetered(
         &self,
         name: &str,
         id: &str,

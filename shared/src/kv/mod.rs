@@ -7,6 +7,7 @@ use crate::table::{KeyAttr, TableDef, TableKind};
 pub mod config;
 pub mod instant;
 pub mod limiter;
+mod meter;
 pub mod names;
 pub mod write;
 
