@@ -35,6 +35,11 @@ const COMMON_READERS: &[(&str, Reader)] = &[
             .map(drop)
             .map_err(|e| e.to_string())
     }),
+    ("metrics::Settings::from_vars", |v| {
+        shared::telemetry::metrics::Settings::from_vars(v)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }),
 ];
 
 /// The functions that touch tenant rows and so read `TENANT_ROLE_ARN` (shared::isolation).
@@ -1504,5 +1509,110 @@ fn samconfig_has_default_and_prod_with_every_parameter() {
         let stack = Stack::new(&t, &pairs);
         let env_vars = stack.environment(&stack.function_id("connect"));
         TableNames::from_vars(&Vars::from_pairs(env_vars)).unwrap();
+    }
+}
+
+/// The dashboard's body with `${Ns}` and `${AWS::Region}` filled in, as JSON.
+fn dashboard_body(t: &Value) -> Value {
+    let sub = &t["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"];
+    let body = sub[0]
+        .as_str()
+        .expect("DashboardBody is !Sub [body, {Ns: ...}]");
+    assert_eq!(
+        sub[1]["Ns"],
+        json!({"Fn::Sub": "Turnstile/${AWS::StackName}"}),
+        "the dashboard reads the stack's namespace"
+    );
+    let body = body
+        .replace("${Ns}", "Turnstile/stack")
+        .replace("${AWS::Region}", "eu-west-1");
+    assert!(!body.contains("${"), "an unfilled !Sub variable: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("DashboardBody is not JSON: {e}"))
+}
+
+#[test]
+fn alarms_and_the_dashboard_use_the_metric_catalogue() {
+    use shared::telemetry::catalogue;
+    let t = load_template();
+    let ns = json!({"Fn::Sub": "Turnstile/${AWS::StackName}"});
+    assert_eq!(
+        t["Globals"]["Function"]["Environment"]["Variables"]["TURNSTILE_METRICS_NAMESPACE"],
+        ns
+    );
+    // Every alarm on our namespace names a catalogued metric with exactly its dimension names.
+    let mut ours = BTreeSet::new();
+    let check = |m: &Value, alarm: &str| {
+        if m["Namespace"] != ns {
+            return None;
+        }
+        let name = m["MetricName"].as_str().unwrap();
+        let spec =
+            catalogue::spec_of(name).unwrap_or_else(|| panic!("{alarm}: {name} is not a metric"));
+        let dims: Vec<&str> = m["Dimensions"]
+            .as_array()
+            .map(|d| d.iter().map(|d| d["Name"].as_str().unwrap()).collect())
+            .unwrap_or_default();
+        assert_eq!(dims, spec.dimensions, "{alarm}: {name}'s dimensions");
+        Some(name.to_string())
+    };
+    for (id, r) in t["Resources"].as_object().unwrap() {
+        if r["Type"] != "AWS::CloudWatch::Alarm" {
+            continue;
+        }
+        let p = &r["Properties"];
+        ours.extend(check(p, id));
+        for m in p["Metrics"].as_array().into_iter().flatten() {
+            if m.get("MetricStat").is_some() {
+                ours.extend(check(&m["MetricStat"]["Metric"], id));
+            }
+        }
+    }
+    for want in ["Decisions", "DynamoDbErrors", "DecisionLatency"] {
+        assert!(ours.contains(want), "no alarm on {want}: {ours:?}");
+    }
+    // The dashboard: every metric and SEARCH names a catalogued metric and its dimensions.
+    let body = dashboard_body(&t);
+    let widgets = body["widgets"].as_array().unwrap();
+    let titles: Vec<&str> = widgets
+        .iter()
+        .map(|w| w["properties"]["title"].as_str().unwrap())
+        .collect();
+    for want in [
+        "Refusals by limit",
+        "Decision latency",
+        "DynamoDB errors",
+        "Open connections",
+    ] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(want)),
+            "no {want} widget: {titles:?}"
+        );
+    }
+    for w in widgets {
+        for m in w["properties"]["metrics"].as_array().unwrap() {
+            let m = m.as_array().unwrap();
+            if let Some(expr) = m[0]["expression"].as_str() {
+                // SEARCH('{Turnstile/stack,Dim,...} MetricName="Name"', ...)
+                let inner = &expr[expr.find('{').unwrap() + 1..expr.find('}').unwrap()];
+                let mut parts = inner.split(',');
+                assert_eq!(parts.next(), Some("Turnstile/stack"), "{expr}");
+                let dims: Vec<&str> = parts.collect();
+                let name = expr
+                    .split("MetricName=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap();
+                let spec = catalogue::spec_of(name).unwrap_or_else(|| panic!("{expr}"));
+                assert_eq!(dims, spec.dimensions, "{expr}");
+            } else {
+                assert_eq!(m[0], "Turnstile/stack");
+                let name = m[1].as_str().unwrap();
+                let spec = catalogue::spec_of(name).unwrap_or_else(|| panic!("{name}"));
+                let dims: Vec<&str> = m[2..].iter().filter_map(Value::as_str).step_by(2).collect();
+                assert_eq!(dims, spec.dimensions, "{name} in the dashboard");
+            }
+        }
     }
 }
