@@ -41,6 +41,12 @@ enum Cmd {
         /// up to twice the limit across a boundary) or `gcra` (a bucket refilling continuously).
         #[arg(long, default_value = "fixed")]
         rate_algorithm: tenant::WindowAlgorithm,
+        /// `enforce` refuses over a limit; `shadow` only logs and meters a would-refuse.
+        #[arg(long, default_value = "enforce")]
+        enforcement: tenant::Enforcement,
+        /// When DynamoDB fails or times out: `closed` answers 5xx, `open` lets requests through.
+        #[arg(long, default_value = "closed")]
+        on_failure: tenant::OnFailure,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -68,6 +74,8 @@ pub async fn run(args: Args) -> Result<()> {
             session_ttl,
             messages_per_minute,
             rate_algorithm,
+            enforcement,
+            on_failure,
         } => {
             let t = Tenant {
                 tenant_id,
@@ -79,6 +87,8 @@ pub async fn run(args: Args) -> Result<()> {
                     session_ttl,
                     messages_per_minute,
                     rate_algorithm,
+                    enforcement,
+                    on_failure,
                 },
             };
             tenant::store::put(&deps, &t).await?;

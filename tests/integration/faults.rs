@@ -405,14 +405,18 @@ async fn fifty_connects_on_one_tenant_under_conflicts_admit_exactly_the_caps() {
             &w.env.counter,
             50,
         );
-        let failed: Vec<_> = results.iter().filter(|(_, _, r)| r.is_err()).collect();
+        // A connect that gives up fails closed: an error, or 503 (decision 1000).
+        let failed: Vec<_> = results
+            .iter()
+            .filter(|(_, _, r)| !matches!(r, Ok(a) if a.status_code != 503))
+            .collect();
         let admitted: Vec<_> = results
             .iter()
             .filter(|(_, _, r)| matches!(r, Ok(a) if a.status_code == 200))
             .collect();
         for (_, _, r) in &results {
             if let Ok(a) = r {
-                assert!([200, 429].contains(&a.status_code), "{a:?}");
+                assert!([200, 429, 503].contains(&a.status_code), "{a:?}");
             }
         }
         eprintln!(
@@ -575,6 +579,17 @@ fn failed<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>) -> Answer {
     }
 }
 
+/// A WebSocket route's answer: its 5xx (the fail-closed 503 of decision 1000) or handler error is
+/// a failure.
+fn failed_5xx<E: std::fmt::Display>(
+    r: Result<aws_lambda_events::apigw::ApiGatewayProxyResponse, E>,
+) -> Answer {
+    match r {
+        Ok(a) if a.status_code >= 500 => Answer::Failed(format!("{}", a.status_code)),
+        other => failed(other),
+    }
+}
+
 /// Runs every path once against a world whose client goes through `proxy` (which already has the
 /// fault on) and returns (path, answer, time taken).
 async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Duration)> {
@@ -628,7 +643,7 @@ async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Du
         (
             "$connect",
             Box::pin(async {
-                failed(
+                failed_5xx(
                     connect::handle(
                         w.deps(),
                         &w.connect,
@@ -656,7 +671,7 @@ async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Du
             Box::pin(async {
                 let mut ev = ws_event("message/message.json", T, "s1", "c1", Some(&limits));
                 ev.body = Some("hello".into());
-                failed(message::handle(w.deps(), &w.message, ev).await)
+                failed_5xx(message::handle(w.deps(), &w.message, ev).await)
             }),
         ),
         (
@@ -882,7 +897,8 @@ async fn the_default_timeout_bounds_a_stalled_call() {
     })
     .await;
     eprintln!("FAULTS stall with default timeouts: $connect failed after {took:?}: {r:?}");
-    assert!(r.is_err());
+    // Fails closed: 503 (decision 1000).
+    assert_eq!(r.unwrap().status_code, 503);
     // At least one whole 2 s attempt, at most the 6 s operation timeout.
     assert!(took >= Duration::from_millis(1_950), "{took:?}");
     assert!(took < Duration::from_millis(6_500), "{took:?}");
@@ -1153,7 +1169,9 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
                         .push((cid, s.clone(), Instant::now()));
                 } else {
                     match &r {
-                        Ok(a) => panic!("a connect answered {a:?} (only 200 or an error expected)"),
+                        // Failing closed (decision 1000): 503.
+                        Ok(a) if a.status_code == 503 => ledger.error("$connect: 503".into()),
+                        Ok(a) => panic!("a connect answered {a:?} (only 200 or 503 expected)"),
                         Err(e) => ledger.error(format!("$connect: {e}")),
                     }
                     ledger.failed_connects.fetch_add(1, Ordering::SeqCst);

@@ -317,10 +317,14 @@ pub fn ws_event(
             for (k, val) in l.fields() {
                 m.insert(k.to_string(), Value::String(val.to_string()));
             }
-            m.insert(
-                shared::tenant::attr::RATE_ALGORITHM.to_string(),
-                Value::String(l.rate_algorithm.to_string()),
-            );
+            use shared::tenant::attr as a;
+            for (k, val) in [
+                (a::RATE_ALGORITHM, l.rate_algorithm.as_str()),
+                (a::ENFORCEMENT, l.enforcement.as_str()),
+                (a::ON_FAILURE, l.on_failure.as_str()),
+            ] {
+                m.insert(k.to_string(), Value::String(val.to_string()));
+            }
             m
         }
         None => HashMap::new(),

@@ -20,10 +20,10 @@ use aws_lambda_events::iam::{IamPolicyEffect, IamPolicyStatement};
 use serde_json::{json, Value};
 use shared::admission::context;
 use shared::admission::precheck::{self, Precheck};
+use shared::admission::verdict;
 use shared::config::{ConfigError, Vars};
 use shared::ids::{IdError, SessionId, TenantId};
 use shared::isolation::{self, TenantClients};
-use shared::telemetry::catalogue::{self, Outcome, Path};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -154,23 +154,9 @@ pub async fn handle(
     };
     let limits = tenant.limits;
     let started = Instant::now();
-    let decided = |outcome, limit| {
-        catalogue::decision(
-            Path::Authorizer,
-            outcome,
-            limit,
-            Some(t.as_str()),
-            started.elapsed(),
-        )
-    };
     let checked = precheck::check(deps, &t, &sid, &limits).await;
-    match &checked {
-        Ok(Precheck::Allow) => decided(Outcome::Admitted, None),
-        Ok(Precheck::OverLimit(limit)) => decided(Outcome::Refused, Some(limit.name())),
-        Ok(_) => {}
-        Err(_) => decided(Outcome::Error, None),
-    }
-    match checked? {
+    // Shadow tenants and failing-open tenants are allowed here (logged and metered by `verdict`).
+    match verdict::authorizer(checked, &limits, &t, &sid, started)? {
         Precheck::Allow => Ok(policy(
             &format!("{t}/{sid}"),
             IamPolicyEffect::Allow,

@@ -8,14 +8,14 @@
 //! 403 unknown tenant. Budget: 2 DynamoDB calls, 2 WCU (the tenant comes from the authorizer
 //! context; a context without limits costs 1 cached tenant read).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::connect::{self, Admission, Hints};
+use shared::admission::connect::{Admission, Hints};
+use shared::admission::verdict::{self, Verdict};
 use shared::admission::{context, respond};
 use shared::config::{ConfigError, Vars};
 use shared::isolation::{self, TenantClients};
-use shared::telemetry::catalogue::{self, Outcome, Path};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -78,35 +78,27 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let started = Instant::now();
-    let decided = |outcome, limit| {
-        catalogue::decision(
-            Path::Connect,
-            outcome,
-            limit,
-            Some(t.as_str()),
-            started.elapsed(),
-        )
-    };
-    let admission = match connect::admit_hinted(deps, &t, &sid, &cid, &limits, &state.hints).await {
-        Ok(a) => a,
-        // A key outside the tenant (the key guard): a logged 500, never a panic.
-        Err(e) => {
-            decided(Outcome::Error, None);
-            return Ok(respond::websocket(&respond::guard_refusal(e)?));
-        }
-    };
-    let answer = match admission {
-        Admission::Admitted | Admission::AlreadyAdmitted => {
-            decided(Outcome::Admitted, None);
+    let answer = match verdict::connect(deps, &t, &sid, &cid, &limits, &state.hints).await {
+        Verdict::Decided(Admission::Admitted | Admission::AlreadyAdmitted) => {
             respond::message(200, format!("connected to session {sid}"))
         }
-        Admission::Refused { limit, refusal } => {
-            decided(Outcome::Refused, Some(limit.name()));
+        // A shadow tenant's would-refuse (logged and metered by `verdict`): admitted.
+        Verdict::Shadow {
+            admitted: Admission::Admitted | Admission::AlreadyAdmitted,
+            ..
+        } => respond::message(200, format!("connected to session {sid}")),
+        Verdict::Decided(Admission::Refused { limit, refusal }) => {
             tracing::info!(tenant = %t, session = %sid, limit = limit.name(), "connect refused");
             refusal.to_http()
         }
-        Admission::NoSession => respond::message(
+        Verdict::FailedOpen(_) => respond::message(
+            200,
+            format!("connected to session {sid} (unaccounted: the limiter is unavailable)"),
+        ),
+        // A key outside the tenant (the key guard): a logged 500, never a panic.
+        Verdict::FailedClosed(e @ shared::Error::CrossTenantKey(_)) => respond::guard_refusal(e)?,
+        Verdict::FailedClosed(e) => respond::unavailable(&e),
+        Verdict::Decided(Admission::NoSession) | Verdict::Shadow { .. } => respond::message(
             404,
             format!("session {sid} of tenant {t} does not exist or has expired"),
         ),

@@ -19,15 +19,15 @@
 //! `{"from": "<sender connection id>", "message": "<the message>"}` — the inbound message and the
 //! echo in one frame. Budget: 1 DynamoDB call, 1 post per recipient.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::message::{self, MessageAdmission, MinuteHint};
-use shared::admission::{context, release, respond, Limit};
+use shared::admission::message::{MessageAdmission, MinuteHint};
+use shared::admission::verdict::{self, Verdict};
+use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
 use shared::gateway::{Delivery, Gateway};
 use shared::isolation::{self, TenantClients};
-use shared::telemetry::catalogue::{self, Outcome, Path};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -117,23 +117,22 @@ async fn answer(
         )));
     };
     let body = event.body.clone().unwrap_or_default();
-    let started = Instant::now();
-    let decided = |outcome, limit| {
-        catalogue::decision(
-            Path::Message,
-            outcome,
-            limit,
-            Some(t.as_str()),
-            started.elapsed(),
-        )
+    let admission = match verdict::message(deps, &t, &sid, &cid, &limits, &state.hint).await {
+        Verdict::Decided(a) => a,
+        // A shadow tenant's would-refuse (logged and metered by `verdict`): delivered.
+        Verdict::Shadow { admitted, .. } => admitted,
+        // Let through, but the recipients are in the session item DynamoDB did not return.
+        Verdict::FailedOpen(_) => {
+            return Ok(respond::websocket(&respond::json_answer(
+                200,
+                &serde_json::json!({ "delivered": 0, "gone": [], "unaccounted": true }),
+            )))
+        }
+        Verdict::FailedClosed(e @ shared::Error::CrossTenantKey(_)) => return Err(e),
+        Verdict::FailedClosed(e) => return Ok(respond::websocket(&respond::unavailable(&e))),
     };
-    let counted = message::count(deps, &t, &sid, &cid, &limits, &state.hint).await;
-    if counted.is_err() {
-        decided(Outcome::Error, None);
-    }
-    match counted? {
-        MessageAdmission::Refused(refusal) => {
-            decided(Outcome::Refused, Some(Limit::MessagesPerMinute.name()));
+    match admission {
+        MessageAdmission::Refused { refusal, .. } => {
             let answer = refusal.to_http();
             if state
                 .gateway
@@ -153,7 +152,6 @@ async fn answer(
             )))
         }
         MessageAdmission::Admitted { connection_ids } => {
-            decided(Outcome::Admitted, None);
             let frame = forward_frame(cid.as_str(), &body);
             let sends = connection_ids.iter().map(|c| {
                 let data = if c == cid.as_str() {

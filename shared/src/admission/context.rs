@@ -20,10 +20,13 @@ pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
     for (name, v) in limits.fields() {
         m.insert(name.into(), Value::from(v));
     }
-    m.insert(
-        tattr::RATE_ALGORITHM.into(),
-        Value::String(limits.rate_algorithm.to_string()),
-    );
+    for (name, value) in [
+        (tattr::RATE_ALGORITHM, limits.rate_algorithm.as_str()),
+        (tattr::ENFORCEMENT, limits.enforcement.as_str()),
+        (tattr::ON_FAILURE, limits.on_failure.as_str()),
+    ] {
+        m.insert(name.into(), Value::String(value.into()));
+    }
     Value::Object(m)
 }
 
@@ -50,14 +53,19 @@ pub fn ids(fields: &HashMap<String, Value>) -> Result<(TenantId, SessionId), IdE
     ))
 }
 
-/// The limits, when the context carries all of them. A context without `rateAlgorithm` (from an
-/// authorizer deployed before it existed) means `fixed`; an unknown value means no limits (the
+/// A named setting: absent (an authorizer deployed before it existed) means its default; an
+/// unknown value is `None`.
+fn named<T: std::str::FromStr + Default>(fields: &HashMap<String, Value>, name: &str) -> Option<T> {
+    match text(fields, name) {
+        None => Some(T::default()),
+        Some(a) => a.parse().ok(),
+    }
+}
+
+/// The limits, when the context carries all of them. A context without `rateAlgorithm`,
+/// `enforcement` or `onFailure` means fixed, enforce, closed; an unknown value means no limits (the
 /// caller then reads the tenant row).
 pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
-    let rate_algorithm = match text(fields, tattr::RATE_ALGORITHM) {
-        None => crate::tenant::WindowAlgorithm::Fixed,
-        Some(a) => a.parse().ok()?,
-    };
     Some(Limits {
         connections_per_session: number(fields, tattr::CONNECTIONS_PER_SESSION)?,
         tenant_connections: number(fields, tattr::TENANT_CONNECTIONS)?,
@@ -65,7 +73,9 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         tenant_per_minute: number(fields, tattr::TENANT_PER_MINUTE)?,
         session_ttl: number(fields, tattr::SESSION_TTL)?,
         messages_per_minute: number(fields, tattr::MESSAGES_PER_MINUTE)?,
-        rate_algorithm,
+        rate_algorithm: named(fields, tattr::RATE_ALGORITHM)?,
+        enforcement: named(fields, tattr::ENFORCEMENT)?,
+        on_failure: named(fields, tattr::ON_FAILURE)?,
     })
 }
 
@@ -132,6 +142,17 @@ mod tests {
         fields.remove(tattr::RATE_ALGORITHM);
         assert_eq!(limits(&fields), Some(l));
         fields.insert(tattr::RATE_ALGORITHM.into(), Value::from("sliding"));
+        assert_eq!(limits(&fields), None);
+        // So do the policies.
+        let p = l
+            .with_enforcement(crate::tenant::Enforcement::Shadow)
+            .with_on_failure(crate::tenant::OnFailure::Open);
+        let mut fields: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &p)).unwrap();
+        assert_eq!(limits(&fields), Some(p));
+        fields.remove(tattr::ENFORCEMENT);
+        fields.remove(tattr::ON_FAILURE);
+        assert_eq!(limits(&fields), Some(l));
+        fields.insert(tattr::ON_FAILURE.into(), Value::from("maybe"));
         assert_eq!(limits(&fields), None);
     }
 }

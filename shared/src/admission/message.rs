@@ -45,8 +45,12 @@ impl MinuteHint {
 pub enum MessageAdmission {
     /// Counted; the session's connections (the sender included) to deliver to.
     Admitted { connection_ids: Vec<String> },
-    /// Over `messagesPerMinute`: the session's TTL was refreshed, the message is not delivered.
-    Refused(Refusal),
+    /// Over `messagesPerMinute`: the session's TTL was refreshed, the message is not delivered
+    /// (unless the tenant is in shadow mode: then to `connection_ids`).
+    Refused {
+        refusal: Refusal,
+        connection_ids: Vec<String>,
+    },
     /// The session is gone or expired, or this connection is no longer in it: close the sender.
     NoSession,
 }
@@ -86,9 +90,10 @@ pub async fn count(
                 let counted = item::num(&new, sattr::MSG_COUNT).unwrap_or(i64::MAX);
                 if counted > i64::try_from(limits.messages_per_minute).unwrap_or(i64::MAX) {
                     let who = format!("session {sid} of tenant {t}");
-                    return Ok(MessageAdmission::Refused(
-                        Limit::MessagesPerMinute.refusal(limits, now, &who),
-                    ));
+                    return Ok(MessageAdmission::Refused {
+                        refusal: Limit::MessagesPerMinute.refusal(limits, now, &who),
+                        connection_ids: item::string_set(&new, sattr::CONNECTION_IDS),
+                    });
                 }
                 return Ok(MessageAdmission::Admitted {
                     connection_ids: item::string_set(&new, sattr::CONNECTION_IDS),

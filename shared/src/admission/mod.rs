@@ -21,6 +21,7 @@ pub mod reconcile;
 pub mod release;
 pub mod respond;
 pub mod txn;
+pub mod verdict;
 pub mod write;
 
 use std::time::Duration;

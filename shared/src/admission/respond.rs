@@ -80,6 +80,19 @@ pub fn guard_refusal(e: Error) -> Result<HttpAnswer, Error> {
     }
 }
 
+/// The answer of a path that fails closed (DynamoDB failed or ran out of time): 503 problem+json
+/// with `Retry-After: 1`; the cause is logged, not sent.
+pub fn unavailable(e: &Error) -> HttpAnswer {
+    tracing::error!(error = %e, "failing closed: the limiter's store is unavailable");
+    let mut a = problem(
+        503,
+        "Service Unavailable",
+        "the rate limiter cannot decide right now; retry shortly",
+    );
+    a.headers.push(("Retry-After", "1".to_string()));
+    a
+}
+
 pub fn websocket(a: &HttpAnswer) -> ApiGatewayProxyResponse {
     let mut r = ApiGatewayProxyResponse::default();
     r.status_code = i64::from(a.status);

@@ -3,7 +3,7 @@
 //! ```yaml
 //! names:
 //!   NewRegistrationsPerIPAddress: { id: 2, format: ipAddress }
-//!   NewOrdersPerAccount: { id: 3, format: regId }
+//!   NewOrdersPerAccount: { id: 3, format: regId, shadow: true }   # deny nothing, meter would-denies
 //! defaults:
 //!   NewRegistrationsPerIPAddress: { burst: 20, count: 20, period: 1s }
 //! overrides:
@@ -77,6 +77,8 @@ pub struct NameDef {
     pub name: String,
     pub id: u16,
     pub format: IdFormat,
+    /// `shadow: true`: a denial is logged and metered but the spend is allowed (decision 1000).
+    pub shadow: bool,
 }
 
 /// A bucket: the limit name and a canonical id, keyed `{nameId}:{id}` in DynamoDB.
@@ -326,6 +328,8 @@ struct FileModel {
 struct NameSpec {
     id: Spanned<u16>,
     format: Spanned<String>,
+    #[serde(default)]
+    shadow: bool,
 }
 
 #[derive(Deserialize)]
@@ -476,6 +480,7 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
                 name: key.value.clone(),
                 id: spec.id.value,
                 format,
+                shadow: spec.shadow,
             },
         );
     }

@@ -64,6 +64,9 @@ pub struct Outcome {
     pub rate: Rate,
     #[serde(flatten)]
     pub decision: Decision,
+    /// A shadow limit denied this spend and it was allowed anyway (nothing was spent).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow_denied: bool,
 }
 
 /// The strictest of a batch's decisions, and each bucket's.
@@ -269,6 +272,7 @@ impl Limiter {
             bucket: bucket.key(),
             rate,
             decision,
+            shadow_denied: false,
         }
     }
 

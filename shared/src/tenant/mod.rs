@@ -1,6 +1,7 @@
 //! Tenants (seed 003): each tenant's WebSocket limits, their store and an in-memory read cache.
 
 pub mod cache;
+pub mod policy;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
@@ -10,6 +11,7 @@ use crate::table::{KeyAttr, TableDef, TableKind};
 pub use crate::kv::write::WindowAlgorithm;
 
 pub use cache::TenantCache;
+pub use policy::{Enforcement, OnFailure};
 
 /// Attribute names, as seed 003 and the AWS sample write them.
 pub mod attr {
@@ -23,6 +25,10 @@ pub mod attr {
     /// How the two per-minute connection limits are enforced: `fixed` (seed 003's minute windows,
     /// the default and what a row without the attribute means) or `gcra`.
     pub const RATE_ALGORITHM: &str = "rateAlgorithm";
+    /// `enforce` (default) or `shadow` ([`super::Enforcement`]).
+    pub const ENFORCEMENT: &str = "enforcement";
+    /// `closed` (default) or `open` ([`super::OnFailure`]).
+    pub const ON_FAILURE: &str = "onFailure";
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -62,6 +68,12 @@ pub struct Limits {
     /// How `tenantPerMinute` and `sessionPerMinute` are enforced (`rateAlgorithm`; fixed by default).
     #[serde(default)]
     pub rate_algorithm: WindowAlgorithm,
+    /// Enforce or only report refusals (`enforcement`; enforce by default).
+    #[serde(default)]
+    pub enforcement: Enforcement,
+    /// Fail closed or open when DynamoDB fails (`onFailure`; closed by default).
+    #[serde(default)]
+    pub on_failure: OnFailure,
 }
 
 impl Limits {
@@ -83,7 +95,21 @@ impl Limits {
             session_ttl,
             messages_per_minute,
             rate_algorithm: WindowAlgorithm::Fixed,
+            enforcement: Enforcement::Enforce,
+            on_failure: OnFailure::Closed,
         }
+    }
+
+    /// The same limits, enforced or in shadow mode.
+    pub const fn with_enforcement(mut self, e: Enforcement) -> Limits {
+        self.enforcement = e;
+        self
+    }
+
+    /// The same limits with another failure policy.
+    pub const fn with_on_failure(mut self, f: OnFailure) -> Limits {
+        self.on_failure = f;
+        self
     }
 
     /// The same limits under another per-minute algorithm.

@@ -1,12 +1,11 @@
 //! Tenant rows in the tenant table: get (1 GetItem), put (1 PutItem), list (Scan pages), delete.
 
 use std::collections::HashMap;
+use std::str::FromStr;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::{
-    attr, Limits, Tenant, WindowAlgorithm, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS,
-};
+use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
 use crate::admission::item;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
@@ -40,23 +39,30 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             tenant_per_minute: req(attr::TENANT_PER_MINUTE)?,
             session_ttl: opt(attr::SESSION_TTL, DEFAULT_SESSION_TTL_SECS)?,
             messages_per_minute: opt(attr::MESSAGES_PER_MINUTE, DEFAULT_MESSAGES_PER_MINUTE)?,
-            rate_algorithm: rate_algorithm(table, it)?,
+            rate_algorithm: named(table, it, attr::RATE_ALGORITHM)?,
+            enforcement: named(table, it, attr::ENFORCEMENT)?,
+            on_failure: named(table, it, attr::ON_FAILURE)?,
         },
     })
 }
 
-/// `rateAlgorithm`: absent means `fixed` (rows written before the attribute existed keep their
-/// seed-003 behaviour); any value other than `fixed` or `gcra` makes the row malformed.
-fn rate_algorithm(table: &str, it: &HashMap<String, AttributeValue>) -> Result<WindowAlgorithm> {
-    match it.get(attr::RATE_ALGORITHM) {
-        None => Ok(WindowAlgorithm::Fixed),
+/// A named setting (`rateAlgorithm`, `enforcement`, `onFailure`): absent means its default (rows
+/// written before the attribute existed keep their behaviour: fixed, enforce, closed); an unknown
+/// value makes the row malformed.
+fn named<T: FromStr<Err = String> + Default>(
+    table: &str,
+    it: &HashMap<String, AttributeValue>,
+    name: &str,
+) -> Result<T> {
+    match it.get(name) {
+        None => Ok(T::default()),
         Some(AttributeValue::S(v)) => v.parse().map_err(|e: String| Error::MalformedItem {
             table: table.to_string(),
-            reason: format!("{}: {e}", attr::RATE_ALGORITHM),
+            reason: format!("{name}: {e}"),
         }),
         Some(other) => Err(Error::MalformedItem {
             table: table.to_string(),
-            reason: format!("{} is not a string: {other:?}", attr::RATE_ALGORITHM),
+            reason: format!("{name} is not a string: {other:?}"),
         }),
     }
 }
@@ -83,10 +89,14 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
     for (name, value) in tenant.limits.fields() {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
     }
-    it.insert(
-        attr::RATE_ALGORITHM.to_string(),
-        AttributeValue::S(tenant.limits.rate_algorithm.to_string()),
-    );
+    let l = &tenant.limits;
+    for (name, value) in [
+        (attr::RATE_ALGORITHM, l.rate_algorithm.as_str()),
+        (attr::ENFORCEMENT, l.enforcement.as_str()),
+        (attr::ON_FAILURE, l.on_failure.as_str()),
+    ] {
+        it.insert(name.to_string(), AttributeValue::S(value.to_string()));
+    }
     deps.dynamo
         .put_item()
         .table_name(&deps.tables.tenants)
