@@ -336,3 +336,32 @@ async fn kv_spends_are_decisions_with_the_limit_name_and_no_tenant() {
         "kv buckets carry no tenant"
     );
 }
+
+/// A batch invocation recording more latency samples than the backend keeps between flushes (100
+/// per histogram) loses none: the recorder flushes early.
+#[tokio::test]
+async fn more_samples_than_one_emf_document_holds_are_all_written() {
+    let _serial = SERIAL.lock().await;
+    recorder().take();
+    let lines = invoke("ttl-sweeper", async {
+        for _ in 0..250 {
+            shared::telemetry::catalogue::dynamodb_call(
+                "PutItem",
+                std::time::Duration::from_millis(3),
+            );
+        }
+    })
+    .await;
+    let samples: usize = lines
+        .iter()
+        .filter(|l| l.dims.get("Operation").map(String::as_str) == Some("PutItem"))
+        .filter_map(|l| l.values.get("DynamoDbLatency").and_then(Value::as_array))
+        .map(Vec::len)
+        .sum();
+    let calls: u64 = lines
+        .iter()
+        .filter(|l| l.dims.get("Operation").map(String::as_str) == Some("PutItem"))
+        .filter_map(|l| l.values.get("DynamoDbCalls").and_then(Value::as_u64))
+        .sum();
+    assert_eq!((samples, calls), (250, 250));
+}

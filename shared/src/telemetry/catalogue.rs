@@ -247,6 +247,7 @@ pub fn decision(
             .increment(1);
     }
     histogram!(name::DECISION_LATENCY, dim::PATH => path.as_str()).record(millis(elapsed));
+    super::metrics::sampled();
 }
 
 /// One DynamoDB attempt of `operation`, and how long it took.
@@ -254,6 +255,7 @@ pub fn dynamodb_call(operation: &str, elapsed: Duration) {
     counter!(name::DYNAMODB_CALLS, dim::OPERATION => operation.to_string()).increment(1);
     histogram!(name::DYNAMODB_LATENCY, dim::OPERATION => operation.to_string())
         .record(millis(elapsed));
+    super::metrics::sampled();
 }
 
 /// A failed DynamoDB attempt: `Throttling`, `Timeout`, `Client`, `Server` or `Transport`.

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use metrics_cloudwatch_embedded::{Builder, Collector};
@@ -108,6 +109,23 @@ static INSTALLED: OnceLock<Metrics> = OnceLock::new();
 static INSTALLING: Mutex<()> = Mutex::new(());
 /// The bounded tenant dimension, when enabled.
 static TENANTS: OnceLock<TenantDimension> = OnceLock::new();
+
+/// The backend keeps at most 100 values of one histogram between flushes (an EMF document's limit)
+/// and drops the rest; an invocation recording more (a TTL sweeper batch of 100 records, a
+/// reconcile of many tenants) is flushed early, every this many samples of any histogram.
+pub const FLUSH_EVERY_SAMPLES: usize = 90;
+static SAMPLES: AtomicUsize = AtomicUsize::new(0);
+
+/// Called after each histogram sample: flushes early before any histogram can overflow.
+pub(super) fn sampled() {
+    if SAMPLES.fetch_add(1, Ordering::Relaxed) + 1 >= FLUSH_EVERY_SAMPLES {
+        if let Some(m) = installed() {
+            if let Err(e) = m.flush() {
+                tracing::warn!(error = %e, "writing metrics failed");
+            }
+        }
+    }
+}
 
 /// Installs the process-wide recorder from env vars (see [`Settings::from_vars`]). Once per
 /// process: a second call returns the first recorder.
@@ -210,6 +228,7 @@ impl Metrics {
         let Some(c) = self.collector else {
             return Ok(());
         };
+        SAMPLES.store(0, Ordering::Relaxed);
         let mut lines = Vec::new();
         c.flush(&mut lines)?;
         if lines.is_empty() {
