@@ -103,7 +103,10 @@ async fn invoke<T>(function: &'static str, f: impl std::future::Future<Output = 
     m.invocation(function, async { Ok::<_, ()>(f.await) })
         .await
         .unwrap();
-    parse(&m.take())
+    let emf = m.take();
+    // Shown with --nocapture: the lines as CloudWatch would receive them.
+    eprintln!("{function} EMF:\n{}", String::from_utf8_lossy(&emf));
+    parse(&emf)
 }
 
 #[tokio::test]
