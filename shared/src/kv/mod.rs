@@ -11,7 +11,7 @@ pub mod names;
 pub mod write;
 
 pub use config::{BucketKey, KeyError, LimitSet, Limits, LoadError, NameDef, Problem};
-pub use limiter::{BatchOutcome, KvError, Limiter, Outcome};
+pub use limiter::{item_write_budget, BatchOutcome, KvError, Limiter, Outcome};
 pub use names::IdFormat;
 
 pub mod attr {
