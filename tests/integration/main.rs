@@ -14,6 +14,7 @@ mod template;
 mod token_remover;
 mod tokens;
 mod tokens_limits;
+mod tokens_shards;
 mod ws_admission;
 mod ws_authorizer;
 mod ws_gcra;

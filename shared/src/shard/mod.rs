@@ -74,12 +74,6 @@ pub fn share(total: u64, n: u32, i: u32) -> u64 {
     total / n64 + u64::from(u64::from(i) < total % n64)
 }
 
-/// The shard's key suffix: `{key}` for an unsharded limit, else the shard number is put where no
-/// id can reach (see the stores for the exact key).
-pub fn label(i: u32) -> String {
-    format!("s{i}")
-}
-
 /// Chooses which shards a request tries. Seeded in tests, so a test's choices are reproducible.
 #[derive(Debug)]
 pub struct Picker(Mutex<fastrand::Rng>);
@@ -93,6 +87,14 @@ impl Default for Picker {
 impl Picker {
     pub fn seeded(seed: u64) -> Self {
         Picker(Mutex::new(fastrand::Rng::with_seed(seed)))
+    }
+
+    /// Restarts the choices from `seed`.
+    pub fn reseed(&self, seed: u64) {
+        match self.0.lock() {
+            Ok(mut g) => *g = fastrand::Rng::with_seed(seed),
+            Err(p) => *p.into_inner() = fastrand::Rng::with_seed(seed),
+        }
     }
 
     /// Up to `tries` distinct shards of `0..n`, uniformly at random, in the order to try them.
