@@ -350,7 +350,7 @@ struct LimitSpec {
     burst: Spanned<u64>,
     count: Spanned<u64>,
     period: Spanned<String>,
-    /// A number (1..=1024) or `auto` (decision 1500).
+    /// A number (1..=4096) or `auto` (decision 1500).
     #[serde(default)]
     shards: Option<Spanned<Shards>>,
 }

@@ -16,7 +16,7 @@ pub const ITEM_WRITE_BUDGET_VAR: &str = "TURNSTILE_ITEM_WRITE_BUDGET";
 /// Below DynamoDB's ~1,000 WCU/s per partition, leaving room for refusals' failed writes.
 pub const DEFAULT_ITEM_WRITE_BUDGET: u64 = 800;
 /// Most shards one limit may have (each is an item; a refused request probes at most [`TRIES`]).
-pub const MAX_SHARDS: u32 = 1024;
+pub const MAX_SHARDS: u32 = 4096;
 /// Distinct shards a request tries before it is refused.
 pub const TRIES: usize = 2;
 

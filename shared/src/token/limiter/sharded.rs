@@ -10,7 +10,7 @@ use crate::shard::{self, share, MAX_SHARDS, TRIES};
 /// (`api=8,search=4`). Resources not listed keep one row per account.
 pub const TOKEN_SHARDS_VAR: &str = "TURNSTILE_TOKEN_SHARDS";
 
-/// Parses [`TOKEN_SHARDS_VAR`]: `resource=N,...` with `N` in `1..=1024`.
+/// Parses [`TOKEN_SHARDS_VAR`]: `resource=N,...` with `N` in `1..=4096`.
 pub fn shards_from_vars(vars: &Vars) -> Result<HashMap<String, u32>, ConfigError> {
     let Some(raw) = vars.get(TOKEN_SHARDS_VAR) else {
         return Ok(HashMap::new());
@@ -133,7 +133,7 @@ mod tests {
         assert!(shards_from_vars(&Vars::from_pairs::<&str, &str>([]))
             .unwrap()
             .is_empty());
-        for bad in ["api", "api=0", "api=2000", "=3", "api=x"] {
+        for bad in ["api", "api=0", "api=5000", "=3", "api=x"] {
             assert!(shards_from_vars(&v(bad)).is_err(), "{bad}");
         }
         assert_eq!(shard_key("api", 3), "api#shard3");
