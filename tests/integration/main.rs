@@ -5,6 +5,7 @@ mod foundation;
 mod fuzz;
 mod isolation;
 mod kv;
+mod kv_leases;
 mod kv_shards;
 mod local_stack;
 mod local_stream_bridge;

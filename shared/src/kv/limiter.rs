@@ -27,6 +27,8 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
 const MAX_ATTEMPTS: usize = 4;
 
 mod batch;
+mod lease;
+pub use lease::{Lease, LeaseOutcome};
 mod sharded;
 pub use sharded::item_write_budget;
 
@@ -50,6 +52,15 @@ pub enum KvError {
     /// A batch is one transaction over fixed items; a sharded limit is spent on its own.
     #[error("limit {0} is sharded and cannot be part of a batch spend (spend it on its own)")]
     ShardedInBatch(String),
+    #[error("no lease {0}")]
+    LeaseNotFound(String),
+    /// The lease's deadline had passed: its amount was returned to the bucket.
+    #[error("lease {0} has expired; its amount was returned")]
+    LeaseExpired(String),
+    #[error("lease id {0:?} must be 1-200 printable characters")]
+    BadLeaseId(String),
+    #[error("limit {0} is sharded; leases are on unsharded limits only")]
+    ShardedLease(String),
     #[error("a batch needs at least one limit")]
     EmptyBatch,
     #[error("a batch of {0} limits exceeds DynamoDB's {MAX_BATCH} items per transaction")]
