@@ -47,10 +47,15 @@ pub struct LeaseOutcome {
     pub duplicate: bool,
     /// The bucket's decision, when the bucket was written or refused.
     pub decision: Option<Decision>,
+    /// False when `decision`'s numbers were computed from the TAT this process last saw rather
+    /// than known (a transaction returns nothing on success; as `BatchOutcome::exact`). The
+    /// admission itself is exact either way.
+    pub exact: bool,
 }
 
 enum Tx {
-    Done(Option<Decision>),
+    /// Written; the decision and whether its numbers are exact.
+    Done(Option<Decision>, bool),
     /// The bucket's write was refused (a spend without room, a refund into a full bucket).
     BucketRefused(Decision),
     /// The lease item was not as expected (exists already, changed, gone).
@@ -106,7 +111,7 @@ impl Limiter {
             .map_err(|e| crate::Error::Other(format!("building a lease: {e}")))?;
         let lease = TransactWriteItem::builder().put(put).build();
         match self.lease_tx(&key, Some(plan), lease).await? {
-            Tx::Done(d) => Ok(LeaseOutcome {
+            Tx::Done(d, exact) => Ok(LeaseOutcome {
                 granted: true,
                 lease: Some(Lease {
                     id: lease_id.to_string(),
@@ -117,6 +122,7 @@ impl Limiter {
                 returned: 0,
                 duplicate: false,
                 decision: d,
+                exact,
             }),
             Tx::BucketRefused(d) => Ok(LeaseOutcome {
                 granted: false,
@@ -124,6 +130,7 @@ impl Limiter {
                 returned: 0,
                 duplicate: false,
                 decision: Some(d),
+                exact: true,
             }),
             Tx::LeaseChanged => Ok(LeaseOutcome {
                 granted: true,
@@ -131,6 +138,7 @@ impl Limiter {
                 returned: 0,
                 duplicate: true,
                 decision: None,
+                exact: true,
             }),
         }
     }
@@ -170,6 +178,7 @@ impl Limiter {
                     returned: 0,
                     duplicate: true,
                     decision: None,
+                    exact: true,
                 });
             }
             let update = Update::builder()
@@ -204,12 +213,13 @@ impl Limiter {
             let before = lease.clone();
             let after = Lease { amount, ..lease };
             return Ok(match tx {
-                Tx::Done(d) => LeaseOutcome {
+                Tx::Done(d, exact) => LeaseOutcome {
                     granted: true,
                     lease: Some(after),
                     returned,
                     duplicate: false,
                     decision: d,
+                    exact,
                 },
                 // No room for the extra cost: the lease keeps its amount.
                 Tx::BucketRefused(d) => LeaseOutcome {
@@ -218,6 +228,7 @@ impl Limiter {
                     returned: 0,
                     duplicate: false,
                     decision: Some(d),
+                    exact: true,
                 },
                 // Someone adjusted it meanwhile: read it again and decide afresh.
                 Tx::LeaseChanged => continue,
@@ -249,6 +260,7 @@ impl Limiter {
             returned: 0,
             duplicate: false,
             decision: None,
+            exact: true,
         })
     }
 
@@ -272,6 +284,7 @@ impl Limiter {
                     returned: 0,
                     duplicate: true,
                     decision: None,
+                    exact: true,
                 });
             };
             let delete = Delete::builder()
@@ -299,13 +312,14 @@ impl Limiter {
                 returned = 0;
             }
             match tx {
-                Tx::Done(d) => {
+                Tx::Done(d, exact) => {
                     return Ok(LeaseOutcome {
                         granted: true,
                         lease: None,
                         returned,
                         duplicate: false,
                         decision: d,
+                        exact,
                     })
                 }
                 Tx::LeaseChanged | Tx::BucketRefused(_) => continue,
@@ -393,7 +407,10 @@ impl Limiter {
                     if let Some(d) = &d {
                         self.remember(key, Some(d.new_tat));
                     }
-                    return Ok(Tx::Done(d));
+                    let exact = plan
+                        .as_ref()
+                        .is_none_or(|p| matches!(p.case, Case::Idle | Case::RefundToFull));
+                    return Ok(Tx::Done(d, exact));
                 }
                 Err(SdkError::ServiceError(e))
                     if matches!(
