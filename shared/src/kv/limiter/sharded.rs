@@ -212,3 +212,34 @@ impl Limiter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::kv::LimitSet;
+    use crate::shard::Shards;
+
+    #[test]
+    fn the_limits_file_takes_shards_and_refuses_bad_counts_with_their_line() {
+        let src = "names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 8, count: 8, period: 1s, shards: 4 }\noverrides:\n  A:x: { burst: 8, count: 8, period: 1s }\n  A:y: { burst: 8, count: 8, period: 1s, shards: auto }\n";
+        let set = LimitSet::from_yaml(src).unwrap();
+        let shards = |id: &str| set.shards(&set.bucket("A", id).unwrap());
+        assert_eq!(shards("z"), Shards::Fixed(4), "the default's");
+        assert_eq!(
+            shards("x"),
+            Shards::Fixed(1),
+            "an override without shards is one item"
+        );
+        assert_eq!(shards("y"), Shards::AUTO);
+        for (bad, why) in [
+            ("0", "shards must be 1..=4096 or auto"),
+            ("5000", "shards must be"),
+        ] {
+            let src = format!("names:\n  A: {{ id: 1, format: string }}\ndefaults:\n  A: {{ burst: 8, count: 8, period: 1s, shards: {bad} }}\n");
+            let e = LimitSet::from_yaml(&src).unwrap_err();
+            assert_eq!(e.problems()[0].line, 4, "{e}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        let e = LimitSet::from_yaml("names:\n  A: { id: 1, format: string }\ndefaults:\n  A: { burst: 8, count: 8, period: 1s, shards: many }\n").unwrap_err();
+        assert!(!e.problems().is_empty());
+    }
+}
