@@ -174,10 +174,6 @@ async fn calls_and_write_units_of_a_lease() {
         Some(&1)
     );
     assert!(matches!(
-        lim.acquire_lease("Hot", "c", "C2", 5, TTL, now).await,
-        Err(KvError::ShardedLease(_))
-    ));
-    assert!(matches!(
         lim.acquire_lease("Llm", "c", "", 5, TTL, now).await,
         Err(KvError::BadLeaseId(_))
     ));
@@ -218,4 +214,67 @@ async fn concurrent_leases_never_over_admit() {
     // 32 × 40 > 1,000, so some acquire was refused with under 40 left, and nothing is ever given
     // back here: fewer than 40 remain.
     assert!(left < 40, "{left} left while an acquire of 40 was refused");
+}
+
+/// On a sharded limit (100 over 4 shards: 25 each) a lease lives on one shard: adjusting up needs
+/// room on that shard, adjusting down and releasing return to it, and the whole never over-admits.
+#[tokio::test]
+async fn a_lease_on_a_sharded_limit_stays_on_its_shard() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let now = env.clock.now();
+    let a = lim
+        .acquire_lease("Hot", "s", "S1", 20, TTL, now)
+        .await
+        .unwrap();
+    let shard = a.lease.unwrap().bucket;
+    assert!(shard.starts_with("2/") && shard.ends_with(":s"), "{shard}");
+    // +10 on a shard of 25 holding 20: refused, though other shards have room.
+    let up = lim.adjust_lease("Hot", "s", "S1", 30, now).await.unwrap();
+    assert!(!up.granted);
+    assert_eq!(up.lease.unwrap().amount, 20);
+    let up = lim.adjust_lease("Hot", "s", "S1", 25, now).await.unwrap();
+    assert!(up.granted);
+    let down = lim.adjust_lease("Hot", "s", "S1", 5, now).await.unwrap();
+    assert_eq!(
+        (down.returned, down.lease.unwrap().bucket),
+        (20, shard.clone())
+    );
+    assert_eq!(
+        lim.release_lease("Hot", "s", "S1", now)
+            .await
+            .unwrap()
+            .returned,
+        5
+    );
+    assert_eq!(
+        lim.check("Hot", "s", 0, now)
+            .await
+            .unwrap()
+            .decision
+            .remaining,
+        100
+    );
+    assert!(matches!(
+        lim.acquire_lease("Hot", "s", "S2", 26, TTL, now).await,
+        Err(KvError::Rate(_))
+    ));
+    // Many leases of 10 at once: never more than 100 held, and every shard can hold only two.
+    let mut held = 0;
+    for i in 0..40 {
+        let o = lim
+            .acquire_lease("Hot", "s", &format!("M{i}"), 10, TTL, now)
+            .await
+            .unwrap();
+        held += if o.granted { 10 } else { 0 };
+    }
+    assert!(held <= 80, "{held}: 4 shards × two leases of 10");
+    assert_eq!(
+        lim.check("Hot", "s", 0, now)
+            .await
+            .unwrap()
+            .decision
+            .remaining,
+        100 - held
+    );
 }

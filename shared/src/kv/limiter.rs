@@ -59,8 +59,6 @@ pub enum KvError {
     LeaseExpired(String),
     #[error("lease id {0:?} must be 1-200 printable characters")]
     BadLeaseId(String),
-    #[error("limit {0} is sharded; leases are on unsharded limits only")]
-    ShardedLease(String),
     #[error("a batch needs at least one limit")]
     EmptyBatch,
     #[error("a batch of {0} limits exceeds DynamoDB's {MAX_BATCH} items per transaction")]

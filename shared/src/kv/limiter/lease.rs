@@ -75,7 +75,9 @@ impl Limiter {
     ///
     /// DynamoDB calls: **1** `TransactWriteItems` (the spend and the lease item: 4 WCU) when warm,
     /// admitted or refused; ≤ 2 cold. A repeat with the same lease id returns the lease as it is
-    /// (+1 `GetItem`). Leases are not offered on sharded limits.
+    /// (+1 `GetItem`). On a sharded limit the lease is held on one shard, tried as a spend tries
+    /// them (2 random shards; a refusal costs 2 transactions); adjusting it up needs room on that
+    /// shard.
     pub async fn acquire_lease(
         &self,
         name: &str,
@@ -85,62 +87,87 @@ impl Limiter {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
-        let (bucket, rate) = self.lease_bucket(name, id, lease_id)?;
+        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
         if estimate == 0 {
             return Err(KvError::ZeroCost);
         }
         let deadline = now.plus(ttl);
-        let key = bucket.key();
-        let plan = SpendPlan::spend(rate, now, estimate, self.hint(&key))?;
-        let put = Put::builder()
-            .table_name(&self.table)
-            .item(
-                super::super::attr::BUCKET,
-                AttributeValue::S(lease_key(lease_id)),
-            )
-            .item(lattr::LEASE_OF, AttributeValue::S(key.clone()))
-            .item(lattr::AMOUNT, num(estimate))
-            .item(lattr::DEADLINE, num(deadline.as_nanos()))
-            .item(
-                super::super::attr::EXPIRES_AT,
-                num(deadline.plus(LEASE_KEEP).as_secs()),
-            )
-            .condition_expression("attribute_not_exists(#b)")
-            .expression_attribute_names("#b", super::super::attr::BUCKET)
-            .build()
-            .map_err(|e| crate::Error::Other(format!("building a lease: {e}")))?;
-        let lease = TransactWriteItem::builder().put(put).build();
-        match self.lease_tx(&key, Some(plan), lease).await? {
-            Tx::Done(d, exact) => Ok(LeaseOutcome {
-                granted: true,
-                lease: Some(Lease {
-                    id: lease_id.to_string(),
-                    bucket: key,
-                    amount: estimate,
-                    deadline_ns: deadline.as_nanos(),
-                }),
-                returned: 0,
-                duplicate: false,
-                decision: d,
-                exact,
-            }),
-            Tx::BucketRefused(d) => Ok(LeaseOutcome {
-                granted: false,
-                lease: None,
-                returned: 0,
-                duplicate: false,
-                decision: Some(d),
-                exact: true,
-            }),
-            Tx::LeaseChanged => Ok(LeaseOutcome {
-                granted: true,
-                lease: self.read_lease(lease_id).await?,
-                returned: 0,
-                duplicate: true,
-                decision: None,
-                exact: true,
-            }),
+        // Unsharded: the bucket. Sharded: up to TRIES random shards, as a spend tries them.
+        let candidates: Vec<(String, Rate)> = if n > 1 {
+            let smallest = crate::shard::share(rate.burst, n, n - 1);
+            if estimate > smallest {
+                return Err(RateError::CostOverBurst {
+                    cost: estimate,
+                    burst: smallest,
+                }
+                .into());
+            }
+            let mut c = Vec::new();
+            for i in self.picker.choices(n, crate::shard::TRIES) {
+                c.push((Self::shard_key(&bucket, i), Self::shard_rate(&rate, n, i)?));
+            }
+            c
+        } else {
+            vec![(bucket.key(), rate)]
+        };
+        let mut refused = None;
+        for (key, rate) in candidates {
+            let plan = SpendPlan::spend(rate, now, estimate, self.hint(&key))?;
+            let put = Put::builder()
+                .table_name(&self.table)
+                .item(
+                    super::super::attr::BUCKET,
+                    AttributeValue::S(lease_key(lease_id)),
+                )
+                .item(lattr::LEASE_OF, AttributeValue::S(key.clone()))
+                .item(lattr::AMOUNT, num(estimate))
+                .item(lattr::DEADLINE, num(deadline.as_nanos()))
+                .item(
+                    super::super::attr::EXPIRES_AT,
+                    num(deadline.plus(LEASE_KEEP).as_secs()),
+                )
+                .condition_expression("attribute_not_exists(#b)")
+                .expression_attribute_names("#b", super::super::attr::BUCKET)
+                .build()
+                .map_err(|e| crate::Error::Other(format!("building a lease: {e}")))?;
+            let lease = TransactWriteItem::builder().put(put).build();
+            match self.lease_tx(&key, Some(plan), lease).await? {
+                Tx::Done(d, exact) => {
+                    return Ok(LeaseOutcome {
+                        granted: true,
+                        lease: Some(Lease {
+                            id: lease_id.to_string(),
+                            bucket: key,
+                            amount: estimate,
+                            deadline_ns: deadline.as_nanos(),
+                        }),
+                        returned: 0,
+                        duplicate: false,
+                        decision: d,
+                        exact,
+                    })
+                }
+                Tx::BucketRefused(d) => refused = Some(d),
+                Tx::LeaseChanged => {
+                    return Ok(LeaseOutcome {
+                        granted: true,
+                        lease: self.read_lease(lease_id).await?,
+                        returned: 0,
+                        duplicate: true,
+                        decision: None,
+                        exact: true,
+                    })
+                }
+            }
         }
+        Ok(LeaseOutcome {
+            granted: false,
+            lease: None,
+            returned: 0,
+            duplicate: false,
+            decision: refused,
+            exact: true,
+        })
     }
 
     /// Sets the lease's amount to `amount` (the real cost): the difference is spent (refused, lease
@@ -158,15 +185,14 @@ impl Limiter {
         amount: u64,
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
-        let (bucket, rate) = self.lease_bucket(name, id, lease_id)?;
+        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let lease = self
                 .read_lease(lease_id)
                 .await?
                 .ok_or_else(|| KvError::LeaseNotFound(lease_id.to_string()))?;
-            if lease.bucket != bucket.key() {
-                return Err(KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")));
-            }
+            let rate = Self::lease_rate(&bucket, rate, n, &lease)
+                .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             if lease.deadline_ns <= now.as_nanos() {
                 self.release_lease(name, id, lease_id, now).await?;
                 return Err(KvError::LeaseExpired(lease_id.to_string()));
@@ -197,7 +223,7 @@ impl Limiter {
                 .build()
                 .map_err(|e| crate::Error::Other(format!("building a lease update: {e}")))?;
             let item = || TransactWriteItem::builder().update(update.clone()).build();
-            let key = bucket.key();
+            let key = lease.bucket.clone();
             let (plan, returned) = if amount > lease.amount {
                 let more = amount - lease.amount;
                 (SpendPlan::spend(rate, now, more, self.hint(&key))?, 0)
@@ -275,7 +301,7 @@ impl Limiter {
         lease_id: &str,
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
-        let (bucket, rate) = self.lease_bucket(name, id, lease_id)?;
+        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let Some(lease) = self.read_lease(lease_id).await? else {
                 return Ok(LeaseOutcome {
@@ -299,7 +325,9 @@ impl Limiter {
                 .build()
                 .map_err(|e| crate::Error::Other(format!("building a lease delete: {e}")))?;
             let item = || TransactWriteItem::builder().delete(delete.clone()).build();
-            let key = bucket.key();
+            let rate = Self::lease_rate(&bucket, rate, n, &lease)
+                .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
+            let key = lease.bucket.clone();
             let plan = SpendPlan::refund(rate, now, lease.amount.max(1), self.hint(&key))?;
             let mut tx = if lease.amount == 0 {
                 self.lease_tx(&key, None, item()).await?
@@ -362,16 +390,30 @@ impl Limiter {
         name: &str,
         id: &str,
         lease_id: &str,
-    ) -> Result<(BucketKey, Rate), KvError> {
+    ) -> Result<(BucketKey, Rate, u32), KvError> {
         if lease_id.is_empty() || lease_id.len() > 200 || lease_id.chars().any(char::is_control) {
             return Err(KvError::BadLeaseId(lease_id.to_string()));
         }
         let set = self.limits.current();
         let (bucket, rate) = self.resolve(&set, name, id)?;
-        if self.shard_count(&set, &bucket, &rate) > 1 {
-            return Err(KvError::ShardedLease(bucket.display_name()));
+        let n = self.shard_count(&set, &bucket, &rate);
+        Ok((bucket, rate, n))
+    }
+
+    /// The rate of the item a lease is held on: the bucket's, or its shard's share. `None` when the
+    /// lease is not on this bucket (or on a shard the limit no longer has).
+    fn lease_rate(
+        bucket: &BucketKey,
+        rate: Rate,
+        n: u32,
+        lease: &Lease,
+    ) -> Option<Result<Rate, KvError>> {
+        if lease.bucket == bucket.key() && n == 1 {
+            return Some(Ok(rate));
         }
-        Ok((bucket, rate))
+        (0..n)
+            .find(|i| Self::shard_key(bucket, *i) == lease.bucket)
+            .map(|i| Self::shard_rate(&rate, n, i).map_err(KvError::from))
     }
 
     /// One transaction: the bucket's write (if any) and the lease item's. Retries a wrong guess of
