@@ -8,7 +8,7 @@ use clap::Subcommand;
 use shared::clock::{Clock, SystemClock, Timestamp};
 use shared::kv::config::{parse_period, LIMITS_FILE_VAR};
 use shared::kv::instant::parse_instant;
-use shared::kv::{LimitSet, Limiter, Limits};
+use shared::kv::{item_write_budget, LimitSet, Limiter, Limits};
 use shared::{Deps, Error, Result};
 
 #[derive(Debug, clap::Args)]
@@ -143,7 +143,8 @@ pub async fn run(args: Args) -> Result<()> {
         deps.dynamo.clone(),
         &deps.tables.buckets,
         Arc::new(Limits::new(set)),
-    );
+    )
+    .with_item_write_budget(item_write_budget(&deps.vars)?);
     let now = target.now.unwrap_or_else(|| SystemClock.now());
     let (name, id) = (target.name.as_str(), target.id.as_str());
     let kv = |e: shared::kv::KvError| Error::Other(e.to_string());
@@ -172,7 +173,8 @@ async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<()> {
         deps.dynamo.clone(),
         &deps.tables.buckets,
         Arc::new(Limits::new(set)),
-    );
+    )
+    .with_item_write_budget(item_write_budget(&deps.vars)?);
     let at = |t: &Target| t.now.unwrap_or_else(|| SystemClock.now());
     let outcome = match &cmd {
         LeaseCmd::Acquire {
