@@ -278,3 +278,32 @@ async fn a_lease_on_a_sharded_limit_stays_on_its_shard() {
         100 - held
     );
 }
+
+/// A lease can grow past the burst as the bucket refills; releasing it gives back at most the
+/// burst (a refund never fills past full) instead of failing.
+#[tokio::test]
+async fn a_lease_larger_than_the_burst_still_releases() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let t0 = env.clock.now();
+    let long = Duration::from_secs(86_400);
+    assert!(
+        lim.acquire_lease("Llm", "g", "G1", 1_000, long, t0)
+            .await
+            .unwrap()
+            .granted
+    );
+    let t1 = t0.plus(Duration::from_secs(3_600)); // 10 tokens refilled
+    let up = lim.adjust_lease("Llm", "g", "G1", 1_010, t1).await.unwrap();
+    assert!(up.granted && up.lease.unwrap().amount == 1_010);
+    assert_eq!(remaining(&lim, "g", t1).await, 0);
+    let back = lim.adjust_lease("Llm", "g", "G1", 5, t1).await.unwrap();
+    assert_eq!(back.returned, 1_000);
+    assert_eq!(remaining(&lim, "g", t1).await, 1_000);
+    let r = lim.release_lease("Llm", "g", "G1", t1).await.unwrap();
+    assert!(lim.read_lease("G1").await.unwrap().is_none());
+    assert_eq!(
+        r.returned, 0,
+        "the bucket is already full: nothing to give back"
+    );
+}

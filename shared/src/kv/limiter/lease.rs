@@ -41,7 +41,8 @@ pub struct LeaseOutcome {
     pub granted: bool,
     /// The lease after the operation (`None` once committed, released or expired).
     pub lease: Option<Lease>,
-    /// Tokens given back to the bucket by this operation.
+    /// Tokens given back to the bucket by this operation (at most the burst; a refund never fills
+    /// the bucket past full, decision 0601).
     pub returned: u64,
     /// True when the operation had already been done (same lease id, same amount): nothing written.
     pub duplicate: bool,
@@ -228,7 +229,9 @@ impl Limiter {
                 let more = amount - lease.amount;
                 (SpendPlan::spend(rate, now, more, self.hint(&key))?, 0)
             } else {
-                let back = lease.amount - amount;
+                // A lease may hold more than the burst (it grew as the bucket refilled); the bucket
+                // can take back at most its burst.
+                let back = (lease.amount - amount).min(rate.burst);
                 (SpendPlan::refund(rate, now, back, self.hint(&key))?, back)
             };
             let mut tx = self.lease_tx(&key, Some(plan), item()).await?;
@@ -328,13 +331,14 @@ impl Limiter {
             let rate = Self::lease_rate(&bucket, rate, n, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             let key = lease.bucket.clone();
-            let plan = SpendPlan::refund(rate, now, lease.amount.max(1), self.hint(&key))?;
+            let back = lease.amount.min(rate.burst);
+            let plan = SpendPlan::refund(rate, now, back.max(1), self.hint(&key))?;
             let mut tx = if lease.amount == 0 {
                 self.lease_tx(&key, None, item()).await?
             } else {
                 self.lease_tx(&key, Some(plan), item()).await?
             };
-            let mut returned = lease.amount;
+            let mut returned = back;
             if matches!(tx, Tx::BucketRefused(_)) {
                 tx = self.lease_tx(&key, None, item()).await?;
                 returned = 0;
