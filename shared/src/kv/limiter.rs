@@ -304,6 +304,8 @@ impl Limiter {
     /// admitted or denied (a denial is decided from the old item the failed condition returns);
     /// **≤ 2** when cold (a wrong guess of the case costs one more conditional write, never a read).
     /// A denial writes nothing: its throttle count is carried into the bucket's next write.
+    /// A sharded limit (`shards:` in the limits file) tries up to two of its shards: a refusal
+    /// costs 2 calls (decision 1500).
     pub async fn spend(
         &self,
         name: &str,
