@@ -188,7 +188,42 @@ def build(dirpath: Path) -> dict[str, Any]:
     return {"meta": meta, "specs": specs, "raw": throughput, "throughput": aggregate(throughput),
             "accuracy": accuracy, "cold_start": [l for l in cold if l.get("kind") == "cold_start"],
             "peers_run": {PEERS[k]: bool(v) for k, v in peers.items()}, "zae_readme": readme,
-            "zae_readme_unprimed": readme_unprimed}
+            "zae_readme_unprimed": readme_unprimed,
+            "sim": [l for l in read_lines(dirpath / "sim.jsonl") if l.get("kind") == "sim"]}
+
+
+def sim_section(data: dict[str, Any]) -> list[str]:
+    """The simulation of DynamoDB's per-item write ceiling (turnstile-bench sim, issue 15)."""
+    out = ["## Simulation: one limit past one item's write ceiling", ""]
+    sims = data.get("sim") or []
+    if not sims:
+        out += [f"Not run — {data['meta'].get('skipped', {}).get('sim', 'not run')}.", ""]
+        return out
+    s0 = sims[0]
+    out += [
+        f"`turnstile-bench sim` puts `turnstile-faultproxy` in front of DynamoDB Local and throttles every item "
+        f"past **{s0['per_item_ceiling']} writes/s** with DynamoDB's own `ThrottlingException` (a model of the "
+        f"~1,000 WCU/s per partition, scaled down so it runs in seconds). One GCRA limit of "
+        f"**{s0['limit_per_sec']}/s** (burst {s0['limit_per_sec']}) is offered **{s0['offered_per_sec']} "
+        f"decisions/s** open loop in real time, unsharded and with `shards: N` (decision 1500); the client does "
+        f"not retry throttles (the limiter tries another shard). *Ideal* is one GCRA bucket of the same rate with "
+        f"no ceiling, on the very same arrival instants; *over-admission* = admitted beyond the ideal (must be 0); "
+        f"*extra refusals* = (ideal − admitted) / offered. Arithmetic for real DynamoDB: docs/scaling.md.",
+        "",
+        "| shards | seconds | offered | admitted | admitted/s | × one item's ceiling | ideal | over-admission "
+        "| refused | throttled (decisions) | writes throttled | extra refusals | calls/decision | WCU/decision |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sims:
+        out.append(f"| {r['shards']} | {f(r['seconds'])} | {r['offered']} | {r['admitted']} | {f(r['admitted_per_sec'], 1)} "
+                   f"| {f(r['ceiling_multiple'], 1)} | {r['ideal_admitted']} | {r['over_admission']} | {r['refused']} "
+                   f"| {r['throttled']} | {r['writes_throttled']} | {f(r['extra_refusal_pct'], 1)} % "
+                   f"| {f(r['calls_per_decision'])} | {f(r['write_units_per_decision'])} |")
+    out += ["", "Unsharded, the one item still takes its ceiling of writes (WCU/decision × offered ≈ "
+            f"{s0['per_item_ceiling']} writes/s), but fewer admissions: a spend whose guess of the bucket's case "
+            "was stale needs a second write, which the ceiling then throttles. Sharded, a throttled or refusing "
+            "shard sends the decision to a second one (the calls/decision above 1).", ""]
+    return out
 
 
 def readme_check(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -678,6 +713,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
               f"| {Path(c['event']).parent.name + '/' + Path(c['event']).name if '/' in c['event'] else c['event']} "
               f"| {answer(c.get('posted'))} |")
     w("")
+    for line in sim_section(data):
+        w(line)
     w("## Caveats")
     w("")
     w("- DynamoDB Local shares the cores with the harness and the peers; it serialises writes to one item "
@@ -761,6 +798,13 @@ def check(data: dict[str, Any]) -> list[str]:
         if r["decisions"] and r.get("calls_per_decision", 0) > 0 and r.get("write_units_per_decision") is None \
                 and r.get("read_units_per_decision") is None:
             errs.append(f"{peer_label(r)} {r['workload']} c={r['concurrency']}: no write/read units measured")
+    for r in data.get("sim") or []:
+        if r["over_admission"] != 0:
+            errs.append(f"sim shards={r['shards']}: over-admitted {r['over_admission']} beyond the ideal")
+        if r["shards"] > 1 and data["meta"].get("mode") == "full" and r["ceiling_multiple"] < 10:
+            errs.append(f"sim shards={r['shards']}: {r['ceiling_multiple']:.1f}x one item's ceiling, below 10x")
+    if data["meta"].get("mode") and not data.get("sim") and "sim" not in data["meta"].get("skipped", {}):
+        errs.append("sim: produced no lines")
     for c in data["cold_start"]:
         if c["first_invocation_ms_median"] is None:
             errs.append(f"cold start {c['function']}: never handled an invocation ({c['outcomes']})")
@@ -788,7 +832,8 @@ def main() -> int:
                "accuracy": data["accuracy"], "zae_readme": data.get("zae_readme"),
                "zae_readme_unprimed": data.get("zae_readme_unprimed"),
                "zae_readme_rounds": read_lines(args.dir / "zae-readme.jsonl"),
-               "zae_readme_check": readme_check(data), "cold_start": data["cold_start"], "targets": targets(data)}
+               "zae_readme_check": readme_check(data), "cold_start": data["cold_start"], "targets": targets(data),
+               "sim": data.get("sim")}
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     if args.md:
         args.md.write_text(markdown(data, mach) + "\n")

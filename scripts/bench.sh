@@ -25,6 +25,7 @@
 #   BENCH_CONCURRENCY   comma list (1,8,32)
 #   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
+#   BENCH_SIM_SECONDS   seconds of each simulation run, unsharded and 32 shards (10 / 3)
 #   BENCH_COLDSTART_PROFILE cargo profile of the function binaries whose cold start is timed (= BENCH_PROFILE);
 #                       `release` times the shipping binaries without building the harness with fat LTO
 # Outputs: full → BENCHMARKS.md, bench/results.json (and raw lines in bench/out/full/);
@@ -167,6 +168,14 @@ if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
   end zae-readme
 fi
 
+# --- simulation: one sharded limit past DynamoDB's per-item write ceiling (issue 15) -------------
+sim_secs="${BENCH_SIM_SECONDS:-10}"; [ "$mode" = smoke ] && sim_secs="${BENCH_SIM_SECONDS:-3}"
+fresh raw
+begin sim
+"$bench_bin" sim --endpoint "$endpoint" --seconds "$sim_secs" --shards 1,32 >"$out/sim.jsonl" \
+  || { say "turnstile-bench sim failed"; skipped[sim]="the simulation failed"; status=1; }
+end sim
+
 # --- cold starts -------------------------------------------------------------------------------
 fresh raw
 begin cold-start
@@ -195,7 +204,7 @@ COLD_PROFILE="$cold_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
-order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "cold-start", "total"]
+order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "sim", "cold-start", "total"]
 d = kv(os.environ["DURATIONS"])
 print(json.dumps({
     "mode": os.environ["MODE"], "command": os.environ["CMD"],

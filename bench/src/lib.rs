@@ -7,5 +7,6 @@ pub mod coldstart;
 pub mod error;
 pub mod prime;
 pub mod runner;
+pub mod sim;
 pub mod workload;
 pub mod workloads;

@@ -68,6 +68,27 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         requests: u64,
     },
+    /// Simulation: the fault proxy throttles each item past `per_item` writes/s in front of DynamoDB
+    /// Local; one sharded GCRA limit of `rate`/s offered `offered` decisions/s, once per shard count.
+    /// One JSON line (`kind: "sim"`) per shard count on stdout.
+    Sim {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long, default_value_t = 20)]
+        per_item: u32,
+        #[arg(long, default_value_t = 240)]
+        rate: u64,
+        #[arg(long, default_value_t = 300)]
+        offered: u64,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, value_delimiter = ',', default_value = "1,32")]
+        shards: Vec<u32>,
+        #[arg(long, default_value_t = 32)]
+        workers: usize,
+        #[arg(long, default_value_t = 15)]
+        seed: u64,
+    },
     /// Cold start and size of each function binary; JSON lines on stdout.
     ColdStart {
         /// Folder holding the built function binaries.
@@ -343,6 +364,37 @@ async fn main() -> ExitCode {
         }
         Command::Prime { endpoint, requests } => {
             turnstile_bench::prime::prime(&local_client(&endpoint, None), requests).await
+        }
+        Command::Sim {
+            endpoint,
+            per_item,
+            rate,
+            offered,
+            seconds,
+            shards,
+            workers,
+            seed,
+        } => {
+            let mut res = Ok(());
+            for n in shards {
+                let cfg = turnstile_bench::sim::SimConfig {
+                    per_item,
+                    rate,
+                    shards: n,
+                    offered,
+                    seconds,
+                    workers,
+                    seed,
+                };
+                res = match turnstile_bench::sim::run(&endpoint, cfg).await {
+                    Ok(line) => emit(&line),
+                    Err(e) => Err(e),
+                };
+                if res.is_err() {
+                    break;
+                }
+            }
+            res
         }
         Command::ColdStart {
             bin_dir,

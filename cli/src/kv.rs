@@ -2,12 +2,13 @@
 //! printing the decision as JSON. Limits come from `--config` or `TURNSTILE_LIMITS_FILE`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Subcommand;
 use shared::clock::{Clock, SystemClock, Timestamp};
-use shared::kv::config::LIMITS_FILE_VAR;
+use shared::kv::config::{parse_period, LIMITS_FILE_VAR};
 use shared::kv::instant::parse_instant;
-use shared::kv::{LimitSet, Limiter, Limits};
+use shared::kv::{item_write_budget, LimitSet, Limiter, Limits};
 use shared::{Deps, Error, Result};
 
 #[derive(Debug, clap::Args)]
@@ -60,6 +61,48 @@ enum Cmd {
     },
     /// Validate the limits file and print its names; no AWS call.
     Validate,
+    /// Leases: hold an estimated cost, adjust it to the real cost, commit or release it
+    /// (decision 1501).
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaseCmd {
+    /// Hold ESTIMATE tokens under LEASE until now + TTL (1 TransactWriteItems).
+    Acquire {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        lease: String,
+        #[arg(long)]
+        estimate: u64,
+        /// How long the lease holds before its estimate returns (`30s`, `5m`).
+        #[arg(long, default_value = "5m", value_parser = parse_period)]
+        ttl: Duration,
+    },
+    /// Set the lease's amount to the real cost: the difference is spent or given back;
+    /// repeating it changes nothing (1 GetItem + 1 TransactWriteItems).
+    Adjust {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        lease: String,
+        #[arg(long)]
+        amount: u64,
+    },
+    /// End the lease, keeping its amount spent (1 DeleteItem).
+    Commit {
+        #[arg(long)]
+        lease: String,
+    },
+    /// End the lease and give its amount back, as expiry does (1 GetItem + 1 TransactWriteItems).
+    Release {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        lease: String,
+    },
 }
 
 /// Loads and validates the limits file named by `--config` or the env var.
@@ -93,13 +136,15 @@ pub async fn run(args: Args) -> Result<()> {
         Cmd::Spend { target, cost } => (target, Op::Spend(cost)),
         Cmd::Refund { target, cost } => (target, Op::Refund(cost)),
         Cmd::Reset { target } => (target, Op::Reset),
+        Cmd::Lease(cmd) => return lease(set, cmd).await,
     };
     let deps = Deps::from_env().await?;
     let limiter = Limiter::new(
         deps.dynamo.clone(),
         &deps.tables.buckets,
         Arc::new(Limits::new(set)),
-    );
+    )
+    .with_item_write_budget(item_write_budget(&deps.vars)?);
     let now = target.now.unwrap_or_else(|| SystemClock.now());
     let (name, id) = (target.name.as_str(), target.id.as_str());
     let kv = |e: shared::kv::KvError| Error::Other(e.to_string());
@@ -119,4 +164,43 @@ pub async fn run(args: Args) -> Result<()> {
         obj.insert("now".into(), serde_json::Value::String(now.to_rfc3339()));
     }
     crate::print_json(&value)
+}
+
+/// `turnstile kv lease ...`: one lease operation, printed as JSON.
+async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<()> {
+    let deps = Deps::from_env().await?;
+    let limiter = Limiter::new(
+        deps.dynamo.clone(),
+        &deps.tables.buckets,
+        Arc::new(Limits::new(set)),
+    )
+    .with_item_write_budget(item_write_budget(&deps.vars)?);
+    let at = |t: &Target| t.now.unwrap_or_else(|| SystemClock.now());
+    let outcome = match &cmd {
+        LeaseCmd::Acquire {
+            target: t,
+            lease,
+            estimate,
+            ttl,
+        } => {
+            limiter
+                .acquire_lease(&t.name, &t.id, lease, *estimate, *ttl, at(t))
+                .await
+        }
+        LeaseCmd::Adjust {
+            target: t,
+            lease,
+            amount,
+        } => {
+            limiter
+                .adjust_lease(&t.name, &t.id, lease, *amount, at(t))
+                .await
+        }
+        LeaseCmd::Commit { lease } => limiter.commit_lease(lease).await,
+        LeaseCmd::Release { target: t, lease } => {
+            limiter.release_lease(&t.name, &t.id, lease, at(t)).await
+        }
+    }
+    .map_err(|e| Error::Other(e.to_string()))?;
+    crate::print_json(&outcome)
 }

@@ -26,6 +26,7 @@ pub mod limit;
 pub mod refusal;
 pub mod reservation;
 pub mod session;
+pub mod shard;
 pub mod state;
 pub mod table;
 pub mod telemetry;

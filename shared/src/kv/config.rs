@@ -26,6 +26,7 @@ use serde_saphyr::Spanned;
 
 use super::names::{check_name, IdFormat};
 use crate::gcra::Rate;
+use crate::shard::{Shards, MAX_SHARDS};
 
 /// Env var naming the limits file (the CLI's `--config` takes precedence).
 pub const LIMITS_FILE_VAR: &str = "TURNSTILE_LIMITS_FILE";
@@ -135,6 +136,9 @@ pub struct LimitSet {
     defaults: HashMap<u16, Rate>,
     /// Keyed by the interned bucket key `{nameId}:{canonicalId}`.
     overrides: HashMap<String, Rate>,
+    /// `shards:` of the entries that declare it (absent: one item, decision 1500).
+    default_shards: HashMap<u16, Shards>,
+    override_shards: HashMap<String, Shards>,
 }
 
 impl LimitSet {
@@ -227,6 +231,18 @@ impl LimitSet {
             .or_else(|| self.defaults.get(&bucket.name_id))
             .copied()
             .ok_or_else(|| KeyError::NoLimit(bucket.name.clone()))
+    }
+
+    /// The `shards:` of the entry [`rate`](Self::rate) takes the limit from (absent: 1).
+    pub fn shards(&self, bucket: &BucketKey) -> Shards {
+        let key = bucket.key();
+        if self.overrides.contains_key(&key) {
+            return self.override_shards.get(&key).copied().unwrap_or_default();
+        }
+        self.default_shards
+            .get(&bucket.name_id)
+            .copied()
+            .unwrap_or_default()
     }
 
     pub fn default_rate(&self, name: &str) -> Option<Rate> {
@@ -338,6 +354,9 @@ struct LimitSpec {
     burst: Spanned<u64>,
     count: Spanned<u64>,
     period: Spanned<String>,
+    /// A number (1..=4096) or `auto` (decision 1500).
+    #[serde(default)]
+    shards: Option<Spanned<Shards>>,
 }
 
 /// A mapping kept as a list in file order, so every key keeps its position and duplicates (which a
@@ -406,6 +425,13 @@ fn rate_of(key: &Spanned<String>, spec: &LimitSpec, problems: &mut Vec<Problem>)
             None
         }
     };
+    if let Some(sh) = &spec.shards {
+        if matches!(sh.value, Shards::Fixed(n) if !(1..=MAX_SHARDS).contains(&n)) {
+            let why = format!("{k}: shards must be 1..={MAX_SHARDS} or auto");
+            problems.push(at(sh, why));
+            ok = false;
+        }
+    }
     let period = period?;
     if !ok {
         return None;
@@ -500,6 +526,9 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
         if let Some(rate) = rate_of(key, spec, &mut problems) {
             if !is_dup {
                 set.defaults.insert(def.id, rate);
+                if let Some(sh) = &spec.shards {
+                    set.default_shards.insert(def.id, sh.value);
+                }
             }
         }
     }
@@ -529,6 +558,9 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
         let is_dup = dup("overrides", &bucket.key(), key, &mut problems);
         if let Some(rate) = rate_of(key, spec, &mut problems) {
             if !is_dup {
+                if let Some(sh) = &spec.shards {
+                    set.override_shards.insert(bucket.key(), sh.value);
+                }
                 set.overrides.insert(bucket.key(), rate);
             }
         }

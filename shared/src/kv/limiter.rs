@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
@@ -26,6 +26,12 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// transactions conflict.
 const MAX_ATTEMPTS: usize = 4;
 
+mod batch;
+mod lease;
+pub use lease::{Lease, LeaseOutcome};
+mod sharded;
+pub use sharded::item_write_budget;
+
 /// Most buckets in one batch spend: DynamoDB's limit of items per transaction.
 pub const MAX_BATCH: usize = 100;
 
@@ -43,6 +49,16 @@ pub enum KvError {
     ZeroCost,
     #[error("bucket {0} appears more than once in a batch")]
     DuplicateInBatch(String),
+    /// A batch is one transaction over fixed items; a sharded limit is spent on its own.
+    #[error("limit {0} is sharded and cannot be part of a batch spend (spend it on its own)")]
+    ShardedInBatch(String),
+    #[error("no lease {0}")]
+    LeaseNotFound(String),
+    /// The lease's deadline had passed: its amount was returned to the bucket.
+    #[error("lease {0} has expired; its amount was returned")]
+    LeaseExpired(String),
+    #[error("lease id {0:?} must be 1-200 printable characters")]
+    BadLeaseId(String),
     #[error("a batch needs at least one limit")]
     EmptyBatch,
     #[error("a batch of {0} limits exceeds DynamoDB's {MAX_BATCH} items per transaction")]
@@ -102,6 +118,9 @@ pub struct Limiter {
     ttl_margin: Duration,
     hints: Mutex<HashMap<String, Timestamp>>,
     pending: Mutex<HashMap<String, Pending>>,
+    /// Which shards a sharded spend tries, and the write budget behind `shards: auto`.
+    picker: crate::shard::Picker,
+    item_write_budget: u64,
 }
 
 impl Limiter {
@@ -113,6 +132,8 @@ impl Limiter {
             ttl_margin: DEFAULT_TTL_MARGIN,
             hints: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            picker: crate::shard::Picker::default(),
+            item_write_budget: crate::shard::DEFAULT_ITEM_WRITE_BUDGET,
         }
     }
 
@@ -267,9 +288,14 @@ impl Limiter {
     }
 
     fn outcome(bucket: &BucketKey, rate: Rate, decision: Decision) -> Outcome {
+        Self::outcome_at(bucket, &bucket.key(), rate, decision)
+    }
+
+    /// An outcome decided by the item `key` (a shard's, for a sharded limit).
+    fn outcome_at(bucket: &BucketKey, key: &str, rate: Rate, decision: Decision) -> Outcome {
         Outcome {
             limit: bucket.display_name(),
-            bucket: bucket.key(),
+            bucket: key.to_string(),
             rate,
             decision,
             shadow_denied: false,
@@ -282,6 +308,8 @@ impl Limiter {
     /// admitted or denied (a denial is decided from the old item the failed condition returns);
     /// **≤ 2** when cold (a wrong guess of the case costs one more conditional write, never a read).
     /// A denial writes nothing: its throttle count is carried into the bucket's next write.
+    /// A sharded limit (`shards:` in the limits file) tries up to two of its shards: a refusal
+    /// costs 2 calls (decision 1500).
     pub(super) async fn spend_unmetered(
         &self,
         name: &str,
@@ -294,22 +322,43 @@ impl Limiter {
         }
         let set = self.limits.current();
         let (bucket, rate) = self.resolve(&set, name, id)?;
-        let key = bucket.key();
-        let target = self.target(&bucket);
+        let shards = self.shard_count(&set, &bucket, &rate);
+        if shards > 1 {
+            return self.spend_sharded(&bucket, rate, shards, cost, now).await;
+        }
+        self.spend_key(&bucket, &bucket.key(), rate, cost, now)
+            .await
+            .map_err(|(e, _)| e)
+    }
+
+    /// [`spend`](Self::spend) on one item, `key` (the bucket's, or one shard's). A failure says
+    /// whether DynamoDB throttled the write (nothing was written: another shard may be tried).
+    async fn spend_key(
+        &self,
+        bucket: &BucketKey,
+        key: &str,
+        rate: Rate,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, (KvError, bool)> {
+        let key = key.to_string();
+        let target = Target::bucket(&self.table, &key, self.ttl_margin);
         let pending = self.take_pending(&key);
         let state = StateWrite {
             limit_name: Some(bucket.name.clone()),
             pending_throttles: pending.map_or(0, |p| p.count),
             first_throttle: pending.map(|p| p.first),
         };
-        let mut plan = SpendPlan::spend(rate, now, cost, self.hint(&key))?.with_state(state);
+        let mut plan = SpendPlan::spend(rate, now, cost, self.hint(&key))
+            .map_err(|e| (e.into(), false))?
+            .with_state(state);
         for _ in 0..MAX_ATTEMPTS {
             match plan.update_item(&self.client, &target).send().await {
                 Ok(out) => {
                     let new_tat = write::stored_tat(out.attributes(), write::attr::TAT);
                     let d = plan.admitted(new_tat, None);
                     self.remember(&key, Some(d.new_tat));
-                    return Ok(Self::outcome(&bucket, rate, d));
+                    return Ok(Self::outcome_at(bucket, &key, rate, d));
                 }
                 Err(SdkError::ServiceError(e))
                     if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -325,19 +374,20 @@ impl Limiter {
                                 .as_ref()
                                 .and_then(|i| write::int_attr(i, write::attr::VERSION));
                             self.keep_pending(&key, pending, 1, now, version);
-                            return Ok(Self::outcome(&bucket, rate, d));
+                            return Ok(Self::outcome_at(bucket, &key, rate, d));
                         }
                         Next::Retry(p) => plan = p,
                     }
                 }
                 Err(e) => {
                     self.keep_pending(&key, pending, 0, now, None);
-                    return Err(crate::Error::dynamo("UpdateItem", e).into());
+                    let throttled = sharded::is_throttle(e.code());
+                    return Err((crate::Error::dynamo("UpdateItem", e).into(), throttled));
                 }
             }
         }
         self.keep_pending(&key, pending, 0, now, None);
-        Err(KvError::Contended(key))
+        Err((KvError::Contended(key), false))
     }
 
     /// What a spend of `cost` (≥ 0) would decide now, without writing (cost 0: the bucket as it is).
@@ -352,6 +402,10 @@ impl Limiter {
     ) -> Result<Outcome, KvError> {
         let set = self.limits.current();
         let (bucket, rate) = self.resolve(&set, name, id)?;
+        let shards = self.shard_count(&set, &bucket, &rate);
+        if shards > 1 {
+            return self.check_sharded(&bucket, rate, shards, cost, now).await;
+        }
         let item = self.read(&bucket.key()).await?;
         let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
         self.remember(&bucket.key(), tat);
@@ -403,8 +457,25 @@ impl Limiter {
         }
         let set = self.limits.current();
         let (bucket, rate) = self.resolve(&set, name, id)?;
-        let key = bucket.key();
-        let target = self.target(&bucket);
+        let shards = self.shard_count(&set, &bucket, &rate);
+        if shards > 1 {
+            return self.refund_sharded(&bucket, rate, shards, cost, now).await;
+        }
+        self.refund_key(&bucket, &bucket.key(), rate, cost, now)
+            .await
+    }
+
+    /// [`refund`](Self::refund) on one item, `key` (the bucket's, or one shard's).
+    async fn refund_key(
+        &self,
+        bucket: &BucketKey,
+        key: &str,
+        rate: Rate,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, KvError> {
+        let key = key.to_string();
+        let target = Target::bucket(&self.table, &key, self.ttl_margin);
         let state = StateWrite {
             limit_name: Some(bucket.name.clone()),
             ..StateWrite::default()
@@ -419,7 +490,7 @@ impl Limiter {
                     };
                     let d = plan.admitted(new_tat, None);
                     self.remember(&key, Some(d.new_tat));
-                    return Ok(Self::outcome(&bucket, rate, d));
+                    return Ok(Self::outcome_at(bucket, &key, rate, d));
                 }
                 Err(SdkError::ServiceError(e))
                     if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -430,7 +501,7 @@ impl Limiter {
                     };
                     self.remember(&key, write::stored_tat(old.as_ref(), write::attr::TAT));
                     match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
-                        Next::Refused(d) => return Ok(Self::outcome(&bucket, rate, d)),
+                        Next::Refused(d) => return Ok(Self::outcome_at(bucket, &key, rate, d)),
                         Next::Retry(p) => plan = p,
                     }
                 }
@@ -446,6 +517,15 @@ impl Limiter {
     pub async fn reset(&self, name: &str, id: &str, now: Timestamp) -> Result<Outcome, KvError> {
         let set = self.limits.current();
         let (bucket, rate) = self.resolve(&set, name, id)?;
+        let shards = self.shard_count(&set, &bucket, &rate);
+        if shards > 1 {
+            self.reset_shards(&bucket, shards).await?;
+            return Ok(Self::outcome(
+                &bucket,
+                rate,
+                gcra::spend(&rate, None, now, 0)?,
+            ));
+        }
         self.client
             .delete_item()
             .table_name(&self.table)
@@ -459,206 +539,5 @@ impl Limiter {
         }
         let d = gcra::spend(&rate, None, now, 0)?;
         Ok(Self::outcome(&bucket, rate, d))
-    }
-
-    /// Spends from several buckets at once, all or nothing: either every bucket admits its cost and
-    /// all are spent, or nothing is written and the strictest denial is returned.
-    ///
-    /// DynamoDB calls: **1** `TransactWriteItems` when warm (admitted, or denied from the old items
-    /// the cancellation reasons carry); **≤ 2** cold. Transaction conflicts with concurrent writers
-    /// are retried, up to 4 transactions in all.
-    pub async fn spend_batch(
-        &self,
-        spends: &[(&str, &str, u64)],
-        now: Timestamp,
-    ) -> Result<BatchOutcome, KvError> {
-        if spends.is_empty() {
-            return Err(KvError::EmptyBatch);
-        }
-        if spends.len() > MAX_BATCH {
-            return Err(KvError::BatchTooLarge(spends.len()));
-        }
-        let set = self.limits.current();
-        let mut items = Vec::with_capacity(spends.len());
-        let mut seen = HashSet::new();
-        for (name, id, cost) in spends {
-            if *cost == 0 {
-                return Err(KvError::ZeroCost);
-            }
-            let (bucket, rate) = self.resolve(&set, name, id)?;
-            if !seen.insert(bucket.key()) {
-                return Err(KvError::DuplicateInBatch(bucket.display_name()));
-            }
-            let hint = self.hint(&bucket.key());
-            let plan = SpendPlan::spend(rate, now, *cost, hint)?;
-            items.push((bucket, rate, plan, hint));
-        }
-        let pendings: Vec<Option<Pending>> = items
-            .iter()
-            .map(|(b, ..)| self.take_pending(&b.key()))
-            .collect();
-        for ((bucket, _, plan, _), p) in items.iter_mut().zip(&pendings) {
-            plan.state = Some(StateWrite {
-                limit_name: Some(bucket.name.clone()),
-                pending_throttles: p.map_or(0, |p| p.count),
-                first_throttle: p.map(|p| p.first),
-            });
-        }
-        let keys: Vec<String> = items.iter().map(|(b, ..)| b.key()).collect();
-        let give_back = |denied: &HashMap<String, Option<i64>>| {
-            for (key, p) in keys.iter().zip(&pendings) {
-                let version = denied.get(key).copied().flatten();
-                self.keep_pending(key, *p, u64::from(denied.contains_key(key)), now, version);
-            }
-        };
-        for attempt in 0..MAX_ATTEMPTS {
-            let mut writes = Vec::with_capacity(items.len());
-            for (bucket, _, plan, _) in &items {
-                let update = plan.transact_update(&self.target(bucket))?;
-                writes.push(TransactWriteItem::builder().update(update).build());
-            }
-            let res = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(writes))
-                .send()
-                .await;
-            match res {
-                Ok(_) => {
-                    let mut exact = true;
-                    let each: Vec<Outcome> = items
-                        .iter()
-                        .map(|(bucket, rate, plan, hint)| {
-                            exact &= plan.case == Case::Idle;
-                            let d = plan.admitted(None, *hint);
-                            self.remember(&bucket.key(), Some(d.new_tat));
-                            Self::outcome(bucket, *rate, d)
-                        })
-                        .collect();
-                    return Ok(strictest(each, exact));
-                }
-                Err(SdkError::ServiceError(e))
-                    if matches!(
-                        e.err(),
-                        TransactWriteItemsError::TransactionCanceledException(_)
-                    ) =>
-                {
-                    let reasons = match e.err() {
-                        TransactWriteItemsError::TransactionCanceledException(c) => {
-                            c.cancellation_reasons().to_vec()
-                        }
-                        _ => Vec::new(),
-                    };
-                    let mut denials = Vec::new();
-                    let mut conflict = false;
-                    for (i, (bucket, rate, plan, hint)) in items.iter_mut().enumerate() {
-                        let reason = reasons.get(i);
-                        match reason.and_then(|r| r.code()) {
-                            Some("ConditionalCheckFailed") => {
-                                let old = reason.and_then(|r| r.item());
-                                let tat = write::stored_tat(old, write::attr::TAT);
-                                self.remember(&bucket.key(), tat);
-                                *hint = tat;
-                                match plan.on_condition_failed(old, write::attr::TAT) {
-                                    Next::Refused(d) => {
-                                        let version = old
-                                            .and_then(|i| write::int_attr(i, write::attr::VERSION));
-                                        denials.push((Self::outcome(bucket, *rate, d), version));
-                                    }
-                                    Next::Retry(p) => *plan = p,
-                                }
-                            }
-                            Some("None") | None => {}
-                            Some(_) => conflict = true,
-                        }
-                    }
-                    if !denials.is_empty() {
-                        let denied: HashMap<String, Option<i64>> = denials
-                            .iter()
-                            .map(|(o, v)| (o.bucket.clone(), *v))
-                            .collect();
-                        give_back(&denied);
-                        // The others' numbers as last seen, for the caller's headers.
-                        let mut each = Vec::with_capacity(items.len());
-                        for (bucket, rate, plan, hint) in &items {
-                            match denials.iter().find(|(o, _)| o.bucket == bucket.key()) {
-                                Some((o, _)) => each.push(o.clone()),
-                                None => {
-                                    let d = gcra::spend(rate, *hint, now, plan.cost)?;
-                                    each.push(Self::outcome(bucket, *rate, d));
-                                }
-                            }
-                        }
-                        return Ok(strictest(each, false));
-                    }
-                    if conflict {
-                        // Another transaction held one of the items: back off briefly.
-                        tokio::time::sleep(Duration::from_millis(5 << attempt)).await;
-                    }
-                }
-                Err(e) => {
-                    give_back(&HashMap::new());
-                    return Err(crate::Error::dynamo("TransactWriteItems", e).into());
-                }
-            }
-        }
-        give_back(&HashMap::new());
-        Err(KvError::Contended(
-            items
-                .iter()
-                .map(|(b, ..)| b.display_name())
-                .collect::<Vec<_>>()
-                .join(","),
-        ))
-    }
-}
-
-/// Folds a batch's decisions into the strictest one.
-fn strictest(each: Vec<Outcome>, exact: bool) -> BatchOutcome {
-    let denied = each
-        .iter()
-        .filter(|o| !o.decision.allowed)
-        .max_by_key(|o| o.decision.retry_in);
-    let (decision, deciding) = match denied {
-        Some(o) => (o.decision, o.limit.clone()),
-        None => {
-            let tightest = each.iter().min_by_key(|o| o.decision.remaining);
-            let retry_in = each
-                .iter()
-                .map(|o| o.decision.retry_in)
-                .max()
-                .unwrap_or_default();
-            let reset_in = each
-                .iter()
-                .map(|o| o.decision.reset_in)
-                .max()
-                .unwrap_or_default();
-            match tightest {
-                Some(o) => (
-                    Decision {
-                        retry_in,
-                        reset_in,
-                        ..o.decision
-                    },
-                    o.limit.clone(),
-                ),
-                None => (
-                    Decision {
-                        allowed: true,
-                        remaining: 0,
-                        retry_in,
-                        reset_in,
-                        new_tat: Timestamp::default(),
-                    },
-                    String::new(),
-                ),
-            }
-        }
-    };
-    BatchOutcome {
-        decision,
-        deciding,
-        each,
-        exact,
     }
 }

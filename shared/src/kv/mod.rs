@@ -12,7 +12,9 @@ pub mod names;
 pub mod write;
 
 pub use config::{BucketKey, KeyError, LimitSet, Limits, LoadError, NameDef, Problem};
-pub use limiter::{BatchOutcome, KvError, Limiter, Outcome};
+pub use limiter::{
+    item_write_budget, BatchOutcome, KvError, Lease, LeaseOutcome, Limiter, Outcome,
+};
 pub use names::IdFormat;
 
 pub mod attr {

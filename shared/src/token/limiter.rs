@@ -20,6 +20,11 @@ use crate::limit::item::{n, s, Item};
 use crate::limit::{Companion, Effective, LimitRow, LimitStore, Quota};
 use crate::Deps;
 
+mod guard;
+mod sharded;
+pub use guard::{account_at, Guarded};
+pub use sharded::shards_from_vars;
+
 /// Attempts before a decision gives up with [`Error::Other`] ("contended"); each failed attempt
 /// returned the bucket's real state, so this only trips under extreme contention.
 const MAX_ATTEMPTS: u32 = 64;
@@ -108,6 +113,20 @@ struct Inner {
     limits: LimitStore,
     clock: SharedClock,
     seen: Mutex<HashMap<(String, String), Seen>>,
+    /// Resources spread over more than one bucket row (decision 1500), and the shard choices.
+    shards: Mutex<HashMap<String, u32>>,
+    picker: crate::shard::Picker,
+}
+
+/// One bucket row a take works on: the logical `resource` (for the decision and the limit row),
+/// the partition key it is stored under, and the tokens per window it holds.
+#[derive(Debug, Clone, Copy)]
+struct Bucket<'a> {
+    resource: &'a str,
+    store: &'a str,
+    account: &'a str,
+    limit: u64,
+    window: u64,
 }
 
 impl FungibleLimiter {
@@ -126,6 +145,8 @@ impl FungibleLimiter {
                 limits,
                 clock,
                 seen: Mutex::new(HashMap::new()),
+                shards: Mutex::new(HashMap::new()),
+                picker: crate::shard::Picker::default(),
             }),
         }
     }
@@ -133,13 +154,17 @@ impl FungibleLimiter {
     /// The token and limit tables named in `deps`; limit rows cached for
     /// `TURNSTILE_LIMIT_CACHE_SECS` (default 60 s).
     pub fn from_deps(deps: &Deps) -> Result<Self, ConfigError> {
-        Ok(Self::new(
+        let limiter = Self::new(
             deps.dynamo.clone(),
             &deps.tables.fungible_tokens,
             deps.style,
             LimitStore::from_deps(deps)?,
             deps.clock.clone(),
-        ))
+        );
+        if let Ok(mut m) = limiter.inner.shards.lock() {
+            *m = shards_from_vars(&deps.vars)?;
+        }
+        Ok(limiter)
     }
 
     pub fn limits(&self) -> &LimitStore {
@@ -222,7 +247,13 @@ impl FungibleLimiter {
             ));
         }
         let now = self.inner.clock.now();
-        let (row, mut seen, mut from_cache) = match (
+        let shards = self.shards_of(resource);
+        if shards > 1 {
+            return self
+                .get_token_sharded(resource, account, default, shards, now)
+                .await;
+        }
+        let (row, seen, from_cache) = match (
             self.inner.limits.cached(resource, account),
             self.seen(resource, account),
         ) {
@@ -240,6 +271,27 @@ impl FungibleLimiter {
                 Effective::Blocked => return Ok(self.blocked(resource, account, now)),
                 Effective::Limited { limit, window_ms } => (limit, window_ms),
             };
+        let bucket = Bucket {
+            resource,
+            store: resource,
+            account,
+            limit,
+            window,
+        };
+        self.take(bucket, seen, from_cache, now).await
+    }
+
+    /// Takes a token from one bucket row (`store`: the resource's, or a shard's) holding `limit`
+    /// tokens per `window` ms; `seen` is its last known state.
+    async fn take(
+        &self,
+        b: Bucket<'_>,
+        mut seen: Seen,
+        mut from_cache: bool,
+        now: Timestamp,
+    ) -> Result<Decision> {
+        let (resource, store, account) = (b.resource, b.store, b.account);
+        let (limit, window) = (b.limit, b.window);
         let window_ns = window.saturating_mul(1_000_000);
         for attempt in 0..MAX_ATTEMPTS {
             let r = refill(seen.state.as_ref(), limit, window_ns, now.as_nanos());
@@ -273,7 +325,7 @@ impl FungibleLimiter {
             } else {
                 Take::Decrement { limit }
             };
-            match self.write(resource, account, &seen, take, now).await {
+            match self.write(store, account, &seen, take, now).await {
                 Ok(new) => {
                     // After a relative take the row holds what concurrent takers left.
                     let remaining = new
@@ -281,7 +333,7 @@ impl FungibleLimiter {
                         .as_ref()
                         .and_then(|st| u64::try_from(st.tokens).ok())
                         .unwrap_or(r.available - 1);
-                    self.remember(resource, account, &new);
+                    self.remember(store, account, &new);
                     return Ok(self.decision(
                         resource,
                         account,
@@ -297,7 +349,7 @@ impl FungibleLimiter {
                 Err(Lost::Race(actual)) => {
                     seen = actual;
                     from_cache = false;
-                    self.remember(resource, account, &seen);
+                    self.remember(store, account, &seen);
                     // Many losses in a row: a hot bucket refilling under us; spread the retries.
                     if attempt >= 4 {
                         backoff(attempt - 4).await;
@@ -308,7 +360,7 @@ impl FungibleLimiter {
             }
         }
         Err(Error::Other(format!(
-            "bucket {resource}/{account} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
+            "bucket {store}/{account} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
         )))
     }
 
@@ -543,53 +595,4 @@ pub(crate) async fn backoff(attempt: u32) {
     let base = 1u64 << attempt.min(6);
     let jitter = fastrand::u64(0..=base);
     tokio::time::sleep(Duration::from_millis(base + jitter)).await;
-}
-
-/// A Lambda handler that runs only when the event's account gets a token; see
-/// [`FungibleLimiter::guard`].
-#[derive(Debug, Clone)]
-pub struct Guarded<A, H> {
-    limiter: FungibleLimiter,
-    resource: String,
-    default: Quota,
-    account_of: A,
-    handler: H,
-}
-
-impl<A, H> Guarded<A, H> {
-    /// Takes a token for the event's account, then runs the handler. A denial or a missing account
-    /// id is an error the handler's error type absorbs (e.g. `lambda_runtime::Error`).
-    pub async fn call<E, Fut, R, Err>(&self, event: E) -> std::result::Result<R, Err>
-    where
-        A: Fn(&E) -> Option<String>,
-        H: Fn(E) -> Fut,
-        Fut: Future<Output = std::result::Result<R, Err>>,
-        Err: From<TokenError>,
-    {
-        let account = (self.account_of)(&event)
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| TokenError::MissingAccount(self.resource.clone()))?;
-        let d = self
-            .limiter
-            .get_token(&self.resource, &account, self.default)
-            .await
-            .map_err(TokenError::Store)?;
-        if !d.granted {
-            return Err(TokenError::Limited(Box::new(d)).into());
-        }
-        (self.handler)(event).await
-    }
-}
-
-/// Reads the account id at a dotted path (`requestContext.accountId`) of a JSON event; strings and
-/// numbers are accepted.
-pub fn account_at(
-    path: &str,
-) -> impl Fn(&serde_json::Value) -> Option<String> + Clone + Send + Sync {
-    let path = path.to_string();
-    move |event| match crate::token::json_path(event, &path)? {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
 }

@@ -12,7 +12,9 @@ pub struct ReadmeDoctests;
 pub mod bucket;
 mod limiter;
 
-pub use limiter::{account_at, Decision, FungibleLimiter, Guarded, Source, TokenError};
+pub use limiter::{
+    account_at, shards_from_vars, Decision, FungibleLimiter, Guarded, Source, TokenError,
+};
 pub(crate) use limiter::{backoff, is_conflict};
 
 use crate::table::{AttributeStyle, KeyAttr, TableDef, TableKind};

@@ -1,0 +1,494 @@
+//! Leases (issue 15, decision 1501): hold an estimated cost on a GCRA bucket, then adjust it to the
+//! real cost when it is known (LLM tokens), commit it, or let it expire and get the estimate back.
+//!
+//! A lease is an item `~lease:{leaseId}` in the buckets table (`leaseOf`, `amount`, `deadline`),
+//! written in the same `TransactWriteItems` as the bucket's spend or refund, so the bucket and the
+//! lease never disagree: a lease exists exactly when its amount is spent. Adjusting to an absolute
+//! amount is idempotent (a repeat finds the amount already there and writes nothing).
+
+use aws_sdk_dynamodb::types::{Delete, Put, Update};
+
+use super::*;
+
+/// Prefix of lease items; `~` is not a digit, so no bucket key `{nameId}:{id}` starts with it.
+const LEASE_PREFIX: &str = "~lease:";
+/// How long after its deadline a lease item stays (DynamoDB TTL), so a late expiry still refunds.
+const LEASE_KEEP: Duration = Duration::from_secs(86_400);
+
+mod lattr {
+    pub const LEASE_OF: &str = "leaseOf";
+    pub const AMOUNT: &str = "amount";
+    pub const DEADLINE: &str = "deadline";
+}
+
+/// A held cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    pub id: String,
+    /// The bucket item the amount is spent on.
+    pub bucket: String,
+    pub amount: u64,
+    /// Epoch nanoseconds after which the lease expires and its amount is returned.
+    pub deadline_ns: i64,
+}
+
+/// What a lease operation did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseOutcome {
+    /// False when the bucket could not take the (extra) cost; the lease is then unchanged.
+    pub granted: bool,
+    /// The lease after the operation (`None` once committed, released or expired).
+    pub lease: Option<Lease>,
+    /// Tokens given back to the bucket by this operation (at most the burst; a refund never fills
+    /// the bucket past full, decision 0601).
+    pub returned: u64,
+    /// True when the operation had already been done (same lease id, same amount): nothing written.
+    pub duplicate: bool,
+    /// The bucket's decision, when the bucket was written or refused.
+    pub decision: Option<Decision>,
+    /// False when `decision`'s numbers were computed from the TAT this process last saw rather
+    /// than known (a transaction returns nothing on success; as `BatchOutcome::exact`). The
+    /// admission itself is exact either way.
+    pub exact: bool,
+}
+
+enum Tx {
+    /// Written; the decision and whether its numbers are exact.
+    Done(Option<Decision>, bool),
+    /// The bucket's write was refused (a spend without room, a refund into a full bucket).
+    BucketRefused(Decision),
+    /// The lease item was not as expected (exists already, changed, gone).
+    LeaseChanged,
+}
+
+fn lease_key(lease_id: &str) -> String {
+    format!("{LEASE_PREFIX}{lease_id}")
+}
+
+fn num(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+impl Limiter {
+    /// Holds `estimate` (≥ 1) tokens of `name`/`id` under `lease_id` until `now + ttl`.
+    ///
+    /// DynamoDB calls: **1** `TransactWriteItems` (the spend and the lease item: 4 WCU) when warm,
+    /// admitted or refused; ≤ 2 cold. A repeat with the same lease id returns the lease as it is
+    /// (+1 `GetItem`). On a sharded limit the lease is held on one shard, tried as a spend tries
+    /// them (2 random shards; a refusal costs 2 transactions); adjusting it up needs room on that
+    /// shard.
+    pub async fn acquire_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+        estimate: u64,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<LeaseOutcome, KvError> {
+        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
+        if estimate == 0 {
+            return Err(KvError::ZeroCost);
+        }
+        let deadline = now.plus(ttl);
+        // Unsharded: the bucket. Sharded: up to TRIES random shards, as a spend tries them.
+        let candidates: Vec<(String, Rate)> = if n > 1 {
+            let smallest = crate::shard::share(rate.burst, n, n - 1);
+            if estimate > smallest {
+                return Err(RateError::CostOverBurst {
+                    cost: estimate,
+                    burst: smallest,
+                }
+                .into());
+            }
+            let mut c = Vec::new();
+            for i in self.picker.choices(n, crate::shard::TRIES) {
+                c.push((Self::shard_key(&bucket, i), Self::shard_rate(&rate, n, i)?));
+            }
+            c
+        } else {
+            vec![(bucket.key(), rate)]
+        };
+        let mut refused = None;
+        for (key, rate) in candidates {
+            let plan = SpendPlan::spend(rate, now, estimate, self.hint(&key))?;
+            let put = Put::builder()
+                .table_name(&self.table)
+                .item(
+                    super::super::attr::BUCKET,
+                    AttributeValue::S(lease_key(lease_id)),
+                )
+                .item(lattr::LEASE_OF, AttributeValue::S(key.clone()))
+                .item(lattr::AMOUNT, num(estimate))
+                .item(lattr::DEADLINE, num(deadline.as_nanos()))
+                .item(
+                    super::super::attr::EXPIRES_AT,
+                    num(deadline.plus(LEASE_KEEP).as_secs()),
+                )
+                .condition_expression("attribute_not_exists(#b)")
+                .expression_attribute_names("#b", super::super::attr::BUCKET)
+                .build()
+                .map_err(|e| crate::Error::Other(format!("building a lease: {e}")))?;
+            let lease = TransactWriteItem::builder().put(put).build();
+            match self.lease_tx(&key, Some(plan), lease).await? {
+                Tx::Done(d, exact) => {
+                    return Ok(LeaseOutcome {
+                        granted: true,
+                        lease: Some(Lease {
+                            id: lease_id.to_string(),
+                            bucket: key,
+                            amount: estimate,
+                            deadline_ns: deadline.as_nanos(),
+                        }),
+                        returned: 0,
+                        duplicate: false,
+                        decision: d,
+                        exact,
+                    })
+                }
+                Tx::BucketRefused(d) => refused = Some(d),
+                Tx::LeaseChanged => {
+                    return Ok(LeaseOutcome {
+                        granted: true,
+                        lease: self.read_lease(lease_id).await?,
+                        returned: 0,
+                        duplicate: true,
+                        decision: None,
+                        exact: true,
+                    })
+                }
+            }
+        }
+        Ok(LeaseOutcome {
+            granted: false,
+            lease: None,
+            returned: 0,
+            duplicate: false,
+            decision: refused,
+            exact: true,
+        })
+    }
+
+    /// Sets the lease's amount to `amount` (the real cost): the difference is spent (refused, lease
+    /// unchanged, when the bucket has no room) or given back. Setting the amount it already has
+    /// writes nothing (`duplicate`). An expired lease is released instead (its amount returned) and
+    /// [`KvError::LeaseExpired`] is the answer.
+    ///
+    /// DynamoDB calls: **1** strongly consistent `GetItem` (the lease) + **1** `TransactWriteItems`
+    /// (bucket and lease: 4 WCU); a duplicate costs only the `GetItem`.
+    pub async fn adjust_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+        amount: u64,
+        now: Timestamp,
+    ) -> Result<LeaseOutcome, KvError> {
+        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let lease = self
+                .read_lease(lease_id)
+                .await?
+                .ok_or_else(|| KvError::LeaseNotFound(lease_id.to_string()))?;
+            let rate = Self::lease_rate(&bucket, rate, n, &lease)
+                .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
+            if lease.deadline_ns <= now.as_nanos() {
+                self.release_lease(name, id, lease_id, now).await?;
+                return Err(KvError::LeaseExpired(lease_id.to_string()));
+            }
+            if lease.amount == amount {
+                return Ok(LeaseOutcome {
+                    granted: true,
+                    lease: Some(lease),
+                    returned: 0,
+                    duplicate: true,
+                    decision: None,
+                    exact: true,
+                });
+            }
+            let update = Update::builder()
+                .table_name(&self.table)
+                .key(
+                    super::super::attr::BUCKET,
+                    AttributeValue::S(lease_key(lease_id)),
+                )
+                .update_expression("SET #a = :new")
+                .condition_expression("#a = :old AND #d > :now")
+                .expression_attribute_names("#a", lattr::AMOUNT)
+                .expression_attribute_names("#d", lattr::DEADLINE)
+                .expression_attribute_values(":new", num(amount))
+                .expression_attribute_values(":old", num(lease.amount))
+                .expression_attribute_values(":now", num(now.as_nanos()))
+                .build()
+                .map_err(|e| crate::Error::Other(format!("building a lease update: {e}")))?;
+            let item = || TransactWriteItem::builder().update(update.clone()).build();
+            let key = lease.bucket.clone();
+            let (plan, returned) = if amount > lease.amount {
+                let more = amount - lease.amount;
+                (SpendPlan::spend(rate, now, more, self.hint(&key))?, 0)
+            } else {
+                // A lease may hold more than the burst (it grew as the bucket refilled); the bucket
+                // can take back at most its burst.
+                let back = (lease.amount - amount).min(rate.burst);
+                (SpendPlan::refund(rate, now, back, self.hint(&key))?, back)
+            };
+            let mut tx = self.lease_tx(&key, Some(plan), item()).await?;
+            if let (Tx::BucketRefused(_), true) = (&tx, returned > 0) {
+                // The bucket is full: nothing to give back into it, the lease still shrinks.
+                tx = self.lease_tx(&key, None, item()).await?;
+            }
+            let before = lease.clone();
+            let after = Lease { amount, ..lease };
+            return Ok(match tx {
+                Tx::Done(d, exact) => LeaseOutcome {
+                    granted: true,
+                    lease: Some(after),
+                    returned,
+                    duplicate: false,
+                    decision: d,
+                    exact,
+                },
+                // No room for the extra cost: the lease keeps its amount.
+                Tx::BucketRefused(d) => LeaseOutcome {
+                    granted: false,
+                    lease: Some(before),
+                    returned: 0,
+                    duplicate: false,
+                    decision: Some(d),
+                    exact: true,
+                },
+                // Someone adjusted it meanwhile: read it again and decide afresh.
+                Tx::LeaseChanged => continue,
+            });
+        }
+        Err(KvError::Contended(lease_key(lease_id)))
+    }
+
+    /// Ends a lease keeping its amount spent. DynamoDB calls: **1** `DeleteItem` (1 WCU).
+    pub async fn commit_lease(&self, lease_id: &str) -> Result<LeaseOutcome, KvError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(
+                super::super::attr::BUCKET,
+                AttributeValue::S(lease_key(lease_id)),
+            )
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|e| crate::Error::dynamo("DeleteItem", e))?;
+        if out.attributes().is_none() {
+            return Err(KvError::LeaseNotFound(lease_id.to_string()));
+        }
+        Ok(LeaseOutcome {
+            granted: true,
+            lease: None,
+            returned: 0,
+            duplicate: false,
+            decision: None,
+            exact: true,
+        })
+    }
+
+    /// Ends a lease and gives its whole amount back (never above the burst): an explicit release,
+    /// and what expiry does. A lease already gone is a duplicate (nothing returned twice).
+    ///
+    /// DynamoDB calls: **1** `GetItem` + **1** `TransactWriteItems` (refund and delete: 4 WCU).
+    pub async fn release_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+        now: Timestamp,
+    ) -> Result<LeaseOutcome, KvError> {
+        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(lease) = self.read_lease(lease_id).await? else {
+                return Ok(LeaseOutcome {
+                    granted: true,
+                    lease: None,
+                    returned: 0,
+                    duplicate: true,
+                    decision: None,
+                    exact: true,
+                });
+            };
+            let delete = Delete::builder()
+                .table_name(&self.table)
+                .key(
+                    super::super::attr::BUCKET,
+                    AttributeValue::S(lease_key(lease_id)),
+                )
+                .condition_expression("#a = :old")
+                .expression_attribute_names("#a", lattr::AMOUNT)
+                .expression_attribute_values(":old", num(lease.amount))
+                .build()
+                .map_err(|e| crate::Error::Other(format!("building a lease delete: {e}")))?;
+            let item = || TransactWriteItem::builder().delete(delete.clone()).build();
+            let rate = Self::lease_rate(&bucket, rate, n, &lease)
+                .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
+            let key = lease.bucket.clone();
+            let back = lease.amount.min(rate.burst);
+            let plan = SpendPlan::refund(rate, now, back.max(1), self.hint(&key))?;
+            let mut tx = if lease.amount == 0 {
+                self.lease_tx(&key, None, item()).await?
+            } else {
+                self.lease_tx(&key, Some(plan), item()).await?
+            };
+            let mut returned = back;
+            if matches!(tx, Tx::BucketRefused(_)) {
+                tx = self.lease_tx(&key, None, item()).await?;
+                returned = 0;
+            }
+            match tx {
+                Tx::Done(d, exact) => {
+                    return Ok(LeaseOutcome {
+                        granted: true,
+                        lease: None,
+                        returned,
+                        duplicate: false,
+                        decision: d,
+                        exact,
+                    })
+                }
+                Tx::LeaseChanged | Tx::BucketRefused(_) => continue,
+            }
+        }
+        Err(KvError::Contended(lease_key(lease_id)))
+    }
+
+    /// The lease as stored (`None` when there is none). DynamoDB calls: **1** strongly consistent
+    /// `GetItem`.
+    pub async fn read_lease(&self, lease_id: &str) -> Result<Option<Lease>, KvError> {
+        let Some(item) = self.read(&lease_key(lease_id)).await? else {
+            return Ok(None);
+        };
+        let text = |k: &str| match item.get(k) {
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let (Some(bucket), Some(amount), Some(deadline_ns)) = (
+            text(lattr::LEASE_OF),
+            write::int_attr(&item, lattr::AMOUNT),
+            write::int_attr(&item, lattr::DEADLINE),
+        ) else {
+            return Err(crate::Error::MalformedItem {
+                table: self.table.clone(),
+                reason: format!("lease {lease_id} lacks leaseOf, amount or deadline"),
+            }
+            .into());
+        };
+        Ok(Some(Lease {
+            id: lease_id.to_string(),
+            bucket,
+            amount: u64::try_from(amount).unwrap_or(0),
+            deadline_ns,
+        }))
+    }
+
+    fn lease_bucket(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+    ) -> Result<(BucketKey, Rate, u32), KvError> {
+        if lease_id.is_empty() || lease_id.len() > 200 || lease_id.chars().any(char::is_control) {
+            return Err(KvError::BadLeaseId(lease_id.to_string()));
+        }
+        let set = self.limits.current();
+        let (bucket, rate) = self.resolve(&set, name, id)?;
+        let n = self.shard_count(&set, &bucket, &rate);
+        Ok((bucket, rate, n))
+    }
+
+    /// The rate of the item a lease is held on: the bucket's, or its shard's share. `None` when the
+    /// lease is not on this bucket (or on a shard the limit no longer has).
+    fn lease_rate(
+        bucket: &BucketKey,
+        rate: Rate,
+        n: u32,
+        lease: &Lease,
+    ) -> Option<Result<Rate, KvError>> {
+        if lease.bucket == bucket.key() && n == 1 {
+            return Some(Ok(rate));
+        }
+        (0..n)
+            .find(|i| Self::shard_key(bucket, *i) == lease.bucket)
+            .map(|i| Self::shard_rate(&rate, n, i).map_err(KvError::from))
+    }
+
+    /// One transaction: the bucket's write (if any) and the lease item's. Retries a wrong guess of
+    /// the bucket's case (as `spend`) and transaction conflicts, up to [`MAX_ATTEMPTS`].
+    async fn lease_tx(
+        &self,
+        key: &str,
+        mut plan: Option<SpendPlan>,
+        lease: TransactWriteItem,
+    ) -> Result<Tx, KvError> {
+        let target = Target::bucket(&self.table, key, self.ttl_margin);
+        let hint = self.hint(key);
+        for attempt in 0..MAX_ATTEMPTS {
+            let mut items = Vec::with_capacity(2);
+            if let Some(p) = &plan {
+                items.push(
+                    TransactWriteItem::builder()
+                        .update(p.transact_update(&target)?)
+                        .build(),
+                );
+            }
+            let lease_at = items.len();
+            items.push(lease.clone());
+            let res = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .send()
+                .await;
+            let reasons = match res {
+                Ok(_) => {
+                    let d = plan.as_ref().map(|p| p.admitted(None, hint));
+                    if let Some(d) = &d {
+                        self.remember(key, Some(d.new_tat));
+                    }
+                    let exact = plan
+                        .as_ref()
+                        .is_none_or(|p| matches!(p.case, Case::Idle | Case::RefundToFull));
+                    return Ok(Tx::Done(d, exact));
+                }
+                Err(SdkError::ServiceError(e))
+                    if matches!(
+                        e.err(),
+                        TransactWriteItemsError::TransactionCanceledException(_)
+                    ) =>
+                {
+                    match e.err() {
+                        TransactWriteItemsError::TransactionCanceledException(c) => {
+                            c.cancellation_reasons().to_vec()
+                        }
+                        _ => Vec::new(),
+                    }
+                }
+                Err(e) => return Err(crate::Error::dynamo("TransactWriteItems", e).into()),
+            };
+            let code = |i: usize| reasons.get(i).and_then(|r| r.code());
+            if code(lease_at) == Some("ConditionalCheckFailed") {
+                return Ok(Tx::LeaseChanged);
+            }
+            match (&plan, code(0)) {
+                (Some(p), Some("ConditionalCheckFailed")) => {
+                    let old = reasons.first().and_then(|r| r.item());
+                    self.remember(key, write::stored_tat(old, write::attr::TAT));
+                    match p.on_condition_failed(old, write::attr::TAT) {
+                        Next::Refused(d) => return Ok(Tx::BucketRefused(d)),
+                        Next::Retry(next) => plan = Some(next),
+                    }
+                }
+                _ => tokio::time::sleep(Duration::from_millis(5 << attempt)).await,
+            }
+        }
+        Err(KvError::Contended(key.to_string()))
+    }
+}
