@@ -24,6 +24,13 @@ step() { echo; echo "==> $*"; }
 command -v cargo >/dev/null || { echo "make test: cargo is required (https://rustup.rs)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 
+# The dashboard's browser test needs Chromium: installed here when missing; `skip` (said out loud)
+# only where it cannot be.
+step "Chromium for the dashboard test"
+TURNSTILE_TEST_CHROMEDRIVER=$(scripts/chromium.sh)
+export TURNSTILE_TEST_CHROMEDRIVER
+echo "chromedriver: $TURNSTILE_TEST_CHROMEDRIVER"
+
 step "DynamoDB Local (ports $DYNAMODB_LOCAL_PORT and $DYNAMODB_LOCAL_TTL_PORT)"
 ttl_ddb() { DYNAMODB_LOCAL_PORT="$DYNAMODB_LOCAL_TTL_PORT" scripts/dynamodb-local.sh "$@"; }
 trap 'scripts/dynamodb-local.sh stop; ttl_ddb stop' EXIT

@@ -117,6 +117,7 @@ pub async fn run(args: Args) -> Result<()> {
     cfg.stream_poll = Duration::from_millis(args.stream_poll_ms.max(50));
     cfg.stream_start = StartAt::Latest;
     cfg.rules = rules.clone();
+    cfg.dashboard = Some(deps.clone());
     let clock = deps.clock.clone();
     let mut build_error = None;
     let stack = Stack::start(cfg, clock, |eps| {
@@ -146,6 +147,7 @@ pub async fn run(args: Args) -> Result<()> {
         r#"
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
+  Dashboard       {http}/   (live: tenants, sessions, counters, buckets, last decisions)
   WebSocket API   {ws}/?tenantId=..&sessionId=..
   @connections    {mgmt}/@connections/{{id}}
   Session API     {http}/session?tenantId=..&sessionId=..   (PUT, GET, DELETE)

@@ -6,6 +6,7 @@
 //! `aws-sdk-apigatewaymanagement` client; the WebSocket server ([`websocket`]) plugs its live sockets
 //! in through [`management::Connections`], and tests use the recording [`management::Recorder`].
 
+pub mod dashboard;
 pub mod eventbridge;
 pub mod functions;
 pub mod http_api;

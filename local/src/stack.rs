@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::dashboard::{self, DecisionLog, Recorded};
 use crate::http_api::{self, Rule};
 use crate::lambda::Invoke;
 use crate::stream_bridge::{local_streams_client, StartAt, StreamBridge};
@@ -31,6 +32,9 @@ pub struct StackConfig {
     pub rules: Vec<Rule>,
     pub account_id: String,
     pub region: String,
+    /// Where the dashboard (`GET /` on the HTTP API) reads the tables; `None` shows only the
+    /// decisions and live sockets.
+    pub dashboard: Option<shared::Deps>,
 }
 
 impl StackConfig {
@@ -46,6 +50,7 @@ impl StackConfig {
             rules: Vec::new(),
             account_id: "000000000000".into(),
             region: "us-east-1".into(),
+            dashboard: None,
         }
     }
 }
@@ -89,6 +94,8 @@ pub enum StackError {
 pub struct Stack {
     pub endpoints: Endpoints,
     pub live: Arc<LiveConnections>,
+    /// Every invocation's decision, newest first (the dashboard's "last decisions").
+    pub decisions: Arc<DecisionLog>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -116,7 +123,9 @@ impl Stack {
             http_addr: local(&http_listener, cfg.http_addr),
             stage: cfg.stage.clone(),
         };
-        let functions = make_functions(&endpoints);
+        let decisions = DecisionLog::new();
+        let functions: Arc<dyn Invoke> =
+            Recorded::new(make_functions(&endpoints), decisions.clone(), clock.clone());
         let live = LiveConnections::new(clock.clone());
         let (shutdown, rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -138,7 +147,12 @@ impl Stack {
             &cfg.account_id,
             &cfg.region,
             &endpoints.http_addr.to_string(),
-        );
+        )
+        .merge(dashboard::router(
+            cfg.dashboard.clone(),
+            decisions.clone(),
+            live.clone(),
+        ));
         tasks.push(serve(http_listener, http_app, rx.clone()));
 
         if let Some(table) = &cfg.session_table {
@@ -162,6 +176,7 @@ impl Stack {
         Ok(Stack {
             endpoints,
             live,
+            decisions,
             shutdown,
             tasks,
         })

@@ -212,7 +212,7 @@ fn plain(status: StatusCode, message: &str) -> Response {
 }
 
 /// `Allow` only when some statement allows and none denies, as API Gateway evaluates the policy.
-fn policy_allows(resp: &Value) -> bool {
+pub(crate) fn policy_allows(resp: &Value) -> bool {
     let statements = resp["policyDocument"]["Statement"]
         .as_array()
         .cloned()

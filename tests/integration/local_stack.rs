@@ -19,20 +19,20 @@ use turnstile_local::stream_bridge::StartAt;
 use turnstile_tests::http::{request, request_with};
 use turnstile_tests::TestEnv;
 
-type Socket =
+pub(crate) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 const PROCESSORS: &str = r#"{"processors":[{"source":"aws.emr","detail_type":"EMR Cluster State Change",
   "resource_id":"detail.clusterId","when":{"path":"detail.state","in":["TERMINATED","TERMINATED_WITH_ERRORS"]}}]}"#;
 
-struct Local {
-    env: TestEnv,
+pub(crate) struct Local {
+    pub(crate) env: TestEnv,
     stack: Option<Stack>,
 }
 
 impl Local {
     /// The stack on free ports, with the wall clock (DynamoDB Local's TTL runs on it) and the EMR rule.
-    async fn start() -> Local {
+    pub(crate) async fn start() -> Local {
         Self::start_with(&[]).await
     }
 
@@ -59,6 +59,7 @@ impl Local {
         cfg.session_table = Some(env.deps.tables.sessions.clone());
         cfg.stream_poll = Duration::from_millis(200);
         cfg.stream_start = StartAt::TrimHorizon;
+        cfg.dashboard = Some(deps.clone());
         cfg.rules = vec![Rule {
             name: "emr-terminations".into(),
             pattern: Pattern::parse(json!({
@@ -82,11 +83,11 @@ impl Local {
         }
     }
 
-    fn stack(&self) -> &Stack {
+    pub(crate) fn stack(&self) -> &Stack {
         self.stack.as_ref().unwrap()
     }
 
-    async fn tenant(&self, id: &str, limits: Limits) {
+    pub(crate) async fn tenant(&self, id: &str, limits: Limits) {
         let t = Tenant {
             tenant_id: TenantId::parse(id).unwrap(),
             limits,
@@ -103,13 +104,13 @@ impl Local {
         )
     }
 
-    async fn put_session(&self, t: &str, s: &str) -> Value {
+    pub(crate) async fn put_session(&self, t: &str, s: &str) -> Value {
         let r = request("PUT", &self.session_url(t, s), None).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
         r.json()
     }
 
-    async fn connect(&self, t: &str, s: &str) -> Result<Socket, tungstenite::Error> {
+    pub(crate) async fn connect(&self, t: &str, s: &str) -> Result<Socket, tungstenite::Error> {
         let url = format!(
             "{}/?tenantId={t}&sessionId={s}",
             self.stack().endpoints.ws_url()
@@ -143,18 +144,18 @@ impl Local {
             .map_or(0, |n| n.parse().unwrap())
     }
 
-    async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         if let Some(s) = self.stack.take() {
             s.shutdown().await;
         }
     }
 }
 
-fn limits(tenant_connections: u64, per_session: u64, messages: u64, ttl: u64) -> Limits {
+pub(crate) fn limits(tenant_connections: u64, per_session: u64, messages: u64, ttl: u64) -> Limits {
     Limits::example(1000, 1000, per_session, tenant_connections, ttl, messages)
 }
 
-fn refused_status(e: &tungstenite::Error) -> Option<u16> {
+pub(crate) fn refused_status(e: &tungstenite::Error) -> Option<u16> {
     match e {
         tungstenite::Error::Http(resp) => Some(resp.status().as_u16()),
         _ => None,
@@ -192,7 +193,7 @@ async fn closed_within(ws: &mut Socket, secs: u64) -> bool {
     }
 }
 
-async fn eventually(secs: u64, mut f: impl AsyncFnMut() -> bool) -> bool {
+pub(crate) async fn eventually(secs: u64, mut f: impl AsyncFnMut() -> bool) -> bool {
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
         if f().await {

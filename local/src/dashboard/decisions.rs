@@ -1,0 +1,291 @@
+//! The last decisions the local stack saw, for the dashboard: every function invocation that goes
+//! through [`Invoke`] is summarised (function, tenant, session, connection, outcome, reason) into a
+//! bounded ring. Nothing here changes what the functions answer: [`Recorded`] passes the event and
+//! the answer through untouched.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::Value;
+use shared::clock::SharedClock;
+
+use crate::lambda::{Invoke, InvokeError, InvokeFuture};
+
+/// How many decisions the dashboard keeps (the oldest go first).
+pub const KEPT: usize = 200;
+
+/// One invocation as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// Increases by one per invocation: the page uses it to show only what is new.
+    pub seq: u64,
+    pub at: String,
+    pub function: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_id: Option<String>,
+    /// `admitted`, `refused` (a limit said no: 429, or the authorizer's Deny), `rejected` (another
+    /// 4xx: a malformed or unknown request), `error` (5xx or a failed invocation) or `ok` (async
+    /// events handled).
+    pub outcome: &'static str,
+    /// The HTTP status a client saw, where there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Why, in the function's own words (the Deny's reason, the 429 body), shortened.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// A bounded, shared log of decisions.
+#[derive(Debug, Default)]
+pub struct DecisionLog {
+    inner: Mutex<(u64, VecDeque<Decision>)>,
+}
+
+impl DecisionLog {
+    pub fn new() -> Arc<Self> {
+        Arc::new(DecisionLog::default())
+    }
+
+    fn push(&self, mut d: Decision) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.0 += 1;
+            d.seq = g.0;
+            if g.1.len() == KEPT {
+                g.1.pop_front();
+            }
+            g.1.push_back(d);
+        }
+    }
+
+    /// Newest first.
+    pub fn recent(&self) -> Vec<Decision> {
+        self.inner
+            .lock()
+            .map(|g| g.1.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Wraps the stack's functions and logs each invocation's decision.
+pub struct Recorded {
+    inner: Arc<dyn Invoke>,
+    log: Arc<DecisionLog>,
+    clock: SharedClock,
+}
+
+impl Recorded {
+    pub fn new(inner: Arc<dyn Invoke>, log: Arc<DecisionLog>, clock: SharedClock) -> Arc<Self> {
+        Arc::new(Recorded { inner, log, clock })
+    }
+}
+
+impl Invoke for Recorded {
+    fn invoke<'a>(&'a self, function: &'a str, event: Value) -> InvokeFuture<'a> {
+        Box::pin(async move {
+            let ids = Ids::of(&event);
+            let result = self.inner.invoke(function, event).await;
+            let at = self.clock.now().to_rfc3339();
+            self.log.push(summarise(function, ids, at, &result));
+            result
+        })
+    }
+}
+
+/// Who the event is about: query string first (`$connect`, the session API), then the
+/// authorizer's context that API Gateway passes to every later route.
+struct Ids {
+    tenant: Option<String>,
+    session: Option<String>,
+    connection: Option<String>,
+}
+
+impl Ids {
+    fn of(event: &Value) -> Ids {
+        let ctx = &event["requestContext"];
+        let pick = |name: &str| {
+            [
+                &event["queryStringParameters"][name],
+                &ctx["authorizer"][name],
+                &ctx["authorizer"]["lambda"][name],
+            ]
+            .iter()
+            .find_map(|v| v.as_str().map(str::to_string))
+        };
+        Ids {
+            tenant: pick("tenantId"),
+            session: pick("sessionId"),
+            connection: ctx["connectionId"].as_str().map(str::to_string),
+        }
+    }
+}
+
+/// At most this many characters of a reason are kept.
+const REASON_CHARS: usize = 240;
+
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(REASON_CHARS) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// The body's `message`/`reason`/`detail` when it is JSON, else the body itself.
+fn body_reason(resp: &Value) -> String {
+    let body = match &resp["body"] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let parsed: Option<Value> = serde_json::from_str(&body).ok();
+    let field = parsed.as_ref().and_then(|v| {
+        ["detail", "reason", "message", "title"]
+            .iter()
+            .find_map(|k| v[*k].as_str().map(str::to_string))
+    });
+    shorten(&field.unwrap_or(body))
+}
+
+fn summarise(
+    function: &str,
+    ids: Ids,
+    at: String,
+    result: &Result<Value, InvokeError>,
+) -> Decision {
+    let (outcome, status, reason) = match result {
+        Err(e) => ("error", None, shorten(&e.to_string())),
+        Ok(resp) if resp.get("policyDocument").is_some() => {
+            if crate::websocket::policy_allows(resp) {
+                ("admitted", None, String::new())
+            } else {
+                let reason = resp["context"]["reason"].as_str().unwrap_or("denied");
+                ("refused", Some(403), shorten(reason))
+            }
+        }
+        Ok(resp) => match resp["statusCode"].as_u64() {
+            Some(code) => {
+                let code = u16::try_from(code).unwrap_or(u16::MAX);
+                let outcome = match code {
+                    429 => "refused",
+                    400..=499 => "rejected",
+                    500.. => "error",
+                    _ => "admitted",
+                };
+                let reason = if code >= 400 {
+                    body_reason(resp)
+                } else {
+                    String::new()
+                };
+                (outcome, Some(code), reason)
+            }
+            // Async events (stream batches, EventBridge, schedules): failures are listed.
+            None => match resp["batchItemFailures"].as_array() {
+                Some(f) if !f.is_empty() => (
+                    "error",
+                    None,
+                    format!("{} record(s) failed and will be retried", f.len()),
+                ),
+                _ => ("ok", None, String::new()),
+            },
+        },
+    };
+    Decision {
+        seq: 0,
+        at,
+        function: function.to_string(),
+        tenant_id: ids.tenant,
+        session_id: ids.session,
+        connection_id: ids.connection,
+        outcome,
+        status,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ok(v: Value) -> Result<Value, InvokeError> {
+        Ok(v)
+    }
+
+    #[test]
+    fn a_429_is_a_refusal_with_the_body_reason() {
+        let event = json!({"requestContext": {"connectionId": "c1"},
+            "queryStringParameters": {"tenantId": "acme", "sessionId": "s1"}});
+        let resp = ok(json!({"statusCode": 429,
+            "body": "{\"detail\":\"tenantConnections: 2 of 2 open\"}"}));
+        let d = summarise("connect", Ids::of(&event), "t".into(), &resp);
+        assert_eq!(d.outcome, "refused");
+        assert_eq!(d.status, Some(429));
+        assert_eq!(d.reason, "tenantConnections: 2 of 2 open");
+        assert_eq!(d.tenant_id.as_deref(), Some("acme"));
+        assert_eq!(d.session_id.as_deref(), Some("s1"));
+        assert_eq!(d.connection_id.as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn a_deny_is_a_refusal_and_an_allow_an_admission() {
+        let deny = ok(
+            json!({"policyDocument": {"Statement": [{"Effect": "Deny"}]},
+            "context": {"reason": "session expired"}}),
+        );
+        let d = summarise("authorizer", Ids::of(&json!({})), "t".into(), &deny);
+        assert_eq!(
+            (d.outcome, d.reason.as_str()),
+            ("refused", "session expired")
+        );
+        let allow = ok(
+            json!({"policyDocument": {"Statement": [{"Effect": "Allow"}]},
+            "context": {"tenantId": "acme"}}),
+        );
+        let a = summarise("authorizer", Ids::of(&json!({})), "t".into(), &allow);
+        assert_eq!(a.outcome, "admitted");
+    }
+
+    #[test]
+    fn failures_and_async_answers_are_told_apart() {
+        let failed: Result<Value, InvokeError> = Err(InvokeError::Failed {
+            function: "message".into(),
+            message: "DynamoDB timed out".into(),
+        });
+        let d = summarise("message", Ids::of(&json!({})), "t".into(), &failed);
+        assert_eq!(d.outcome, "error");
+        assert!(d.reason.contains("DynamoDB timed out"));
+        let retry = ok(json!({"batchItemFailures": [{"itemIdentifier": "1"}]}));
+        assert_eq!(
+            summarise("ttl-sweeper", Ids::of(&json!({})), "t".into(), &retry).outcome,
+            "error"
+        );
+        let done = ok(json!({"batchItemFailures": []}));
+        assert_eq!(
+            summarise("ttl-sweeper", Ids::of(&json!({})), "t".into(), &done).outcome,
+            "ok"
+        );
+    }
+
+    #[test]
+    fn the_log_keeps_the_newest_and_numbers_them() {
+        let log = DecisionLog::default();
+        for i in 0..(KEPT + 5) {
+            log.push(summarise(
+                "message",
+                Ids::of(&json!({})),
+                i.to_string(),
+                &ok(json!({"statusCode": 200})),
+            ));
+        }
+        let recent = log.recent();
+        assert_eq!(recent.len(), KEPT);
+        assert_eq!(recent[0].seq, (KEPT + 5) as u64);
+        assert_eq!(recent[0].at, (KEPT + 4).to_string());
+        assert!(shorten(&"x".repeat(1000)).chars().count() == REASON_CHARS + 1);
+    }
+}
