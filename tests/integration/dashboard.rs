@@ -39,7 +39,7 @@ async fn one_admitted_one_refused(local: &Local, tenant: &str, session: &str) ->
 
 #[tokio::test]
 async fn the_state_shows_tenants_sessions_counters_and_the_last_decisions() {
-    let local = Local::start().await;
+    let local = Local::start_without_ttl().await;
     local.tenant("acme", limits(10, 1, 100, 300)).await;
     let (_open, id) = one_admitted_one_refused(&local, "acme", "s1").await;
     let url = format!("{}/dashboard/state", local.stack().endpoints.http_url());
@@ -86,7 +86,7 @@ async fn the_state_shows_tenants_sessions_counters_and_the_last_decisions() {
 
 #[tokio::test]
 async fn the_page_is_served_as_html_without_caching() {
-    let local = Local::start().await;
+    let local = Local::start_without_ttl().await;
     let url = format!("{}/", local.stack().endpoints.http_url());
     let r = request("GET", &url, None).await.unwrap();
     assert_eq!(r.status, 200);
@@ -198,7 +198,7 @@ async fn the_page_shows_a_connect_and_a_refusal_live_in_a_headless_browser() {
     let Some(program) = chromedriver() else {
         return;
     };
-    let local = Local::start().await;
+    let local = Local::start_without_ttl().await;
     local.tenant("acme", limits(10, 1, 100, 300)).await;
     let driver = Driver::start(&program).await;
     let profile = std::env::temp_dir().join(format!("turnstile-chromium-{}", uuid::Uuid::new_v4()));

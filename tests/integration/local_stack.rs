@@ -25,6 +25,14 @@ pub(crate) type Socket =
 const PROCESSORS: &str = r#"{"processors":[{"source":"aws.emr","detail_type":"EMR Cluster State Change",
   "resource_id":"detail.clusterId","when":{"path":"detail.state","in":["TERMINATED","TERMINATED_WITH_ERRORS"]}}]}"#;
 
+const KINDS: [TableKind; 5] = [
+    TableKind::Tenants,
+    TableKind::Sessions,
+    TableKind::Counters,
+    TableKind::NonFungibleTokens,
+    TableKind::Limits,
+];
+
 pub(crate) struct Local {
     pub(crate) env: TestEnv,
     stack: Option<Stack>,
@@ -38,14 +46,16 @@ impl Local {
 
     /// [`Local::start`] with more variables for the functions.
     async fn start_with(vars: &[(&str, &str)]) -> Local {
-        let kinds = [
-            TableKind::Tenants,
-            TableKind::Sessions,
-            TableKind::Counters,
-            TableKind::NonFungibleTokens,
-            TableKind::Limits,
-        ];
-        let env = TestEnv::for_ttl(&kinds).await;
+        Self::start_in(TestEnv::for_ttl(&KINDS).await, vars).await
+    }
+
+    /// The stack on the main DynamoDB Local, for tests that wait for no TTL deletion (each table
+    /// on the TTL instance slows its sweeps for the tests that do).
+    pub(crate) async fn start_without_ttl() -> Local {
+        Self::start_in(TestEnv::new(&KINDS).await, &[]).await
+    }
+
+    async fn start_in(env: TestEnv, vars: &[(&str, &str)]) -> Local {
         let mut deps = env.deps.clone();
         deps.clock = shared::clock::system();
         let mut pairs = vec![("TOKEN_REMOVER_PROCESSORS", PROCESSORS)];

@@ -212,6 +212,15 @@ async fn a_shadow_kv_limit_never_denies_and_its_bucket_holds_what_an_enforced_on
     let (a, b) = (stored_tat(&env, "1:a").await, stored_tat(&env, "2:a").await);
     assert!(a.is_some());
     assert_eq!(a, b);
+    // An all-or-nothing batch cannot let one limit's would-deny through: refused before any write.
+    let batch = lim
+        .spend_batch(&[("Enforced", "b", 1), ("Shadowed", "b", 1)], now)
+        .await;
+    assert!(
+        matches!(batch, Err(shared::kv::KvError::ShadowInBatch(ref n)) if n == "Shadowed:b"),
+        "{batch:?}"
+    );
+    assert_eq!(stored_tat(&env, "2:b").await, None);
 }
 
 #[tokio::test]

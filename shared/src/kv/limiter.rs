@@ -52,6 +52,12 @@ pub enum KvError {
     /// A batch is one transaction over fixed items; a sharded limit is spent on its own.
     #[error("limit {0} is sharded and cannot be part of a batch spend (spend it on its own)")]
     ShardedInBatch(String),
+    /// A batch is all-or-nothing: a shadow limit's would-deny cannot be let through without
+    /// letting the other limits' spends through too, so shadow limits are spent on their own.
+    #[error(
+        "limit {0} is in shadow mode and cannot be part of a batch spend (spend it on its own)"
+    )]
+    ShadowInBatch(String),
     #[error("no lease {0}")]
     LeaseNotFound(String),
     /// The lease's deadline had passed: its amount was returned to the bucket.

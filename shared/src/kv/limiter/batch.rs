@@ -31,6 +31,9 @@ impl Limiter {
             if self.shard_count(&set, &bucket, &rate) > 1 {
                 return Err(KvError::ShardedInBatch(bucket.display_name()));
             }
+            if set.name(name).is_some_and(|d| d.shadow) {
+                return Err(KvError::ShadowInBatch(bucket.display_name()));
+            }
             if !seen.insert(bucket.key()) {
                 return Err(KvError::DuplicateInBatch(bucket.display_name()));
             }
