@@ -29,9 +29,9 @@ pub struct Decision {
     pub session_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_id: Option<String>,
-    /// `admitted`, `refused` (a limit said no: 429, or the authorizer's Deny), `rejected` (another
-    /// 4xx: a malformed or unknown request), `error` (5xx or a failed invocation) or `ok` (async
-    /// events handled).
+    /// `admitted` (the authorizer's Allow, `$connect`/`$default` 2xx), `refused` (a limit said no:
+    /// 429, or the authorizer's Deny), `rejected` (another 4xx: a malformed or unknown request),
+    /// `error` (5xx or a failed invocation) or `ok` (any other success: session API, async events).
     pub outcome: &'static str,
     /// The HTTP status a client saw, where there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,6 +125,9 @@ impl Ids {
     }
 }
 
+/// The functions whose success is an admission (`$connect`, `$default`).
+const ADMITTING: [&str; 2] = ["connect", "message"];
+
 /// At most this many characters of a reason are kept.
 const REASON_CHARS: usize = 240;
 
@@ -174,7 +177,9 @@ fn summarise(
                     429 => "refused",
                     400..=499 => "rejected",
                     500.. => "error",
-                    _ => "admitted",
+                    // Only the admission paths admit; the session API and the rest just succeed.
+                    _ if ADMITTING.contains(&function) => "admitted",
+                    _ => "ok",
                 };
                 let reason = if code >= 400 {
                     body_reason(resp)
@@ -263,6 +268,11 @@ mod tests {
         assert_eq!(
             summarise("ttl-sweeper", Ids::of(&json!({})), "t".into(), &retry).outcome,
             "error"
+        );
+        let put = ok(json!({"statusCode": 200}));
+        assert_eq!(
+            summarise("session-api", Ids::of(&json!({})), "t".into(), &put).outcome,
+            "ok"
         );
         let done = ok(json!({"batchItemFailures": []}));
         assert_eq!(
