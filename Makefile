@@ -12,7 +12,7 @@ help:
 	@echo "make dev    - run the whole suite locally (WebSocket + HTTP + DynamoDB Local)"
 	@echo "make lint   - cargo fmt --check and clippy"
 	@echo "make cfn-lint - lint template.yaml with cfn-lint (installed into .tools/ on first use)"
-	@echo "make release- release build of every Lambda binary (with sizes) and the CLI"
+	@echo "make release- sam build of every Lambda function (x86_64, with sizes) and the CLI release build"
 	@echo "make bench  - full benchmark beside the peers (own DynamoDB Local) -> BENCHMARKS.md, bench/results.json"
 	@echo "make bench-smoke - a few decisions per workload; asserts 0 over-admission and calls/decision"
 
@@ -45,10 +45,11 @@ bench:
 bench-smoke:
 	@scripts/bench.sh smoke
 
+# The deployable artifacts as `sam build` makes them (x86_64 here; see docs/deploying.md), with sizes.
 release:
-	@scripts/release-build.sh
+	@scripts/sam-check.sh --no-invoke
 	cargo build --release --locked -p turnstile-cli
 
 clean:
 	cargo clean
-	rm -rf .tools .dynamodb
+	rm -rf .tools .dynamodb .aws-sam

@@ -713,6 +713,12 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
               f"| {Path(c['event']).parent.name + '/' + Path(c['event']).name if '/' in c['event'] else c['event']} "
               f"| {answer(c.get('posted'))} |")
     w("")
+    # Hand-measured before/after comparisons of the shipped build (e.g. issue 13's size trim) are kept
+    # in bench/coldstart-history.md so a rerun does not drop them.
+    history = Path(__file__).parent / "coldstart-history.md"
+    if history.is_file():
+        w(history.read_text().rstrip())
+        w("")
     for line in sim_section(data):
         w(line)
     w("## Caveats")

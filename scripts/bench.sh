@@ -77,7 +77,7 @@ if ! cargo build --locked --profile "$profile" "${pkgs[@]}" --bins; then say "bu
 cold_profile="${BENCH_COLDSTART_PROFILE:-$profile}"
 if [ "$cold_profile" != "$profile" ]; then
   fpkgs=(); for f in "${functions[@]}"; do fpkgs+=(-p "$f"); done
-  # Built as they ship (scripts/release-build.sh, README "Deploying"): without aws-lc's jitter entropy.
+  # Built as they ship (.cargo/config.toml, docs/deploying.md): without aws-lc's jitter entropy.
   if ! AWS_LC_SYS_NO_JITTER_ENTROPY=1 cargo build --locked --profile "$cold_profile" "${fpkgs[@]}" --bins; then
     say "build ($cold_profile) failed"; exit 1
   fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: installs what is missing (DynamoDB Local; cfn-lint into .tools/ via python3 -m venv),
-# starts a private DynamoDB Local, runs every check, and stops DynamoDB Local even when a step fails.
+# `make test`: installs what is missing (DynamoDB Local; cfn-lint, aws-sam-cli and cargo-lambda into
+# .tools/ via python3 -m venv), starts a private DynamoDB Local, runs every check, and stops DynamoDB
+# Local even when a step fails.
 # Exit status: the first failing step's, else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,8 @@ run cargo test --workspace --locked
 # (port 8011); asserts 0 over-admission and calls/decision so `make bench` never rots. About a minute
 # once the peers' venvs exist. TURNSTILE_BENCH_SMOKE=0 skips it. The full `make bench` is never run here.
 if [ "${TURNSTILE_BENCH_SMOKE:-1}" != 0 ]; then run scripts/bench.sh smoke; fi
-# Release build (fat LTO) of every Lambda function, with sizes: the artifacts `sam build` deploys.
-run scripts/release-build.sh
+# The deploy path (decision 0703): `sam validate --lint`, `sam build` (x86_64, cargo-lambda, the release
+# profile), each artifact's size (fails above 8 MiB / 4 MiB zipped), then each artifact started on its
+# sample events against DynamoDB Local. Tools installed on first use into .tools/ (scripts/sam.sh).
+run scripts/sam-check.sh
 exit $status

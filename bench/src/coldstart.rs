@@ -291,6 +291,19 @@ pub async fn cold_start_once(
     extra_env: &[(String, String)],
     limit: Duration,
 ) -> Result<Run, BenchError> {
+    invoke_once(binary, function, event, extra_env, limit, None).await
+}
+
+/// [`cold_start_once`], the process's stderr (its logs) appended to `log` when given: the check of
+/// the `sam build` artifacts shows them when an answer is wrong.
+pub async fn invoke_once(
+    binary: &Path,
+    function: &str,
+    event: &[u8],
+    extra_env: &[(String, String)],
+    limit: Duration,
+    log: Option<&Path>,
+) -> Result<Run, BenchError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| BenchError::io("binding the Runtime API listener", e))?;
@@ -332,7 +345,15 @@ pub async fn cold_start_once(
         .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(match log {
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| BenchError::io(format!("opening {}", path.display()), e))?
+                .into(),
+            None => Stdio::null(),
+        })
         .kill_on_drop(true);
     let t0 = Instant::now();
     let mut child = cmd

@@ -18,7 +18,7 @@ use shared::table::TableNames;
 
 use turnstile_bench::error::BenchError;
 use turnstile_bench::workload::{self, Availability, BenchCtx};
-use turnstile_bench::{coldstart, runner};
+use turnstile_bench::{coldstart, runner, samples};
 
 #[derive(Parser)]
 #[command(
@@ -211,7 +211,11 @@ async fn cold_start(
     only: Vec<String>,
 ) -> Result<(), BenchError> {
     let prefix = format!("coldstart-{}-", runner::short_id());
-    let deps = seed_cold_start(&endpoint, &prefix).await?;
+    let deps = samples::seed(
+        &local_client(&endpoint, None),
+        TableNames::with_prefix(&prefix),
+    )
+    .await?;
     // The functions that close connections need a Management API endpoint: a local one that
     // records what it receives (every connection live).
     let api = turnstile_local::ManagementApi::start(
@@ -241,11 +245,11 @@ async fn cold_start(
         // `$disconnect` and `$default` act on the sample's connection: admit it before each start
         // (idempotent), so every run releases / messages a live connection.
         let admit = || -> futures::future::BoxFuture<'_, Result<(), BenchError>> {
-            Box::pin(admit_sample_connection(&deps))
+            Box::pin(samples::admit_sample_connection(&deps))
         };
         // The token remover's sample terminates cluster j-1YONHTCP3YZKC: bind a token to it first.
         let bind = || -> futures::future::BoxFuture<'_, Result<(), BenchError>> {
-            Box::pin(bind_sample_cluster(&deps))
+            Box::pin(samples::bind_sample_cluster(&deps))
         };
         let prepare: Option<coldstart::Prepare<'_>> = match f {
             "disconnect" | "message" => Some(&admit),
@@ -256,76 +260,6 @@ async fn cold_start(
         emit(&line)?;
     }
     Ok(())
-}
-
-/// What the sample events refer to, so each cold start handles a real request: every table under
-/// `prefix`, tenant `tenant-1` (the sample events' tenant) and its live session `session-1`.
-async fn seed_cold_start(endpoint: &str, prefix: &str) -> Result<shared::Deps, BenchError> {
-    use shared::ids::{SessionId, TenantId};
-    use shared::table::{self, AttributeStyle, TableKind};
-    let tables = TableNames::with_prefix(prefix);
-    let client = local_client(endpoint, None);
-    for kind in TableKind::ALL {
-        table::ensure(
-            &client,
-            &table::definition(kind, &tables, AttributeStyle::default()),
-        )
-        .await?;
-    }
-    let deps = shared::Deps {
-        dynamo: client,
-        tables,
-        style: AttributeStyle::default(),
-        clock: shared::clock::system(),
-        vars: shared::config::Vars::from_pairs::<&str, &str>([]),
-    };
-    let bad = |e: shared::ids::IdError| BenchError::Other(e.to_string());
-    let t = TenantId::parse("tenant-1").map_err(bad)?;
-    let limits = shared::tenant::Limits::example(600, 600, 10, 100, 3600, 600);
-    shared::tenant::store::put(
-        &deps,
-        &shared::tenant::Tenant {
-            tenant_id: t.clone(),
-            limits,
-        },
-    )
-    .await?;
-    let sid = SessionId::parse("session-1").map_err(bad)?;
-    let ttl = deps.clock.now().as_secs() + 3600;
-    shared::session::store::create_or_refresh(&deps, &t, &sid, ttl).await?;
-    Ok(deps)
-}
-
-/// A token of account 123456789012 bound to the sample's EMR cluster `j-1YONHTCP3YZKC`.
-async fn bind_sample_cluster(deps: &shared::Deps) -> Result<(), BenchError> {
-    let limiter = shared::reservation::NonFungibleLimiter::from_deps(deps)
-        .map_err(|e| BenchError::Other(e.to_string()))?;
-    let r = limiter
-        .get_reservation("emr", "123456789012", 1_000)
-        .await
-        .map_err(|e| BenchError::Other(format!("cold start: reserving: {e}")))?;
-    r.create_token("j-1YONHTCP3YZKC")
-        .await
-        .map_err(|e| BenchError::Other(format!("cold start: binding: {e}")))?;
-    Ok(())
-}
-
-/// The sample events' connection (`Nx0MPcOFvHcCIhw=` of tenant-1/session-1), admitted (a no-op
-/// when it already is).
-async fn admit_sample_connection(deps: &shared::Deps) -> Result<(), BenchError> {
-    use shared::ids::{ConnectionId, SessionId, TenantId};
-    let bad = |e: shared::ids::IdError| BenchError::Other(e.to_string());
-    let t = TenantId::parse("tenant-1").map_err(bad)?;
-    let sid = SessionId::parse("session-1").map_err(bad)?;
-    let cid = ConnectionId::parse("Nx0MPcOFvHcCIhw=").map_err(bad)?;
-    let limits = shared::tenant::Limits::example(600, 600, 10, 100, 3600, 600);
-    match shared::admission::connect::admit(deps, &t, &sid, &cid, &limits).await? {
-        shared::admission::connect::Admission::Admitted
-        | shared::admission::connect::Admission::AlreadyAdmitted => Ok(()),
-        other => Err(BenchError::Other(format!(
-            "cold start: admitting the sample connection: {other:?}"
-        ))),
-    }
 }
 
 #[tokio::main]

@@ -17,6 +17,8 @@ pub mod error;
 /// Property-test input generators (tests and the `fuzz` feature only).
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
+/// The Management API client (the `gateway` feature).
+#[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod gcra;
 pub mod ids;

@@ -1,5 +1,6 @@
 //! The integration suite: every test runs against DynamoDB Local (started by `make test`).
 
+mod artifacts;
 mod dashboard;
 mod faults;
 mod foundation;

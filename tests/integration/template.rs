@@ -257,7 +257,7 @@ fn to_json(v: &serde_yaml_ng::Value) -> Value {
     }
 }
 
-fn load_template() -> Value {
+pub(crate) fn load_template() -> Value {
     let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template.yaml");
     let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("parse template.yaml");
     to_json(&yaml)
@@ -268,14 +268,21 @@ const ACCOUNT: &str = "123456789012";
 const REGION: &str = "us-east-1";
 
 /// The template under one set of parameter values.
-struct Stack<'t> {
+pub(crate) struct Stack<'t> {
     t: &'t Value,
+    /// `AWS::StackName` (the table names and prefixes derive from it).
+    name: String,
     params: BTreeMap<String, String>,
     conditions: BTreeMap<String, bool>,
 }
 
 impl<'t> Stack<'t> {
     fn new(t: &'t Value, overrides: &[(&str, &str)]) -> Stack<'t> {
+        Stack::named(t, STACK, overrides)
+    }
+
+    /// The template deployed as stack `name` (tests/integration/artifacts.rs: a fresh one per run).
+    pub(crate) fn named(t: &'t Value, name: &str, overrides: &[(&str, &str)]) -> Stack<'t> {
         let mut params = BTreeMap::new();
         for (name, p) in t["Parameters"].as_object().unwrap() {
             let default = match &p["Default"] {
@@ -292,6 +299,7 @@ impl<'t> Stack<'t> {
         }
         let mut stack = Stack {
             t,
+            name: name.to_string(),
             params,
             conditions: BTreeMap::new(),
         };
@@ -472,7 +480,7 @@ impl<'t> Stack<'t> {
         let s = |x: &str| Some(Value::String(x.to_string()));
         match name {
             "AWS::NoValue" => None,
-            "AWS::StackName" => s(STACK),
+            "AWS::StackName" => s(&self.name),
             "AWS::Region" => s(REGION),
             "AWS::AccountId" => s(ACCOUNT),
             "AWS::Partition" => s("aws"),
@@ -502,14 +510,14 @@ impl<'t> Stack<'t> {
     }
 
     /// A function's properties with `Globals.Function` merged in (maps merge, the function wins).
-    fn function(&self, id: &str) -> Value {
+    pub(crate) fn function(&self, id: &str) -> Value {
         let mut merged = self.t["Globals"]["Function"].clone();
         merge(&mut merged, &self.resource(id)["Properties"]);
         merged
     }
 
     /// The environment a function gets: name -> evaluated value.
-    fn environment(&self, id: &str) -> BTreeMap<String, String> {
+    pub(crate) fn environment(&self, id: &str) -> BTreeMap<String, String> {
         let f = self.function(id);
         let vars = self
             .eval(&f["Environment"]["Variables"])
@@ -524,7 +532,7 @@ impl<'t> Stack<'t> {
     }
 
     /// Function logical id -> its crate (`Metadata.BuildProperties.Binary`).
-    fn functions(&self) -> BTreeMap<String, String> {
+    pub(crate) fn functions(&self) -> BTreeMap<String, String> {
         self.resources()
             .into_iter()
             .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
@@ -711,7 +719,18 @@ fn every_function_crate_has_exactly_one_function_built_by_cargo_lambda() {
         assert_eq!(r["Metadata"]["BuildMethod"], "rust-cargolambda", "{id}");
         let f = stack.function(&id);
         assert_eq!(f["Runtime"], "provided.al2023", "{id}");
-        assert_eq!(f["Architectures"], json!(["arm64"]), "{id}");
+        // The `Architecture` parameter (default arm64; `make test` builds x86_64 through `sam build`).
+        assert_eq!(
+            stack.eval(&f["Architectures"]),
+            Some(json!(["arm64"])),
+            "{id}"
+        );
+        let x86 = Stack::new(&t, &[("Architecture", "x86_64")]);
+        assert_eq!(
+            x86.eval(&x86.function(&id)["Architectures"]),
+            Some(json!(["x86_64"])),
+            "{id}"
+        );
         assert_eq!(f["Handler"], "bootstrap", "{id}");
         assert_eq!(f["CodeUri"], ".", "{id}: one workspace, one target/");
         let log_group = stack.eval_str(&f["LoggingConfig"]["LogGroup"]);

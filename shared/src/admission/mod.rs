@@ -17,6 +17,7 @@ pub mod context;
 pub mod item;
 pub mod message;
 pub mod precheck;
+#[cfg(feature = "gateway")]
 pub mod reconcile;
 pub mod release;
 pub mod respond;

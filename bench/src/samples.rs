@@ -1,0 +1,102 @@
+//! The rows the sample events in `events/` refer to, so a function binary started on one handles a
+//! real request: tenant `tenant-1` with its live session `session-1`, the sample connection
+//! `Nx0MPcOFvHcCIhw=` admitted, a token bound to the sample EMR cluster `j-1YONHTCP3YZKC`. Used by
+//! the cold-start harness and by the check of the artifacts `sam build` makes
+//! (tests/integration/artifacts.rs).
+
+use aws_sdk_dynamodb::Client;
+use shared::ids::{ConnectionId, IdError, SessionId, TenantId};
+use shared::table::{self, AttributeStyle, TableKind, TableNames};
+
+use crate::error::BenchError;
+
+/// The sample events' tenant, session, connection and EMR cluster.
+pub const TENANT: &str = "tenant-1";
+pub const SESSION: &str = "session-1";
+pub const CONNECTION: &str = "Nx0MPcOFvHcCIhw=";
+pub const CLUSTER: &str = "j-1YONHTCP3YZKC";
+
+/// Generous limits: the samples never hit one.
+const LIMITS: shared::tenant::Limits =
+    shared::tenant::Limits::example(600, 600, 10, 100, 3600, 600);
+
+fn bad(e: IdError) -> BenchError {
+    BenchError::Other(e.to_string())
+}
+
+/// Every table of the catalog under `tables`, then [`seed_rows`].
+pub async fn seed(client: &Client, tables: TableNames) -> Result<shared::Deps, BenchError> {
+    for kind in TableKind::ALL {
+        table::ensure(
+            client,
+            &table::definition(kind, &tables, AttributeStyle::default()),
+        )
+        .await?;
+    }
+    let deps = shared::Deps {
+        dynamo: client.clone(),
+        tables,
+        style: AttributeStyle::default(),
+        clock: shared::clock::system(),
+        vars: shared::config::Vars::from_pairs::<&str, &str>([]),
+    };
+    seed_rows(&deps).await?;
+    Ok(deps)
+}
+
+/// Tenant `tenant-1` and its live session `session-1` (tables already there).
+pub async fn seed_rows(deps: &shared::Deps) -> Result<(), BenchError> {
+    let t = TenantId::parse(TENANT).map_err(bad)?;
+    shared::tenant::store::put(
+        deps,
+        &shared::tenant::Tenant {
+            tenant_id: t,
+            limits: LIMITS,
+        },
+    )
+    .await?;
+    ensure_sample_session(deps).await
+}
+
+/// Session `session-1` of `tenant-1` live for an hour (created again after a sample deleted it).
+pub async fn ensure_sample_session(deps: &shared::Deps) -> Result<(), BenchError> {
+    let t = TenantId::parse(TENANT).map_err(bad)?;
+    let sid = SessionId::parse(SESSION).map_err(bad)?;
+    let ttl = deps.clock.now().as_secs() + 3600;
+    shared::session::store::create_or_refresh(deps, &t, &sid, ttl).await?;
+    Ok(())
+}
+
+/// A token of account 123456789012 bound to the sample's EMR cluster `j-1YONHTCP3YZKC`.
+pub async fn bind_sample_cluster(deps: &shared::Deps) -> Result<(), BenchError> {
+    bind_cluster(deps, CLUSTER).await
+}
+
+/// A token of account 123456789012 bound to EMR cluster `cluster`.
+pub async fn bind_cluster(deps: &shared::Deps, cluster: &str) -> Result<(), BenchError> {
+    let limiter = shared::reservation::NonFungibleLimiter::from_deps(deps)
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let r = limiter
+        .get_reservation("emr", "123456789012", 1_000)
+        .await
+        .map_err(|e| BenchError::Other(format!("reserving for the sample cluster: {e}")))?;
+    r.create_token(cluster)
+        .await
+        .map_err(|e| BenchError::Other(format!("binding the sample cluster: {e}")))?;
+    Ok(())
+}
+
+/// The sample events' connection (`Nx0MPcOFvHcCIhw=` of tenant-1/session-1), admitted (a no-op
+/// when it already is).
+pub async fn admit_sample_connection(deps: &shared::Deps) -> Result<(), BenchError> {
+    let t = TenantId::parse(TENANT).map_err(bad)?;
+    let sid = SessionId::parse(SESSION).map_err(bad)?;
+    let cid = ConnectionId::parse(CONNECTION).map_err(bad)?;
+    match shared::admission::connect::admit(deps, &t, &sid, &cid, &LIMITS).await? {
+        shared::admission::connect::Admission::Admitted
+        | shared::admission::connect::Admission::AlreadyAdmitted => Ok(()),
+        other => Err(BenchError::Other(format!(
+            "admitting the sample connection: {other:?}"
+        ))),
+    }
+}
