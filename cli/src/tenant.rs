@@ -47,6 +47,11 @@ enum Cmd {
         /// When DynamoDB fails or times out: `closed` answers 5xx, `open` lets requests through.
         #[arg(long, default_value = "closed")]
         on_failure: tenant::OnFailure,
+        /// Counter items the tenant's open connections are spread over (1-100; 1 = one item).
+        /// More than 1 lets one tenant connect past one item's ~1,000 writes/s (decision 1502).
+        /// Change it only while the tenant holds no connections.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+        connection_shards: u64,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -76,6 +81,7 @@ pub async fn run(args: Args) -> Result<()> {
             rate_algorithm,
             enforcement,
             on_failure,
+            connection_shards,
         } => {
             let t = Tenant {
                 tenant_id,
@@ -89,6 +95,7 @@ pub async fn run(args: Args) -> Result<()> {
                     rate_algorithm,
                     enforcement,
                     on_failure,
+                    connection_shards,
                 },
             };
             tenant::store::put(&deps, &t).await?;

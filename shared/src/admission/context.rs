@@ -27,6 +27,12 @@ pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
     ] {
         m.insert(name.into(), Value::String(value.into()));
     }
+    if limits.connection_shards != 1 {
+        m.insert(
+            tattr::CONNECTION_SHARDS.into(),
+            Value::from(limits.connection_shards),
+        );
+    }
     Value::Object(m)
 }
 
@@ -76,6 +82,11 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         rate_algorithm: named(fields, tattr::RATE_ALGORITHM)?,
         enforcement: named(fields, tattr::ENFORCEMENT)?,
         on_failure: named(fields, tattr::ON_FAILURE)?,
+        connection_shards: match fields.get(tattr::CONNECTION_SHARDS) {
+            None => 1,
+            Some(_) => number(fields, tattr::CONNECTION_SHARDS)
+                .filter(|n| (1..=crate::tenant::MAX_CONNECTION_SHARDS).contains(n))?,
+        },
     })
 }
 

@@ -20,6 +20,7 @@ pub mod precheck;
 pub mod reconcile;
 pub mod release;
 pub mod respond;
+pub mod shards;
 pub mod txn;
 pub mod verdict;
 pub mod write;

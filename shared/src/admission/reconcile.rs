@@ -61,6 +61,11 @@ pub const MIN_GRACE: Duration = Duration::from_secs(15);
 /// Repair writes tried when releases keep landing between the last read and the write.
 pub const REPAIR_ATTEMPTS: u32 = 4;
 
+/// Why a sharded tenant is skipped: its count is spread over shards (decision 1502) that this
+/// run does not repair; repairing the one `{tenant}` item instead would be wrong.
+pub const SHARDED: &str =
+    "connectionShards > 1: sharded counters are not reconciled (decision 1502)";
+
 /// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
 /// (a grace of 0 repairs a connect half-way through down to below the truth).
 pub fn check_grace(grace: Duration) -> std::result::Result<Duration, String> {
@@ -169,14 +174,20 @@ async fn sessions(deps: &Deps, t: &TenantId) -> Result<BTreeMap<String, Vec<Stri
             .expression_attribute_names("#t", sattr::TENANT_ID)
             .expression_attribute_names("#s", sattr::SESSION_ID)
             .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
+            .expression_attribute_names("#nsh", sattr::CONNECTION_SHARDS)
             .expression_attribute_values(":t", s(t.as_str()))
-            .projection_expression("#s, #ids")
+            .projection_expression("#s, #ids, #nsh")
             .consistent_read(true)
             .set_exclusive_start_key(start.take())
             .send()
             .await
             .map_err(|e| Error::dynamo("Query", e))?;
         for it in page.items() {
+            if super::shards::of_item(it) > 1 {
+                // Its count is spread over shards this run does not repair (decision 1502):
+                // the tenant is skipped rather than "repaired" on the one `{tenant}` item.
+                return Err(Error::Other(SHARDED.into()));
+            }
             if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
                 out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
             }
@@ -292,12 +303,16 @@ where
     F: Fn(TenantId) -> Fut,
     Fut: std::future::Future<Output = Result<Deps>>,
 {
+    let mut sharded = BTreeSet::new();
     let tenants: Vec<TenantId> = match &options.tenant {
         Some(t) => vec![t.clone()],
         None => {
             let (all, bad) = crate::tenant::store::list(deps).await?;
             for b in bad {
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
+            }
+            for t in all.iter().filter(|t| t.limits.connection_shards > 1) {
+                sharded.insert(t.tenant_id.clone());
             }
             all.into_iter().map(|t| t.tenant_id).collect()
         }
@@ -313,6 +328,24 @@ where
             in_flight: 0,
             outcome: Outcome::Consistent,
         };
+        if sharded.contains(&t) {
+            work.push(Work {
+                tenant: t,
+                deps: deps.clone(),
+                report: TenantReport {
+                    outcome: Outcome::Skipped {
+                        reason: SHARDED.into(),
+                    },
+                    ..report
+                },
+                candidates: vec![],
+                before: Snapshot::default(),
+                read: Snapshot::default(),
+                truth_at: 0,
+                done: true,
+            });
+            continue;
+        }
         match scoped(t.clone()).await {
             Ok(d) => work.push(Work {
                 tenant: t,

@@ -29,6 +29,20 @@ pub mod attr {
     pub const ENFORCEMENT: &str = "enforcement";
     /// `closed` (default) or `open` ([`super::OnFailure`]).
     pub const ON_FAILURE: &str = "onFailure";
+    /// Items the tenant's open-connection count is spread over (absent or 1: the one `{tenant}`
+    /// counter; decision 1502).
+    pub const CONNECTION_SHARDS: &str = "connectionShards";
+}
+
+/// The most counter shards a tenant may have (one BatchGetItem reads them all).
+pub const MAX_CONNECTION_SHARDS: u64 = 100;
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(v: &u64) -> bool {
+    *v == 1
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -74,6 +88,9 @@ pub struct Limits {
     /// Fail closed or open when DynamoDB fails (`onFailure`; closed by default).
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// Counter items the open connections are spread over (`connectionShards`; 1 by default).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub connection_shards: u64,
 }
 
 impl Limits {
@@ -97,7 +114,14 @@ impl Limits {
             rate_algorithm: WindowAlgorithm::Fixed,
             enforcement: Enforcement::Enforce,
             on_failure: OnFailure::Closed,
+            connection_shards: 1,
         }
+    }
+
+    /// The same limits with the open-connection count spread over `n` items (decision 1502).
+    pub const fn with_connection_shards(mut self, n: u64) -> Limits {
+        self.connection_shards = n;
+        self
     }
 
     /// The same limits, enforced or in shadow mode.

@@ -42,6 +42,19 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             rate_algorithm: named(table, it, attr::RATE_ALGORITHM)?,
             enforcement: named(table, it, attr::ENFORCEMENT)?,
             on_failure: named(table, it, attr::ON_FAILURE)?,
+            connection_shards: match opt(attr::CONNECTION_SHARDS, 1)? {
+                n @ 1..=super::MAX_CONNECTION_SHARDS => n,
+                n => {
+                    return Err(Error::MalformedItem {
+                        table: table.to_string(),
+                        reason: format!(
+                            "{} = {n}: must be 1 to {}",
+                            attr::CONNECTION_SHARDS,
+                            super::MAX_CONNECTION_SHARDS
+                        ),
+                    })
+                }
+            },
         },
     })
 }
@@ -96,6 +109,12 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         (attr::ON_FAILURE, l.on_failure.as_str()),
     ] {
         it.insert(name.to_string(), AttributeValue::S(value.to_string()));
+    }
+    if l.connection_shards != 1 {
+        it.insert(
+            attr::CONNECTION_SHARDS.to_string(),
+            AttributeValue::N(l.connection_shards.to_string()),
+        );
     }
     deps.dynamo
         .put_item()
