@@ -142,6 +142,31 @@ impl Limits {
         self
     }
 
+    /// Whether `connectionShards` fits the limits: 1 to [`MAX_CONNECTION_SHARDS`], and no more than
+    /// `tenantConnections` or `tenantPerMinute` (each shard needs a share of at least one of both;
+    /// a limit of 0 blocks the tenant whatever the shards). Decision 1502.
+    pub fn check_shards(&self) -> Result<(), String> {
+        let n = self.connection_shards;
+        if !(1..=MAX_CONNECTION_SHARDS).contains(&n) {
+            return Err(format!(
+                "{} = {n}: must be 1 to {MAX_CONNECTION_SHARDS}",
+                attr::CONNECTION_SHARDS
+            ));
+        }
+        for (name, v) in [
+            (attr::TENANT_CONNECTIONS, self.tenant_connections),
+            (attr::TENANT_PER_MINUTE, self.tenant_per_minute),
+        ] {
+            if n > 1 && v > 0 && n > v {
+                return Err(format!(
+                    "{} = {n} is more than {name} = {v}: every shard needs a share of at least one",
+                    attr::CONNECTION_SHARDS
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `(name, value)` for every limit, in the tenant row's attribute names.
     pub fn fields(&self) -> [(&'static str, u64); 6] {
         [
@@ -162,4 +187,25 @@ pub struct Tenant {
     pub tenant_id: crate::ids::TenantId,
     #[serde(flatten)]
     pub limits: Limits,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_shards_must_fit_the_limits() {
+        let l = Limits::example(60, 5, 2, 10, 200, 60);
+        assert!(l.check_shards().is_ok());
+        assert!(l.with_connection_shards(10).check_shards().is_ok());
+        let e = l.with_connection_shards(11).check_shards().unwrap_err();
+        assert!(e.contains("tenantConnections = 10"), "{e}");
+        assert!(l.with_connection_shards(0).check_shards().is_err());
+        assert!(l.with_connection_shards(101).check_shards().is_err());
+        let small_minute = Limits::example(4, 5, 2, 10, 200, 60).with_connection_shards(8);
+        assert!(small_minute
+            .check_shards()
+            .unwrap_err()
+            .contains("tenantPerMinute"));
+    }
 }

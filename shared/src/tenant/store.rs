@@ -30,7 +30,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
     let opt = |name: &str, dflt: u64| -> Result<u64> {
         Ok(item::opt_number_u64(table, it, name)?.unwrap_or(dflt))
     };
-    Ok(Tenant {
+    let tenant = Tenant {
         tenant_id,
         limits: Limits {
             connections_per_session: req(attr::CONNECTIONS_PER_SESSION)?,
@@ -42,21 +42,17 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             rate_algorithm: named(table, it, attr::RATE_ALGORITHM)?,
             enforcement: named(table, it, attr::ENFORCEMENT)?,
             on_failure: named(table, it, attr::ON_FAILURE)?,
-            connection_shards: match opt(attr::CONNECTION_SHARDS, 1)? {
-                n @ 1..=super::MAX_CONNECTION_SHARDS => n,
-                n => {
-                    return Err(Error::MalformedItem {
-                        table: table.to_string(),
-                        reason: format!(
-                            "{} = {n}: must be 1 to {}",
-                            attr::CONNECTION_SHARDS,
-                            super::MAX_CONNECTION_SHARDS
-                        ),
-                    })
-                }
-            },
+            connection_shards: opt(attr::CONNECTION_SHARDS, 1)?,
         },
-    })
+    };
+    tenant
+        .limits
+        .check_shards()
+        .map_err(|reason| Error::MalformedItem {
+            table: table.to_string(),
+            reason,
+        })?;
+    Ok(tenant)
 }
 
 /// A named setting (`rateAlgorithm`, `enforcement`, `onFailure`): absent means its default (rows
@@ -98,6 +94,7 @@ pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
 
 /// 1 PutItem: creates or replaces the tenant row.
 pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
+    tenant.limits.check_shards().map_err(Error::Other)?;
     let mut it = key(&tenant.tenant_id);
     for (name, value) in tenant.limits.fields() {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
