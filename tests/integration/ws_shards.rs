@@ -45,6 +45,15 @@ async fn shard_counts(w: &World) -> Vec<i64> {
     out
 }
 
+/// The sum of the first `n` shards' counts.
+async fn shard_sum(w: &World, n: u64) -> i64 {
+    let mut sum = 0;
+    for i in 0..n {
+        sum += w.count(&format!("{T}:shard:{i}")).await.unwrap_or(0);
+    }
+    sum
+}
+
 async fn held(w: &World, sessions: &[String]) -> usize {
     let mut n = 0;
     for s in sessions {
@@ -166,10 +175,7 @@ async fn sharded_paths_cost_what_the_decision_record_states() {
     w.env.counter.reset();
     assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
     assert_eq!(w.env.counter.total(), 1);
-    let mut sum = 0;
-    for i in 0..2 {
-        sum += w.count(&format!("{T}:shard:{i}")).await.unwrap_or(0);
-    }
+    let sum = shard_sum(&w, 2).await;
     assert_eq!(sum, 1);
     // The freed room is usable whichever shard holds it.
     assert_eq!(connect(&w, "s1", "d=", &l).await, 200);
@@ -263,4 +269,119 @@ async fn an_unsharded_tenant_keeps_its_one_counter() {
     assert_eq!(w.counter_keys().await, vec![T.to_string()]);
     assert_eq!(w.disconnect(T, "s1", "u=").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(0));
+}
+
+/// A connect the session refuses gives its unit back to the shard it charged: 30 connects into
+/// sessions of 2 (6 sessions) on a cap of 40 over 8 shards admit 12 and the shards sum to 12;
+/// their per-minute shares spent only for the admitted ones.
+#[tokio::test]
+async fn a_session_refusal_gives_back_to_the_charged_shard() {
+    let w = World::new().await;
+    let l = Limits::example(1_000, 1_000, 2, 40, 300, 600).with_connection_shards(SHARDS);
+    w.put_tenant(T, l).await;
+    let sessions: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for s in &sessions {
+        w.put_session(T, s).await;
+    }
+    let attempts = (0..30).map(|i| {
+        let s = sessions[i % sessions.len()].clone();
+        let w = &w;
+        async move { connect(w, &s, &format!("r{i:02}="), &l).await }
+    });
+    let statuses = join_all(attempts).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 12);
+    assert_eq!(shard_counts(&w).await.iter().sum::<i64>(), 12);
+    assert_eq!(held(&w, &sessions).await, 12);
+    let mut minute = 0;
+    for i in 0..SHARDS {
+        let key = format!("{T}:shard:{i}");
+        if w.counter_number(&key, "connMinute").await == Some(w.minute()) {
+            minute += w.counter_number(&key, "connMinuteCount").await.unwrap_or(0);
+        }
+    }
+    assert_eq!(minute, 12, "refused connects spent no minute share");
+}
+
+/// `tenantPerMinute` is sharded too: 16 a minute over 8 shards (2 each), 24 connects in one
+/// frozen minute admit exactly 16 and the rest are refused naming `tenantPerMinute`; under GCRA
+/// the same holds with each shard a bucket of its share.
+#[tokio::test]
+async fn the_tenant_minute_is_shared_out_exactly() {
+    for alg in [
+        shared::tenant::WindowAlgorithm::Fixed,
+        shared::tenant::WindowAlgorithm::Gcra,
+    ] {
+        let w = World::new().await;
+        let l = Limits::example(16, 1_000, 100, 100, 300, 600)
+            .with_connection_shards(SHARDS)
+            .with_rate_algorithm(alg);
+        w.put_tenant(T, l).await;
+        w.put_session(T, "s1").await;
+        let attempts = (0..24).map(|i| {
+            let w = &w;
+            async move {
+                let cid = format!("m{i:02}=");
+                let mut ev = ws_event("connect/connect.json", T, "s1", &cid, Some(&l));
+                ev.request_context.authorizer.fields.insert(
+                    shared::tenant::attr::CONNECTION_SHARDS.into(),
+                    Value::String(SHARDS.to_string()),
+                );
+                connect::handle(w.deps(), &w.connect, ev).await.unwrap()
+            }
+        });
+        let results = join_all(attempts).await;
+        let admitted = results.iter().filter(|r| r.status_code == 200).count();
+        assert_eq!(admitted, 16, "{alg:?}");
+        for r in results.iter().filter(|r| r.status_code != 200) {
+            assert_eq!(r.status_code, 429);
+            let body = body_json(r);
+            assert_eq!(body["violated-policies"][0], "tenantPerMinute", "{alg:?}");
+        }
+        assert_eq!(shard_counts(&w).await.iter().sum::<i64>(), 16);
+    }
+}
+
+/// A shadow tenant over its cap: every connect gets in (the would-refused ones re-admitted with the
+/// caps lifted, on the same shards), the shards count every connection, and disconnecting them
+/// all brings the shards back to 0.
+#[tokio::test]
+async fn a_shadow_sharded_tenant_counts_every_connection_and_releases_them() {
+    let w = World::new().await;
+    let l = Limits::example(1_000, 1_000, 100, 8, 300, 600)
+        .with_connection_shards(4)
+        .with_enforcement(shared::tenant::Enforcement::Shadow);
+    w.put_tenant(T, l).await;
+    w.put_session(T, "s1").await;
+    let attempts = (0..20).map(|i| {
+        let w = &w;
+        async move {
+            let mut ev = ws_event(
+                "connect/connect.json",
+                T,
+                "s1",
+                &format!("h{i:02}="),
+                Some(&l),
+            );
+            ev.request_context.authorizer.fields.insert(
+                shared::tenant::attr::CONNECTION_SHARDS.into(),
+                Value::String("4".into()),
+            );
+            connect::handle(w.deps(), &w.connect, ev)
+                .await
+                .unwrap()
+                .status_code
+        }
+    });
+    let statuses = join_all(attempts).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(shard_sum(&w, 4).await, 20);
+    for i in 0..20 {
+        assert_eq!(
+            w.disconnect(T, "s1", &format!("h{i:02}="))
+                .await
+                .status_code,
+            200
+        );
+    }
+    assert_eq!(shard_sum(&w, 4).await, 0);
 }
