@@ -183,10 +183,10 @@ async fn sharded_paths_cost_what_the_decision_record_states() {
 }
 
 /// Session DELETE and the TTL sweeper release each id on the shard it hashes to (recorded on the
-/// session as `connShards`): the shards sum back to 0. The reconciler skips the sharded tenant
-/// (it repairs one `{tenant}` item) and writes nothing.
+/// session as `connShards`): the shards sum back to 0. The reconciler repairs leaked reservations
+/// of a sharded tenant (one transaction over its shards) down to the truth, not below.
 #[tokio::test]
-async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_skips() {
+async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {
     let w = World::new().await;
     let l = limits();
     w.put_tenant(T, l).await;
@@ -204,28 +204,51 @@ async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_skips() {
         Some(SHARDS as i64)
     );
 
-    let before = shard_counts(&w).await;
-    let report = reconcile::run(
-        w.deps(),
-        &reconcile::Options {
-            tenant: Some(T.parse().unwrap()),
-            dry_run: false,
-            grace: Duration::from_millis(20),
-        },
-        None,
-        |_| async { Ok(w.deps().clone()) },
-    )
-    .await
-    .unwrap();
-    assert!(
-        matches!(&report.tenants[0].outcome, Outcome::Skipped { reason } if reason.contains("sharded")),
+    // Two `$connect`s that died after step 1 (no session write): the shards hold 18 for 16.
+    let tid: shared::ids::TenantId = T.parse().unwrap();
+    let sid: shared::ids::SessionId = "s1".parse().unwrap();
+    for _ in 0..2 {
+        shared::admission::connect::reserve(
+            w.deps(),
+            &tid,
+            &sid,
+            &l,
+            &shared::admission::connect::Hints::default(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    assert_eq!(shard_counts(&w).await.iter().sum::<i64>(), 18);
+    let reconcile = || async {
+        reconcile::run(
+            w.deps(),
+            &reconcile::Options {
+                tenant: Some(T.parse().unwrap()),
+                dry_run: false,
+                grace: Duration::from_millis(20),
+            },
+            None,
+            |_| async { Ok(w.deps().clone()) },
+        )
+        .await
+        .unwrap()
+    };
+    let report = reconcile().await;
+    assert_eq!(
+        report.tenants[0].outcome,
+        Outcome::Repaired { from: 18, to: 16 },
         "{report:?}"
     );
-    assert_eq!(
-        shard_counts(&w).await,
-        before,
-        "the reconciler wrote nothing"
-    );
+    assert_eq!(shard_counts(&w).await.iter().sum::<i64>(), 16);
+    // Every shard carries the truth's time (a later TTL sweep of a session the truth left out
+    // does not decrement again), and a second run finds nothing to do.
+    for i in 0..SHARDS {
+        let key = format!("{T}:shard:{i}");
+        assert!(w.counter_number(&key, "truthAt").await.is_some(), "{key}");
+    }
+    let again = reconcile().await;
+    assert_eq!(again.tenants[0].outcome, Outcome::Consistent, "{again:?}");
 
     let (status, body) = w
         .session_call("DELETE", &[("tenantId", T), ("sessionId", "s1")], None)
@@ -237,6 +260,9 @@ async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_skips() {
     let ids: Vec<String> = w.session(T, "s2").await.unwrap().connection_ids;
     let mut record = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
     record["eventID"] = serde_json::json!("ttl-sh-s2");
+    // Deleted after the reconciler's truth (which still held s2): the sweep must release it.
+    let later = shared::clock::Clock::now(&w.env.clock).as_secs() + 600;
+    record["dynamodb"]["ApproximateCreationDateTime"] = serde_json::json!(later);
     record["dynamodb"]["OldImage"] = serde_json::json!({
         "tenantId": {"S": T}, "sessionId": {"S": "s2"}, "sessionTTL": {"N": "1"},
         "connectionIds": {"SS": ids}, "connShards": {"N": SHARDS.to_string()}
@@ -384,4 +410,103 @@ async fn a_shadow_sharded_tenant_counts_every_connection_and_releases_them() {
         );
     }
     assert_eq!(shard_sum(&w, 4).await, 0);
+}
+
+async fn reconcile_sharded(w: &World, grace_ms: u64) -> reconcile::Report {
+    reconcile::run(
+        w.deps(),
+        &reconcile::Options {
+            tenant: Some(T.parse().unwrap()),
+            dry_run: false,
+            grace: Duration::from_millis(grace_ms),
+        },
+        None,
+        |_| async { Ok(w.deps().clone()) },
+    )
+    .await
+    .unwrap()
+}
+
+async fn reserve_only(w: &World, l: &Limits) -> shared::admission::connect::Reservation {
+    shared::admission::connect::reserve(
+        w.deps(),
+        &T.parse().unwrap(),
+        &"s1".parse().unwrap(),
+        l,
+        &shared::admission::connect::Hints::default(),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+/// 0306's races on a sharded tenant: a `$connect` half-way through (reserved before the run,
+/// joined during it) is never repaired away; a leak is repaired while a connect lands between the
+/// read and the repair, and that connection keeps its unit.
+#[tokio::test]
+async fn a_sharded_repair_never_goes_below_the_connections_held() {
+    let w = World::new().await;
+    let l = limits();
+    w.put_tenant(T, l).await;
+    w.put_session(T, "s1").await;
+    let reservation = reserve_only(&w, &l).await;
+    let join = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shared::admission::connect::join(
+            w.deps(),
+            &T.parse().unwrap(),
+            &"s1".parse().unwrap(),
+            &"in-flight=".parse().unwrap(),
+            &l,
+            &shared::admission::connect::Hints::default(),
+            &reservation,
+        )
+        .await
+        .unwrap()
+    };
+    let (report, joined) = tokio::join!(reconcile_sharded(&w, 300), join);
+    assert!(matches!(
+        joined,
+        shared::admission::connect::Admission::Admitted
+    ));
+    assert_eq!(report.tenants[0].outcome, Outcome::Consistent, "{report:?}");
+    assert_eq!(shard_sum(&w, SHARDS).await, 1, "never below the connection");
+
+    reserve_only(&w, &l).await;
+    let connect_meanwhile = async {
+        // Between the read (after one grace) and the repair (after two).
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        connect(&w, "s1", "meanwhile=", &l).await
+    };
+    let (report, status) = tokio::join!(reconcile_sharded(&w, 400), connect_meanwhile);
+    assert_eq!(status, 200);
+    assert_eq!(
+        report.tenants[0].outcome,
+        Outcome::Repaired { from: 3, to: 2 },
+        "{report:?}"
+    );
+    assert_eq!(shard_sum(&w, SHARDS).await, 2, "the two connections held");
+    let report = reconcile_sharded(&w, 0).await;
+    assert_eq!(report.tenants[0].outcome, Outcome::Consistent);
+}
+
+/// A session counted on another layout than the row's (the tenant was resharded with connections
+/// open, which the CLI refuses without `--reshard-drained`): the reconciler skips the tenant and
+/// writes nothing.
+#[tokio::test]
+async fn a_resharded_tenant_is_skipped_not_repaired() {
+    let w = World::new().await;
+    let l = limits();
+    w.put_tenant(T, l).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(connect(&w, "s1", "x=", &l).await, 200);
+    w.put_tenant(T, l.with_connection_shards(4)).await;
+    reserve_only(&w, &l.with_connection_shards(4)).await;
+    let before = shard_counts(&w).await;
+    let report = reconcile_sharded(&w, 20).await;
+    assert!(
+        matches!(&report.tenants[0].outcome, Outcome::Skipped { reason } if reason.contains("connectionShards changed")),
+        "{report:?}"
+    );
+    assert_eq!(shard_counts(&w).await, before, "nothing written");
 }

@@ -20,6 +20,7 @@ pub mod item;
 pub mod message;
 pub mod precheck;
 pub mod reconcile;
+mod reconcile_shards;
 pub mod release;
 pub mod respond;
 pub mod shards;

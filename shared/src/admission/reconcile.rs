@@ -61,10 +61,8 @@ pub const MIN_GRACE: Duration = Duration::from_secs(15);
 /// Repair writes tried when releases keep landing between the last read and the write.
 pub const REPAIR_ATTEMPTS: u32 = 4;
 
-/// Why a sharded tenant is skipped: its count is spread over shards (decision 1502) that this
-/// run does not repair; repairing the one `{tenant}` item instead would be wrong.
-pub const SHARDED: &str =
-    "connectionShards > 1: sharded counters are not reconciled (decision 1502)";
+/// Why a tenant is skipped when its sessions were counted on another shard layout than its row's.
+pub const RESHARDED: &str = "connectionShards changed while connections were open";
 
 /// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
 /// (a grace of 0 repairs a connect half-way through down to below the truth).
@@ -162,7 +160,7 @@ impl Report {
 }
 
 /// Session id → its connection ids, for one tenant (strongly consistent Query, every page).
-async fn sessions(deps: &Deps, t: &TenantId) -> Result<BTreeMap<String, Vec<String>>> {
+async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, Vec<String>>> {
     let mut out = BTreeMap::new();
     let mut start: Option<Item> = None;
     loop {
@@ -183,10 +181,14 @@ async fn sessions(deps: &Deps, t: &TenantId) -> Result<BTreeMap<String, Vec<Stri
             .await
             .map_err(|e| Error::dynamo("Query", e))?;
         for it in page.items() {
-            if super::shards::of_item(it) > 1 {
-                // Its count is spread over shards this run does not repair (decision 1502):
-                // the tenant is skipped rather than "repaired" on the one `{tenant}` item.
-                return Err(Error::Other(SHARDED.into()));
+            let recorded = super::shards::of_item(it);
+            let holds = !item::string_set(it, sattr::CONNECTION_IDS).is_empty();
+            if recorded != n && (recorded > 1 || holds) {
+                // Counted on another layout than the row's (resharded while connections were
+                // open, decision 1502): no repair can be proven; the tenant is skipped.
+                return Err(Error::Other(format!(
+                    "{RESHARDED}: a session records {recorded} shard(s), the tenant {n}"
+                )));
             }
             if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
                 out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
@@ -231,13 +233,14 @@ async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> (Vec<(String, St
 }
 
 /// What one read of the tenant's counter showed.
+/// For a sharded tenant, the sums over its shards (`repairs` from shard 0; decision 1502).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Snapshot {
-    count: Option<i64>,
-    ver: Option<i64>,
-    reserved: Option<i64>,
-    released: Option<i64>,
-    repairs: Option<i64>,
+pub(super) struct Snapshot {
+    pub count: Option<i64>,
+    pub ver: Option<i64>,
+    pub reserved: Option<i64>,
+    pub released: Option<i64>,
+    pub repairs: Option<i64>,
 }
 
 async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
@@ -261,8 +264,19 @@ async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
     })
 }
 
+/// The counter as one snapshot: the `{tenant}` item (1 GetItem), or the sums over a sharded
+/// tenant's shards (1 BatchGetItem), keeping each shard's `relTotal` for the repair's conditions.
+async fn read_snapshot(w: &mut Work) -> Result<Snapshot> {
+    if w.shards <= 1 {
+        return read_counter(&w.deps, &w.tenant).await;
+    }
+    let (snap, released) = super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
+    w.released = released;
+    Ok(snap)
+}
+
 /// Adds `#name = :value`, or `attribute_not_exists(#name)` when it was absent.
-fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was: Option<i64>) {
+pub(super) fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was: Option<i64>) {
     p.name(name, attr);
     match was {
         Some(v) => {
@@ -289,6 +303,10 @@ struct Work {
     read: Snapshot,
     truth_at: i64,
     done: bool,
+    /// The tenant's `connectionShards` (1: the one `{tenant}` item).
+    shards: u64,
+    /// For a sharded tenant: each shard's `relTotal` at the last read (the repair's conditions).
+    released: Vec<Option<i64>>,
 }
 
 /// Reconciles `options.tenant` (or every tenant), with tenant-scoped clients from `scoped` (the
@@ -303,7 +321,7 @@ where
     F: Fn(TenantId) -> Fut,
     Fut: std::future::Future<Output = Result<Deps>>,
 {
-    let mut sharded = BTreeSet::new();
+    let mut sharded = BTreeMap::new();
     let tenants: Vec<TenantId> = match &options.tenant {
         Some(t) => vec![t.clone()],
         None => {
@@ -311,8 +329,8 @@ where
             for b in bad {
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
             }
-            for t in all.iter().filter(|t| t.limits.connection_shards > 1) {
-                sharded.insert(t.tenant_id.clone());
+            for t in &all {
+                sharded.insert(t.tenant_id.clone(), t.limits.connection_shards);
             }
             all.into_iter().map(|t| t.tenant_id).collect()
         }
@@ -328,24 +346,33 @@ where
             in_flight: 0,
             outcome: Outcome::Consistent,
         };
-        if sharded.contains(&t) {
-            work.push(Work {
-                tenant: t,
-                deps: deps.clone(),
-                report: TenantReport {
-                    outcome: Outcome::Skipped {
-                        reason: SHARDED.into(),
-                    },
-                    ..report
-                },
-                candidates: vec![],
-                before: Snapshot::default(),
-                read: Snapshot::default(),
-                truth_at: 0,
-                done: true,
-            });
-            continue;
-        }
+        let shards = match sharded.get(&t) {
+            Some(n) => *n,
+            None if options.tenant.is_none() => 1,
+            None => match crate::tenant::store::get(deps, &t).await {
+                Ok(row) => row.map_or(1, |r| r.limits.connection_shards),
+                Err(e) => {
+                    work.push(Work {
+                        tenant: t,
+                        deps: deps.clone(),
+                        report: TenantReport {
+                            outcome: Outcome::Skipped {
+                                reason: format!("reading the tenant row: {e}"),
+                            },
+                            ..report
+                        },
+                        candidates: vec![],
+                        before: Snapshot::default(),
+                        read: Snapshot::default(),
+                        truth_at: 0,
+                        done: true,
+                        shards: 1,
+                        released: vec![],
+                    });
+                    continue;
+                }
+            },
+        };
         match scoped(t.clone()).await {
             Ok(d) => work.push(Work {
                 tenant: t,
@@ -356,6 +383,8 @@ where
                 read: Snapshot::default(),
                 truth_at: 0,
                 done: false,
+                shards,
+                released: vec![],
             }),
             Err(e) => work.push(Work {
                 tenant: t,
@@ -371,13 +400,15 @@ where
                 read: Snapshot::default(),
                 truth_at: 0,
                 done: true,
+                shards,
+                released: vec![],
             }),
         }
     }
 
     // Phase 1: the counter before, and a probe of every id of every session.
     for w in work.iter_mut().filter(|w| !w.done) {
-        match read_counter(&w.deps, &w.tenant).await {
+        match read_snapshot(w).await {
             Ok(snap) => w.before = snap,
             Err(e) => {
                 skip(w, format!("reading the count: {e}"));
@@ -385,7 +416,7 @@ where
             }
         }
         if let Some(p) = probe {
-            match sessions(&w.deps, &w.tenant).await {
+            match sessions(&w.deps, &w.tenant, w.shards).await {
                 Ok(ss) => {
                     let ids = ss
                         .into_iter()
@@ -407,7 +438,7 @@ where
             skip(w, format!("releasing or reading the count: {e}"));
             continue;
         }
-        match sessions(&w.deps, &w.tenant).await {
+        match sessions(&w.deps, &w.tenant, w.shards).await {
             Ok(ss) => {
                 w.truth_at = w.deps.clock.now().as_millis();
                 let mut t = truth_of(&ss);
@@ -453,14 +484,15 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
     let read = w.read;
     let c = read.count.unwrap_or(0);
     for _ in 0..REPAIR_ATTEMPTS {
-        let now = read_counter(&w.deps, &w.tenant).await?;
+        let now = read_snapshot(w).await?;
         if now.repairs != read.repairs {
             return Ok(Outcome::Busy);
         }
         let in_flight = grew(w.before.reserved, read.reserved) + grew(read.released, now.released);
         w.report.in_flight = in_flight;
         let from = now.count.unwrap_or(0);
-        let quiet = now.ver == w.before.ver;
+        // A sharded tenant is repaired by subtraction only (one transaction over its shards).
+        let quiet = now.ver == w.before.ver && w.shards <= 1;
         let (to, parts) = if quiet {
             if from == truth {
                 return Ok(Outcome::Consistent);
@@ -491,6 +523,18 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
         let to_u = u64::try_from(to).unwrap_or(0);
         if dry_run {
             return Ok(Outcome::WouldRepair { from, to: to_u });
+        }
+        if w.shards > 1 {
+            let leak = from - to;
+            let released = w.released.clone();
+            let (deps, t) = (&w.deps, &w.tenant);
+            if super::reconcile_shards::subtract(deps, t, leak, w.truth_at, &released, read.repairs)
+                .await?
+            {
+                return Ok(Outcome::Repaired { from, to: to_u });
+            }
+            // A release (or another repair) landed since the read: read again.
+            continue;
         }
         let mut p = parts;
         unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", read.repairs);
@@ -547,7 +591,7 @@ async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool
         }
         w.report.stale_released.sort();
     }
-    w.read = read_counter(&w.deps, &w.tenant).await?;
+    w.read = read_snapshot(w).await?;
     w.report.counted = w.read.count;
     Ok(())
 }
