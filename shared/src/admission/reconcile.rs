@@ -29,7 +29,8 @@
 //!
 //! Costs per tenant: 1 Query (2 with probing), 3 GetItem, at most 1 UpdateItem (one more per
 //! release landing between the last read and the write, at most [`REPAIR_ATTEMPTS`]), plus 2
-//! Management API calls per gone candidate and 2 UpdateItem per session with gone ids.
+//! Management API calls per gone candidate and 2 UpdateItem per session with gone ids. A sharded
+//! tenant (decision 1502): 3 BatchGetItem and at most 1 TransactWriteItems of its N shards instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -60,9 +61,6 @@ pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MIN_GRACE: Duration = Duration::from_secs(15);
 /// Repair writes tried when releases keep landing between the last read and the write.
 pub const REPAIR_ATTEMPTS: u32 = 4;
-
-/// Why a tenant is skipped when its sessions were counted on another shard layout than its row's.
-pub const RESHARDED: &str = "connectionShards changed while connections were open";
 
 /// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
 /// (a grace of 0 repairs a connect half-way through down to below the truth).
@@ -181,15 +179,7 @@ async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, 
             .await
             .map_err(|e| Error::dynamo("Query", e))?;
         for it in page.items() {
-            let recorded = super::shards::of_item(it);
-            let holds = !item::string_set(it, sattr::CONNECTION_IDS).is_empty();
-            if recorded != n && (recorded > 1 || holds) {
-                // Counted on another layout than the row's (resharded while connections were
-                // open, decision 1502): no repair can be proven; the tenant is skipped.
-                return Err(Error::Other(format!(
-                    "{RESHARDED}: a session records {recorded} shard(s), the tenant {n}"
-                )));
-            }
+            super::reconcile_shards::same_layout(it, n)?;
             if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
                 out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
             }
@@ -309,6 +299,23 @@ struct Work {
     released: Vec<Option<i64>>,
 }
 
+impl Work {
+    fn new(tenant: TenantId, deps: Deps, report: TenantReport, shards: u64) -> Work {
+        Work {
+            tenant,
+            deps,
+            report,
+            candidates: vec![],
+            before: Snapshot::default(),
+            read: Snapshot::default(),
+            truth_at: 0,
+            done: false,
+            shards,
+            released: vec![],
+        }
+    }
+}
+
 /// Reconciles `options.tenant` (or every tenant), with tenant-scoped clients from `scoped` (the
 /// functions' `isolation::tenant_deps`; pass `|_| deps.clone()` for the execution role).
 pub async fn run<F, Fut>(
@@ -321,22 +328,23 @@ where
     F: Fn(TenantId) -> Fut,
     Fut: std::future::Future<Output = Result<Deps>>,
 {
-    let mut sharded = BTreeMap::new();
-    let tenants: Vec<TenantId> = match &options.tenant {
-        Some(t) => vec![t.clone()],
+    // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
+    // with its own credentials).
+    let tenants: Vec<(TenantId, Option<u64>)> = match &options.tenant {
+        Some(t) => vec![(t.clone(), None)],
         None => {
             let (all, bad) = crate::tenant::store::list(deps).await?;
             for b in bad {
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
             }
-            for t in &all {
-                sharded.insert(t.tenant_id.clone(), t.limits.connection_shards);
-            }
-            all.into_iter().map(|t| t.tenant_id).collect()
+            let shards = |t: &crate::tenant::Tenant| Some(t.limits.connection_shards);
+            all.iter()
+                .map(|t| (t.tenant_id.clone(), shards(t)))
+                .collect()
         }
     };
     let mut work = Vec::with_capacity(tenants.len());
-    for t in tenants {
+    for (t, shards) in tenants {
         let report = TenantReport {
             tenant_id: t.to_string(),
             counted: None,
@@ -346,64 +354,21 @@ where
             in_flight: 0,
             outcome: Outcome::Consistent,
         };
-        let shards = match sharded.get(&t) {
-            Some(n) => *n,
-            None if options.tenant.is_none() => 1,
-            None => match crate::tenant::store::get(deps, &t).await {
-                Ok(row) => row.map_or(1, |r| r.limits.connection_shards),
-                Err(e) => {
-                    work.push(Work {
-                        tenant: t,
-                        deps: deps.clone(),
-                        report: TenantReport {
-                            outcome: Outcome::Skipped {
-                                reason: format!("reading the tenant row: {e}"),
-                            },
-                            ..report
-                        },
-                        candidates: vec![],
-                        before: Snapshot::default(),
-                        read: Snapshot::default(),
-                        truth_at: 0,
-                        done: true,
-                        shards: 1,
-                        released: vec![],
-                    });
-                    continue;
-                }
-            },
+        let scoped_deps = scoped(t.clone()).await;
+        let shards = match (&scoped_deps, shards) {
+            (_, Some(n)) => Ok(n),
+            (Ok(d), None) => crate::tenant::store::get(d, &t)
+                .await
+                .map(|r| r.map_or(1, |r| r.limits.connection_shards)),
+            (Err(_), None) => Ok(1),
         };
-        match scoped(t.clone()).await {
-            Ok(d) => work.push(Work {
-                tenant: t,
-                deps: d,
-                report,
-                candidates: vec![],
-                before: Snapshot::default(),
-                read: Snapshot::default(),
-                truth_at: 0,
-                done: false,
-                shards,
-                released: vec![],
-            }),
-            Err(e) => work.push(Work {
-                tenant: t,
-                deps: deps.clone(),
-                report: TenantReport {
-                    outcome: Outcome::Skipped {
-                        reason: format!("no tenant credentials: {e}"),
-                    },
-                    ..report
-                },
-                candidates: vec![],
-                before: Snapshot::default(),
-                read: Snapshot::default(),
-                truth_at: 0,
-                done: true,
-                shards,
-                released: vec![],
-            }),
+        let mut w = Work::new(t, deps.clone(), report, *shards.as_ref().unwrap_or(&1));
+        match (scoped_deps, shards) {
+            (Err(e), _) => skip(&mut w, format!("no tenant credentials: {e}")),
+            (Ok(_), Err(e)) => skip(&mut w, format!("reading the tenant row: {e}")),
+            (Ok(d), Ok(_)) => w.deps = d,
         }
+        work.push(w);
     }
 
     // Phase 1: the counter before, and a probe of every id of every session.
@@ -525,10 +490,9 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
             return Ok(Outcome::WouldRepair { from, to: to_u });
         }
         if w.shards > 1 {
+            let (deps, t, rel) = (&w.deps, &w.tenant, &w.released);
             let leak = from - to;
-            let released = w.released.clone();
-            let (deps, t) = (&w.deps, &w.tenant);
-            if super::reconcile_shards::subtract(deps, t, leak, w.truth_at, &released, read.repairs)
+            if super::reconcile_shards::subtract(deps, t, leak, w.truth_at, rel, read.repairs)
                 .await?
             {
                 return Ok(Outcome::Repaired { from, to: to_u });

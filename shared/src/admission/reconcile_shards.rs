@@ -18,6 +18,23 @@ use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::Deps;
 
+/// Why a tenant is skipped when a session was counted on another layout than its row's.
+pub const RESHARDED: &str = "connectionShards changed while connections were open";
+
+/// A session (as the truth's Query reads it) counted on the tenant's `n` shards: its `connShards`
+/// is `n`, or it holds no connection. Otherwise the tenant was resharded with connections open
+/// and no repair can be proven: the error skips the tenant.
+pub(super) fn same_layout(session: &Item, n: u64) -> Result<()> {
+    let recorded = shards::of_item(session);
+    let holds = !item::string_set(session, crate::session::attr::CONNECTION_IDS).is_empty();
+    if recorded != n && (recorded > 1 || holds) {
+        return Err(Error::Other(format!(
+            "{RESHARDED}: a session records {recorded} shard(s), the tenant {n}"
+        )));
+    }
+    Ok(())
+}
+
 /// Every shard read once: the sums (`repairs` from shard 0), and each shard's `relTotal`. A shard
 /// DynamoDB left unread fails the read (a partial sum would prove nothing).
 pub(super) async fn read(
