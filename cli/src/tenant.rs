@@ -47,6 +47,16 @@ enum Cmd {
         /// When DynamoDB fails or times out: `closed` answers 5xx, `open` lets requests through.
         #[arg(long, default_value = "closed")]
         on_failure: tenant::OnFailure,
+        /// Counter items the tenant's open connections are spread over (1-100; 1 = one item).
+        /// More than 1 lets one tenant connect past one item's ~1,000 writes/s (decision 1502).
+        /// Change it only while the tenant holds no connections.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+        connection_shards: u64,
+        /// Allow changing an existing tenant's `--connection-shards`: only safe while it holds no
+        /// open connections (connections counted under the old layout are released on the new
+        /// one; decision 1502).
+        #[arg(long)]
+        reshard_drained: bool,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -76,6 +86,8 @@ pub async fn run(args: Args) -> Result<()> {
             rate_algorithm,
             enforcement,
             on_failure,
+            connection_shards,
+            reshard_drained,
         } => {
             let t = Tenant {
                 tenant_id,
@@ -89,8 +101,20 @@ pub async fn run(args: Args) -> Result<()> {
                     rate_algorithm,
                     enforcement,
                     on_failure,
+                    connection_shards,
                 },
             };
+            if let Some(old) = tenant::store::get(&deps, &t.tenant_id).await? {
+                let was = old.limits.connection_shards;
+                if was != connection_shards && !reshard_drained {
+                    return Err(Error::Other(format!(
+                        "tenant {} counts its connections on {was} shard(s); changing that to \
+                         {connection_shards} while connections are open can admit past \
+                         tenantConnections. Drain the tenant, then pass --reshard-drained",
+                        t.tenant_id
+                    )));
+                }
+            }
             tenant::store::put(&deps, &t).await?;
             crate::print_json(&t)
         }
@@ -161,5 +185,19 @@ mod tests {
         );
         let err = put(&["--rate-algorithm", "sliding"]).unwrap_err();
         assert!(err.to_string().contains("fixed or gcra"), "{err}");
+    }
+
+    #[test]
+    fn connection_shards_default_to_one_and_are_bounded() {
+        let shards = |w: Wrapper| match w.args.command {
+            Cmd::Put {
+                connection_shards, ..
+            } => connection_shards,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(shards(put(&[]).unwrap()), 1);
+        assert_eq!(shards(put(&["--connection-shards", "8"]).unwrap()), 8);
+        assert!(put(&["--connection-shards", "0"]).is_err());
+        assert!(put(&["--connection-shards", "101"]).is_err());
     }
 }

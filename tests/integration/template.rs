@@ -144,11 +144,15 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
             (Some(Sessions), &["dynamodb:BatchGetItem"]),
             (Some(Counters), &["dynamodb:BatchGetItem"]),
         ],
-        // admission: UpdateItem on the tenant's counter, then on the session (no transaction).
+        // admission: UpdateItem on the tenant's counter, then on the session (no transaction); a
+        // sharded tenant whose shard refused reads every shard (BatchGetItem, decision 1502).
         "connect" => vec![
             tenant_read,
             (Some(Sessions), &["dynamodb:UpdateItem"]),
-            (Some(Counters), &["dynamodb:UpdateItem"]),
+            (
+                Some(Counters),
+                &["dynamodb:BatchGetItem", "dynamodb:UpdateItem"],
+            ),
         ],
         // the connection out of the session's set, then the count down.
         "disconnect" => vec![(Some(Sessions), &["dynamodb:UpdateItem"]), release],
@@ -178,10 +182,19 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
         // reconcile: Scan the tenants (execution role even when isolated: no leading key), Query each
         // tenant's sessions, release gone ids (UpdateItem session + count), read and repair the
         // count (GetItem, UpdateItem).
+        // A named tenant's row is read (GetItem) for its connectionShards; a sharded tenant's
+        // shards are read with BatchGetItem and repaired in a TransactWriteItems of UpdateItems.
         "reconciler" => vec![
-            (Some(Tenants), &["dynamodb:Scan"]),
+            (Some(Tenants), &["dynamodb:GetItem", "dynamodb:Scan"]),
             (Some(Sessions), &["dynamodb:Query", "dynamodb:UpdateItem"]),
-            (Some(Counters), &["dynamodb:GetItem", "dynamodb:UpdateItem"]),
+            (
+                Some(Counters),
+                &[
+                    "dynamodb:BatchGetItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:UpdateItem",
+                ],
+            ),
         ],
         // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token an
         // UpdateItem of the ledger item and a DeleteItem of the row.

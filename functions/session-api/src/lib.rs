@@ -371,7 +371,7 @@ async fn put(
     match store::create_or_refresh(deps, t, sid, ttl).await? {
         Upsert::Live(s) => Ok(respond::json_answer(200, &json!(s))),
         Upsert::Replaced { session, stale } => {
-            let closed = close_and_release(deps, state, t, &stale.connection_ids).await?;
+            let closed = close_and_release(deps, state, t, &stale).await?;
             tracing::info!(tenant = %t, session = %sid, closed, "replaced an expired session");
             Ok(respond::json_answer(200, &json!(session)))
         }
@@ -387,7 +387,7 @@ async fn delete(
     let Some(old) = store::delete(deps, t, sid).await? else {
         return Ok(not_found(t, sid));
     };
-    close_and_release(deps, state, t, &old.connection_ids).await?;
+    close_and_release(deps, state, t, &old).await?;
     Ok(respond::json_answer(
         200,
         &json!({ "deleted": old, "closed": old.connection_ids }),
@@ -405,8 +405,9 @@ async fn close_and_release(
     deps: &Deps,
     state: &State,
     t: &TenantId,
-    ids: &[String],
+    session: &shared::session::Session,
 ) -> Result<usize, shared::Error> {
+    let ids = &session.connection_ids;
     if ids.is_empty() {
         return Ok(0);
     }
@@ -427,7 +428,8 @@ async fn close_and_release(
             }
         })
         .collect();
-    release::left_session(deps, t, release::parse_ids(&closed).len() as u64).await?;
+    let released = release::parse_ids(&closed);
+    release::left_session(deps, t, &released, session.connection_shards).await?;
     Ok(closed.len())
 }
 

@@ -78,6 +78,17 @@ pub fn is_ttl_removal(r: &EventRecord) -> bool {
             .is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com")
 }
 
+/// The counter shards the expired session's connections are on (`connShards`; 1 when absent or
+/// unusable: decision 1502).
+fn recorded_shards(r: &EventRecord) -> u64 {
+    match r.change.old_image.get(sattr::CONNECTION_SHARDS) {
+        Some(AttributeValue::N(v)) => v
+            .parse::<u64>()
+            .map_or(1, |v| v.clamp(1, shared::tenant::MAX_CONNECTION_SHARDS)),
+        _ => 1,
+    }
+}
+
 /// What one expired session held: tenant, session and connection ids, or why the image is
 /// unusable. Public so it is fuzzed without DynamoDB (tests/integration/fuzz.rs).
 pub fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<String>), String> {
@@ -121,11 +132,21 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         // Each record is its own tenant's: its release runs with that tenant's credentials.
         let released = match isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await {
             Ok(deps) => {
-                let n = release::parse_ids(&ids).len() as u64;
+                let released = release::parse_ids(&ids);
                 let deleted_at = Timestamp::from_millis(
                     r.change.approximate_creation_date_time.timestamp_millis(),
                 );
-                release::swept(&deps, &t, &sid, &record_id(r), deleted_at, n).await
+                let shards = recorded_shards(r);
+                release::swept(
+                    &deps,
+                    &t,
+                    &sid,
+                    &record_id(r),
+                    deleted_at,
+                    &released,
+                    shards,
+                )
+                .await
             }
             Err(e) => Err(e),
         };

@@ -30,6 +30,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use super::item::{self, n, s, Item};
+use super::shards::Counter;
 use super::write::{self, Parts, Retries, Written};
 use super::Limit;
 use crate::clock::Timestamp;
@@ -87,7 +88,7 @@ impl Hints {
 
 /// The per-minute part of one write.
 #[derive(Debug, Clone)]
-enum Minute {
+pub(super) enum Minute {
     /// The stored window starts at `m`: increment it, if under `cap`.
     Same { m: i64, cap: u64 },
     /// The stored window is older (or absent): start `m` at 1.
@@ -97,13 +98,13 @@ enum Minute {
 }
 
 /// Attribute names of a folded minute on one item.
-struct MinuteAttrs {
+pub(super) struct MinuteAttrs {
     minute: &'static str,
     count: &'static str,
     tat: &'static str,
 }
 
-const TENANT_MINUTE: MinuteAttrs = MinuteAttrs {
+pub(super) const TENANT_MINUTE: MinuteAttrs = MinuteAttrs {
     minute: cattr::CONN_MINUTE,
     count: cattr::CONN_MINUTE_COUNT,
     tat: cattr::CONN_TAT,
@@ -116,7 +117,7 @@ const SESSION_MINUTE: MinuteAttrs = MinuteAttrs {
 
 impl MinuteAttrs {
     /// What a hint remembers of an item: its window start or its TAT.
-    fn stored(&self, alg: WindowAlgorithm, old: Option<&Item>) -> Option<i64> {
+    pub(super) fn stored(&self, alg: WindowAlgorithm, old: Option<&Item>) -> Option<i64> {
         let attr = match alg {
             WindowAlgorithm::Fixed => self.minute,
             WindowAlgorithm::Gcra => self.tat,
@@ -131,7 +132,7 @@ fn rate(limit: Limit, cap: u64) -> Result<Rate> {
 
 impl Minute {
     /// The bet for a limit of `cap` a minute at `now`, from what was last seen (`stored`).
-    fn bet(
+    pub(super) fn bet(
         alg: WindowAlgorithm,
         limit: Limit,
         cap: u64,
@@ -198,7 +199,11 @@ impl Minute {
 
     /// Whether the old item has no room for one more connection this minute (the refusal, with
     /// the GCRA decision for a GCRA limit).
-    fn refused(&self, a: &MinuteAttrs, old: Option<&Item>) -> Option<Option<gcra::Decision>> {
+    pub(super) fn refused(
+        &self,
+        a: &MinuteAttrs,
+        old: Option<&Item>,
+    ) -> Option<Option<gcra::Decision>> {
         match self {
             Minute::Same { m, cap } | Minute::New { m, cap } => {
                 let stored = old.and_then(|o| item::num(o, a.minute));
@@ -236,6 +241,10 @@ pub enum Admission {
 #[derive(Debug, Clone)]
 pub struct Reservation {
     tenant: TenantId,
+    /// The counter item charged: `{tenant}`, or one shard of a sharded tenant (decision 1502).
+    key: String,
+    /// A shard's count may be below zero (releases credit the shard their id hashes to).
+    sharded: bool,
     minute: Minute,
     /// The decision instant (the GCRA spend's `now`).
     at: Timestamp,
@@ -262,7 +271,7 @@ fn who(limit: Limit, t: &TenantId, sid: &SessionId) -> String {
     }
 }
 
-fn refusal(
+pub(super) fn refusal(
     limit: Limit,
     limits: &Limits,
     now: Timestamp,
@@ -354,7 +363,8 @@ enum Joined {
 }
 
 /// Step 1: reserves one open connection and one of this minute's connections on the tenant's
-/// counter. `Err(answer)` when refused (nothing written). 1 `UpdateItem` when the bet is right.
+/// counter (on its shards when `connectionShards` > 1: [`super::shards::reserve`]). `Err(answer)`
+/// when refused (nothing written). 1 `UpdateItem` when the bet is right.
 pub async fn reserve(
     deps: &Deps,
     t: &TenantId,
@@ -366,14 +376,36 @@ pub async fn reserve(
     if let Some(limit) = zero_limit(limits) {
         return Ok(Err(refusal(limit, limits, now, t, sid, None)));
     }
-    let key_text = keys::tenant_connections(t)?;
+    if limits.connection_shards > 1 {
+        return super::shards::reserve(deps, t, sid, limits, hints).await;
+    }
+    let on = Counter {
+        key: keys::tenant_connections(t)?,
+        cap: limits.tenant_connections,
+        minute_cap: limits.tenant_per_minute,
+        sharded: false,
+    };
+    reserve_on(deps, t, sid, limits, hints, &on).await
+}
+
+/// Step 1 on one counter item: `ADD itemCount 1` under `itemCount < cap` and room this minute.
+pub(super) async fn reserve_on(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    limits: &Limits,
+    hints: &Hints,
+    on: &Counter,
+) -> Result<std::result::Result<Reservation, Admission>> {
+    let now = deps.clock.now();
+    let key_text = on.key.clone();
     let key = Item::from([(cattr::KEY.to_string(), s(key_text.clone()))]);
     let alg = limits.rate_algorithm;
-    let cap = limits.tenant_connections;
+    let cap = on.cap;
     let mut minute = Minute::bet(
         alg,
         Limit::TenantPerMinute,
-        limits.tenant_per_minute,
+        on.minute_cap,
         hints.get(&key_text),
         now,
     )?;
@@ -404,6 +436,8 @@ pub async fn reserve(
                 hints.set(&key_text, after(&minute));
                 return Ok(Ok(Reservation {
                     tenant: t.clone(),
+                    key: key_text,
+                    sharded: on.sharded,
                     minute,
                     at: now,
                     reserved: std::time::Instant::now(),
@@ -423,18 +457,12 @@ pub async fn reserve(
                         .map(|d| refusal(Limit::TenantPerMinute, limits, now, t, sid, d))
                 };
                 let stored = TENANT_MINUTE.stored(alg, old);
-                let next = Minute::bet(
-                    alg,
-                    Limit::TenantPerMinute,
-                    limits.tenant_per_minute,
-                    stored,
-                    now,
-                )?;
+                let next = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
                 if let Some(answer) = refused {
                     let recent = old
                         .and_then(|o| item::num(o, cattr::RESERVED_AT))
                         .is_some_and(|at| at >= now.minus(SETTLE).as_millis());
-                    if !recent || settling >= SETTLE_ATTEMPTS {
+                    if on.sharded || !recent || settling >= SETTLE_ATTEMPTS {
                         return Ok(Err(answer));
                     }
                     settling += 1;
@@ -529,6 +557,11 @@ async fn join_inner(
         minute.write(&mut p, &SESSION_MINUTE);
         p.add.push("#ids :cidset".into());
         p.set.push("#ttl = :ttl".into());
+        if limits.connection_shards > 1 {
+            p.name("#nsh", sattr::CONNECTION_SHARDS);
+            p.value(":nsh", n(limits.connection_shards));
+            p.set.push("#nsh = :nsh".into());
+        }
         match write::update(
             deps,
             &deps.tables.sessions,
@@ -617,14 +650,13 @@ pub(super) fn count_move(p: &mut Parts, by: i64) {
 /// spend (`inc` minus the time since the spend). 1 `UpdateItem`; 2 when the window moved on.
 /// Sent at most once: a repeated decrement would undercount.
 pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
-    let key = Item::from([(
-        cattr::KEY.to_string(),
-        s(keys::tenant_connections(&r.tenant)?),
-    )]);
+    let key = Item::from([(cattr::KEY.to_string(), s(r.key.clone()))]);
     let base = || {
         let mut p = Parts::default();
         count_move(&mut p, -1);
-        p.conditions.push("#c >= :one".into());
+        if !r.sharded {
+            p.conditions.push("#c >= :one".into());
+        }
         p
     };
     let mut with_minute = base();

@@ -27,6 +27,12 @@ pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
     ] {
         m.insert(name.into(), Value::String(value.into()));
     }
+    if limits.connection_shards != 1 {
+        m.insert(
+            tattr::CONNECTION_SHARDS.into(),
+            Value::from(limits.connection_shards),
+        );
+    }
     Value::Object(m)
 }
 
@@ -66,7 +72,7 @@ fn named<T: std::str::FromStr + Default>(fields: &HashMap<String, Value>, name: 
 /// `enforcement` or `onFailure` means fixed, enforce, closed; an unknown value means no limits (the
 /// caller then reads the tenant row).
 pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
-    Some(Limits {
+    let l = Limits {
         connections_per_session: number(fields, tattr::CONNECTIONS_PER_SESSION)?,
         tenant_connections: number(fields, tattr::TENANT_CONNECTIONS)?,
         session_per_minute: number(fields, tattr::SESSION_PER_MINUTE)?,
@@ -76,7 +82,13 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         rate_algorithm: named(fields, tattr::RATE_ALGORITHM)?,
         enforcement: named(fields, tattr::ENFORCEMENT)?,
         on_failure: named(fields, tattr::ON_FAILURE)?,
-    })
+        connection_shards: match fields.get(tattr::CONNECTION_SHARDS) {
+            None => 1,
+            Some(_) => number(fields, tattr::CONNECTION_SHARDS)?,
+        },
+    };
+    // Shards that do not fit the limits: the row decides (and is malformed).
+    l.check_shards().ok().map(|()| l)
 }
 
 /// Who a WebSocket event is from: the tenant and session from the authorizer context (falling back
@@ -113,6 +125,24 @@ pub async fn websocket_limits(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_shards_travel_in_the_context_and_absent_means_one() {
+        let t = TenantId::parse("acme").unwrap();
+        let s = SessionId::parse("s1").unwrap();
+        let l = Limits::example(60, 5, 2, 10, 200, 60);
+        let plain: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &l)).unwrap();
+        assert!(
+            !plain.contains_key(tattr::CONNECTION_SHARDS),
+            "unsharded: as before"
+        );
+        let sh = l.with_connection_shards(4);
+        let mut f: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &sh)).unwrap();
+        assert_eq!(limits(&f), Some(sh));
+        // More shards than tenantConnections: not usable, the handler reads the row.
+        f.insert(tattr::CONNECTION_SHARDS.into(), Value::from(11));
+        assert_eq!(limits(&f), None);
+    }
 
     #[test]
     fn context_round_trips_and_accepts_stringified_numbers() {

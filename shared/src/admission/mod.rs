@@ -11,6 +11,8 @@
 //! - [`release::disconnect`] (`$disconnect`): 2 UpdateItem, 2 WCU (1 when nothing is released).
 //! - [`message::count`] (`$default`): 1 UpdateItem, 1 WCU (2 when the cached minute guess is wrong).
 //! - [`reconcile::run`]: per tenant 1 GetItem, 2 Query pages, at most 1 UpdateItem.
+//! - Sharded tenants (`connectionShards` > 1, [`shards`], decision 1502): the same 2 writes when
+//!   the random shard admits; 1 BatchGetItem of the shards and a write per shard tried otherwise.
 
 pub mod connect;
 pub mod context;
@@ -19,8 +21,10 @@ pub mod message;
 pub mod precheck;
 #[cfg(feature = "gateway")]
 pub mod reconcile;
+mod reconcile_shards;
 pub mod release;
 pub mod respond;
+pub mod shards;
 pub mod txn;
 pub mod verdict;
 pub mod write;

@@ -91,7 +91,8 @@ pub async fn check(
         }
         Some(session)
     };
-    let counter = if unprocessed(&deps.tables.counters) {
+    // A sharded tenant's counts are on its shards (decision 1502), not `{tenant}`: not pre-checked.
+    let counter = if unprocessed(&deps.tables.counters) || limits.connection_shards > 1 {
         None
     } else {
         Some(row_of(Some(&rows), &deps.tables.counters, &counter_key))

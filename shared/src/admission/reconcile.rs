@@ -29,7 +29,8 @@
 //!
 //! Costs per tenant: 1 Query (2 with probing), 3 GetItem, at most 1 UpdateItem (one more per
 //! release landing between the last read and the write, at most [`REPAIR_ATTEMPTS`]), plus 2
-//! Management API calls per gone candidate and 2 UpdateItem per session with gone ids.
+//! Management API calls per gone candidate and 2 UpdateItem per session with gone ids. A sharded
+//! tenant (decision 1502): 3 BatchGetItem and at most 1 TransactWriteItems of its N shards instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -157,7 +158,7 @@ impl Report {
 }
 
 /// Session id → its connection ids, for one tenant (strongly consistent Query, every page).
-async fn sessions(deps: &Deps, t: &TenantId) -> Result<BTreeMap<String, Vec<String>>> {
+async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, Vec<String>>> {
     let mut out = BTreeMap::new();
     let mut start: Option<Item> = None;
     loop {
@@ -169,14 +170,16 @@ async fn sessions(deps: &Deps, t: &TenantId) -> Result<BTreeMap<String, Vec<Stri
             .expression_attribute_names("#t", sattr::TENANT_ID)
             .expression_attribute_names("#s", sattr::SESSION_ID)
             .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
+            .expression_attribute_names("#nsh", sattr::CONNECTION_SHARDS)
             .expression_attribute_values(":t", s(t.as_str()))
-            .projection_expression("#s, #ids")
+            .projection_expression("#s, #ids, #nsh")
             .consistent_read(true)
             .set_exclusive_start_key(start.take())
             .send()
             .await
             .map_err(|e| Error::dynamo("Query", e))?;
         for it in page.items() {
+            super::reconcile_shards::same_layout(it, n)?;
             if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
                 out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
             }
@@ -220,13 +223,14 @@ async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> (Vec<(String, St
 }
 
 /// What one read of the tenant's counter showed.
+/// For a sharded tenant, the sums over its shards (`repairs` from shard 0; decision 1502).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Snapshot {
-    count: Option<i64>,
-    ver: Option<i64>,
-    reserved: Option<i64>,
-    released: Option<i64>,
-    repairs: Option<i64>,
+pub(super) struct Snapshot {
+    pub count: Option<i64>,
+    pub ver: Option<i64>,
+    pub reserved: Option<i64>,
+    pub released: Option<i64>,
+    pub repairs: Option<i64>,
 }
 
 async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
@@ -250,8 +254,19 @@ async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
     })
 }
 
+/// The counter as one snapshot: the `{tenant}` item (1 GetItem), or the sums over a sharded
+/// tenant's shards (1 BatchGetItem), keeping each shard's `relTotal` for the repair's conditions.
+async fn read_snapshot(w: &mut Work) -> Result<Snapshot> {
+    if w.shards <= 1 {
+        return read_counter(&w.deps, &w.tenant).await;
+    }
+    let (snap, released) = super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
+    w.released = released;
+    Ok(snap)
+}
+
 /// Adds `#name = :value`, or `attribute_not_exists(#name)` when it was absent.
-fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was: Option<i64>) {
+pub(super) fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was: Option<i64>) {
     p.name(name, attr);
     match was {
         Some(v) => {
@@ -278,6 +293,27 @@ struct Work {
     read: Snapshot,
     truth_at: i64,
     done: bool,
+    /// The tenant's `connectionShards` (1: the one `{tenant}` item).
+    shards: u64,
+    /// For a sharded tenant: each shard's `relTotal` at the last read (the repair's conditions).
+    released: Vec<Option<i64>>,
+}
+
+impl Work {
+    fn new(tenant: TenantId, deps: Deps, report: TenantReport, shards: u64) -> Work {
+        Work {
+            tenant,
+            deps,
+            report,
+            candidates: vec![],
+            before: Snapshot::default(),
+            read: Snapshot::default(),
+            truth_at: 0,
+            done: false,
+            shards,
+            released: vec![],
+        }
+    }
 }
 
 /// Reconciles `options.tenant` (or every tenant), with tenant-scoped clients from `scoped` (the
@@ -292,18 +328,23 @@ where
     F: Fn(TenantId) -> Fut,
     Fut: std::future::Future<Output = Result<Deps>>,
 {
-    let tenants: Vec<TenantId> = match &options.tenant {
-        Some(t) => vec![t.clone()],
+    // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
+    // with its own credentials).
+    let tenants: Vec<(TenantId, Option<u64>)> = match &options.tenant {
+        Some(t) => vec![(t.clone(), None)],
         None => {
             let (all, bad) = crate::tenant::store::list(deps).await?;
             for b in bad {
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
             }
-            all.into_iter().map(|t| t.tenant_id).collect()
+            let shards = |t: &crate::tenant::Tenant| Some(t.limits.connection_shards);
+            all.iter()
+                .map(|t| (t.tenant_id.clone(), shards(t)))
+                .collect()
         }
     };
     let mut work = Vec::with_capacity(tenants.len());
-    for t in tenants {
+    for (t, shards) in tenants {
         let report = TenantReport {
             tenant_id: t.to_string(),
             counted: None,
@@ -313,38 +354,26 @@ where
             in_flight: 0,
             outcome: Outcome::Consistent,
         };
-        match scoped(t.clone()).await {
-            Ok(d) => work.push(Work {
-                tenant: t,
-                deps: d,
-                report,
-                candidates: vec![],
-                before: Snapshot::default(),
-                read: Snapshot::default(),
-                truth_at: 0,
-                done: false,
-            }),
-            Err(e) => work.push(Work {
-                tenant: t,
-                deps: deps.clone(),
-                report: TenantReport {
-                    outcome: Outcome::Skipped {
-                        reason: format!("no tenant credentials: {e}"),
-                    },
-                    ..report
-                },
-                candidates: vec![],
-                before: Snapshot::default(),
-                read: Snapshot::default(),
-                truth_at: 0,
-                done: true,
-            }),
+        let scoped_deps = scoped(t.clone()).await;
+        let shards = match (&scoped_deps, shards) {
+            (_, Some(n)) => Ok(n),
+            (Ok(d), None) => crate::tenant::store::get(d, &t)
+                .await
+                .map(|r| r.map_or(1, |r| r.limits.connection_shards)),
+            (Err(_), None) => Ok(1),
+        };
+        let mut w = Work::new(t, deps.clone(), report, *shards.as_ref().unwrap_or(&1));
+        match (scoped_deps, shards) {
+            (Err(e), _) => skip(&mut w, format!("no tenant credentials: {e}")),
+            (Ok(_), Err(e)) => skip(&mut w, format!("reading the tenant row: {e}")),
+            (Ok(d), Ok(_)) => w.deps = d,
         }
+        work.push(w);
     }
 
     // Phase 1: the counter before, and a probe of every id of every session.
     for w in work.iter_mut().filter(|w| !w.done) {
-        match read_counter(&w.deps, &w.tenant).await {
+        match read_snapshot(w).await {
             Ok(snap) => w.before = snap,
             Err(e) => {
                 skip(w, format!("reading the count: {e}"));
@@ -352,7 +381,7 @@ where
             }
         }
         if let Some(p) = probe {
-            match sessions(&w.deps, &w.tenant).await {
+            match sessions(&w.deps, &w.tenant, w.shards).await {
                 Ok(ss) => {
                     let ids = ss
                         .into_iter()
@@ -374,7 +403,7 @@ where
             skip(w, format!("releasing or reading the count: {e}"));
             continue;
         }
-        match sessions(&w.deps, &w.tenant).await {
+        match sessions(&w.deps, &w.tenant, w.shards).await {
             Ok(ss) => {
                 w.truth_at = w.deps.clock.now().as_millis();
                 let mut t = truth_of(&ss);
@@ -420,14 +449,15 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
     let read = w.read;
     let c = read.count.unwrap_or(0);
     for _ in 0..REPAIR_ATTEMPTS {
-        let now = read_counter(&w.deps, &w.tenant).await?;
+        let now = read_snapshot(w).await?;
         if now.repairs != read.repairs {
             return Ok(Outcome::Busy);
         }
         let in_flight = grew(w.before.reserved, read.reserved) + grew(read.released, now.released);
         w.report.in_flight = in_flight;
         let from = now.count.unwrap_or(0);
-        let quiet = now.ver == w.before.ver;
+        // A sharded tenant is repaired by subtraction only (one transaction over its shards).
+        let quiet = now.ver == w.before.ver && w.shards <= 1;
         let (to, parts) = if quiet {
             if from == truth {
                 return Ok(Outcome::Consistent);
@@ -458,6 +488,17 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
         let to_u = u64::try_from(to).unwrap_or(0);
         if dry_run {
             return Ok(Outcome::WouldRepair { from, to: to_u });
+        }
+        if w.shards > 1 {
+            let (deps, t, rel) = (&w.deps, &w.tenant, &w.released);
+            let leak = from - to;
+            if super::reconcile_shards::subtract(deps, t, leak, w.truth_at, rel, read.repairs)
+                .await?
+            {
+                return Ok(Outcome::Repaired { from, to: to_u });
+            }
+            // A release (or another repair) landed since the read: read again.
+            continue;
         }
         let mut p = parts;
         unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", read.repairs);
@@ -514,7 +555,7 @@ async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool
         }
         w.report.stale_released.sort();
     }
-    w.read = read_counter(&w.deps, &w.tenant).await?;
+    w.read = read_snapshot(w).await?;
     w.report.counted = w.read.count;
     Ok(())
 }

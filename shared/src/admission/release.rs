@@ -4,7 +4,7 @@
 //!
 //! | what removes the id | how the caller learns it | here |
 //! |---|---|---|
-//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds`, `UPDATED_OLD` | [`from_session`] |
+//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds`, `ALL_OLD` | [`from_session`] |
 //! | session `DELETE` | `DeleteItem`, `ALL_OLD` | [`left_session`] |
 //! | `PUT` over an expired session | `PutItem`, `ALL_OLD` | [`left_session`] |
 //! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone) | [`swept`] |
@@ -20,6 +20,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use super::connect::count_move;
 use super::item::{self, n, s, Item};
+use super::shards;
 use super::write::{self, Parts, Retries, Written};
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
@@ -76,7 +77,8 @@ pub async fn from_session(
         &deps.tables.sessions,
         &sstore::key(t, sid),
         &p,
-        ReturnValue::UpdatedOld,
+        // All of it: `connShards` (decision 1502) says which counter shard each id is on.
+        ReturnValue::AllOld,
         Retries::Sdk,
     )
     .await?
@@ -86,23 +88,55 @@ pub async fn from_session(
         Written::Refused(_) => return Ok(0),
     };
     let was = item::string_set(&old, sattr::CONNECTION_IDS);
-    let removed = cids
+    let removed: Vec<&str> = cids
         .iter()
-        .filter(|c| was.iter().any(|w| w == c.as_str()))
-        .count() as u64;
-    if removed > 0 {
-        decrement(deps, t, removed, None).await?;
-    }
-    Ok(removed)
+        .map(ConnectionId::as_str)
+        .filter(|c| was.iter().any(|w| w == c))
+        .collect();
+    release(deps, t, &removed, shards::of_item(&old), None).await?;
+    Ok(removed.len() as u64)
 }
 
-/// Decrements the tenant's count for `released` connections that left a session the caller
-/// deleted or replaced (it holds the old image). 1 `UpdateItem`; none when `released` is 0.
-pub async fn left_session(deps: &Deps, t: &TenantId, released: u64) -> Result<()> {
-    if released > 0 {
-        decrement(deps, t, released, None).await?;
-    }
+/// Decrements the tenant's count for the connections `released` that left a session the caller
+/// deleted or replaced (it holds the old image, and its `connShards`: `shards`). 1 `UpdateItem`
+/// (one per shard touched when sharded); none when nothing was released.
+pub async fn left_session(
+    deps: &Deps,
+    t: &TenantId,
+    released: &[ConnectionId],
+    shards: u64,
+) -> Result<()> {
+    let ids: Vec<&str> = released.iter().map(ConnectionId::as_str).collect();
+    release(deps, t, &ids, shards, None).await?;
     Ok(())
+}
+
+/// Decrements the count for `ids`: `{tenant}` by their number, or, for a sharded tenant, each
+/// shard by the ids hashing to it (decision 1502). Whether every decrement applied.
+async fn release(
+    deps: &Deps,
+    t: &TenantId,
+    ids: &[&str],
+    shards: u64,
+    truth_before: Option<i64>,
+) -> Result<bool> {
+    if ids.is_empty() {
+        return Ok(true);
+    }
+    if shards <= 1 {
+        let key = keys::tenant_connections(t)?;
+        return decrement(deps, t, &key, ids.len() as u64, truth_before, true).await;
+    }
+    let mut per: std::collections::BTreeMap<u64, u64> = Default::default();
+    for c in ids {
+        *per.entry(shards::shard_of(c, shards)).or_default() += 1;
+    }
+    let mut all = true;
+    for (i, k) in per {
+        let key = keys::connection_shard(t, i)?;
+        all &= decrement(deps, t, &key, k, truth_before, false).await?;
+    }
+    Ok(all)
 }
 
 /// What [`swept`] did with one TTL record.
@@ -128,8 +162,10 @@ pub async fn swept(
     sid: &SessionId,
     event_id: &str,
     deleted_at: Timestamp,
-    released: u64,
+    ids: &[ConnectionId],
+    shards: u64,
 ) -> Result<Swept> {
+    let released = ids.len() as u64;
     if released == 0 {
         return Ok(Swept::Released(0));
     }
@@ -164,21 +200,32 @@ pub async fn swept(
         Err(e) => return Err(Error::dynamo("PutItem", e)),
     }
     let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
-    Ok(if decrement(deps, t, released, Some(before)).await? {
+    let ids: Vec<&str> = ids.iter().map(ConnectionId::as_str).collect();
+    Ok(if release(deps, t, &ids, shards, Some(before)).await? {
         Swept::Released(released)
     } else {
         Swept::Counted
     })
 }
 
-/// `ADD itemCount -k, ver 1` on `{tenant}`, only while the count is at least `k` (and, for a
-/// sweep, only if the reconciler's truth is older than `truth_before` ms). Sent at most once.
-/// Returns whether it applied; a refused decrement leaves the count higher (the safe side).
-async fn decrement(deps: &Deps, t: &TenantId, k: u64, truth_before: Option<i64>) -> Result<bool> {
-    let key = Item::from([(cattr::KEY.to_string(), s(keys::tenant_connections(t)?))]);
+/// `ADD itemCount -k, ver 1` on `key` (`{tenant}`, or a shard), only while the count is at least
+/// `k` when `floored` (a shard's count may go below zero: decision 1502) and, for a sweep, only
+/// if the reconciler's truth is older than `truth_before` ms. Sent at most once. Returns whether
+/// it applied; a refused decrement leaves the count higher (the safe side).
+async fn decrement(
+    deps: &Deps,
+    t: &TenantId,
+    key: &str,
+    k: u64,
+    truth_before: Option<i64>,
+    floored: bool,
+) -> Result<bool> {
+    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
     let mut p = Parts::default();
     count_move(&mut p, -(k as i64));
-    p.conditions.push("#c >= :size".into());
+    if floored {
+        p.conditions.push("#c >= :size".into());
+    }
     if let Some(before) = truth_before {
         p.name("#ta", cattr::TRUTH_AT);
         p.value(":before", n(before));

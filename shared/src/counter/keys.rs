@@ -5,6 +5,7 @@
 //! | key | what it holds |
 //! |---|---|
 //! | `{tenant}` | the tenant's open connections (seed 003's count), and its per-minute window folded in (decision 0306) |
+//! | `{tenant}:shard:{i}` | shard `i` of a tenant with `connectionShards` > 1: its share of the open connections and of the minute (decision 1502) |
 //! | `{tenant}:swept:{session}:{eventId}` | a TTL sweep already released: the stream record that did it (expires after the stream's retention) |
 //!
 //! The per-minute windows live on the `{tenant}` item and on the session item, and messages per
@@ -35,6 +36,12 @@ pub fn tenant_connections(t: &TenantId) -> Key {
     guarded(t, t.to_string())
 }
 
+/// `{tenant}:shard:{i}`: shard `i` of a sharded tenant's open connections (decision 1502). Three
+/// segments with the literal `shard` second: never `{tenant}` nor a tombstone.
+pub fn connection_shard(t: &TenantId, i: u64) -> Key {
+    guarded(t, format!("{t}:shard:{i}"))
+}
+
 /// `{tenant}:swept:{session}:{eventId}`: the tombstone of one TTL stream record, so its release
 /// happens once however often the record is delivered. Four or more segments with the literal
 /// `swept` second, so it can never equal `{tenant}`.
@@ -52,6 +59,7 @@ mod tests {
         let s = SessionId::parse("s1").unwrap();
         assert_eq!(tenant_connections(&t)?, "acme");
         assert_eq!(swept(&t, &s, "ev-1")?, "acme:swept:s1:ev-1");
+        assert_eq!(connection_shard(&t, 3)?, "acme:shard:3");
         // Tenant "ab" never shares a key with tenant "abc": keys are compared whole, never by prefix.
         let ab = TenantId::parse("ab").unwrap();
         assert_ne!(tenant_connections(&ab)?, tenant_connections(&t)?);

@@ -23,6 +23,9 @@ pub mod attr {
     pub const CONN_MINUTE_COUNT: &str = "connMinuteCount";
     /// The session's per-minute connection bucket (`rateAlgorithm = gcra`): its TAT, epoch ns.
     pub const CONN_TAT: &str = "connTat";
+    /// The tenant's `connectionShards` when a connection last joined (only when above 1): a
+    /// release finds the counter shard of each id from it (decision 1502).
+    pub const CONNECTION_SHARDS: &str = "connShards";
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -48,6 +51,9 @@ pub struct Session {
     pub session_ttl: i64,
     /// Open connections, sorted.
     pub connection_ids: Vec<String>,
+    /// Counter shards its connections were counted on (1: the tenant's one counter).
+    #[serde(skip)]
+    pub connection_shards: u64,
 }
 
 impl Session {

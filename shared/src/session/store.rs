@@ -30,6 +30,7 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
         session_id: item::string(table, it, attr::SESSION_ID)?,
         session_ttl: item::opt_number_i64(table, it, attr::SESSION_TTL)?.unwrap_or(0),
         connection_ids,
+        connection_shards: crate::admission::shards::of_item(it),
     })
 }
 
@@ -86,6 +87,7 @@ pub async fn create_or_refresh(
                     session_id: sid.to_string(),
                     session_ttl: ttl,
                     connection_ids: vec![],
+                    connection_shards: 1,
                 };
                 Ok(Upsert::Replaced { session, stale })
             }

@@ -29,6 +29,20 @@ pub mod attr {
     pub const ENFORCEMENT: &str = "enforcement";
     /// `closed` (default) or `open` ([`super::OnFailure`]).
     pub const ON_FAILURE: &str = "onFailure";
+    /// Items the tenant's open-connection count is spread over (absent or 1: the one `{tenant}`
+    /// counter; decision 1502).
+    pub const CONNECTION_SHARDS: &str = "connectionShards";
+}
+
+/// The most counter shards a tenant may have (one BatchGetItem reads them all).
+pub const MAX_CONNECTION_SHARDS: u64 = 100;
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(v: &u64) -> bool {
+    *v == 1
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -74,6 +88,9 @@ pub struct Limits {
     /// Fail closed or open when DynamoDB fails (`onFailure`; closed by default).
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// Counter items the open connections are spread over (`connectionShards`; 1 by default).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub connection_shards: u64,
 }
 
 impl Limits {
@@ -97,7 +114,14 @@ impl Limits {
             rate_algorithm: WindowAlgorithm::Fixed,
             enforcement: Enforcement::Enforce,
             on_failure: OnFailure::Closed,
+            connection_shards: 1,
         }
+    }
+
+    /// The same limits with the open-connection count spread over `n` items (decision 1502).
+    pub const fn with_connection_shards(mut self, n: u64) -> Limits {
+        self.connection_shards = n;
+        self
     }
 
     /// The same limits, enforced or in shadow mode.
@@ -116,6 +140,31 @@ impl Limits {
     pub const fn with_rate_algorithm(mut self, a: WindowAlgorithm) -> Limits {
         self.rate_algorithm = a;
         self
+    }
+
+    /// Whether `connectionShards` fits the limits: 1 to [`MAX_CONNECTION_SHARDS`], and no more than
+    /// `tenantConnections` or `tenantPerMinute` (each shard needs a share of at least one of both;
+    /// a limit of 0 blocks the tenant whatever the shards). Decision 1502.
+    pub fn check_shards(&self) -> Result<(), String> {
+        let n = self.connection_shards;
+        if !(1..=MAX_CONNECTION_SHARDS).contains(&n) {
+            return Err(format!(
+                "{} = {n}: must be 1 to {MAX_CONNECTION_SHARDS}",
+                attr::CONNECTION_SHARDS
+            ));
+        }
+        for (name, v) in [
+            (attr::TENANT_CONNECTIONS, self.tenant_connections),
+            (attr::TENANT_PER_MINUTE, self.tenant_per_minute),
+        ] {
+            if n > 1 && v > 0 && n > v {
+                return Err(format!(
+                    "{} = {n} is more than {name} = {v}: every shard needs a share of at least one",
+                    attr::CONNECTION_SHARDS
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `(name, value)` for every limit, in the tenant row's attribute names.
@@ -138,4 +187,25 @@ pub struct Tenant {
     pub tenant_id: crate::ids::TenantId,
     #[serde(flatten)]
     pub limits: Limits,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_shards_must_fit_the_limits() {
+        let l = Limits::example(60, 5, 2, 10, 200, 60);
+        assert!(l.check_shards().is_ok());
+        assert!(l.with_connection_shards(10).check_shards().is_ok());
+        let e = l.with_connection_shards(11).check_shards().unwrap_err();
+        assert!(e.contains("tenantConnections = 10"), "{e}");
+        assert!(l.with_connection_shards(0).check_shards().is_err());
+        assert!(l.with_connection_shards(101).check_shards().is_err());
+        let small_minute = Limits::example(4, 5, 2, 10, 200, 60).with_connection_shards(8);
+        assert!(small_minute
+            .check_shards()
+            .unwrap_err()
+            .contains("tenantPerMinute"));
+    }
 }

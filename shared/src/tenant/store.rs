@@ -30,7 +30,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
     let opt = |name: &str, dflt: u64| -> Result<u64> {
         Ok(item::opt_number_u64(table, it, name)?.unwrap_or(dflt))
     };
-    Ok(Tenant {
+    let tenant = Tenant {
         tenant_id,
         limits: Limits {
             connections_per_session: req(attr::CONNECTIONS_PER_SESSION)?,
@@ -42,8 +42,17 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             rate_algorithm: named(table, it, attr::RATE_ALGORITHM)?,
             enforcement: named(table, it, attr::ENFORCEMENT)?,
             on_failure: named(table, it, attr::ON_FAILURE)?,
+            connection_shards: opt(attr::CONNECTION_SHARDS, 1)?,
         },
-    })
+    };
+    tenant
+        .limits
+        .check_shards()
+        .map_err(|reason| Error::MalformedItem {
+            table: table.to_string(),
+            reason,
+        })?;
+    Ok(tenant)
 }
 
 /// A named setting (`rateAlgorithm`, `enforcement`, `onFailure`): absent means its default (rows
@@ -85,6 +94,7 @@ pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
 
 /// 1 PutItem: creates or replaces the tenant row.
 pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
+    tenant.limits.check_shards().map_err(Error::Other)?;
     let mut it = key(&tenant.tenant_id);
     for (name, value) in tenant.limits.fields() {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
@@ -96,6 +106,12 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         (attr::ON_FAILURE, l.on_failure.as_str()),
     ] {
         it.insert(name.to_string(), AttributeValue::S(value.to_string()));
+    }
+    if l.connection_shards != 1 {
+        it.insert(
+            attr::CONNECTION_SHARDS.to_string(),
+            AttributeValue::N(l.connection_shards.to_string()),
+        );
     }
     deps.dynamo
         .put_item()

@@ -1,0 +1,262 @@
+//! Sharded tenant connection counters (issue 15 part 4, decision 1502): a tenant with
+//! `connectionShards: n` (2..=100) counts its open connections on `n` items `{tenant}:shard:{i}`
+//! instead of the one `{tenant}` item, so its connects are not capped by one item's write ceiling.
+//!
+//! Shard `i` admits while its `itemCount` is below `share(tenantConnections, n, i)` (and its
+//! minute below `share(tenantPerMinute, n, i)`); every increment is that one conditional write, so
+//! each shard's count is at most its share after every increment and only falls between them, and
+//! the shares sum to the cap: the tenant never holds more than `tenantConnections`.
+//!
+//! A connect charges a random shard; a release (disconnect, session delete, TTL sweep) decrements
+//! the shard its connection id hashes to ([`shard_of`], with the shard count the session recorded
+//! at its join, `connShards`), with no lookup. The sum over shards is exactly the 0306 count, so
+//! a release that lands on another shard than the one charged moves one unit of room there (a
+//! shard's count may go below zero). A connect refused by its shard reads every shard (1
+//! BatchGetItem) and tries shards that had room, at most [`TRIES_PER_ROUND`] per read and
+//! [`ROUNDS`] reads.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::KeysAndAttributes;
+
+use super::connect::{self, Admission, Hints, Minute, Reservation, TENANT_MINUTE};
+use super::item::{self, s, Item};
+use super::Limit;
+use crate::clock::Timestamp;
+use crate::counter::{attr as cattr, keys};
+use crate::error::{Error, Result};
+use crate::ids::{SessionId, TenantId};
+use crate::session::attr as sattr;
+use crate::shard::share;
+use crate::tenant::{Limits, MAX_CONNECTION_SHARDS};
+use crate::Deps;
+
+/// Shards with room tried after one read of all shards.
+pub const TRIES_PER_ROUND: usize = 3;
+/// Reads of all shards before a refusal stands.
+pub const ROUNDS: u32 = 3;
+
+/// The shard a connection id's release decrements: FNV-1a of the id, modulo `n` (stable across
+/// processes and releases; not `std`'s hasher, whose seed and algorithm may change).
+pub fn shard_of(cid: &str, n: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cid.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % n.max(1)
+}
+
+/// The shard count a session (or its stream image) recorded: `connShards`, 1 when absent.
+pub fn of_item(it: &Item) -> u64 {
+    item::num(it, sattr::CONNECTION_SHARDS)
+        .and_then(|v| u64::try_from(v).ok())
+        .map_or(1, |v| v.clamp(1, MAX_CONNECTION_SHARDS))
+}
+
+/// One counter item step 1 may charge, and its caps.
+pub struct Counter {
+    pub key: String,
+    /// Open connections it may count (the tenant's cap, or a shard's share of it).
+    pub cap: u64,
+    /// Connections it may count per minute.
+    pub minute_cap: u64,
+    /// A shard: no settling waits (another shard is tried instead) and no floor at zero.
+    pub sharded: bool,
+}
+
+/// Whether a counter item read as `old` has room for one connection under `on`'s caps at `now`
+/// (the same test a refused step 1 applies to its old image).
+pub(super) fn has_room(
+    limits: &Limits,
+    on: &Counter,
+    old: Option<&Item>,
+    now: Timestamp,
+) -> Result<bool> {
+    let count = old
+        .and_then(|o| item::num(o, cattr::ITEM_COUNT))
+        .unwrap_or(0);
+    if count >= on.cap as i64 {
+        return Ok(false);
+    }
+    let alg = limits.rate_algorithm;
+    let stored = TENANT_MINUTE.stored(alg, old);
+    let m = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
+    Ok(m.refused(&TENANT_MINUTE, old).is_none())
+}
+
+/// Shard `i` of a tenant of `limits` (n > 1).
+fn counter(t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+    let n = u32::try_from(limits.connection_shards).unwrap_or(1);
+    let i32_ = u32::try_from(i).unwrap_or(0);
+    Ok(Counter {
+        key: keys::connection_shard(t, i)?,
+        cap: share(limits.tenant_connections, n, i32_),
+        minute_cap: share(limits.tenant_per_minute, n, i32_),
+        sharded: true,
+    })
+}
+
+/// Step 1 of a sharded tenant: 1 `UpdateItem` on a random shard when it has room; otherwise 1
+/// `BatchGetItem` of every shard and up to [`TRIES_PER_ROUND`] `UpdateItem` on shards that had
+/// room, at most [`ROUNDS`] times. Refused when a read finds no shard with room (or every round's
+/// tries lost their room to other connects meanwhile).
+pub(super) async fn reserve(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    limits: &Limits,
+    hints: &Hints,
+) -> Result<std::result::Result<Reservation, Admission>> {
+    let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
+    let first = fastrand::u64(0..n);
+    let mut answer = match connect::reserve_on(
+        deps,
+        t,
+        sid,
+        limits,
+        hints,
+        &counter(t, limits, first)?,
+    )
+    .await?
+    {
+        Ok(r) => return Ok(Ok(r)),
+        Err(a) => a,
+    };
+    for _ in 0..ROUNDS {
+        let now = deps.clock.now();
+        let rows = read_all(deps, t, n).await?;
+        let mut open_room = false;
+        let mut room = Vec::new();
+        for i in 0..n {
+            let Some(old) = rows.get(&i) else { continue };
+            let on = counter(t, limits, i)?;
+            let count = old
+                .as_ref()
+                .and_then(|o| item::num(o, cattr::ITEM_COUNT))
+                .unwrap_or(0);
+            open_room |= count < on.cap as i64;
+            if has_room(limits, &on, old.as_ref(), now)? {
+                room.push(on);
+            }
+        }
+        if room.is_empty() {
+            // Name the limit that binds the whole tenant: open connections when no shard has an
+            // open slot, otherwise the minute.
+            if !open_room {
+                answer =
+                    connect::refusal(super::Limit::TenantConnections, limits, now, t, sid, None);
+            }
+            return Ok(Err(answer));
+        }
+        fastrand::shuffle(&mut room);
+        for on in room.iter().take(TRIES_PER_ROUND) {
+            match connect::reserve_on(deps, t, sid, limits, hints, on).await? {
+                Ok(r) => return Ok(Ok(r)),
+                Err(a) => answer = a,
+            }
+        }
+    }
+    Ok(Err(answer))
+}
+
+/// Every shard of `t` (strongly consistent), by index; a shard with no item maps to `None`. 1
+/// `BatchGetItem` (n ≤ 100); keys DynamoDB leaves unprocessed are asked again at most twice, and
+/// a shard still unread is missing from the map (not tried).
+pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, Option<Item>>> {
+    let mut index = HashMap::new();
+    let mut wanted = Vec::new();
+    for i in 0..n {
+        let k = keys::connection_shard(t, i)?;
+        wanted.push(Item::from([(cattr::KEY.to_string(), s(k.clone()))]));
+        index.insert(k, i);
+    }
+    let built = KeysAndAttributes::builder()
+        .set_keys(Some(wanted))
+        .consistent_read(true)
+        .build()
+        .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
+    let mut request = HashMap::from([(deps.tables.counters.clone(), built)]);
+    let mut out: HashMap<u64, Option<Item>> = HashMap::new();
+    for _ in 0..3 {
+        let page = deps
+            .dynamo
+            .batch_get_item()
+            .set_request_items(Some(request))
+            .send()
+            .await
+            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
+        for it in page
+            .responses()
+            .and_then(|r| r.get(&deps.tables.counters))
+            .into_iter()
+            .flatten()
+        {
+            if let Some(i) = it
+                .get(cattr::KEY)
+                .and_then(|v| v.as_s().ok())
+                .and_then(|k| index.get(k))
+            {
+                out.insert(*i, Some(it.clone()));
+            }
+        }
+        request = page.unprocessed_keys().cloned().unwrap_or_default();
+        request.retain(|_, ka| !ka.keys().is_empty());
+        if request.is_empty() {
+            break;
+        }
+    }
+    let unread: Vec<u64> = request
+        .values()
+        .flat_map(|ka| ka.keys())
+        .filter_map(|k| k.get(cattr::KEY).and_then(|v| v.as_s().ok()))
+        .filter_map(|k| index.get(k).copied())
+        .collect();
+    for i in 0..n {
+        if !unread.contains(&i) {
+            out.entry(i).or_insert(None);
+        }
+    }
+    Ok(out)
+}
+
+/// The open connections counted over every shard (a sum of consistent reads, not one snapshot:
+/// for reports and tests). Unread shards count 0.
+pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
+    Ok(read_all(deps, t, n)
+        .await?
+        .values()
+        .flatten()
+        .filter_map(|it| item::num(it, cattr::ITEM_COUNT))
+        .sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_hash_stably_and_spread() {
+        // Stable: a release in another process finds the same shard.
+        assert_eq!(
+            shard_of("Zk3xYcTpoAMCK_A=", 8),
+            shard_of("Zk3xYcTpoAMCK_A=", 8)
+        );
+        assert_eq!(shard_of("anything", 1), 0);
+        let mut per = [0u32; 8];
+        for i in 0..8_000 {
+            per[shard_of(&format!("conn-{i}="), 8) as usize] += 1;
+        }
+        assert!(per.iter().all(|c| (800..1200).contains(c)), "{per:?}");
+    }
+
+    #[test]
+    fn the_recorded_shard_count_defaults_to_one_and_is_bounded() {
+        let mut it = Item::new();
+        assert_eq!(of_item(&it), 1);
+        it.insert(sattr::CONNECTION_SHARDS.into(), item::n(8));
+        assert_eq!(of_item(&it), 8);
+        it.insert(sattr::CONNECTION_SHARDS.into(), item::n(100_000));
+        assert_eq!(of_item(&it), MAX_CONNECTION_SHARDS);
+    }
+}
