@@ -318,6 +318,39 @@ pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
     Client::from_conf(b.build())
 }
 
+/// Rows of a `BatchGetItem` by table, and the keys still unprocessed after it. Keys DynamoDB leaves
+/// unprocessed (throttling) are asked again, at most twice: **1-3** calls. Callers decide what an
+/// unread key means (the authorizer's pre-check skips that check; a shard read leaves it out).
+pub async fn batch_get(
+    client: &Client,
+    mut request: std::collections::HashMap<String, aws_sdk_dynamodb::types::KeysAndAttributes>,
+) -> crate::error::Result<(
+    std::collections::HashMap<
+        String,
+        Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
+    >,
+    std::collections::HashMap<String, aws_sdk_dynamodb::types::KeysAndAttributes>,
+)> {
+    let mut rows: std::collections::HashMap<String, Vec<_>> = Default::default();
+    for _ in 0..3 {
+        let out = client
+            .batch_get_item()
+            .set_request_items(Some(request))
+            .send()
+            .await
+            .map_err(|e| crate::error::Error::dynamo("BatchGetItem", e))?;
+        for (table, items) in out.responses().cloned().unwrap_or_default() {
+            rows.entry(table).or_default().extend(items);
+        }
+        request = out.unprocessed_keys().cloned().unwrap_or_default();
+        request.retain(|_, ka| !ka.keys().is_empty());
+        if request.is_empty() {
+            break;
+        }
+    }
+    Ok((rows, request))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,7 +50,7 @@ pub async fn check(
             .build()
             .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
     };
-    let mut request = std::collections::HashMap::from([
+    let request = std::collections::HashMap::from([
         (
             deps.tables.sessions.clone(),
             built(vec![sstore::key(t, sid)])?,
@@ -60,25 +60,8 @@ pub async fn check(
             built(vec![k(counter_key.clone())])?,
         ),
     ]);
-    let mut rows: std::collections::HashMap<String, Vec<Item>> = Default::default();
     // Keys DynamoDB leaves unprocessed (throttling) are asked again, at most twice.
-    for _ in 0..3 {
-        let out = deps
-            .dynamo
-            .batch_get_item()
-            .set_request_items(Some(request))
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
-        for (table, items) in out.responses().cloned().unwrap_or_default() {
-            rows.entry(table).or_default().extend(items);
-        }
-        request = out.unprocessed_keys().cloned().unwrap_or_default();
-        request.retain(|_, ka| !ka.keys().is_empty());
-        if request.is_empty() {
-            break;
-        }
-    }
+    let (rows, request) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
     let unprocessed = |table: &str| request.get(table).is_some_and(|ka| !ka.keys().is_empty());
     let session = if unprocessed(&deps.tables.sessions) {
         None

@@ -176,34 +176,16 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
         .consistent_read(true)
         .build()
         .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
-    let mut request = HashMap::from([(deps.tables.counters.clone(), built)]);
+    let request = HashMap::from([(deps.tables.counters.clone(), built)]);
+    let (rows, request) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();
-    for _ in 0..3 {
-        let page = deps
-            .dynamo
-            .batch_get_item()
-            .set_request_items(Some(request))
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
-        for it in page
-            .responses()
-            .and_then(|r| r.get(&deps.tables.counters))
-            .into_iter()
-            .flatten()
+    for it in rows.get(&deps.tables.counters).into_iter().flatten() {
+        if let Some(i) = it
+            .get(cattr::KEY)
+            .and_then(|v| v.as_s().ok())
+            .and_then(|k| index.get(k))
         {
-            if let Some(i) = it
-                .get(cattr::KEY)
-                .and_then(|v| v.as_s().ok())
-                .and_then(|k| index.get(k))
-            {
-                out.insert(*i, Some(it.clone()));
-            }
-        }
-        request = page.unprocessed_keys().cloned().unwrap_or_default();
-        request.retain(|_, ka| !ka.keys().is_empty());
-        if request.is_empty() {
-            break;
+            out.insert(*i, Some(it.clone()));
         }
     }
     let unread: Vec<u64> = request
