@@ -120,8 +120,8 @@ pub async fn run(args: Args) -> Result<()> {
     cfg.dashboard = Some(deps.clone());
     let clock = deps.clock.clone();
     let mut build_error = None;
-    let stack = Stack::start(cfg, clock, |eps| {
-        match LocalFunctions::new(deps.clone(), &eps.management_url()) {
+    let stack = Stack::start(cfg, clock, async |eps| {
+        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
             Ok(f) => f as Arc<dyn Invoke>,
             Err(e) => {
                 build_error = Some(e);

@@ -1,5 +1,5 @@
-//! The eight functions behind [`Invoke`], built once with the same configuration their `main.rs`
-//! reads, so the local stack and `turnstile invoke` run exactly the deployed handler code.
+//! The eight functions behind [`Invoke`], each built once by its crate's `init` (what its `main.rs`
+//! runs), so the local stack and `turnstile invoke` run exactly the deployed wiring and handler code.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,8 +7,6 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use shared::config::Vars;
-use shared::gateway::Gateway;
 use shared::telemetry::metrics::{self, Metrics};
 use shared::Deps;
 
@@ -33,35 +31,35 @@ pub struct LocalFunctions {
 }
 
 impl LocalFunctions {
-    /// Builds every function from `deps` (its `vars` are the functions' environment), with the
-    /// Management API at `management_endpoint` (the local WebSocket API's host and stage).
-    pub fn new(mut deps: Deps, management_endpoint: &str) -> Result<Arc<Self>, shared::Error> {
-        let vars: Vars = deps
+    /// Builds every function with its crate's `init` (as its `main.rs` does) from `deps`, whose
+    /// `vars` are the functions' environment, with the Management API at `management_endpoint`
+    /// (the local WebSocket API's host and stage).
+    pub async fn new(
+        mut deps: Deps,
+        management_endpoint: &str,
+    ) -> Result<Arc<Self>, shared::Error> {
+        deps.vars = deps
             .vars
             .with_overrides([("TURNSTILE_MANAGEMENT_ENDPOINT", management_endpoint)]);
-        deps.vars = vars.clone();
-        let gateway = || Gateway::local(management_endpoint);
-        let remover = token_remover::Config::from_vars(&vars)
-            .map(|c| token_remover::Remover::new(&deps, c))
-            .map_err(|e| e.to_string());
+        let remover = token_remover::init(&deps).await.map_err(|e| e.to_string());
         if let Err(e) = &remover {
             tracing::warn!(error = %e, "token-remover is not configured; events sent to it will fail");
         }
-        let metrics = match vars.get(metrics::OUTPUT_VAR) {
+        let metrics = match deps.vars.get(metrics::OUTPUT_VAR) {
             Some(_) => Some(
-                metrics::install_from_vars(&vars)
+                metrics::install_from_vars(&deps.vars)
                     .map_err(|e| shared::Error::Other(e.to_string()))?,
             ),
             None => None,
         };
         Ok(Arc::new(LocalFunctions {
-            authorizer: authorizer::State::new(&authorizer::Config::from_vars(&vars)?),
-            connect: connect::State::new(&connect::Config::from_vars(&vars)?),
-            disconnect: disconnect::State::new(&disconnect::Config::from_vars(&vars)?),
-            message: message::State::new(&message::Config::from_vars(&vars)?, gateway()),
-            session: session_api::State::new(&session_api::Config::from_vars(&vars)?, gateway()),
-            sweeper: ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars)?, gateway()),
-            reconciler: reconciler::State::new(&reconciler::Config::from_vars(&vars)?, gateway()),
+            authorizer: authorizer::init(&deps).await?,
+            connect: connect::init(&deps).await?,
+            disconnect: disconnect::init(&deps).await?,
+            message: message::init(&deps).await?,
+            session: session_api::init(&deps).await?,
+            sweeper: ttl_sweeper::init(&deps).await?,
+            reconciler: reconciler::init(&deps).await?,
             remover,
             metrics,
             deps,

@@ -108,7 +108,7 @@ impl Stack {
         make_functions: F,
     ) -> Result<Stack, StackError>
     where
-        F: FnOnce(&Endpoints) -> Arc<dyn Invoke>,
+        F: AsyncFnOnce(&Endpoints) -> Arc<dyn Invoke>,
     {
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
@@ -124,8 +124,11 @@ impl Stack {
             stage: cfg.stage.clone(),
         };
         let decisions = DecisionLog::new();
-        let functions: Arc<dyn Invoke> =
-            Recorded::new(make_functions(&endpoints), decisions.clone(), clock.clone());
+        let functions: Arc<dyn Invoke> = Recorded::new(
+            make_functions(&endpoints).await,
+            decisions.clone(),
+            clock.clone(),
+        );
         let live = LiveConnections::new(clock.clone());
         let (shutdown, rx) = watch::channel(false);
         let mut tasks = Vec::new();

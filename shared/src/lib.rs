@@ -14,6 +14,7 @@ pub mod counter;
 pub mod deps;
 pub mod dynamo;
 pub mod error;
+pub mod function;
 /// Property-test input generators (tests and the `fuzz` feature only).
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;

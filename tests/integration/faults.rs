@@ -607,14 +607,15 @@ async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Du
             Arc::new(shared::kv::Limits::new(set)),
         )
     };
-    let remover = token_remover::Remover::new(
-        w.deps(),
-        token_remover::Config::from_vars(&shared::config::Vars::from_pairs([(
+    let remover = token_remover::init(&shared::Deps {
+        vars: shared::config::Vars::from_pairs([(
             "TOKEN_REMOVER_PROCESSORS",
             r#"[{"source":"aws.emr","resource_id":"detail.clusterId"}]"#,
-        )]))
-        .unwrap(),
-    );
+        )]),
+        ..w.deps().clone()
+    })
+    .await
+    .unwrap();
     let emr: aws_lambda_events::eventbridge::EventBridgeEvent<Value> =
         serde_json::from_value(sample("token-remover/emr-terminated.json")).unwrap();
     let ttl: Event = {
@@ -1139,9 +1140,14 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
     for i in 0..50 {
         let (deps, state, ledger, stop) = (
             deps.clone(),
-            Arc::new(connect::State::new(
-                &connect::Config::from_vars(&vars).unwrap(),
-            )),
+            Arc::new(
+                connect::init(&shared::Deps {
+                    vars: vars.clone(),
+                    ..deps.clone()
+                })
+                .await
+                .unwrap(),
+            ),
             ledger.clone(),
             stop.clone(),
         );

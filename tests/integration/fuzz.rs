@@ -2,7 +2,8 @@
 //! REQUEST-authorizer, WebSocket and HTTP API events, DynamoDB stream records, EventBridge events
 //! and the token remover's processor configuration. Each handler turns its event into typed values
 //! with a pure function (`authorizer::request_ids`, `context::websocket_ids`, `session_api::ids`,
-//! `ttl_sweeper::expired_session`, `token_remover::resolve`), fuzzed here without DynamoDB.
+//! `shared::session::stream::expired_session`, `token_remover::resolve`), fuzzed here without
+//! DynamoDB.
 //!
 //! Inputs: arbitrary JSON (keys biased to the ones the event has), and the sample events of
 //! `events/` with one to three fields removed, retyped, replaced or lengthened. Properties: no
@@ -21,6 +22,7 @@ use shared::admission::context;
 use shared::config::{ConfigError, Vars};
 use shared::fuzz;
 use shared::ids::{ConnectionId, SessionId, TenantId};
+use shared::session::stream;
 use token_remover::{Outcome, Processors, Resolved};
 
 fn sample(path: &str) -> Value {
@@ -138,8 +140,8 @@ proptest! {
     ) {
         if let Ok(ev) = serde_json::from_value::<StreamEvent>(v) {
             for r in &ev.records {
-                let _ = ttl_sweeper::is_ttl_removal(r);
-                match ttl_sweeper::expired_session(r) {
+                let _ = stream::is_ttl_removal(r);
+                match stream::expired_session(r) {
                     Ok((t, _sid, _ids)) => prop_assert_eq!(TenantId::parse(t.as_str()), Ok(t.clone())),
                     Err(reason) => prop_assert!(!reason.is_empty()),
                 }
@@ -221,7 +223,7 @@ fn sample_events_are_accepted_as_they_are() {
         serde_json::from_value(sample("session-api/put.json")).unwrap();
     assert!(session_api::ids(&ev, None, "tenantId").is_ok());
     let ev: StreamEvent = serde_json::from_value(sample("ttl-sweeper/ttl-expiry.json")).unwrap();
-    assert!(ttl_sweeper::expired_session(&ev.records[0]).is_ok());
+    assert!(stream::expired_session(&ev.records[0]).is_ok());
     let ev: EventBridgeEvent<Value> =
         serde_json::from_value(sample("token-remover/emr-terminated.json")).unwrap();
     let processors = Processors::parse(PROCESSORS).unwrap();

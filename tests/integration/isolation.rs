@@ -340,8 +340,7 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     use crate::ws_support::{
         authorizer_event, sample, session_event, typed, ws_event, World, SMALL,
     };
-    use shared::config::Vars;
-    use shared::gateway::Gateway;
+    use shared::function::Tenancy;
 
     let w = World::new().await;
     // Operator path (execution/admin credentials): the tenants exist.
@@ -368,23 +367,30 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         tenant_role_arn: Some(ROLE.into()),
     };
     let tc = TenantClients::from_config(&config, &sts.sdk_config(), base, clock);
-    let vars = Vars::from_pairs([
-        ("TURNSTILE_TENANT_CACHE_SECS", "60".to_string()),
-        ("TURNSTILE_MANAGEMENT_ENDPOINT", w.api.url()),
-    ]);
-    let gw = || Gateway::local(&w.api.url());
-    let sessions = session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw())
-        .with_tenant_clients(tc.clone());
-    let auth = authorizer::State::new(&authorizer::Config::from_vars(&vars).unwrap())
-        .with_tenant_clients(tc.clone());
-    let conn = connect::State::new(&connect::Config::from_vars(&vars).unwrap())
-        .with_tenant_clients(tc.clone());
-    let msg = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw())
-        .with_tenant_clients(tc.clone());
-    let disc = disconnect::State::new(&disconnect::Config::from_vars(&vars).unwrap())
-        .with_tenant_clients(tc.clone());
-    let sweeper = ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw())
-        .with_tenant_clients(tc);
+    // Each function as its `init` builds it, but with the fake STS's tenant clients.
+    let fd = w.function_deps(&[]);
+    let tenancy = || Tenancy::from(tc.clone());
+    let sessions = session_api::State {
+        tenancy: tenancy(),
+        ..session_api::init(&fd).await.unwrap()
+    };
+    let auth = authorizer::State {
+        tenancy: tenancy(),
+        ..authorizer::init(&fd).await.unwrap()
+    };
+    let conn = connect::State {
+        tenancy: tenancy(),
+        ..connect::init(&fd).await.unwrap()
+    };
+    let msg = message::State {
+        tenancy: tenancy(),
+        ..message::init(&fd).await.unwrap()
+    };
+    let disc = disconnect::State { tenancy: tenancy() };
+    let sweeper = ttl_sweeper::State {
+        tenancy: tenancy(),
+        ..ttl_sweeper::init(&fd).await.unwrap()
+    };
 
     // (what, DynamoDB calls) for tenant "ab": the budgets of each handler's docs.
     let put = session_event(

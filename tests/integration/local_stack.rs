@@ -81,9 +81,10 @@ impl Local {
             target: "token-remover".into(),
         }];
         let clock = deps.clock.clone();
-        let stack = Stack::start(cfg, clock, |eps| {
-            LocalFunctions::new(deps, &eps.management_url()).expect("functions build")
-                as Arc<dyn turnstile_local::lambda::Invoke>
+        let stack = Stack::start(cfg, clock, async |eps| {
+            LocalFunctions::new(deps, &eps.management_url())
+                .await
+                .expect("functions build") as Arc<dyn turnstile_local::lambda::Invoke>
         })
         .await
         .unwrap();

@@ -193,13 +193,7 @@ async fn gcra_connect_is_two_calls_when_the_bets_are_right_and_four_when_cold() 
     assert_eq!(w.connect(T, "s1", "c2", &limits).await.status_code, 200);
     assert_eq!(w.env.counter.total(), 2, "warm $connect");
     // Another process (no hints) bets "idle" on draining buckets: one more call per item, no read.
-    let cold = connect::State::new(
-        &connect::Config::from_vars(&shared::config::Vars::from_pairs([(
-            "TURNSTILE_TENANT_CACHE_SECS",
-            "60".to_string(),
-        )]))
-        .unwrap(),
-    );
+    let cold = connect::init(&w.function_deps(&[])).await.unwrap();
     w.env.counter.reset();
     let r = connect::handle(
         w.deps(),

@@ -109,14 +109,7 @@ async fn a_wrong_minute_guess_costs_one_more_call() {
     assert_eq!(w.send(T, "s1", "a", &SMALL, "1").await.status_code, 200);
     // Another process (fresh hint) sends in the same minute: it guesses "new minute", is told the
     // stored minute is current, and increments instead.
-    let other = message::State::new(
-        &message::Config::from_vars(&shared::config::Vars::from_pairs([(
-            "TURNSTILE_MANAGEMENT_ENDPOINT",
-            w.api.url(),
-        )]))
-        .unwrap(),
-        shared::gateway::Gateway::local(&w.api.url()),
-    );
+    let other = message::init(&w.function_deps(&[])).await.unwrap();
     w.env.counter.reset();
     let ev = {
         let mut e = ws_event("message/message.json", T, "s1", "a", Some(&SMALL));

@@ -10,7 +10,6 @@ use serde_json::json;
 use shared::admission::connect::{self as admission, Admission, Hints};
 use shared::admission::reconcile::{self, Outcome, Report};
 use shared::clock::Clock;
-use shared::gateway::Gateway;
 use shared::ids::{ConnectionId, SessionId, TenantId};
 use shared::tenant::Limits;
 
@@ -413,15 +412,12 @@ async fn the_reconciler_function_runs_the_sample_events() {
     .await
     .unwrap()
     .unwrap();
-    let vars = shared::config::Vars::from_pairs([
-        ("TURNSTILE_RECONCILE_GRACE_SECS", "15".to_string()),
-        ("TURNSTILE_MANAGEMENT_ENDPOINT", w.api.url()),
-    ]);
-    let mut config = reconciler::Config::from_vars(&vars).unwrap();
-    assert_eq!(config.grace, Duration::from_secs(15));
+    let mut state = reconciler::init(&w.function_deps(&[("TURNSTILE_RECONCILE_GRACE_SECS", "15")]))
+        .await
+        .unwrap();
+    assert_eq!(state.config.grace, Duration::from_secs(15));
     // Shortened after validation so the test does not wait 45 s (nothing is in flight here).
-    config.grace = Duration::ZERO;
-    let state = reconciler::State::new(&config, Gateway::local(&w.api.url()));
+    state.config.grace = Duration::ZERO;
     let dry = reconciler::handle(
         w.deps(),
         &state,

@@ -414,14 +414,8 @@ const A: &str = "tenant-a";
 const B: &str = "tenant-b";
 
 /// A session API configured like a deployed one with these variables.
-fn session_state(w: &World, vars: &[(&str, &str)]) -> session_api::State {
-    let mut pairs = vec![(
-        "TURNSTILE_MANAGEMENT_ENDPOINT".to_string(),
-        w.api.url().to_string(),
-    )];
-    pairs.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let config = session_api::Config::from_vars(&shared::config::Vars::from_pairs(pairs)).unwrap();
-    session_api::State::new(&config, shared::gateway::Gateway::local(&w.api.url()))
+async fn session_state(w: &World, vars: &[(&str, &str)]) -> session_api::State {
+    session_api::init(&w.function_deps(vars)).await.unwrap()
 }
 
 /// A session API event carrying `authorizer` as `requestContext.authorizer` (API Gateway's shape:
@@ -498,7 +492,7 @@ async fn a_jwt_caller_cannot_put_get_or_delete_another_tenants_session() {
     let before = w.session(B, "sb").await.unwrap();
     w.env.clock.advance(Duration::from_secs(30));
 
-    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "jwt")]);
+    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "jwt")]).await;
     let claims_a = || jwt(serde_json::json!({"sub": "user-1", "tenantId": A}));
     let theirs: &[(&str, &str)] = &[("tenantId", B), ("sessionId", "sb")];
     for method in ["PUT", "GET", "DELETE"] {
@@ -573,7 +567,7 @@ async fn a_jwt_caller_cannot_put_get_or_delete_another_tenants_session() {
 async fn a_jwt_caller_without_a_usable_tenant_claim_is_refused() {
     let w = World::new().await;
     w.put_tenant(A, SMALL).await;
-    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "JWT")]);
+    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "JWT")]).await;
     let ours: &[(&str, &str)] = &[("tenantId", A), ("sessionId", "s1")];
     // No authorizer context at all (a route deployed without the JWT authorizer).
     assert_forbidden(&w, &api, authorized("PUT", ours, None, None), "tenantId").await;
@@ -605,7 +599,8 @@ async fn the_tenant_claim_is_configurable_for_cognito() {
             ("TURNSTILE_SESSION_API_AUTH", "jwt"),
             ("TURNSTILE_SESSION_TENANT_CLAIM", "custom:tenantId"),
         ],
-    );
+    )
+    .await;
     // Only the configured claim counts; a plain "tenantId" claim is ignored.
     let claims = || jwt(serde_json::json!({"custom:tenantId": A, "tenantId": B}));
     let ev = authorized(
@@ -645,7 +640,8 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
             ("TURNSTILE_SESSION_API_AUTH", "iam"),
             ("TURNSTILE_SESSION_IAM_BINDING", "role-session-name"),
         ],
-    );
+    )
+    .await;
     let ev = authorized(
         "PUT",
         &[("tenantId", B), ("sessionId", "s1")],
@@ -668,7 +664,7 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
 
     // IAM without a binding: IAM decides who may call at all; the tenant is the one named (for
     // trusted callers only, see docs/session-api-auth.md).
-    let open = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam")]);
+    let open = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam")]).await;
     let (status, body, _) = call(
         &w,
         &open,

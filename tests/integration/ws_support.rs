@@ -16,7 +16,6 @@ use shared::admission::{context, respond};
 use shared::config::Vars;
 use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};
-use shared::isolation::TenantClients;
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
 use turnstile_local::{ManagementApi, Recorder};
@@ -43,6 +42,17 @@ pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("sample event has the typed shape")
 }
 
+/// `deps` with the variables the template sets on the WebSocket functions, for their `init`.
+fn function_deps(deps: &shared::Deps, management_endpoint: &str) -> shared::Deps {
+    shared::Deps {
+        vars: Vars::from_pairs([
+            ("TURNSTILE_TENANT_CACHE_SECS", "60"),
+            ("TURNSTILE_MANAGEMENT_ENDPOINT", management_endpoint),
+        ]),
+        ..deps.clone()
+    }
+}
+
 pub struct World {
     pub env: TestEnv,
     pub api: ManagementApi,
@@ -62,27 +72,15 @@ impl World {
         let api = ManagementApi::start(SocketAddr::from(([127, 0, 0, 1], 0)), recorder.clone())
             .await
             .expect("local Management API starts");
-        let vars = Vars::from_pairs([
-            ("TURNSTILE_TENANT_CACHE_SECS", "60".to_string()),
-            ("TURNSTILE_MANAGEMENT_ENDPOINT", api.url()),
-        ]);
-        let gw = || Gateway::local(&api.url());
-        // As main.rs: without TENANT_ROLE_ARN these are the execution role's (no extra calls).
-        let tc = TenantClients::from_deps(&env.deps).await.unwrap();
-        let authorizer = authorizer::State::new(&authorizer::Config::from_vars(&vars).unwrap())
-            .with_tenant_clients(tc.clone());
-        let connect = connect::State::new(&connect::Config::from_vars(&vars).unwrap())
-            .with_tenant_clients(tc.clone());
-        let disconnect = disconnect::State::new(&disconnect::Config::from_vars(&vars).unwrap())
-            .with_tenant_clients(tc.clone());
-        let message = message::State::new(&message::Config::from_vars(&vars).unwrap(), gw())
-            .with_tenant_clients(tc.clone());
-        let session_api =
-            session_api::State::new(&session_api::Config::from_vars(&vars).unwrap(), gw())
-                .with_tenant_clients(tc.clone());
-        let sweeper =
-            ttl_sweeper::State::new(&ttl_sweeper::Config::from_vars(&vars).unwrap(), gw())
-                .with_tenant_clients(tc);
+        // Each function's state from its crate's `init`, as main.rs builds it, with the variables
+        // the template sets (without TENANT_ROLE_ARN: the execution role, no extra calls).
+        let deps = function_deps(&env.deps, &api.url());
+        let authorizer = authorizer::init(&deps).await.unwrap();
+        let connect = connect::init(&deps).await.unwrap();
+        let disconnect = disconnect::init(&deps).await.unwrap();
+        let message = message::init(&deps).await.unwrap();
+        let session_api = session_api::init(&deps).await.unwrap();
+        let sweeper = ttl_sweeper::init(&deps).await.unwrap();
         World {
             env,
             api,
@@ -98,6 +96,14 @@ impl World {
 
     pub fn deps(&self) -> &shared::Deps {
         &self.env.deps
+    }
+
+    /// The `Deps` a function's `init` reads: these tables, with the functions' variables plus
+    /// `extra` (a later pair wins).
+    pub fn function_deps(&self, extra: &[(&str, &str)]) -> shared::Deps {
+        let mut deps = function_deps(&self.env.deps, &self.api.url());
+        deps.vars = deps.vars.with_overrides(extra.iter().copied());
+        deps
     }
 
     pub async fn put_tenant(&self, id: &str, limits: Limits) {

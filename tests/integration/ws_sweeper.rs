@@ -116,12 +116,11 @@ async fn failures_are_reported_per_record() {
     w.put_session(T, "s1").await;
     assert_eq!(w.connect(T, "s1", "a", &MEDIUM).await.status_code, 200);
     // A sweeper whose Management API is unreachable cannot close: that record fails.
-    let dead = ttl_sweeper::State::new(
-        &ttl_sweeper::Config {
-            management_endpoint: "http://127.0.0.1:9".into(),
-        },
-        shared::gateway::Gateway::local("http://127.0.0.1:9"),
-    );
+    let dead = ttl_sweeper::init(
+        &w.function_deps(&[("TURNSTILE_MANAGEMENT_ENDPOINT", "http://127.0.0.1:9")]),
+    )
+    .await
+    .unwrap();
     let ev = event(vec![
         ttl_record(T, "empty", &[], "200"),
         ttl_record(T, "s1", &["a"], "201"),

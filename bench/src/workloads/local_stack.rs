@@ -51,8 +51,8 @@ async fn start(ctx: &BenchCtx) -> Result<(Stack, String), BenchError> {
     let cfg = StackConfig::new(any, any, &ctx.endpoint);
     let clock = deps.clock.clone();
     let mut failed = None;
-    let stack = Stack::start(cfg, clock, |eps| {
-        match LocalFunctions::new(deps.clone(), &eps.management_url()) {
+    let stack = Stack::start(cfg, clock, async |eps| {
+        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
             Ok(f) => f as Arc<dyn Invoke>,
             Err(e) => {
                 failed = Some(e.to_string());

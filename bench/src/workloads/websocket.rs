@@ -64,10 +64,6 @@ fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, Benc
     serde_json::from_value(v).map_err(|e| BenchError::Other(format!("{what} event: {e}")))
 }
 
-fn config_err(e: shared::config::ConfigError) -> BenchError {
-    BenchError::Other(e.to_string())
-}
-
 pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
     super::ensure_tables(ctx, &TableKind::WEBSOCKET).await?;
     let deps = super::deps(ctx);
@@ -105,15 +101,11 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
             tokio::time::sleep(Duration::from_millis((60 - into as u64) * 1000 + 100)).await;
         }
     }
-    let vars = deps.vars.clone();
+    // Each handler's state as its `main.rs` builds it.
     Ok(Arc::new(WebsocketHandlers {
-        authorizer: authorizer::State::new(
-            &authorizer::Config::from_vars(&vars).map_err(config_err)?,
-        ),
-        connect: connect::State::new(&connect::Config::from_vars(&vars).map_err(config_err)?),
-        disconnect: disconnect::State::new(
-            &disconnect::Config::from_vars(&vars).map_err(config_err)?,
-        ),
+        authorizer: authorizer::init(&deps).await?,
+        connect: connect::init(&deps).await?,
+        disconnect: disconnect::init(&deps).await?,
         deps,
         tenant: p.key.clone(),
         authorizer_event: parse("authorizer/connect-request.json", AUTHORIZER_EVENT)?,

@@ -10,7 +10,7 @@
 //! no tenant read. The checks here are advisory: `$connect`'s conditional writes are the authority.
 //! Budget: 2 DynamoDB calls with a cold tenant cache, 1 warm.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aws_lambda_events::apigw::{
     ApiGatewayCustomAuthorizerPolicy, ApiGatewayCustomAuthorizerRequestTypeRequest,
@@ -21,50 +21,30 @@ use serde_json::{json, Value};
 use shared::admission::context;
 use shared::admission::precheck::{self, Precheck};
 use shared::admission::verdict;
-use shared::config::{ConfigError, Vars};
+use shared::function::{self, Tenancy};
 use shared::ids::{IdError, SessionId, TenantId};
-use shared::isolation::{self, TenantClients};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
-/// Variables this function reads beyond table names and attribute style.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// `TURNSTILE_TENANT_CACHE_SECS` (default 60).
-    pub tenant_cache: Duration,
-}
+/// Variables this function reads beyond table names and attribute style:
+/// `TURNSTILE_TENANT_CACHE_SECS` (default 60).
+pub type Config = function::TenantCacheConfig;
 
-impl Config {
-    pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
-        Ok(Config {
-            tenant_cache: TenantCache::ttl_from_vars(vars)?,
-        })
-    }
-}
-
-/// Built once per process.
+/// Built once per process, by [`init`].
 #[derive(Debug)]
 pub struct State {
     pub tenants: TenantCache,
-    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
-    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
-    /// [`State::with_tenant_clients`].
-    pub tenant_clients: Option<TenantClients>,
+    pub tenancy: Tenancy,
 }
 
-impl State {
-    pub fn new(config: &Config) -> Self {
-        State {
-            tenants: TenantCache::new(config.tenant_cache),
-            tenant_clients: None,
-        }
-    }
-
-    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
-    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
-        self.tenant_clients = Some(clients);
-        self
-    }
+/// The state `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`, tenant rows
+/// reached with tenant-scoped credentials when `TENANT_ROLE_ARN` is set.
+pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
+    let config = Config::from_vars(&deps.vars)?;
+    Ok(State {
+        tenants: TenantCache::new(config.tenant_cache),
+        tenancy: Tenancy::from_deps(deps).await?,
+    })
 }
 
 /// Why a request was denied (logged, and in the Deny's context).
@@ -141,7 +121,7 @@ pub async fn handle(
         Err(e) => return Ok(deny(&resource, e.to_string())),
     };
     // Every read below is of this tenant's rows: tenant-scoped credentials when configured.
-    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let scoped = state.tenancy.deps(deps, &t).await?;
     let deps: &Deps = &scoped;
     let tenant = match state.tenants.get(deps, &t).await {
         Ok(Some(tenant)) => tenant,

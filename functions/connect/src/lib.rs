@@ -8,57 +8,35 @@
 //! 403 unknown tenant. Budget: 2 DynamoDB calls, 2 WCU (the tenant comes from the authorizer
 //! context; a context without limits costs 1 cached tenant read).
 
-use std::time::Duration;
-
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::connect::{Admission, Hints};
 use shared::admission::verdict::{self, Verdict};
 use shared::admission::{context, respond};
-use shared::config::{ConfigError, Vars};
-use shared::isolation::{self, TenantClients};
+use shared::function::{self, Tenancy};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// `TURNSTILE_TENANT_CACHE_SECS`: used only when the authorizer context lacks the limits.
-    pub tenant_cache: Duration,
-}
+/// `TURNSTILE_TENANT_CACHE_SECS`: used only when the authorizer context lacks the limits.
+pub type Config = function::TenantCacheConfig;
 
-impl Config {
-    pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
-        Ok(Config {
-            tenant_cache: TenantCache::ttl_from_vars(vars)?,
-        })
-    }
-}
-
+/// Built once per process, by [`init`].
 #[derive(Debug)]
 pub struct State {
     pub tenants: TenantCache,
-    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
-    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
-    /// [`State::with_tenant_clients`].
-    pub tenant_clients: Option<TenantClients>,
+    pub tenancy: Tenancy,
     /// What this process last saw of each folded per-minute window (a fixed window's start or a
     /// GCRA TAT), so each write's first bet is usually right.
     pub hints: Hints,
 }
 
-impl State {
-    pub fn new(config: &Config) -> Self {
-        State {
-            tenants: TenantCache::new(config.tenant_cache),
-            tenant_clients: None,
-            hints: Hints::default(),
-        }
-    }
-
-    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
-    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
-        self.tenant_clients = Some(clients);
-        self
-    }
+/// What `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`; tenant-scoped
+/// credentials when `TENANT_ROLE_ARN` is set.
+pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
+    Ok(State {
+        tenants: TenantCache::new(Config::from_vars(&deps.vars)?.tenant_cache),
+        tenancy: Tenancy::from_deps(deps).await?,
+        hints: Hints::default(),
+    })
 }
 
 pub async fn handle(
@@ -66,11 +44,11 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid) = match context::websocket_ids(&event) {
-        Ok(ids) => ids,
-        Err(e) => return Ok(respond::websocket(&respond::message(400, e.to_string()))),
-    };
-    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let (t, sid, cid, scoped) =
+        match function::websocket_request(&state.tenancy, deps, &event).await? {
+            Ok(r) => r,
+            Err(e) => return Ok(function::bad_ids(&e)),
+        };
     let deps: &Deps = &scoped;
     let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
         return Ok(respond::websocket(&respond::message(

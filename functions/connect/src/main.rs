@@ -1,23 +1,4 @@
-use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
-use lambda_runtime::{service_fn, Error, LambdaEvent};
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    // EMF metrics on stdout, flushed at the end of each invocation (docs/operations.md).
-    let metrics = shared::telemetry::metrics::install_from_vars(&shared::config::Vars::process())?;
-    let deps = shared::Deps::from_env().await?;
-    let config = connect::Config::from_vars(&deps.vars)?;
-    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
-    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
-    let state = connect::State::new(&config).with_tenant_clients(tenant_clients);
-    lambda_runtime::run(service_fn(
-        |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
-            let (deps, state) = (&deps, &state);
-            metrics.invocation("connect", async move {
-                Ok::<_, Error>(connect::handle(deps, state, event.payload).await?)
-            })
-        },
-    ))
-    .await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    shared::function::serve("connect", connect::init, connect::handle).await
 }

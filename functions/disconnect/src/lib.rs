@@ -6,9 +6,9 @@
 //! Budget: 2 UpdateItem, 2 WCU (1 when there was nothing to release).
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::{context, release, respond};
+use shared::admission::{release, respond};
 use shared::config::{ConfigError, Vars};
-use shared::isolation::{self, TenantClients};
+use shared::function::{self, Tenancy};
 use shared::Deps;
 
 /// This function reads no variables beyond table names.
@@ -21,27 +21,18 @@ impl Config {
     }
 }
 
-/// Built once per process.
+/// Built once per process, by [`init`].
 #[derive(Debug, Default)]
 pub struct State {
-    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
-    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
-    /// [`State::with_tenant_clients`].
-    pub tenant_clients: Option<TenantClients>,
+    pub tenancy: Tenancy,
 }
 
-impl State {
-    pub fn new(_config: &Config) -> Self {
-        State {
-            tenant_clients: None,
-        }
-    }
-
-    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
-    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
-        self.tenant_clients = Some(clients);
-        self
-    }
+/// What `main.rs`, the local stack and the tests run: tenant-scoped credentials when
+/// `TENANT_ROLE_ARN` is set, else the execution role.
+pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
+    Config::from_vars(&deps.vars)?;
+    let tenancy = Tenancy::from_deps(deps).await?;
+    Ok(State { tenancy })
 }
 
 pub async fn handle(
@@ -49,15 +40,15 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid) = match context::websocket_ids(&event) {
-        Ok(ids) => ids,
-        Err(e) => {
-            // Nothing was admitted under ids that do not parse: acknowledge and log.
-            tracing::warn!(error = %e, "disconnect without usable ids; nothing to release");
-            return Ok(respond::websocket(&respond::message(400, e.to_string())));
-        }
-    };
-    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let (t, sid, cid, scoped) =
+        match function::websocket_request(&state.tenancy, deps, &event).await? {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing was admitted under ids that do not parse: acknowledge and log.
+                tracing::warn!(error = %e, "disconnect without usable ids; nothing to release");
+                return Ok(function::bad_ids(&e));
+            }
+        };
     let deps: &Deps = &scoped;
     let released = match release::disconnect(deps, &t, &sid, &cid).await {
         Ok(r) => r,

@@ -26,8 +26,8 @@ use shared::admission::message::{MessageAdmission, MinuteHint};
 use shared::admission::verdict::{self, Verdict};
 use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
+use shared::function::{self, Tenancy};
 use shared::gateway::{Delivery, Gateway};
-use shared::isolation::{self, TenantClients};
 use shared::tenant::TenantCache;
 use shared::Deps;
 
@@ -48,33 +48,25 @@ impl Config {
     }
 }
 
-/// Built once per process.
+/// Built once per process, by [`init`].
 #[derive(Debug)]
 pub struct State {
     pub tenants: TenantCache,
     pub gateway: Gateway,
     pub hint: MinuteHint,
-    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
-    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
-    /// [`State::with_tenant_clients`].
-    pub tenant_clients: Option<TenantClients>,
+    pub tenancy: Tenancy,
 }
 
-impl State {
-    pub fn new(config: &Config, gateway: Gateway) -> Self {
-        State {
-            tenants: TenantCache::new(config.tenant_cache),
-            gateway,
-            hint: MinuteHint::default(),
-            tenant_clients: None,
-        }
-    }
-
-    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
-    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
-        self.tenant_clients = Some(clients);
-        self
-    }
+/// What `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`, the Management
+/// API client, and tenant-scoped credentials when `TENANT_ROLE_ARN` is set.
+pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
+    let config = Config::from_vars(&deps.vars)?;
+    Ok(State {
+        tenants: TenantCache::new(config.tenant_cache),
+        gateway: function::gateway(deps, config.management_endpoint).await,
+        hint: MinuteHint::default(),
+        tenancy: Tenancy::from_deps(deps).await?,
+    })
 }
 
 /// The frame other connections of the session receive.
@@ -99,11 +91,11 @@ async fn answer(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid) = match context::websocket_ids(&event) {
-        Ok(ids) => ids,
-        Err(e) => return Ok(respond::websocket(&respond::message(400, e.to_string()))),
-    };
-    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let (t, sid, cid, scoped) =
+        match function::websocket_request(&state.tenancy, deps, &event).await? {
+            Ok(r) => r,
+            Err(e) => return Ok(function::bad_ids(&e)),
+        };
     let deps: &Deps = &scoped;
     let rc = &event.request_context;
     let endpoint = state

@@ -1,24 +1,4 @@
-use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
-use lambda_runtime::{service_fn, Error, LambdaEvent};
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    // EMF metrics on stdout, flushed at the end of each invocation (docs/operations.md).
-    let metrics = shared::telemetry::metrics::install_from_vars(&shared::config::Vars::process())?;
-    let deps = shared::Deps::from_env().await?;
-    let config = message::Config::from_vars(&deps.vars)?;
-    let gateway = shared::gateway::Gateway::from_env(config.management_endpoint.clone()).await;
-    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
-    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
-    let state = message::State::new(&config, gateway).with_tenant_clients(tenant_clients);
-    lambda_runtime::run(service_fn(
-        |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
-            let (deps, state) = (&deps, &state);
-            metrics.invocation("message", async move {
-                Ok::<_, Error>(message::handle(deps, state, event.payload).await?)
-            })
-        },
-    ))
-    .await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    shared::function::serve("message", message::init, message::handle).await
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use shared::admission::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::config::{ConfigError, Vars};
+use shared::function::{self, Tenancy};
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
-use shared::isolation::{self, TenantClients};
 use shared::telemetry::catalogue::{self, Worker};
 use shared::Deps;
 
@@ -57,27 +57,24 @@ impl Config {
     }
 }
 
+/// Built once per process, by [`init`].
 pub struct State {
     pub config: Config,
     pub gateway: Gateway,
-    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` uses the execution role.
-    pub tenant_clients: Option<TenantClients>,
+    pub tenancy: Tenancy,
 }
 
-impl State {
-    pub fn new(config: &Config, gateway: Gateway) -> Self {
-        State {
-            config: config.clone(),
-            gateway,
-            tenant_clients: None,
-        }
-    }
-
-    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
-    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
-        self.tenant_clients = Some(clients);
-        self
-    }
+/// What `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`, the Management
+/// API client (probes), and tenant-scoped credentials when `TENANT_ROLE_ARN` is set.
+pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
+    let config = Config::from_vars(&deps.vars)?;
+    let gateway = function::gateway(deps, config.management_endpoint.clone()).await;
+    let tenancy = Tenancy::from_deps(deps).await?;
+    Ok(State {
+        config,
+        gateway,
+        tenancy,
+    })
 }
 
 /// What the event asks for: a tenant (or all) and whether to write.
@@ -139,11 +136,9 @@ pub async fn handle(deps: &Deps, state: &State, event: Value) -> Result<Report, 
             gateway: &state.gateway,
             endpoint,
         });
-    let clients = state.tenant_clients.as_ref();
+    let tenancy = &state.tenancy;
     let report = reconcile::run(deps, &options, probe.as_ref(), |t| async move {
-        Ok(isolation::tenant_deps(clients, deps, &t)
-            .await?
-            .into_owned())
+        Ok(tenancy.deps(deps, &t).await?.into_owned())
     })
     .await?;
     tracing::info!(

@@ -1,22 +1,4 @@
-use lambda_runtime::{service_fn, Error, LambdaEvent};
-use serde_json::Value;
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    // EMF metrics on stdout, flushed at the end of each invocation (docs/operations.md).
-    let metrics = shared::telemetry::metrics::install_from_vars(&shared::config::Vars::process())?;
-    let deps = shared::Deps::from_env().await?;
-    let config = reconciler::Config::from_vars(&deps.vars)?;
-    let gateway = shared::gateway::Gateway::from_env(config.management_endpoint.clone()).await;
-    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
-    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
-    let state = reconciler::State::new(&config, gateway).with_tenant_clients(tenant_clients);
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
-        let (deps, state) = (&deps, &state);
-        metrics.invocation("reconciler", async move {
-            Ok::<_, Error>(reconciler::handle(deps, state, event.payload).await?)
-        })
-    }))
-    .await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    shared::function::serve("reconciler", reconciler::init, reconciler::handle).await
 }

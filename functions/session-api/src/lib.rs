@@ -32,9 +32,9 @@ use http::Method;
 use serde_json::{json, Value};
 use shared::admission::{release, respond};
 use shared::config::{ConfigError, Vars};
-use shared::gateway::{self, Delivery, Gateway};
+use shared::function::{Connections, Tenancy};
+use shared::gateway::{self, Delivery};
 use shared::ids::{SessionId, TenantId};
-use shared::isolation::{self, TenantClients};
 use shared::refusal::HttpAnswer;
 use shared::session::store::{self, Upsert};
 use shared::tenant::TenantCache;
@@ -143,6 +143,7 @@ impl Config {
     }
 }
 
+/// Built once per process, by [`init`].
 #[derive(Debug)]
 pub struct State {
     pub tenants: TenantCache,
@@ -150,32 +151,23 @@ pub struct State {
     pub auth: Auth,
     pub tenant_claim: String,
     pub iam_binding: IamBinding,
-    pub gateway: Gateway,
-    pub endpoint: String,
-    /// Tenant-scoped DynamoDB clients (`TENANT_ROLE_ARN`); `None` (what [`State::new`] gives) uses
-    /// the `Deps` passed to [`handle`] (the execution role). `main.rs` sets it with
-    /// [`State::with_tenant_clients`].
-    pub tenant_clients: Option<TenantClients>,
+    /// Where the connections of a deleted or replaced session are closed.
+    pub connections: Connections,
+    pub tenancy: Tenancy,
 }
 
-impl State {
-    pub fn new(config: &Config, gateway: Gateway) -> Self {
-        State {
-            tenants: TenantCache::new(config.tenant_cache),
-            auth: config.auth,
-            tenant_claim: config.tenant_claim.clone(),
-            iam_binding: config.iam_binding,
-            gateway,
-            endpoint: config.management_endpoint.clone(),
-            tenant_clients: None,
-        }
-    }
-
-    /// Reach tenant rows through `clients` (built once in `main.rs` by `TenantClients::from_deps`).
-    pub fn with_tenant_clients(mut self, clients: TenantClients) -> Self {
-        self.tenant_clients = Some(clients);
-        self
-    }
+/// What `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`, the Management
+/// API client, and tenant-scoped credentials when `TENANT_ROLE_ARN` is set.
+pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
+    let config = Config::from_vars(&deps.vars)?;
+    Ok(State {
+        tenants: TenantCache::new(config.tenant_cache),
+        auth: config.auth,
+        iam_binding: config.iam_binding,
+        connections: Connections::new(deps, &config.management_endpoint).await,
+        tenancy: Tenancy::from_deps(deps).await?,
+        tenant_claim: config.tenant_claim,
+    })
 }
 
 /// The route: `/session`, also under a stage prefix (`/prod/session`).
@@ -338,7 +330,7 @@ async fn answer(
         Ok(ids) => ids,
         Err(a) => return Ok(a),
     };
-    let scoped = isolation::tenant_deps(state.tenant_clients.as_ref(), deps, &t).await?;
+    let scoped = state.tenancy.deps(deps, &t).await?;
     let deps: &Deps = &scoped;
     if method == Method::PUT {
         put(deps, state, &t, &sid).await
@@ -411,9 +403,9 @@ async fn close_and_release(
     if ids.is_empty() {
         return Ok(0);
     }
-    let closed: Vec<String> = state
-        .gateway
-        .close_each(&state.endpoint, ids)
+    let Connections { gateway, endpoint } = &state.connections;
+    let closed: Vec<String> = gateway
+        .close_each(endpoint, ids)
         .await
         .into_iter()
         .filter_map(|(c, r)| match r {

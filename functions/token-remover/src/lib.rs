@@ -106,6 +106,12 @@ impl Remover {
     }
 }
 
+/// The remover `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars` (async
+/// only for the shape every function's `init` has).
+pub async fn init(deps: &Deps) -> Result<Remover, shared::Error> {
+    Ok(Remover::new(deps, Config::from_vars(&deps.vars)?))
+}
+
 /// What the handler did with an event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "action")]

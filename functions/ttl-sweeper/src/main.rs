@@ -1,23 +1,8 @@
-use aws_lambda_events::dynamodb::Event;
-use lambda_runtime::{service_fn, Error, LambdaEvent};
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
-    // EMF metrics on stdout, flushed at the end of each invocation (docs/operations.md).
-    let metrics = shared::telemetry::metrics::install_from_vars(&shared::config::Vars::process())?;
-    let deps = shared::Deps::from_env().await?;
-    let config = ttl_sweeper::Config::from_vars(&deps.vars)?;
-    let gateway =
-        shared::gateway::Gateway::from_env(Some(config.management_endpoint.clone())).await;
-    // Tenant rows are reached with tenant-scoped credentials when TENANT_ROLE_ARN is set.
-    let tenant_clients = shared::isolation::TenantClients::from_deps(&deps).await?;
-    let state = ttl_sweeper::State::new(&config, gateway).with_tenant_clients(tenant_clients);
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
-        let (deps, state) = (&deps, &state);
-        metrics.invocation("ttl-sweeper", async move {
-            Ok::<_, Error>(ttl_sweeper::handle(deps, state, event.payload).await)
-        })
-    }))
-    .await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    // The sweeper reports failed records in its answer; the invocation itself always succeeds.
+    let handle = async |deps: &_, state: &_, event| {
+        Ok::<_, std::convert::Infallible>(ttl_sweeper::handle(deps, state, event).await)
+    };
+    shared::function::serve("ttl-sweeper", ttl_sweeper::init, handle).await
 }

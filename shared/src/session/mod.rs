@@ -1,6 +1,7 @@
 //! Sessions (seed 003): a tenant's session, its live connection ids, and its expiry.
 
 pub mod store;
+pub mod stream;
 
 use serde::Serialize;
 

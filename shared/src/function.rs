@@ -1,0 +1,163 @@
+//! What every function crate's wiring shares, so each crate's `init(&Deps) -> State` is a few lines
+//! and its `main.rs` one call:
+//!
+//! - [`Tenancy`]: the part of each `State` that reaches a tenant's rows — tenant-scoped credentials
+//!   when `TENANT_ROLE_ARN` is set, else the execution role (`shared::isolation`);
+//! - [`websocket_request`]: the ids of a WebSocket route's event and the `Deps` for its tenant;
+//! - [`TenantCacheConfig`]: the settings of the functions that read only the tenant cache's lifetime;
+//! - [`gateway`] and [`Connections`] (feature `gateway`): the Management API client, from the
+//!   function's own variables;
+//! - [`serve`] (feature `lambda`): the one `main` — tracing, metrics, `Deps::from_env`, the crate's
+//!   `init`, then the Lambda runtime with the metrics flushed after each invocation.
+//!
+//! `main.rs`, the local stack (`turnstile dev`, `turnstile invoke`) and the tests all build a
+//! function's state with the crate's `init`, so what runs locally is the deployed wiring.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
+
+use crate::admission::{context, respond};
+use crate::config::{ConfigError, Vars};
+use crate::error::Result;
+use crate::ids::{ConnectionId, IdError, SessionId, TenantId};
+use crate::isolation::{self, TenantClients};
+use crate::tenant::TenantCache;
+use crate::Deps;
+
+/// How a function reaches a tenant's rows. The default (no clients) uses the `Deps` given to each
+/// invocation (the execution role); [`Tenancy::from_deps`] is what every deployed function builds.
+#[derive(Debug, Clone, Default)]
+pub struct Tenancy {
+    clients: Option<TenantClients>,
+}
+
+impl Tenancy {
+    /// From `TENANT_ROLE_ARN` in `deps.vars` ([`TenantClients::from_deps`]): once per process.
+    pub async fn from_deps(deps: &Deps) -> Result<Self> {
+        Ok(TenantClients::from_deps(deps).await?.into())
+    }
+
+    /// The `Deps` for `tenant`'s rows ([`isolation::tenant_deps`]): `deps` itself, borrowed, unless
+    /// a tenant role is configured.
+    pub async fn deps<'d>(&self, deps: &'d Deps, tenant: &TenantId) -> Result<Cow<'d, Deps>> {
+        isolation::tenant_deps(self.clients.as_ref(), deps, tenant).await
+    }
+}
+
+impl From<TenantClients> for Tenancy {
+    fn from(clients: TenantClients) -> Self {
+        Tenancy {
+            clients: Some(clients),
+        }
+    }
+}
+
+/// The settings of a function whose only variable is the tenant cache's lifetime (the authorizer
+/// and `$connect`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantCacheConfig {
+    /// `TURNSTILE_TENANT_CACHE_SECS` (default 60).
+    pub tenant_cache: Duration,
+}
+
+impl TenantCacheConfig {
+    pub fn from_vars(vars: &Vars) -> std::result::Result<Self, ConfigError> {
+        Ok(TenantCacheConfig {
+            tenant_cache: TenantCache::ttl_from_vars(vars)?,
+        })
+    }
+}
+
+/// The ids of `event` ([`context::websocket_ids`]), then the `Deps` for its tenant. `Ok(Err(_))`:
+/// the ids do not parse (nothing was called; the route answers [`bad_ids`]); `Err(_)`: tenant
+/// credentials could not be had.
+pub async fn websocket_request<'d>(
+    tenancy: &Tenancy,
+    deps: &'d Deps,
+    event: &ApiGatewayWebsocketProxyRequest,
+) -> Result<std::result::Result<WebsocketRequest<'d>, IdError>> {
+    let (tenant, session, connection) = match context::websocket_ids(event) {
+        Ok(ids) => ids,
+        Err(e) => return Ok(Err(e)),
+    };
+    let deps = tenancy.deps(deps, &tenant).await?;
+    Ok(Ok((tenant, session, connection, deps)))
+}
+
+/// Who a WebSocket route's event is from (tenant, session, connection), and the `Deps` for that
+/// tenant's rows.
+pub type WebsocketRequest<'d> = (TenantId, SessionId, ConnectionId, Cow<'d, Deps>);
+
+/// The Management API client for `endpoint` (`TURNSTILE_MANAGEMENT_ENDPOINT`), as
+/// [`Gateway::from_env`](crate::gateway::Gateway::from_env) builds it but judged by `deps.vars`
+/// (the process environment in Lambda): a loopback endpoint without `AWS_ACCESS_KEY_ID` (the local
+/// stack, tests) gets dummy credentials.
+#[cfg(feature = "gateway")]
+pub async fn gateway(deps: &Deps, endpoint: Option<String>) -> crate::gateway::Gateway {
+    use crate::gateway::Gateway;
+    match endpoint {
+        Some(e) if crate::deps::is_loopback(&e) && deps.vars.get("AWS_ACCESS_KEY_ID").is_none() => {
+            Gateway::local(&e)
+        }
+        other => Gateway::from_env(other).await,
+    }
+}
+
+/// The answer to a WebSocket route's event whose ids do not parse: 400 naming the problem.
+pub fn bad_ids(e: &IdError) -> ApiGatewayProxyResponse {
+    respond::websocket(&respond::message(400, e.to_string()))
+}
+
+/// The Management API at the one endpoint `TURNSTILE_MANAGEMENT_ENDPOINT` names: where the session
+/// API and the TTL sweeper close connections.
+#[cfg(feature = "gateway")]
+#[derive(Debug)]
+pub struct Connections {
+    pub gateway: crate::gateway::Gateway,
+    pub endpoint: String,
+}
+
+#[cfg(feature = "gateway")]
+impl Connections {
+    pub async fn new(deps: &Deps, endpoint: &str) -> Self {
+        Connections {
+            gateway: gateway(deps, Some(endpoint.to_string())).await,
+            endpoint: endpoint.to_string(),
+        }
+    }
+}
+
+/// A function's whole `main`: Lambda's default tracing subscriber, the EMF metrics recorder
+/// (docs/operations.md), `Deps::from_env`, the crate's `init`, then every invocation runs
+/// `handler` inside [`Metrics::invocation`](crate::telemetry::metrics::Metrics::invocation) (cold
+/// start and result counted, metrics flushed at its end).
+#[cfg(feature = "lambda")]
+pub async fn serve<S, E, R, Er>(
+    name: &'static str,
+    init: impl AsyncFnOnce(&Deps) -> Result<S>,
+    handler: impl AsyncFn(&Deps, &S, E) -> std::result::Result<R, Er>,
+) -> std::result::Result<(), lambda_runtime::Error>
+where
+    E: serde::de::DeserializeOwned,
+    R: serde::Serialize,
+    Er: Into<lambda_runtime::Error>,
+{
+    use lambda_runtime::{service_fn, LambdaEvent};
+    lambda_runtime::tracing::init_default_subscriber();
+    let metrics = crate::telemetry::metrics::install_from_vars(&crate::config::Vars::process())?;
+    // Boxed, as the handler's future in `invocation`: nested, these deep futures would exceed the
+    // compiler's layout recursion limit in the functions' `main` (one box per await, once a process).
+    let deps = Box::pin(Deps::from_env()).await?;
+    let state = Box::pin(init(&deps)).await?;
+    Box::pin(lambda_runtime::run(service_fn(|event: LambdaEvent<E>| {
+        let (deps, state, handler) = (&deps, &state, &handler);
+        metrics.invocation(name, async move {
+            handler(deps, state, event.payload)
+                .await
+                .map_err(Into::<lambda_runtime::Error>::into)
+        })
+    })))
+    .await
+}
