@@ -215,6 +215,29 @@ pub(crate) async fn eventually(secs: u64, mut f: impl AsyncFnMut() -> bool) -> b
     false
 }
 
+/// The local stack builds every function with its crate's `init`, as `main.rs` does, so it reads the
+/// same variables: a `TENANT_ROLE_ARN` that is not a role ARN stops it as it stops a deployed
+/// function's start (before, the local stack built its states without tenant clients and ignored it).
+#[tokio::test]
+async fn local_functions_are_built_by_each_crates_init() {
+    let env = TestEnv::new(&[]).await;
+    let mut deps = env.deps.clone();
+    deps.vars = Vars::from_pairs([
+        ("TOKEN_REMOVER_PROCESSORS", PROCESSORS),
+        ("TENANT_ROLE_ARN", "not-a-role"),
+    ]);
+    let err = LocalFunctions::new(deps.clone(), "http://127.0.0.1:9/local")
+        .await
+        .err()
+        .expect("a malformed TENANT_ROLE_ARN is refused");
+    assert!(err.to_string().contains("TENANT_ROLE_ARN"), "{err}");
+    // Empty, as the template sets it with TenantIsolation=Disabled: the execution role.
+    deps.vars = deps.vars.with_overrides([("TENANT_ROLE_ARN", "")]);
+    assert!(LocalFunctions::new(deps, "http://127.0.0.1:9/local")
+        .await
+        .is_ok());
+}
+
 #[tokio::test]
 async fn connect_deny_echo_broadcast_and_disconnect() {
     let l = Local::start().await;
