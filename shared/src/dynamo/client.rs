@@ -25,6 +25,7 @@ use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use serde_json::Value;
 
 use crate::capacity::{self, Units};
+use crate::config::Vars;
 use crate::dynamo::item::Item;
 use crate::error::{Error, Result};
 use crate::telemetry::dynamo::DynamoMeter;
@@ -327,6 +328,25 @@ pub fn local_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
         .build()
 }
 
+/// Whether a client of `endpoint` signs with [`local_sdk_config`]'s dummy credentials: the endpoint
+/// is a loopback address (DynamoDB Local, the local stack) and no AWS credentials are configured,
+/// so local runs need no AWS account.
+pub fn wants_local_credentials(endpoint: &str, vars: &Vars) -> bool {
+    is_loopback(endpoint) && vars.get("AWS_ACCESS_KEY_ID").is_none()
+}
+
+/// True for `http://127.0.0.1:8000`, `http://localhost:8000`, `http://[::1]:8000` and the like.
+pub fn is_loopback(url: &str) -> bool {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let host = rest.split('/').next().unwrap_or("");
+    let host = if let Some(h) = host.strip_prefix('[') {
+        h.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+    };
+    host == "localhost" || host == "::1" || host.starts_with("127.")
+}
+
 /// A client for DynamoDB Local (or any endpoint) with static dummy credentials
 /// ([`local_sdk_config`]), for tests, the local stack and benchmarks. Its timeouts: [`TIMEOUT_VAR`],
 /// else [`LOCAL_ATTEMPT_TIMEOUT`] per attempt.
@@ -368,6 +388,15 @@ pub async fn batch_get(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn loopback_endpoints_are_recognised() {
+        assert!(is_loopback("http://127.0.0.1:8000"));
+        assert!(is_loopback("http://localhost:8000/"));
+        assert!(is_loopback("http://[::1]:8000"));
+        assert!(!is_loopback("https://dynamodb.eu-west-1.amazonaws.com"));
+        assert!(!is_loopback("http://10.0.0.1:8000"));
+    }
 
     #[test]
     fn units_charge_reported_figures_and_the_calculator_where_dynamodb_local_is_wrong() {

@@ -9,6 +9,7 @@ pub mod retry;
 pub mod txn;
 
 pub use client::{
-    batch_get, client, env_timeout, local_client, local_sdk_config, timeouts, CallCounter, Usage,
-    DEFAULT_ATTEMPT_TIMEOUT, LOCAL_ATTEMPT_TIMEOUT, SDK_ATTEMPTS, TIMEOUT_VAR,
+    batch_get, client, env_timeout, is_loopback, local_client, local_sdk_config, timeouts,
+    wants_local_credentials, CallCounter, Usage, DEFAULT_ATTEMPT_TIMEOUT, LOCAL_ATTEMPT_TIMEOUT,
+    SDK_ATTEMPTS, TIMEOUT_VAR,
 };

@@ -15,6 +15,7 @@ use super::Attrs;
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::{ConfigError, Vars};
 use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::table::AttributeStyle;
 use crate::Deps;
@@ -393,7 +394,7 @@ impl LimitStore {
                     break;
                 }
                 if round > 0 {
-                    crate::token::backoff(round.min(8)).await;
+                    Backoff::CONDITIONAL.wait(round.min(8)).await;
                 }
                 let req = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut pending)))

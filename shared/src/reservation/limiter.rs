@@ -5,8 +5,7 @@
 //! Capacity lives only in the per-coordinate ledger item ([`super::ledger`]); token rows carry the
 //! binding to a resource id for the resource index and listings. Design: decision 0101.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -18,12 +17,13 @@ use serde::Serialize;
 use super::coordinate::{self, CoordinateError};
 use super::ledger::{Ledger, LEDGER_ID};
 use super::Attrs;
+use crate::cache::{Cache, WhenFull};
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
-use crate::dynamo::item::{s, Item};
+use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::txn::is_conflict;
 use crate::error::{Error, Result};
 use crate::limit::{Companion, LimitRow, LimitStore};
-use crate::token::is_conflict;
 use crate::Deps;
 
 /// A reservation not bound to a resource expires after this (the seed's 300 s).
@@ -125,7 +125,7 @@ pub(super) struct Inner {
     pub(super) clock: SharedClock,
     pub(super) reservation_ttl: Duration,
     pub(super) token_ttl: Duration,
-    pub(super) ledgers: Mutex<HashMap<String, Ledger>>,
+    pub(super) ledgers: Cache<String, Ledger>,
 }
 /// One conditional write's outcome.
 pub(super) enum Attempt<T> {
@@ -176,7 +176,7 @@ impl NonFungibleLimiter {
                 clock,
                 reservation_ttl: DEFAULT_RESERVATION_TTL,
                 token_ttl: DEFAULT_TOKEN_TTL,
-                ledgers: Mutex::new(HashMap::new()),
+                ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
             }),
         }
     }
@@ -206,7 +206,7 @@ impl NonFungibleLimiter {
                 clock: inner.clock.clone(),
                 reservation_ttl: reservation,
                 token_ttl: token,
-                ledgers: Mutex::new(HashMap::new()),
+                ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
             }),
         }
     }
@@ -259,34 +259,22 @@ impl NonFungibleLimiter {
     }
 
     pub(super) fn cached_ledger(&self, coordinate: &str) -> Option<Ledger> {
-        self.inner.ledgers.lock().ok()?.get(coordinate).cloned()
+        self.inner.ledgers.get(coordinate)
     }
 
     pub(super) fn remember(&self, coordinate: &str, ledger: Ledger) {
-        if let Ok(mut m) = self.inner.ledgers.lock() {
-            if m.len() >= MAX_CACHED {
-                m.clear();
-            }
-            m.insert(coordinate.to_string(), ledger);
-        }
+        self.inner.ledgers.insert(coordinate.to_string(), ledger);
     }
 
     pub(super) fn forget_entry(&self, coordinate: &str, id: &str) {
-        if let Ok(mut m) = self.inner.ledgers.lock() {
-            if let Some(l) = m.get_mut(coordinate) {
-                l.live.remove(id);
-            }
-        }
+        self.inner.ledgers.update(coordinate, |l| l.live.remove(id));
     }
 
     /// Records a new expiry for an entry of a cached ledger (after binding).
     pub(super) fn extend_entry(&self, coordinate: &str, id: &str, exp: i64) {
-        if let Ok(mut m) = self.inner.ledgers.lock() {
-            if let Some(l) = m.get_mut(coordinate) {
-                l.live
-                    .insert(id.to_string(), (exp, crate::dynamo::item::n(exp)));
-            }
-        }
+        self.inner
+            .ledgers
+            .update(coordinate, |l| l.live.insert(id.to_string(), (exp, n(exp))));
     }
 
     /// 1 GetItem (strongly consistent) for the ledger.

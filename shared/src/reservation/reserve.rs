@@ -10,9 +10,9 @@ use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError};
 use crate::clock::Timestamp;
 use crate::dynamo::item::n;
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::limit::Effective;
-use crate::token::backoff;
 
 impl NonFungibleLimiter {
     /// Reserves one unit of (resource, account)'s capacity for the reservation TTL (5 min default).
@@ -106,7 +106,7 @@ impl NonFungibleLimiter {
                     cached = false;
                     self.remember(&coordinate, ledger.clone());
                 }
-                Attempt::Retry => backoff(attempt).await,
+                Attempt::Retry => Backoff::CONDITIONAL.wait(attempt).await,
             }
         }
         Err(Error::Other(format!(
@@ -186,7 +186,7 @@ impl NonFungibleLimiter {
             })? {
                 Attempt::Done(()) | Attempt::Failed(_) => Ok(()),
                 Attempt::Retry => {
-                    backoff(0).await;
+                    Backoff::CONDITIONAL.wait(0).await;
                     Ok(())
                 }
             },

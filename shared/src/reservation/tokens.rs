@@ -23,8 +23,8 @@ use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, opt_int, opt_str, s};
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
-use crate::token::backoff;
 
 /// Why a bind's row write was refused, from the row as it is: bound to another resource and still
 /// live → [`ReservationError::AlreadyBound`]; otherwise the reservation is gone.
@@ -182,7 +182,7 @@ impl NonFungibleLimiter {
                 "{coordinate} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
             )));
         }
-        backoff(*attempt).await;
+        Backoff::CONDITIONAL.wait(*attempt).await;
         Ok(())
     }
 
