@@ -99,9 +99,11 @@ impl Gateway {
                 };
                 Ok(format!("{scheme}://{d}/{s}"))
             }
-            _ => Err(Error::Other(format!(
-                "no Management API endpoint: the event has no domain/stage and {ENDPOINT_VAR} is unset"
-            ))),
+            _ => Err(Error::Config(ConfigError::Missing {
+                var: ENDPOINT_VAR.into(),
+                hint: "no Management API endpoint: the event has no domain/stage to take it from"
+                    .into(),
+            })),
         }
     }
 
@@ -141,10 +143,7 @@ impl Gateway {
             {
                 Ok(Delivery::Gone)
             }
-            Err(e) => Err(Error::Other(format!(
-                "PostToConnection {connection_id}: {}",
-                crate::error::error_chain(&e)
-            ))),
+            Err(e) => Err(gateway_error("PostToConnection", connection_id, &e)),
         };
         metered("post", out)
     }
@@ -165,10 +164,7 @@ impl Gateway {
             {
                 Ok(Delivery::Gone)
             }
-            Err(e) => Err(Error::Other(format!(
-                "DeleteConnection {connection_id}: {}",
-                crate::error::error_chain(&e)
-            ))),
+            Err(e) => Err(gateway_error("DeleteConnection", connection_id, &e)),
         };
         metered("delete", out)
     }
@@ -191,10 +187,7 @@ impl Gateway {
             {
                 Ok(false)
             }
-            Err(e) => Err(Error::Other(format!(
-                "GetConnection {connection_id}: {}",
-                crate::error::error_chain(&e)
-            ))),
+            Err(e) => Err(gateway_error("GetConnection", connection_id, &e)),
         }
     }
 
@@ -239,6 +232,19 @@ impl Gateway {
                 }
             })
             .collect()
+    }
+}
+
+/// [`Error::Gateway`] with the SDK error's full chain.
+fn gateway_error(
+    operation: &'static str,
+    connection_id: &str,
+    err: &(dyn std::error::Error + 'static),
+) -> Error {
+    Error::Gateway {
+        operation,
+        connection: connection_id.to_string(),
+        message: crate::error::error_chain(err),
     }
 }
 

@@ -261,8 +261,10 @@ impl TenantClients {
         tenant: &TenantId,
         now: Timestamp,
     ) -> Result<(Client, Timestamp)> {
-        let sts_err =
-            |what: &str| Error::Other(format!("STS AssumeRole for tenant {tenant}: {what}"));
+        let sts_err = |what: &str| Error::AssumeRole {
+            tenant: tenant.to_string(),
+            message: what.to_string(),
+        };
         let tag = Tag::builder()
             .key(TENANT_TAG)
             .value(tenant.as_str())

@@ -276,7 +276,7 @@ pub enum Ensured {
 }
 
 fn sdk_build<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> Result<T> {
-    r.map_err(|e| Error::Other(format!("building a table request: {e}")))
+    r.map_err(|e| Error::build_request("a table request", e))
 }
 
 fn key_element(attr: &KeyAttr, key_type: KeyType) -> Result<KeySchemaElement> {
@@ -390,9 +390,10 @@ async fn wait_active(client: &Client, name: &str) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(Error::Other(format!(
-        "table {name} did not become ACTIVE within 60 s"
-    )))
+    Err(Error::TimedOut {
+        what: format!("table {name} becoming ACTIVE"),
+        after: Duration::from_secs(60),
+    })
 }
 
 /// Ensures every table in `defs`, in order.

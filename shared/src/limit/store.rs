@@ -1,7 +1,6 @@
 //! Limit rows and their in-memory cache.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -12,7 +11,8 @@ use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
 use super::Attrs;
-use crate::clock::{SharedClock, Timestamp};
+use crate::cache::{Cache, WhenFull};
+use crate::clock::SharedClock;
 use crate::config::{ConfigError, Vars};
 use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
 use crate::dynamo::retry::Backoff;
@@ -101,8 +101,6 @@ impl Effective {
     }
 }
 
-type Cache = HashMap<(String, String), (Timestamp, Option<LimitRow>)>;
-
 /// Reads limit rows, remembering each answer (including "no row") for the cache time, so a warm
 /// limiter spends no DynamoDB call on limits. Clones share the cache.
 #[derive(Debug, Clone)]
@@ -118,7 +116,7 @@ struct Inner {
     attrs: Attrs,
     clock: SharedClock,
     ttl: Duration,
-    cache: Mutex<Cache>,
+    cache: Cache<(String, String), Option<LimitRow>>,
 }
 
 /// The other item of a [`LimitStore::get_with`] read.
@@ -147,7 +145,7 @@ impl LimitStore {
                 attrs: Attrs::of(style),
                 clock,
                 ttl,
-                cache: Mutex::new(HashMap::new()),
+                cache: Cache::new(MAX_CACHED, WhenFull::Clear),
             }),
         }
     }
@@ -183,9 +181,9 @@ impl LimitStore {
             return None;
         }
         let now = self.inner.clock.now();
-        let cache = self.inner.cache.lock().ok()?;
-        let (at, row) = cache.get(&(resource.to_string(), account.to_string()))?;
-        (now < at.plus(self.inner.ttl) && now >= *at).then(|| row.clone())
+        self.inner
+            .cache
+            .fresh(&(resource.to_string(), account.to_string()), now)
     }
 
     /// Records an answer read elsewhere (e.g. by a limiter's BatchGetItem).
@@ -194,19 +192,17 @@ impl LimitStore {
             return;
         }
         let now = self.inner.clock.now();
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-            cache.insert((resource.to_string(), account.to_string()), (now, row));
-        }
+        self.inner.cache.insert_until(
+            (resource.to_string(), account.to_string()),
+            row,
+            now,
+            now.plus(self.inner.ttl),
+        );
     }
 
     /// Forgets every cached answer (after loading new limits in the same process).
     pub fn clear(&self) {
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            cache.clear();
-        }
+        self.inner.cache.clear();
     }
 
     pub fn key(&self, resource: &str, account: &str) -> Item {
@@ -263,7 +259,7 @@ impl LimitStore {
                 .keys(key)
                 .consistent_read(consistent)
                 .build()
-                .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
+                .map_err(|e| Error::build_request("BatchGetItem", e))
         };
         let out = self
             .inner
@@ -400,7 +396,7 @@ impl LimitStore {
                     .set_keys(Some(std::mem::take(&mut pending)))
                     .consistent_read(true)
                     .build()
-                    .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
+                    .map_err(|e| Error::build_request("BatchGetItem", e))?;
                 let out = self
                     .inner
                     .client
@@ -433,7 +429,7 @@ impl LimitStore {
     ) -> Result<Option<LimitRow>> {
         let a = self.inner.attrs;
         let Some(me) = row.service_name.as_deref() else {
-            return Err(Error::Other(format!(
+            return Err(Error::InvalidArgument(format!(
                 "limit row {}/{} has no service name",
                 row.resource_name, row.account_id
             )));
@@ -464,10 +460,13 @@ impl LimitStore {
                 if let PutItemError::ConditionalCheckFailedException(c) = se.err() {
                     return match c.item() {
                         Some(old) => Ok(Some(self.parse(old)?)),
-                        None => Err(Error::Other(format!(
-                            "limit row {}/{}: the ownership condition failed without the row",
-                            row.resource_name, row.account_id
-                        ))),
+                        None => Err(Error::Dynamo {
+                            operation: "PutItem",
+                            message: format!(
+                                "limit row {}/{}: the ownership condition failed without the row",
+                                row.resource_name, row.account_id
+                            ),
+                        }),
                     };
                 }
                 Err(Error::dynamo("PutItem", SdkError::ServiceError(se)))
@@ -524,9 +523,9 @@ impl LimitStore {
     }
 
     fn forget(&self, resource: &str, account: &str) {
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            cache.remove(&(resource.to_string(), account.to_string()));
-        }
+        self.inner
+            .cache
+            .remove(&(resource.to_string(), account.to_string()));
     }
 }
 

@@ -225,7 +225,7 @@ impl NonFungibleLimiter {
     /// through a handle would drop the coordinate's capacity record).
     pub(super) fn check_id(id: &str) -> Result<()> {
         if id.is_empty() || id == LEDGER_ID {
-            return Err(Error::Other(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{id:?} is not a reservation id (empty, or the ledger's sort key)"
             )));
         }

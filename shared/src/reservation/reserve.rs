@@ -109,10 +109,7 @@ impl NonFungibleLimiter {
                 Attempt::Retry => Backoff::CONDITIONAL.wait(attempt).await,
             }
         }
-        Err(Error::Other(format!(
-            "{coordinate} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
-        ))
-        .into())
+        Err(Error::contended(coordinate, MAX_ATTEMPTS).into())
     }
 
     /// The admission write: 1 UpdateItem on the ledger ([`reserve_expr`]). A failed condition hands

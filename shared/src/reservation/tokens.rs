@@ -56,7 +56,7 @@ impl NonFungibleLimiter {
     /// deleted again (+1 DeleteItem), so nothing is left behind.
     async fn bind(&self, r: &Reservation, resource_id: &str) -> Result<Token, ReservationError> {
         if resource_id.is_empty() {
-            return Err(Error::Other("resource id must be non-empty".into()).into());
+            return Err(Error::InvalidArgument("resource id must be non-empty".into()).into());
         }
         let a = self.inner.attrs;
         let now = self.inner.clock.now();
@@ -178,9 +178,7 @@ impl NonFungibleLimiter {
     async fn pause(attempt: &mut u32, coordinate: &str) -> Result<()> {
         *attempt += 1;
         if *attempt >= MAX_ATTEMPTS {
-            return Err(Error::Other(format!(
-                "{coordinate} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
-            )));
+            return Err(Error::contended(coordinate, MAX_ATTEMPTS));
         }
         Backoff::CONDITIONAL.wait(*attempt).await;
         Ok(())

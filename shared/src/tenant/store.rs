@@ -94,7 +94,10 @@ pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
 
 /// 1 PutItem: creates or replaces the tenant row.
 pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
-    tenant.limits.check_shards().map_err(Error::Other)?;
+    tenant
+        .limits
+        .check_shards()
+        .map_err(Error::InvalidArgument)?;
     let mut it = key(&tenant.tenant_id);
     for (name, value) in tenant.limits.fields() {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));

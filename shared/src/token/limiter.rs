@@ -28,7 +28,7 @@ mod sharded;
 pub use guard::{account_at, Guarded};
 pub use sharded::shards_from_vars;
 
-/// Attempts before a decision gives up with [`Error::Other`] ("contended"); each failed attempt
+/// Attempts before a decision gives up with [`Error::Contended`]; each failed attempt
 /// returned the bucket's real state, so this only trips under extreme contention.
 const MAX_ATTEMPTS: u32 = 64;
 /// Bucket states remembered beyond this are dropped wholesale (bounded memory).
@@ -242,7 +242,7 @@ impl FungibleLimiter {
         default: Quota,
     ) -> Result<Decision> {
         if resource.is_empty() || account.is_empty() {
-            return Err(Error::Other(
+            return Err(Error::InvalidArgument(
                 "resource name and account id must be non-empty".into(),
             ));
         }
@@ -359,9 +359,10 @@ impl FungibleLimiter {
                 Err(Lost::Failed(e)) => return Err(e),
             }
         }
-        Err(Error::Other(format!(
-            "bucket {store}/{account} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
-        )))
+        Err(Error::contended(
+            format!("bucket {store}/{account}"),
+            MAX_ATTEMPTS,
+        ))
     }
 
     /// Runs `work` only if a token is granted; otherwise returns [`TokenError::Limited`] without
