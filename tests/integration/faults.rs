@@ -19,11 +19,12 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use futures::future::join_all;
 use serde_json::{json, Value};
+use shared::catalog;
 use shared::clock::{Clock, ManualClock, SharedClock};
 use shared::dynamo::{local_client, timeouts, CallCounter};
 use shared::limit::Quota;
 use shared::reservation::{NonFungibleLimiter, ReservationError};
-use shared::table::{self, AttributeStyle, TableKind, TableNames};
+use shared::table::{AttributeStyle, TableKind, TableNames};
 use shared::tenant::{Limits, WindowAlgorithm};
 use shared::token::FungibleLimiter;
 use shared::Deps;
@@ -751,8 +752,8 @@ async fn world_for_faults(attempt: Option<Duration>) -> (World, FaultProxy) {
         TableKind::NonFungibleTokens,
         TableKind::Limits,
     ] {
-        let def = table::definition(kind, &w.env.deps.tables, w.env.deps.style);
-        table::ensure(&w.env.deps.dynamo, &def).await.unwrap();
+        let def = catalog::definition(kind, &w.env.deps.tables, w.env.deps.style);
+        catalog::ensure(&w.env.deps.dynamo, &def).await.unwrap();
         w.env.track_table(def.name);
     }
     let proxy = proxied(&mut w.env, attempt).await;
@@ -1073,8 +1074,8 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
         TableKind::FungibleTokens,
         TableKind::Limits,
     ] {
-        let def = table::definition(kind, &deps.tables, AttributeStyle::Camel);
-        table::ensure(&deps.dynamo, &def).await.unwrap();
+        let def = catalog::definition(kind, &deps.tables, AttributeStyle::Camel);
+        catalog::ensure(&deps.dynamo, &def).await.unwrap();
     }
     let limits = Limits::example(100_000, 100_000, 100_000, 100_000, 3600, 60);
     let tenant = shared::tenant::Tenant {
