@@ -15,6 +15,7 @@ use crate::cache::{Cache, WhenFull};
 use crate::clock::SharedClock;
 use crate::config::{ConfigError, Vars};
 use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
+use crate::dynamo::pages;
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::table::AttributeStyle;
@@ -319,45 +320,23 @@ impl LimitStore {
     /// One Query/Scan call per page.
     pub async fn list(&self, service: Option<&str>) -> Result<Vec<LimitRow>> {
         let mut rows = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = match service {
-                Some(svc) => {
-                    let out = self
-                        .inner
-                        .client
-                        .query()
-                        .table_name(&self.inner.table)
-                        .index_name(&self.inner.index)
-                        .key_condition_expression("#svc = :svc")
-                        .expression_attribute_names("#svc", self.inner.attrs.service_name)
-                        .expression_attribute_values(":svc", s(svc))
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(|e| Error::dynamo("Query", e))?;
-                    (out.items().to_vec(), out.last_evaluated_key().cloned())
-                }
-                None => {
-                    let out = self
-                        .inner
-                        .client
-                        .scan()
-                        .table_name(&self.inner.table)
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(|e| Error::dynamo("Scan", e))?;
-                    (out.items().to_vec(), out.last_evaluated_key().cloned())
-                }
-            };
-            for item in &page.0 {
-                rows.push(self.parse(item)?);
+        let each = |item: &Item| {
+            rows.push(self.parse(item)?);
+            Ok(())
+        };
+        let client = &self.inner.client;
+        match service {
+            Some(svc) => {
+                let q = client
+                    .query()
+                    .table_name(&self.inner.table)
+                    .index_name(&self.inner.index)
+                    .key_condition_expression("#svc = :svc")
+                    .expression_attribute_names("#svc", self.inner.attrs.service_name)
+                    .expression_attribute_values(":svc", s(svc));
+                pages::query(q, each).await?
             }
-            match page.1 {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
+            None => pages::scan(client.scan().table_name(&self.inner.table), each).await?,
         }
         rows.sort_by(|a, b| {
             (&a.resource_name, &a.account_id).cmp(&(&b.resource_name, &b.account_id))

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
-use crate::dynamo::item;
+use crate::dynamo::{item, pages};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::Deps;
@@ -145,27 +145,15 @@ pub async fn delete(deps: &Deps, id: &TenantId) -> Result<bool> {
 pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     let mut tenants = Vec::new();
     let mut bad = Vec::new();
-    let mut start: Option<HashMap<String, AttributeValue>> = None;
-    loop {
-        let out = deps
-            .dynamo
-            .scan()
-            .table_name(&deps.tables.tenants)
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("Scan", e))?;
-        for it in out.items() {
-            match from_item(&deps.tables.tenants, it) {
-                Ok(t) => tenants.push(t),
-                Err(e) => bad.push(e.to_string()),
-            }
+    let scan = deps.dynamo.scan().table_name(&deps.tables.tenants);
+    pages::scan(scan, |it| {
+        match from_item(&deps.tables.tenants, it) {
+            Ok(t) => tenants.push(t),
+            Err(e) => bad.push(e.to_string()),
         }
-        match out.last_evaluated_key() {
-            Some(k) if !k.is_empty() => start = Some(k.clone()),
-            _ => break,
-        }
-    }
+        Ok(())
+    })
+    .await?;
     tenants.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
     Ok((tenants, bad))
 }
