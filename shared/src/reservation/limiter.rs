@@ -337,3 +337,86 @@ impl NonFungibleLimiter {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::table::AttributeStyle;
+
+    /// A limiter that never calls DynamoDB (nothing here sends a request).
+    fn limiter(style: AttributeStyle) -> NonFungibleLimiter {
+        let client = crate::dynamo::local_client("http://127.0.0.1:9", None);
+        let clock: SharedClock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+        let limits = LimitStore::new(
+            client.clone(),
+            "limits",
+            "limits-index",
+            style,
+            clock.clone(),
+            Duration::from_secs(60),
+        );
+        NonFungibleLimiter::new(client, "nf", "nf-index", style, limits, clock)
+    }
+
+    fn ledger(entries: &[(&str, i64)]) -> Ledger {
+        Ledger {
+            exists: true,
+            live: entries
+                .iter()
+                .map(|(id, exp)| (id.to_string(), (*exp, n(*exp))))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn ids_that_are_not_reservations_are_refused() {
+        for bad in ["", LEDGER_ID] {
+            let err = NonFungibleLimiter::check_id(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
+        }
+        assert!(NonFungibleLimiter::check_id("3f1c-uuid").is_ok());
+        let l = limiter(AttributeStyle::Camel);
+        assert!(matches!(
+            l.reservation("emr", "acct", LEDGER_ID),
+            Err(ReservationError::Store(Error::InvalidArgument(_)))
+        ));
+        assert!(matches!(
+            l.reservation("emr:x", "acct", "id"),
+            Err(ReservationError::InvalidCoordinate(_))
+        ));
+        let r = l.reservation("emr", "acct", "id").unwrap();
+        assert_eq!((r.coordinate.as_str(), r.expires_at), ("emr:acct", None));
+    }
+
+    #[test]
+    fn keys_follow_the_attribute_style() {
+        let camel = limiter(AttributeStyle::Camel).key("emr:acct", "id");
+        assert_eq!(camel.get("resourceCoordinate"), Some(&s("emr:acct")));
+        assert_eq!(camel.get("reservationId"), Some(&s("id")));
+        let snake = limiter(AttributeStyle::Snake).key("emr:acct", "id");
+        assert_eq!(snake.get("resource_coordinate"), Some(&s("emr:acct")));
+        assert_eq!(snake.len(), 2);
+    }
+
+    #[test]
+    fn the_ledger_cache_forgets_and_extends_entries_of_known_ledgers_only() {
+        let l = limiter(AttributeStyle::Camel);
+        assert_eq!(l.cached_ledger("c"), None);
+        l.remember("c", ledger(&[("a", 10), ("b", 20)]));
+        l.forget_entry("c", "a");
+        l.extend_entry("c", "b", 99);
+        assert_eq!(l.cached_ledger("c"), Some(ledger(&[("b", 99)])));
+        // Unknown coordinates stay unknown: no ledger is invented from one entry.
+        l.extend_entry("other", "x", 5);
+        l.forget_entry("other", "x");
+        assert_eq!(l.cached_ledger("other"), None);
+        // New TTLs start a fresh cache (the old ledgers were seen under other expiries).
+        let l2 = l
+            .clone()
+            .with_ttls(Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!(l2.cached_ledger("c"), None);
+        assert_eq!(l2.inner.reservation_ttl, Duration::from_secs(1));
+        assert_eq!(l.cached_ledger("c"), Some(ledger(&[("b", 99)])));
+    }
+}
