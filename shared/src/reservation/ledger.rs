@@ -195,10 +195,11 @@ pub(super) fn reserve_expr(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn ledger(entries: &[(&str, i64)]) -> Ledger {
+    /// A ledger holding `entries` (id, expiry), as read from DynamoDB.
+    pub(in crate::reservation) fn ledger(entries: &[(&str, i64)]) -> Ledger {
         Ledger {
             exists: true,
             live: entries

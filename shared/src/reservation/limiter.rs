@@ -340,6 +340,7 @@ impl NonFungibleLimiter {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ledger::tests::ledger;
     use super::*;
     use crate::clock::ManualClock;
     use crate::table::AttributeStyle;
@@ -357,16 +358,6 @@ mod tests {
             Duration::from_secs(60),
         );
         NonFungibleLimiter::new(client, "nf", "nf-index", style, limits, clock)
-    }
-
-    fn ledger(entries: &[(&str, i64)]) -> Ledger {
-        Ledger {
-            exists: true,
-            live: entries
-                .iter()
-                .map(|(id, exp)| (id.to_string(), (*exp, n(*exp))))
-                .collect(),
-        }
     }
 
     #[test]
