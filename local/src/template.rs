@@ -5,10 +5,17 @@
 //! `CloudWatchEvent` events. A target is a function resource; its `Metadata.BuildProperties.Binary`
 //! names the function the local stack invokes. Schedules (`ScheduleExpression`, no pattern) match no
 //! event and are skipped.
+//!
+//! [`to_json`] reads the YAML with `serde-saphyr` (the crate `shared` reads the limits file with)
+//! and writes CloudFormation's short-form tags in their long form (`!Ref X` → `{"Ref": X}`), so the
+//! template is plain JSON here and in the template check (tests/integration/template.rs).
 
 use std::collections::HashMap;
+use std::fmt;
 
-use serde_yaml_ng::Value as Yaml;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{json, Map, Value};
+use serde_saphyr::Tagged;
 
 use crate::eventbridge::Pattern;
 use crate::http_api::Rule;
@@ -28,14 +35,102 @@ fn rule_err(rule: &str, reason: impl Into<String>) -> TemplateError {
     }
 }
 
+/// A CloudFormation YAML document as JSON, every short-form tag in its long form: `!Ref X` →
+/// `{"Ref": X}`, `!Condition C` → `{"Condition": C}`, `!GetAtt A.B` → `{"Fn::GetAtt": [A, B]}`,
+/// any other `!F x` → `{"Fn::F": x}`.
+pub fn to_json(text: &str) -> Result<Value, TemplateError> {
+    serde_saphyr::from_str::<Cfn>(text)
+        .map(|Cfn(v)| v)
+        .map_err(|e| TemplateError::Parse(e.to_string()))
+}
+
+/// One YAML node with its tag applied (see [`to_json`]).
+struct Cfn(Value);
+
+impl<'de> Deserialize<'de> for Cfn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Tagged(Untagged(v), tag) = Tagged::<Untagged>::deserialize(d)?;
+        Ok(Cfn(
+            match tag.as_deref().map(|t| t.trim_start_matches('!')) {
+                None => v,
+                Some("Ref") => json!({ "Ref": v }),
+                Some("Condition") => json!({ "Condition": v }),
+                Some("GetAtt") => match v {
+                    Value::String(s) => match s.split_once('.') {
+                        Some((resource, attribute)) => {
+                            json!({ "Fn::GetAtt": [resource, attribute] })
+                        }
+                        None => json!({ "Fn::GetAtt": s }),
+                    },
+                    other => json!({ "Fn::GetAtt": other }),
+                },
+                Some(f) => json!({ format!("Fn::{f}"): v }),
+            },
+        ))
+    }
+}
+
+/// A node's value, its children tagged nodes again.
+struct Untagged(Value);
+
+impl<'de> Deserialize<'de> for Untagged {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a YAML node")
+            }
+            fn visit_unit<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_none<E>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+                Ok(b.into())
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+                Ok(n.into())
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+                Ok(n.into())
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+                Ok(n.into())
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+                Ok(s.into())
+            }
+            fn visit_string<E>(self, s: String) -> Result<Value, E> {
+                Ok(s.into())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(Cfn(v)) = seq.next_element()? {
+                    out.push(v);
+                }
+                Ok(Value::Array(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+                let mut out = Map::new();
+                while let Some((k, Cfn(v))) = map.next_entry::<String, Cfn>()? {
+                    out.insert(k, v);
+                }
+                Ok(Value::Object(out))
+            }
+        }
+        d.deserialize_any(V).map(Untagged)
+    }
+}
+
 /// The rules of a template, with parameter values from `overrides` or the parameters' defaults.
 pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule>, TemplateError> {
-    let doc: Yaml =
-        serde_yaml_ng::from_str(text).map_err(|e| TemplateError::Parse(e.to_string()))?;
-    let empty = serde_yaml_ng::Mapping::new();
+    let doc = to_json(text)?;
+    let empty = Map::new();
     let resources = doc
         .get("Resources")
-        .and_then(Yaml::as_mapping)
+        .and_then(Value::as_object)
         .unwrap_or(&empty);
     let param = |name: &str| -> Option<String> {
         overrides.get(name).cloned().or_else(|| {
@@ -55,11 +150,10 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
             .as_str()
             .map(str::to_string)
     };
-    let pattern_of = |name: &str, v: &Yaml| -> Result<Pattern, TemplateError> {
-        let json: serde_json::Value = match v {
-            Yaml::Tagged(t) if t.tag == "Ref" => {
-                let p = t
-                    .value
+    let pattern_of = |name: &str, v: &Value| -> Result<Pattern, TemplateError> {
+        let json: Value = match v.get("Ref") {
+            Some(r) => {
+                let p = r
                     .as_str()
                     .ok_or_else(|| rule_err(name, "!Ref needs a parameter name"))?;
                 let text = param(p)
@@ -67,20 +161,19 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
                 serde_json::from_str(&text)
                     .map_err(|e| rule_err(name, format!("parameter {p} is not JSON: {e}")))?
             }
-            other => serde_json::to_value(other).map_err(|e| rule_err(name, e.to_string()))?,
+            None => v.clone(),
         };
         Pattern::parse(json).map_err(|e| rule_err(name, e.to_string()))
     };
 
     let mut out = Vec::new();
-    for (key, res) in resources {
-        let Some(name) = key.as_str() else { continue };
-        match res.get("Type").and_then(Yaml::as_str) {
+    for (name, res) in resources {
+        match res.get("Type").and_then(Value::as_str) {
             Some("AWS::Events::Rule") => {
                 let props = res
                     .get("Properties")
                     .ok_or_else(|| rule_err(name, "no Properties"))?;
-                if props.get("State").and_then(Yaml::as_str) == Some("DISABLED") {
+                if props.get("State").and_then(Value::as_str) == Some("DISABLED") {
                     continue;
                 }
                 // A schedule (the reconciler's) matches no event: `POST /events` never reaches
@@ -97,21 +190,19 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
                 )?;
                 for target in props
                     .get("Targets")
-                    .and_then(Yaml::as_sequence)
+                    .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
                 {
-                    let logical = match target.get("Arn") {
-                        Some(Yaml::Tagged(t)) if t.tag == "GetAtt" => match &t.value {
-                            Yaml::String(s) => s.split('.').next().map(str::to_string),
-                            Yaml::Sequence(seq) => {
-                                seq.first().and_then(Yaml::as_str).map(str::to_string)
-                            }
+                    let logical = target
+                        .get("Arn")
+                        .and_then(|arn| arn.get("Fn::GetAtt"))
+                        .and_then(|g| match g {
+                            Value::String(s) => s.split('.').next(),
+                            Value::Array(parts) => parts.first().and_then(Value::as_str),
                             _ => None,
-                        },
-                        _ => None,
-                    };
-                    let Some(binary) = logical.as_deref().and_then(binary_of) else {
+                        });
+                    let Some(binary) = logical.and_then(binary_of) else {
                         tracing::warn!(
                             rule = name,
                             "a target that is not one of our functions is skipped"
@@ -132,13 +223,13 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
                 let events = res
                     .get("Properties")
                     .and_then(|p| p.get("Events"))
-                    .and_then(Yaml::as_mapping);
+                    .and_then(Value::as_object);
                 for (ev_name, ev) in events.into_iter().flatten() {
-                    let kind = ev.get("Type").and_then(Yaml::as_str);
+                    let kind = ev.get("Type").and_then(Value::as_str);
                     if !matches!(kind, Some("EventBridgeRule" | "CloudWatchEvent")) {
                         continue;
                     }
-                    let rule_name = format!("{name}.{}", ev_name.as_str().unwrap_or("event"));
+                    let rule_name = format!("{name}.{ev_name}");
                     let Some(p) = ev.get("Properties").and_then(|p| p.get("Pattern")) else {
                         continue;
                     };
@@ -158,7 +249,6 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     const TEMPLATE: &str = r#"
 Parameters:
@@ -261,10 +351,10 @@ mod fuzz_tests {
             pattern in prop_oneof![fuzz::text(), fuzz::json().prop_map(|v| v.to_string())],
         ) {
             let _ = rules(&text, &HashMap::new());
-            let params: Vec<String> = serde_yaml_ng::from_str::<Yaml>(TEMPLATE)
+            let params: Vec<String> = to_json(TEMPLATE)
                 .ok()
-                .and_then(|d| d.get("Parameters").and_then(Yaml::as_mapping).cloned())
-                .map(|m| m.keys().filter_map(|k| k.as_str().map(str::to_string)).collect())
+                .and_then(|d| d.get("Parameters").and_then(Value::as_object).cloned())
+                .map(|m| m.keys().cloned().collect())
                 .unwrap_or_default();
             let o: HashMap<String, String> =
                 params.into_iter().map(|p| (p, pattern.clone())).collect();

@@ -1,5 +1,5 @@
 //! Configuration from environment variables. Every variable has a documented name and default (see
-//! README "Configuration"); a malformed value is an error that names the variable and says what was
+//! docs/configuration.md); a malformed value is an error that names the variable and says what was
 //! expected, never a silent fallback.
 //!
 //! Reads go through [`Vars`] so tests and the local stack pass variables explicitly instead of

@@ -39,5 +39,18 @@ pub mod telemetry;
 pub mod tenant;
 pub mod token;
 
+/// The Rust examples of the README and of `docs/`, compiled (and run, unless `no_run`) as doc tests
+/// by `cargo test --workspace --doc`, so the documentation cannot drift from the API. One hidden
+/// item per file; a file whose examples move elsewhere loses its line here.
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/tokens.md")]
+    struct Tokens;
+    #[doc = include_str!("../../docs/leases.md")]
+    struct Leases;
+}
+
 pub use deps::Deps;
 pub use error::{Error, Result};

@@ -229,52 +229,11 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// YAML with CloudFormation short forms -> JSON with long forms (`!Ref X` -> `{"Ref": X}`,
-/// `!GetAtt A.B` -> `{"Fn::GetAtt": [A, B]}`, `!Condition C` -> `{"Condition": C}`, `!F x` ->
-/// `{"Fn::F": x}`).
-fn to_json(v: &serde_yaml_ng::Value) -> Value {
-    use serde_yaml_ng::Value as Y;
-    match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(*b),
-        Y::Number(n) => serde_json::to_value(n).unwrap(),
-        Y::String(s) => Value::String(s.clone()),
-        Y::Sequence(seq) => Value::Array(seq.iter().map(to_json).collect()),
-        Y::Mapping(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Y::String(s) => s.clone(),
-                        other => serde_yaml_ng::to_string(other).unwrap().trim().to_string(),
-                    };
-                    (key, to_json(v))
-                })
-                .collect(),
-        ),
-        Y::Tagged(t) => {
-            let tag = t.tag.to_string();
-            let tag = tag.trim_start_matches('!');
-            let inner = to_json(&t.value);
-            match tag {
-                "Ref" => json!({ "Ref": inner }),
-                "Condition" => json!({ "Condition": inner }),
-                "GetAtt" => match inner {
-                    Value::String(s) => {
-                        let (res, attr) = s.split_once('.').expect("!GetAtt Resource.Attribute");
-                        json!({ "Fn::GetAtt": [res, attr] })
-                    }
-                    other => json!({ "Fn::GetAtt": other }),
-                },
-                other => json!({ format!("Fn::{other}"): inner }),
-            }
-        }
-    }
-}
-
 pub(crate) fn load_template() -> Value {
     let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template.yaml");
-    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("parse template.yaml");
-    to_json(&yaml)
+    // Short forms in their long forms (`!Ref X` -> `{"Ref": X}`, `!GetAtt A.B` ->
+    // `{"Fn::GetAtt": [A, B]}`, `!F x` -> `{"Fn::F": x}`): the local stack's reader.
+    turnstile_local::template::to_json(&text).expect("parse template.yaml")
 }
 
 const STACK: &str = "turnstile";

@@ -4,11 +4,6 @@
 //! ([`FungibleLimiter::get_token`]), scoped ([`FungibleLimiter::with_token`]) and a Lambda handler
 //! wrapper ([`FungibleLimiter::guard`]). Design: `docs/decisions/0100-fungible-tokens.md`.
 
-/// The README's Rust examples, compiled as doc tests (`cargo test -p shared --doc`).
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
-
 pub mod bucket;
 mod limiter;
 
