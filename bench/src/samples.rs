@@ -5,8 +5,9 @@
 //! (tests/integration/artifacts.rs).
 
 use aws_sdk_dynamodb::Client;
+use shared::catalog;
 use shared::ids::{ConnectionId, IdError, SessionId, TenantId};
-use shared::table::{self, AttributeStyle, TableKind, TableNames};
+use shared::table::{AttributeStyle, TableKind, TableNames};
 
 use crate::error::BenchError;
 
@@ -27,9 +28,9 @@ fn bad(e: IdError) -> BenchError {
 /// Every table of the catalog under `tables`, then [`seed_rows`].
 pub async fn seed(client: &Client, tables: TableNames) -> Result<shared::Deps, BenchError> {
     for kind in TableKind::ALL {
-        table::ensure(
+        catalog::ensure(
             client,
-            &table::definition(kind, &tables, AttributeStyle::default()),
+            &catalog::definition(kind, &tables, AttributeStyle::default()),
         )
         .await?;
     }

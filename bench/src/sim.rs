@@ -87,7 +87,7 @@ fn err(context: &str) -> impl Fn(String) -> BenchError + '_ {
 pub async fn run(endpoint: &str, cfg: SimConfig) -> Result<SimLine, BenchError> {
     let table = format!("sim-{}-buckets", uuid::Uuid::new_v4().simple());
     let direct = local_client(endpoint, None);
-    shared::table::ensure(&direct, &shared::kv::table(&table)).await?;
+    shared::catalog::ensure(&direct, &shared::kv::table(&table)).await?;
     let proxy = FaultProxy::start(endpoint)
         .await
         .map_err(|e| err("starting the fault proxy")(e.to_string()))?;

@@ -10,7 +10,7 @@
 //!
 //! 1. Write `bench/src/workloads/<name>.rs` with a struct implementing [`Workload`] and an
 //!    `async fn build(ctx: &BenchCtx, params: &Params) -> Result<Arc<dyn Workload>, BenchError>`
-//!    that creates its tables (via `shared::table::ensure` with `ctx.tables`) and its fresh bucket
+//!    that creates its tables (via `shared::catalog::ensure` with `ctx.tables`) and its fresh bucket
 //!    for this run (use `params.key` so runs never share state). `decide` calls the `shared` function
 //!    once and maps "admitted" / "refused" into [`Decision`]; any other failure is an `Err`.
 //! 2. In [`registry`], replace the workload's `Availability::Pending(..)` with

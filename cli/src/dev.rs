@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use shared::catalog;
 use shared::ids::TenantId;
-use shared::table::{self, TableKind};
+use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
 use shared::{Deps, Error, Result};
 use turnstile_local::functions::LocalFunctions;
@@ -95,9 +96,9 @@ pub async fn run(args: Args) -> Result<()> {
 
     let defs: Vec<_> = TableKind::ALL
         .iter()
-        .map(|k| table::definition(*k, &deps.tables, deps.style))
+        .map(|k| catalog::definition(*k, &deps.tables, deps.style))
         .collect();
-    table::ensure_all(&deps.dynamo, &defs).await?;
+    catalog::ensure_all(&deps.dynamo, &defs).await?;
     let mut loaded = Vec::new();
     if !args.tenants.is_empty() {
         for t in load_tenants(&args.tenants)? {

@@ -1,6 +1,7 @@
 //! `turnstile tables create|show`: the tables of `shared::table`, under the names the environment gives.
 
 use clap::Subcommand;
+use shared::catalog;
 use shared::table::{self, TableKind};
 use shared::{Deps, Error, Result};
 
@@ -43,16 +44,16 @@ pub async fn run(args: Args) -> Result<()> {
             let vars = shared::config::Vars::process();
             let names = table::TableNames::from_vars(&vars)?;
             let style = table::AttributeStyle::from_vars(&vars)?;
-            crate::print_json(&table::catalog(&names, style))
+            crate::print_json(&catalog::catalog(&names, style))
         }
         Cmd::Create { only } => {
             let kinds = selected(&only)?;
             let deps = Deps::from_env().await?;
             let defs: Vec<_> = kinds
                 .into_iter()
-                .map(|k| table::definition(k, &deps.tables, deps.style))
+                .map(|k| catalog::definition(k, &deps.tables, deps.style))
                 .collect();
-            let done = table::ensure_all(&deps.dynamo, &defs).await?;
+            let done = catalog::ensure_all(&deps.dynamo, &defs).await?;
             let report: Vec<_> = done
                 .into_iter()
                 .map(|(name, e)| serde_json::json!({"table": name, "result": e}))

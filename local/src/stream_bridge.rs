@@ -10,9 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
-use aws_credential_types::Credentials;
 use aws_lambda_events::event::dynamodb::Event;
-use aws_sdk_dynamodbstreams::config::{BehaviorVersion, Region};
 use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record, ShardIteratorType};
 use aws_sdk_dynamodbstreams::Client;
@@ -40,19 +38,8 @@ fn streams_err<E: std::error::Error + 'static>(operation: &'static str, e: E) ->
 
 /// A DynamoDB Streams client for DynamoDB Local (streams are served on the same port).
 pub fn local_streams_client(endpoint: &str) -> Client {
-    let conf = aws_sdk_dynamodbstreams::config::Builder::new()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
-            "local",
-            "local",
-            None,
-            None,
-            "turnstile-local",
-        ))
-        .endpoint_url(endpoint)
-        .build();
-    Client::from_conf(conf)
+    let sdk = shared::dynamo::local_sdk_config(endpoint);
+    Client::from_conf(aws_sdk_dynamodbstreams::config::Builder::from(&sdk).build())
 }
 
 /// Where a bridge starts reading shards that exist when it starts.

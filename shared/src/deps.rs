@@ -31,7 +31,7 @@ impl Deps {
         let tables = TableNames::from_vars(&vars)?;
         let style = AttributeStyle::from_vars(&vars)?;
         let dynamo = match vars.get(ENDPOINT_VAR) {
-            Some(url) if is_loopback(&url) && vars.get("AWS_ACCESS_KEY_ID").is_none() => {
+            Some(url) if dynamo::wants_local_credentials(&url, &vars) => {
                 dynamo::local_client(&url, None)
             }
             _ => {
@@ -62,31 +62,5 @@ impl Deps {
             clock,
             vars: Vars::from_pairs::<&str, &str>([]),
         }
-    }
-}
-
-/// True for `http://127.0.0.1:8000`, `http://localhost:8000`, `http://[::1]:8000` and the like.
-pub fn is_loopback(url: &str) -> bool {
-    let rest = url.split("://").nth(1).unwrap_or(url);
-    let host = rest.split('/').next().unwrap_or("");
-    let host = if let Some(h) = host.strip_prefix('[') {
-        h.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
-    };
-    host == "localhost" || host == "::1" || host.starts_with("127.")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_loopback;
-
-    #[test]
-    fn loopback_endpoints_are_recognised() {
-        assert!(is_loopback("http://127.0.0.1:8000"));
-        assert!(is_loopback("http://localhost:8000/"));
-        assert!(is_loopback("http://[::1]:8000"));
-        assert!(!is_loopback("https://dynamodb.eu-west-1.amazonaws.com"));
-        assert!(!is_loopback("http://10.0.0.1:8000"));
     }
 }

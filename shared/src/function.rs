@@ -98,9 +98,7 @@ pub type WebsocketRequest<'d> = (TenantId, SessionId, ConnectionId, Cow<'d, Deps
 pub async fn gateway(deps: &Deps, endpoint: Option<String>) -> crate::gateway::Gateway {
     use crate::gateway::Gateway;
     match endpoint {
-        Some(e) if crate::deps::is_loopback(&e) && deps.vars.get("AWS_ACCESS_KEY_ID").is_none() => {
-            Gateway::local(&e)
-        }
+        Some(e) if crate::dynamo::wants_local_credentials(&e, &deps.vars) => Gateway::local(&e),
         other => Gateway::from_env(other).await,
     }
 }

@@ -4,19 +4,16 @@
 //! and the TTL sweeper have no WebSocket event, so they need it). One SDK client is built per
 //! endpoint and reused. A connection that is gone (410, or 404 on delete) is a value, not an error.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-use aws_credential_types::Credentials;
-use aws_sdk_apigatewaymanagement::config::{BehaviorVersion, Region};
+use aws_sdk_apigatewaymanagement::config::BehaviorVersion;
 use aws_sdk_apigatewaymanagement::error::SdkError;
 use aws_sdk_apigatewaymanagement::operation::delete_connection::DeleteConnectionError;
 use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectionError;
 use aws_sdk_apigatewaymanagement::primitives::Blob;
 use aws_sdk_apigatewaymanagement::Client;
 
+use crate::cache::{Cache, WhenFull};
 use crate::config::{ConfigError, Vars};
-use crate::deps::is_loopback;
+use crate::dynamo::{is_loopback, local_sdk_config, wants_local_credentials};
 use crate::error::{Error, Result};
 
 /// Env var: the Management API endpoint, e.g. `https://abc123.execute-api.eu-west-1.amazonaws.com/prod`.
@@ -31,19 +28,16 @@ pub enum Delivery {
     Gone,
 }
 
-#[derive(Debug, Clone)]
-enum Credentials_ {
-    Sdk(Box<aws_config::SdkConfig>),
-    /// Static dummy credentials (local endpoints need no AWS account).
-    Dummy,
-}
+/// Endpoints whose clients are kept (one per WebSocket API and stage: a process sees one or two).
+const MAX_CLIENTS: usize = 64;
 
 /// A Management API client factory, built once per process.
 #[derive(Debug)]
 pub struct Gateway {
-    creds: Credentials_,
+    /// The SDK config clients are built from; `None`: [`local_sdk_config`] (dummy credentials).
+    sdk: Option<Box<aws_config::SdkConfig>>,
     endpoint_override: Option<String>,
-    clients: Mutex<HashMap<String, Client>>,
+    clients: Cache<String, Client>,
 }
 
 impl Gateway {
@@ -65,28 +59,29 @@ impl Gateway {
     /// With the SDK's default credential chain; a loopback override uses dummy credentials.
     pub async fn from_env(endpoint_override: Option<String>) -> Self {
         let vars = Vars::process();
-        let local = endpoint_override.as_deref().is_some_and(is_loopback)
-            && vars.get("AWS_ACCESS_KEY_ID").is_none();
-        let creds = if local {
-            Credentials_::Dummy
+        let local = endpoint_override
+            .as_deref()
+            .is_some_and(|e| wants_local_credentials(e, &vars));
+        let sdk = if local {
+            None
         } else {
-            Credentials_::Sdk(Box::new(
+            Some(Box::new(
                 aws_config::defaults(BehaviorVersion::latest()).load().await,
             ))
         };
         Gateway {
-            creds,
+            sdk,
             endpoint_override,
-            clients: Mutex::new(HashMap::new()),
+            clients: Cache::new(MAX_CLIENTS, WhenFull::Clear),
         }
     }
 
     /// For a local Management API (tests, the local stack): dummy credentials, fixed endpoint.
     pub fn local(endpoint: &str) -> Self {
         Gateway {
-            creds: Credentials_::Dummy,
+            sdk: None,
             endpoint_override: Some(endpoint.trim_end_matches('/').to_string()),
-            clients: Mutex::new(HashMap::new()),
+            clients: Cache::new(MAX_CLIENTS, WhenFull::Clear),
         }
     }
 
@@ -104,9 +99,11 @@ impl Gateway {
                 };
                 Ok(format!("{scheme}://{d}/{s}"))
             }
-            _ => Err(Error::Other(format!(
-                "no Management API endpoint: the event has no domain/stage and {ENDPOINT_VAR} is unset"
-            ))),
+            _ => Err(Error::Config(ConfigError::Missing {
+                var: ENDPOINT_VAR.into(),
+                hint: "no Management API endpoint: the event has no domain/stage to take it from"
+                    .into(),
+            })),
         }
     }
 
@@ -116,32 +113,17 @@ impl Gateway {
     }
 
     fn client(&self, endpoint: &str) -> Client {
-        if let Ok(map) = self.clients.lock() {
-            if let Some(c) = map.get(endpoint) {
-                return c.clone();
+        if let Some(c) = self.clients.get(endpoint) {
+            return c;
+        }
+        let sdk = match &self.sdk {
+            Some(sdk) => aws_sdk_apigatewaymanagement::config::Builder::from(&**sdk),
+            None => {
+                aws_sdk_apigatewaymanagement::config::Builder::from(&local_sdk_config(endpoint))
             }
-        }
-        let conf = match &self.creds {
-            Credentials_::Sdk(sdk) => aws_sdk_apigatewaymanagement::config::Builder::from(&**sdk)
-                .endpoint_url(endpoint)
-                .build(),
-            Credentials_::Dummy => aws_sdk_apigatewaymanagement::config::Builder::new()
-                .behavior_version(BehaviorVersion::latest())
-                .region(Region::new("us-east-1"))
-                .credentials_provider(Credentials::new(
-                    "local",
-                    "local",
-                    None,
-                    None,
-                    "turnstile-local",
-                ))
-                .endpoint_url(endpoint)
-                .build(),
         };
-        let client = Client::from_conf(conf);
-        if let Ok(mut map) = self.clients.lock() {
-            map.insert(endpoint.to_string(), client.clone());
-        }
+        let client = Client::from_conf(sdk.endpoint_url(endpoint).build());
+        self.clients.insert(endpoint.to_string(), client.clone());
         client
     }
 
@@ -161,10 +143,7 @@ impl Gateway {
             {
                 Ok(Delivery::Gone)
             }
-            Err(e) => Err(Error::Other(format!(
-                "PostToConnection {connection_id}: {}",
-                crate::error::error_chain(&e)
-            ))),
+            Err(e) => Err(gateway_error("PostToConnection", connection_id, &e)),
         };
         metered("post", out)
     }
@@ -185,10 +164,7 @@ impl Gateway {
             {
                 Ok(Delivery::Gone)
             }
-            Err(e) => Err(Error::Other(format!(
-                "DeleteConnection {connection_id}: {}",
-                crate::error::error_chain(&e)
-            ))),
+            Err(e) => Err(gateway_error("DeleteConnection", connection_id, &e)),
         };
         metered("delete", out)
     }
@@ -211,10 +187,7 @@ impl Gateway {
             {
                 Ok(false)
             }
-            Err(e) => Err(Error::Other(format!(
-                "GetConnection {connection_id}: {}",
-                crate::error::error_chain(&e)
-            ))),
+            Err(e) => Err(gateway_error("GetConnection", connection_id, &e)),
         }
     }
 
@@ -259,6 +232,19 @@ impl Gateway {
                 }
             })
             .collect()
+    }
+}
+
+/// [`Error::Gateway`] with the SDK error's full chain.
+fn gateway_error(
+    operation: &'static str,
+    connection_id: &str,
+    err: &(dyn std::error::Error + 'static),
+) -> Error {
+    Error::Gateway {
+        operation,
+        connection: connection_id.to_string(),
+        message: crate::error::error_chain(err),
     }
 }
 

@@ -19,15 +19,15 @@
 //! [`REFRESH_BEFORE_EXPIRY`] before they expire). See docs/decisions/0701-tenant-scoped-credentials.md.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_sts::types::Tag;
 
+use crate::cache::{Cache, WhenFull};
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::{ConfigError, Vars};
 use crate::error::{error_chain, Error, Result};
@@ -112,57 +112,16 @@ impl IsolationConfig {
     }
 }
 
-/// Per-tenant values that expire. Pure (time is passed in), so its timing is tested with a manual
-/// clock. A value is served while `now < expires - refresh_before`.
-#[derive(Debug)]
-pub struct ExpiringCache<V> {
-    entries: HashMap<TenantId, (V, Timestamp)>,
-    refresh_before: Duration,
-    capacity: usize,
-}
-
-impl<V: Clone> ExpiringCache<V> {
-    pub fn new(refresh_before: Duration, capacity: usize) -> Self {
-        ExpiringCache {
-            entries: HashMap::new(),
-            refresh_before,
-            capacity: capacity.max(1),
-        }
-    }
-
-    pub fn get(&self, tenant: &TenantId, now: Timestamp) -> Option<V> {
-        self.entries
-            .get(tenant)
-            .filter(|(_, expires)| now < expires.minus(self.refresh_before))
-            .map(|(v, _)| v.clone())
-    }
-
-    /// Stores `value` until `expires`, first dropping entries no longer served; if the cache is
-    /// still full, the entry that expires soonest makes room.
-    pub fn insert(&mut self, tenant: TenantId, value: V, expires: Timestamp, now: Timestamp) {
-        let refresh_before = self.refresh_before;
-        self.entries
-            .retain(|_, (_, exp)| now < exp.minus(refresh_before));
-        if self.entries.len() >= self.capacity && !self.entries.contains_key(&tenant) {
-            if let Some(oldest) = self
-                .entries
-                .iter()
-                .min_by_key(|(_, (_, exp))| *exp)
-                .map(|(t, _)| t.clone())
-            {
-                self.entries.remove(&oldest);
-            }
-        }
-        self.entries.insert(tenant, (value, expires));
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
+/// Remembers `value` for `tenant` until [`REFRESH_BEFORE_EXPIRY`] before `expires`. A full cache
+/// first drops the entries no longer served, then the one that expires soonest.
+fn remember<V: Clone>(
+    cache: &Cache<TenantId, V>,
+    tenant: TenantId,
+    value: V,
+    expires: Timestamp,
+    now: Timestamp,
+) {
+    cache.insert_until(tenant, value, now, expires.minus(REFRESH_BEFORE_EXPIRY));
 }
 
 /// `RoleSessionName` for a tenant: `turnstile-{tenant}`, cut to STS's 64 characters. Tenant ids use
@@ -190,7 +149,7 @@ struct Inner {
 struct Assume {
     sts: aws_sdk_sts::Client,
     role_arn: String,
-    cache: Mutex<ExpiringCache<Client>>,
+    cache: Cache<TenantId, Client>,
 }
 
 impl fmt::Debug for TenantClients {
@@ -228,10 +187,7 @@ impl TenantClients {
                 assume: Some(Assume {
                     sts,
                     role_arn: role_arn.into(),
-                    cache: Mutex::new(ExpiringCache::new(
-                        REFRESH_BEFORE_EXPIRY,
-                        MAX_CACHED_TENANTS,
-                    )),
+                    cache: Cache::new(MAX_CACHED_TENANTS, WhenFull::EvictSoonestExpiring),
                 }),
             }),
         }
@@ -285,14 +241,14 @@ impl TenantClients {
             });
         };
         let now = self.inner.clock.now();
-        if let Some(client) = lock(&assume.cache).get(tenant, now) {
+        if let Some(client) = assume.cache.fresh(tenant, now) {
             return Ok(TenantClient {
                 tenant: tenant.clone(),
                 client,
             });
         }
         let (client, expires) = self.assume_role(assume, tenant, now).await?;
-        lock(&assume.cache).insert(tenant.clone(), client.clone(), expires, now);
+        remember(&assume.cache, tenant.clone(), client.clone(), expires, now);
         Ok(TenantClient {
             tenant: tenant.clone(),
             client,
@@ -305,8 +261,10 @@ impl TenantClients {
         tenant: &TenantId,
         now: Timestamp,
     ) -> Result<(Client, Timestamp)> {
-        let sts_err =
-            |what: &str| Error::Other(format!("STS AssumeRole for tenant {tenant}: {what}"));
+        let sts_err = |what: &str| Error::AssumeRole {
+            tenant: tenant.to_string(),
+            message: what.to_string(),
+        };
         let tag = Tag::builder()
             .key(TENANT_TAG)
             .value(tenant.as_str())
@@ -374,12 +332,6 @@ pub async fn tenant_deps<'d>(
         }
         _ => Ok(Cow::Borrowed(deps)),
     }
-}
-
-fn lock<V>(m: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
-    // A panic while holding the lock cannot leave the cache inconsistent (each operation is a single
-    // map update), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A DynamoDB client scoped to one tenant, with the key guard.
@@ -475,22 +427,28 @@ mod tests {
     #[test]
     fn cached_values_are_served_until_five_minutes_before_expiry() {
         let start = Timestamp::from_secs(1_700_000_000);
-        let mut cache = ExpiringCache::new(REFRESH_BEFORE_EXPIRY, 8);
-        cache.insert(t("ab"), 1, start.plus(SESSION_DURATION), start);
-        assert_eq!(cache.get(&t("ab"), start), Some(1));
-        assert_eq!(cache.get(&t("abc"), start), None, "per tenant");
+        let cache = Cache::new(8, WhenFull::EvictSoonestExpiring);
+        remember(&cache, t("ab"), 1, start.plus(SESSION_DURATION), start);
+        assert_eq!(cache.fresh(&t("ab"), start), Some(1));
+        assert_eq!(cache.fresh(&t("abc"), start), None, "per tenant");
         let fresh_until = start.plus(SESSION_DURATION - REFRESH_BEFORE_EXPIRY);
         assert_eq!(
-            cache.get(&t("ab"), fresh_until.minus(Duration::from_nanos(1))),
+            cache.fresh(&t("ab"), fresh_until.minus(Duration::from_nanos(1))),
             Some(1)
         );
         assert_eq!(
-            cache.get(&t("ab"), fresh_until),
+            cache.fresh(&t("ab"), fresh_until),
             None,
             "refreshed 5 min early"
         );
-        cache.insert(t("ab"), 2, fresh_until.plus(SESSION_DURATION), fresh_until);
-        assert_eq!(cache.get(&t("ab"), fresh_until), Some(2));
+        remember(
+            &cache,
+            t("ab"),
+            2,
+            fresh_until.plus(SESSION_DURATION),
+            fresh_until,
+        );
+        assert_eq!(cache.fresh(&t("ab"), fresh_until), Some(2));
     }
 
     #[test]
@@ -498,21 +456,21 @@ mod tests {
         let now = Timestamp::from_secs(1_000_000);
         let min = Duration::from_secs(60);
         let hour = Duration::from_secs(3600);
-        let mut cache = ExpiringCache::new(REFRESH_BEFORE_EXPIRY, 2);
-        cache.insert(t("short"), 0, now.plus(min * 10), now);
-        cache.insert(t("a"), 1, now.plus(hour), now);
+        let cache = Cache::new(2, WhenFull::EvictSoonestExpiring);
+        remember(&cache, t("short"), 0, now.plus(min * 10), now);
+        remember(&cache, t("a"), 1, now.plus(hour), now);
         assert_eq!(cache.len(), 2);
         // Six minutes on, "short" is within 5 minutes of expiry: no longer served, dropped first.
         let later = now.plus(min * 6);
-        assert_eq!(cache.get(&t("short"), later), None);
-        cache.insert(t("b"), 2, later.plus(hour * 2), later);
+        assert_eq!(cache.fresh(&t("short"), later), None);
+        remember(&cache, t("b"), 2, later.plus(hour * 2), later);
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get(&t("a"), later), Some(1));
+        assert_eq!(cache.fresh(&t("a"), later), Some(1));
         // Full of live entries: the soonest-expiring ("a") makes room.
-        cache.insert(t("c"), 3, later.plus(hour * 3), later);
-        assert_eq!(cache.get(&t("a"), later), None);
-        assert_eq!(cache.get(&t("b"), later), Some(2));
-        assert_eq!(cache.get(&t("c"), later), Some(3));
+        remember(&cache, t("c"), 3, later.plus(hour * 3), later);
+        assert_eq!(cache.fresh(&t("a"), later), None);
+        assert_eq!(cache.fresh(&t("b"), later), Some(2));
+        assert_eq!(cache.fresh(&t("c"), later), Some(3));
     }
 
     #[test]

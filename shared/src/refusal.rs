@@ -147,19 +147,12 @@ pub fn policy_item(p: &Policy) -> String {
     if let Some(w) = p.window {
         s.push_str(&format!(";w={}", ceil_secs(w)));
     }
-    if let Some(pk) = &p.partition_key {
-        s.push_str(&format!(";pk={}", sf_binary(pk)));
-    }
-    s
+    s + &pk_param(p)
 }
 
 /// The `RateLimit-Policy` field value for several policies (RFC 9651 list: `", "`-separated).
 pub fn policy_header<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> String {
-    policies
-        .into_iter()
-        .map(policy_item)
-        .collect::<Vec<_>>()
-        .join(", ")
+    sf_list(policies, policy_item)
 }
 
 /// One `RateLimit` list member.
@@ -168,17 +161,27 @@ pub fn usage_item(u: &Usage) -> String {
     if let Some(t) = u.reset {
         s.push_str(&format!(";t={}", ceil_secs(t)));
     }
-    if let Some(pk) = &u.policy.partition_key {
-        s.push_str(&format!(";pk={}", sf_binary(pk)));
-    }
-    s
+    s + &pk_param(&u.policy)
 }
 
 /// The `RateLimit` field value for several policies.
 pub fn usage_header<'a>(usages: impl IntoIterator<Item = &'a Usage>) -> String {
-    usages
+    sf_list(usages, usage_item)
+}
+
+/// A policy's trailing `;pk=` parameter (empty without a partition key).
+fn pk_param(p: &Policy) -> String {
+    p.partition_key
+        .as_ref()
+        .map(|pk| format!(";pk={}", sf_binary(pk)))
+        .unwrap_or_default()
+}
+
+/// An RFC 9651 list: the members, `", "`-separated.
+fn sf_list<T>(members: impl IntoIterator<Item = T>, member: impl Fn(T) -> String) -> String {
+    members
         .into_iter()
-        .map(usage_item)
+        .map(member)
         .collect::<Vec<_>>()
         .join(", ")
 }

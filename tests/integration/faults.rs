@@ -19,11 +19,12 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use futures::future::join_all;
 use serde_json::{json, Value};
+use shared::catalog;
 use shared::clock::{Clock, ManualClock, SharedClock};
 use shared::dynamo::{local_client, timeouts, CallCounter};
 use shared::limit::Quota;
 use shared::reservation::{NonFungibleLimiter, ReservationError};
-use shared::table::{self, AttributeStyle, TableKind, TableNames};
+use shared::table::{AttributeStyle, TableKind, TableNames};
 use shared::tenant::{Limits, WindowAlgorithm};
 use shared::token::FungibleLimiter;
 use shared::Deps;
@@ -168,16 +169,16 @@ async fn the_sdk_surfaces_injected_answers_as_dynamodbs_typed_errors() {
         )
     );
     // Turnstile's own reading of it: a retryable collision at index 1.
-    let out = shared::admission::txn::send(
-        &env.deps,
+    let out = shared::dynamo::txn::send(
+        &env.deps.dynamo,
         vec![bump_item(&table, "b"), bump_item(&table, "a")],
     )
     .await
     .unwrap();
     assert!(matches!(
         out,
-        shared::admission::txn::Outcome::Cancelled(ref r)
-            if r == &[shared::admission::txn::Reason::Ok, shared::admission::txn::Reason::Conflict]
+        shared::dynamo::txn::Outcome::Cancelled(ref r)
+            if r == &[shared::dynamo::txn::Reason::Ok, shared::dynamo::txn::Reason::Conflict]
     ));
     // A single-item write on an item a transaction holds: TransactionConflictException.
     let single = db
@@ -752,8 +753,8 @@ async fn world_for_faults(attempt: Option<Duration>) -> (World, FaultProxy) {
         TableKind::NonFungibleTokens,
         TableKind::Limits,
     ] {
-        let def = table::definition(kind, &w.env.deps.tables, w.env.deps.style);
-        table::ensure(&w.env.deps.dynamo, &def).await.unwrap();
+        let def = catalog::definition(kind, &w.env.deps.tables, w.env.deps.style);
+        catalog::ensure(&w.env.deps.dynamo, &def).await.unwrap();
         w.env.track_table(def.name);
     }
     let proxy = proxied(&mut w.env, attempt).await;
@@ -1074,8 +1075,8 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
         TableKind::FungibleTokens,
         TableKind::Limits,
     ] {
-        let def = table::definition(kind, &deps.tables, AttributeStyle::Camel);
-        table::ensure(&deps.dynamo, &def).await.unwrap();
+        let def = catalog::definition(kind, &deps.tables, AttributeStyle::Camel);
+        catalog::ensure(&deps.dynamo, &def).await.unwrap();
     }
     let limits = Limits::example(100_000, 100_000, 100_000, 100_000, 3600, 60);
     let tenant = shared::tenant::Tenant {

@@ -2,7 +2,8 @@
 //! and per-test isolation.
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeyType, StreamViewType, TimeToLiveStatus};
-use shared::table::{self, AttributeStyle, Ensured, TableKind};
+use shared::catalog::{self, Ensured};
+use shared::table::{AttributeStyle, TableKind};
 use turnstile_tests::TestEnv;
 
 #[tokio::test]
@@ -12,10 +13,16 @@ async fn every_table_is_created_as_defined_and_ensure_is_idempotent() {
     let client = &client;
     for style in [AttributeStyle::Camel, AttributeStyle::Snake] {
         let names = shared::table::TableNames::with_prefix(&format!("{}{style:?}-", env.prefix));
-        for def in table::catalog(&names, style) {
+        for def in catalog::catalog(&names, style) {
             env.track_table(&def.name);
-            assert_eq!(table::ensure(client, &def).await.unwrap(), Ensured::Created);
-            assert_eq!(table::ensure(client, &def).await.unwrap(), Ensured::Existed);
+            assert_eq!(
+                catalog::ensure(client, &def).await.unwrap(),
+                Ensured::Created
+            );
+            assert_eq!(
+                catalog::ensure(client, &def).await.unwrap(),
+                Ensured::Existed
+            );
 
             let desc = client
                 .describe_table()

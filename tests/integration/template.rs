@@ -1,5 +1,5 @@
 //! `template.yaml` and `samconfig.toml`, checked offline against the code: every function crate has
-//! exactly one function; every table matches `shared::table::catalog`; every variable a function
+//! exactly one function; every table matches `shared::catalog::catalog`; every variable a function
 //! reads is set on it (and nothing else is); the tenant role's IAM condition accepts exactly the keys
 //! the code's key guard accepts; the stream mapping, APIs, rule and outputs are wired as documented.
 //!
@@ -11,10 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
+use shared::catalog::catalog;
 use shared::config::Vars;
 use shared::ids::TenantId;
 use shared::isolation::{key_in_tenant, IsolationConfig, TENANT_ROLE_ARN_VAR};
-use shared::table::{catalog, AttrType, AttributeStyle, TableKind, TableNames};
+use shared::table::{AttrType, AttributeStyle, TableKind, TableNames};
 
 // ------------------------------------------------------------------------------------------------
 // What each function reads. MERGE POINT: when a function crate exposes `Config::from_vars`, add it

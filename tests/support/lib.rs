@@ -4,9 +4,10 @@
 
 pub mod http;
 
+use shared::catalog;
 use shared::clock::{ManualClock, SharedClock};
 use shared::dynamo::CallCounter;
-use shared::table::{self, AttributeStyle, TableKind, TableNames};
+use shared::table::{AttributeStyle, TableKind, TableNames};
 use shared::Deps;
 use std::sync::Arc;
 
@@ -68,8 +69,8 @@ impl TestEnv {
         deps.style = style;
         let mut created = Vec::new();
         for kind in kinds {
-            let def = table::definition(*kind, &deps.tables, style);
-            if let Err(e) = table::ensure(&deps.dynamo, &def).await {
+            let def = catalog::definition(*kind, &deps.tables, style);
+            if let Err(e) = catalog::ensure(&deps.dynamo, &def).await {
                 panic!(
                     "cannot create table {} on DynamoDB Local at {} ({e}). Start it with \
                      `scripts/dynamodb-local.sh start` or run the suite with `make test`.",

@@ -9,8 +9,9 @@ pub mod local_stack;
 pub mod reservation;
 pub mod websocket;
 
+use shared::catalog;
 use shared::config::Vars;
-use shared::table::{self, AttributeStyle, TableKind};
+use shared::table::{AttributeStyle, TableKind};
 use shared::Deps;
 
 use crate::error::BenchError;
@@ -32,8 +33,8 @@ pub fn deps(ctx: &BenchCtx) -> Deps {
 /// Creates the tables of `kinds` under the run's prefix (no-op when they exist).
 pub async fn ensure_tables(ctx: &BenchCtx, kinds: &[TableKind]) -> Result<(), BenchError> {
     for kind in kinds {
-        let def = table::definition(*kind, &ctx.tables, AttributeStyle::default());
-        table::ensure(&ctx.client, &def).await?;
+        let def = catalog::definition(*kind, &ctx.tables, AttributeStyle::default());
+        catalog::ensure(&ctx.client, &def).await?;
     }
     Ok(())
 }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use serde_json::Value;
-use shared::table::{self, TableKind};
+use shared::catalog;
+use shared::table::TableKind;
 use shared::tenant::Tenant;
 use shared::{Deps, Error, Result};
 
@@ -49,7 +50,7 @@ pub async fn read(deps: &Deps) -> Result<Tables> {
 }
 
 async fn scan(deps: &Deps, kind: TableKind) -> Result<Rows> {
-    let def = table::definition(kind, &deps.tables, deps.style);
+    let def = catalog::definition(kind, &deps.tables, deps.style);
     let sent = deps
         .dynamo
         .scan()

@@ -20,13 +20,12 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
 use super::connect::{self, Admission, Hints, Minute, Reservation, TENANT_MINUTE};
-use super::item::{self, s, Item};
 use super::Limit;
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
-use crate::session::attr as sattr;
 use crate::shard::share;
 use crate::tenant::{Limits, MAX_CONNECTION_SHARDS};
 use crate::Deps;
@@ -47,12 +46,7 @@ pub fn shard_of(cid: &str, n: u64) -> u64 {
     h % n.max(1)
 }
 
-/// The shard count a session (or its stream image) recorded: `connShards`, 1 when absent.
-pub fn of_item(it: &Item) -> u64 {
-    item::num(it, sattr::CONNECTION_SHARDS)
-        .and_then(|v| u64::try_from(v).ok())
-        .map_or(1, |v| v.clamp(1, MAX_CONNECTION_SHARDS))
-}
+pub use crate::session::store::connection_shards as of_item;
 
 /// One counter item step 1 may charge, and its caps.
 pub struct Counter {
@@ -230,15 +224,5 @@ mod tests {
             per[shard_of(&format!("conn-{i}="), 8) as usize] += 1;
         }
         assert!(per.iter().all(|c| (800..1200).contains(c)), "{per:?}");
-    }
-
-    #[test]
-    fn the_recorded_shard_count_defaults_to_one_and_is_bounded() {
-        let mut it = Item::new();
-        assert_eq!(of_item(&it), 1);
-        it.insert(sattr::CONNECTION_SHARDS.into(), item::n(8));
-        assert_eq!(of_item(&it), 8);
-        it.insert(sattr::CONNECTION_SHARDS.into(), item::n(100_000));
-        assert_eq!(of_item(&it), MAX_CONNECTION_SHARDS);
     }
 }

@@ -110,7 +110,7 @@ impl LimitDiff {
 }
 
 fn bad(what: String) -> Error {
-    Error::Other(format!("limits file: {what}"))
+    Error::LimitsFile(what)
 }
 
 /// Parses and validates a limits file. Errors name the entry and field (`limits[2].windowSec`).

@@ -1,7 +1,6 @@
 //! Limit rows and their in-memory cache.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -11,10 +10,13 @@ use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnValuesOnConditionCheckFai
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
-use super::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
 use super::Attrs;
-use crate::clock::{SharedClock, Timestamp};
+use crate::cache::{Cache, WhenFull};
+use crate::clock::SharedClock;
 use crate::config::{ConfigError, Vars};
+use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
+use crate::dynamo::pages;
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::table::AttributeStyle;
 use crate::Deps;
@@ -100,8 +102,6 @@ impl Effective {
     }
 }
 
-type Cache = HashMap<(String, String), (Timestamp, Option<LimitRow>)>;
-
 /// Reads limit rows, remembering each answer (including "no row") for the cache time, so a warm
 /// limiter spends no DynamoDB call on limits. Clones share the cache.
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ struct Inner {
     attrs: Attrs,
     clock: SharedClock,
     ttl: Duration,
-    cache: Mutex<Cache>,
+    cache: Cache<(String, String), Option<LimitRow>>,
 }
 
 /// The other item of a [`LimitStore::get_with`] read.
@@ -146,7 +146,7 @@ impl LimitStore {
                 attrs: Attrs::of(style),
                 clock,
                 ttl,
-                cache: Mutex::new(HashMap::new()),
+                cache: Cache::new(MAX_CACHED, WhenFull::Clear),
             }),
         }
     }
@@ -182,9 +182,9 @@ impl LimitStore {
             return None;
         }
         let now = self.inner.clock.now();
-        let cache = self.inner.cache.lock().ok()?;
-        let (at, row) = cache.get(&(resource.to_string(), account.to_string()))?;
-        (now < at.plus(self.inner.ttl) && now >= *at).then(|| row.clone())
+        self.inner
+            .cache
+            .fresh(&(resource.to_string(), account.to_string()), now)
     }
 
     /// Records an answer read elsewhere (e.g. by a limiter's BatchGetItem).
@@ -193,19 +193,17 @@ impl LimitStore {
             return;
         }
         let now = self.inner.clock.now();
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-            cache.insert((resource.to_string(), account.to_string()), (now, row));
-        }
+        self.inner.cache.insert_until(
+            (resource.to_string(), account.to_string()),
+            row,
+            now,
+            now.plus(self.inner.ttl),
+        );
     }
 
     /// Forgets every cached answer (after loading new limits in the same process).
     pub fn clear(&self) {
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            cache.clear();
-        }
+        self.inner.cache.clear();
     }
 
     pub fn key(&self, resource: &str, account: &str) -> Item {
@@ -262,7 +260,7 @@ impl LimitStore {
                 .keys(key)
                 .consistent_read(consistent)
                 .build()
-                .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
+                .map_err(|e| Error::build_request("BatchGetItem", e))
         };
         let out = self
             .inner
@@ -322,45 +320,23 @@ impl LimitStore {
     /// One Query/Scan call per page.
     pub async fn list(&self, service: Option<&str>) -> Result<Vec<LimitRow>> {
         let mut rows = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = match service {
-                Some(svc) => {
-                    let out = self
-                        .inner
-                        .client
-                        .query()
-                        .table_name(&self.inner.table)
-                        .index_name(&self.inner.index)
-                        .key_condition_expression("#svc = :svc")
-                        .expression_attribute_names("#svc", self.inner.attrs.service_name)
-                        .expression_attribute_values(":svc", s(svc))
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(|e| Error::dynamo("Query", e))?;
-                    (out.items().to_vec(), out.last_evaluated_key().cloned())
-                }
-                None => {
-                    let out = self
-                        .inner
-                        .client
-                        .scan()
-                        .table_name(&self.inner.table)
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(|e| Error::dynamo("Scan", e))?;
-                    (out.items().to_vec(), out.last_evaluated_key().cloned())
-                }
-            };
-            for item in &page.0 {
-                rows.push(self.parse(item)?);
+        let each = |item: &Item| {
+            rows.push(self.parse(item)?);
+            Ok(())
+        };
+        let client = &self.inner.client;
+        match service {
+            Some(svc) => {
+                let q = client
+                    .query()
+                    .table_name(&self.inner.table)
+                    .index_name(&self.inner.index)
+                    .key_condition_expression("#svc = :svc")
+                    .expression_attribute_names("#svc", self.inner.attrs.service_name)
+                    .expression_attribute_values(":svc", s(svc));
+                pages::query(q, each).await?
             }
-            match page.1 {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
+            None => pages::scan(client.scan().table_name(&self.inner.table), each).await?,
         }
         rows.sort_by(|a, b| {
             (&a.resource_name, &a.account_id).cmp(&(&b.resource_name, &b.account_id))
@@ -393,13 +369,13 @@ impl LimitStore {
                     break;
                 }
                 if round > 0 {
-                    crate::token::backoff(round.min(8)).await;
+                    Backoff::CONDITIONAL.wait(round.min(8)).await;
                 }
                 let req = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut pending)))
                     .consistent_read(true)
                     .build()
-                    .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
+                    .map_err(|e| Error::build_request("BatchGetItem", e))?;
                 let out = self
                     .inner
                     .client
@@ -432,7 +408,7 @@ impl LimitStore {
     ) -> Result<Option<LimitRow>> {
         let a = self.inner.attrs;
         let Some(me) = row.service_name.as_deref() else {
-            return Err(Error::Other(format!(
+            return Err(Error::InvalidArgument(format!(
                 "limit row {}/{} has no service name",
                 row.resource_name, row.account_id
             )));
@@ -463,10 +439,13 @@ impl LimitStore {
                 if let PutItemError::ConditionalCheckFailedException(c) = se.err() {
                     return match c.item() {
                         Some(old) => Ok(Some(self.parse(old)?)),
-                        None => Err(Error::Other(format!(
-                            "limit row {}/{}: the ownership condition failed without the row",
-                            row.resource_name, row.account_id
-                        ))),
+                        None => Err(Error::Dynamo {
+                            operation: "PutItem",
+                            message: format!(
+                                "limit row {}/{}: the ownership condition failed without the row",
+                                row.resource_name, row.account_id
+                            ),
+                        }),
                     };
                 }
                 Err(Error::dynamo("PutItem", SdkError::ServiceError(se)))
@@ -523,9 +502,9 @@ impl LimitStore {
     }
 
     fn forget(&self, resource: &str, account: &str) {
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            cache.remove(&(resource.to_string(), account.to_string()));
-        }
+        self.inner
+            .cache
+            .remove(&(resource.to_string(), account.to_string()));
     }
 }
 

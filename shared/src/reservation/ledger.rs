@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::clock::Timestamp;
+use crate::dynamo::item::{n, parse_int, s, Item};
 use crate::error::{Error, Result};
-use crate::limit::item::{n, parse_int, s, Item};
 
 /// Sort key of the ledger item. `~` sorts after every uuid, so the ledger lists last.
 pub const LEDGER_ID: &str = "~ledger";
@@ -195,10 +195,11 @@ pub(super) fn reserve_expr(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn ledger(entries: &[(&str, i64)]) -> Ledger {
+    /// A ledger holding `entries` (id, expiry), as read from DynamoDB.
+    pub(in crate::reservation) fn ledger(entries: &[(&str, i64)]) -> Ledger {
         Ledger {
             exists: true,
             live: entries

@@ -5,8 +5,7 @@
 //! Capacity lives only in the per-coordinate ledger item ([`super::ledger`]); token rows carry the
 //! binding to a resource id for the resource index and listings. Design: decision 0101.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -18,12 +17,13 @@ use serde::Serialize;
 use super::coordinate::{self, CoordinateError};
 use super::ledger::{Ledger, LEDGER_ID};
 use super::Attrs;
+use crate::cache::{Cache, WhenFull};
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
+use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::txn::is_conflict;
 use crate::error::{Error, Result};
-use crate::limit::item::{s, Item};
 use crate::limit::{Companion, LimitRow, LimitStore};
-use crate::token::is_conflict;
 use crate::Deps;
 
 /// A reservation not bound to a resource expires after this (the seed's 300 s).
@@ -125,7 +125,7 @@ pub(super) struct Inner {
     pub(super) clock: SharedClock,
     pub(super) reservation_ttl: Duration,
     pub(super) token_ttl: Duration,
-    pub(super) ledgers: Mutex<HashMap<String, Ledger>>,
+    pub(super) ledgers: Cache<String, Ledger>,
 }
 /// One conditional write's outcome.
 pub(super) enum Attempt<T> {
@@ -176,7 +176,7 @@ impl NonFungibleLimiter {
                 clock,
                 reservation_ttl: DEFAULT_RESERVATION_TTL,
                 token_ttl: DEFAULT_TOKEN_TTL,
-                ledgers: Mutex::new(HashMap::new()),
+                ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
             }),
         }
     }
@@ -206,7 +206,7 @@ impl NonFungibleLimiter {
                 clock: inner.clock.clone(),
                 reservation_ttl: reservation,
                 token_ttl: token,
-                ledgers: Mutex::new(HashMap::new()),
+                ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
             }),
         }
     }
@@ -225,7 +225,7 @@ impl NonFungibleLimiter {
     /// through a handle would drop the coordinate's capacity record).
     pub(super) fn check_id(id: &str) -> Result<()> {
         if id.is_empty() || id == LEDGER_ID {
-            return Err(Error::Other(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{id:?} is not a reservation id (empty, or the ledger's sort key)"
             )));
         }
@@ -259,34 +259,22 @@ impl NonFungibleLimiter {
     }
 
     pub(super) fn cached_ledger(&self, coordinate: &str) -> Option<Ledger> {
-        self.inner.ledgers.lock().ok()?.get(coordinate).cloned()
+        self.inner.ledgers.get(coordinate)
     }
 
     pub(super) fn remember(&self, coordinate: &str, ledger: Ledger) {
-        if let Ok(mut m) = self.inner.ledgers.lock() {
-            if m.len() >= MAX_CACHED {
-                m.clear();
-            }
-            m.insert(coordinate.to_string(), ledger);
-        }
+        self.inner.ledgers.insert(coordinate.to_string(), ledger);
     }
 
     pub(super) fn forget_entry(&self, coordinate: &str, id: &str) {
-        if let Ok(mut m) = self.inner.ledgers.lock() {
-            if let Some(l) = m.get_mut(coordinate) {
-                l.live.remove(id);
-            }
-        }
+        self.inner.ledgers.update(coordinate, |l| l.live.remove(id));
     }
 
     /// Records a new expiry for an entry of a cached ledger (after binding).
     pub(super) fn extend_entry(&self, coordinate: &str, id: &str, exp: i64) {
-        if let Ok(mut m) = self.inner.ledgers.lock() {
-            if let Some(l) = m.get_mut(coordinate) {
-                l.live
-                    .insert(id.to_string(), (exp, crate::limit::item::n(exp)));
-            }
-        }
+        self.inner
+            .ledgers
+            .update(coordinate, |l| l.live.insert(id.to_string(), (exp, n(exp))));
     }
 
     /// 1 GetItem (strongly consistent) for the ledger.
@@ -347,5 +335,79 @@ impl NonFungibleLimiter {
             id: id.to_string(),
             expires_at: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ledger::tests::ledger;
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::table::AttributeStyle;
+
+    /// A limiter that never calls DynamoDB (nothing here sends a request).
+    fn limiter(style: AttributeStyle) -> NonFungibleLimiter {
+        let client = crate::dynamo::local_client("http://127.0.0.1:9", None);
+        let clock: SharedClock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+        let limits = LimitStore::new(
+            client.clone(),
+            "limits",
+            "limits-index",
+            style,
+            clock.clone(),
+            Duration::from_secs(60),
+        );
+        NonFungibleLimiter::new(client, "nf", "nf-index", style, limits, clock)
+    }
+
+    #[test]
+    fn ids_that_are_not_reservations_are_refused() {
+        for bad in ["", LEDGER_ID] {
+            let err = NonFungibleLimiter::check_id(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
+        }
+        assert!(NonFungibleLimiter::check_id("3f1c-uuid").is_ok());
+        let l = limiter(AttributeStyle::Camel);
+        assert!(matches!(
+            l.reservation("emr", "acct", LEDGER_ID),
+            Err(ReservationError::Store(Error::InvalidArgument(_)))
+        ));
+        assert!(matches!(
+            l.reservation("emr:x", "acct", "id"),
+            Err(ReservationError::InvalidCoordinate(_))
+        ));
+        let r = l.reservation("emr", "acct", "id").unwrap();
+        assert_eq!((r.coordinate.as_str(), r.expires_at), ("emr:acct", None));
+    }
+
+    #[test]
+    fn keys_follow_the_attribute_style() {
+        let camel = limiter(AttributeStyle::Camel).key("emr:acct", "id");
+        assert_eq!(camel.get("resourceCoordinate"), Some(&s("emr:acct")));
+        assert_eq!(camel.get("reservationId"), Some(&s("id")));
+        let snake = limiter(AttributeStyle::Snake).key("emr:acct", "id");
+        assert_eq!(snake.get("resource_coordinate"), Some(&s("emr:acct")));
+        assert_eq!(snake.len(), 2);
+    }
+
+    #[test]
+    fn the_ledger_cache_forgets_and_extends_entries_of_known_ledgers_only() {
+        let l = limiter(AttributeStyle::Camel);
+        assert_eq!(l.cached_ledger("c"), None);
+        l.remember("c", ledger(&[("a", 10), ("b", 20)]));
+        l.forget_entry("c", "a");
+        l.extend_entry("c", "b", 99);
+        assert_eq!(l.cached_ledger("c"), Some(ledger(&[("b", 99)])));
+        // Unknown coordinates stay unknown: no ledger is invented from one entry.
+        l.extend_entry("other", "x", 5);
+        l.forget_entry("other", "x");
+        assert_eq!(l.cached_ledger("other"), None);
+        // New TTLs start a fresh cache (the old ledgers were seen under other expiries).
+        let l2 = l
+            .clone()
+            .with_ttls(Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!(l2.cached_ledger("c"), None);
+        assert_eq!(l2.inner.reservation_ttl, Duration::from_secs(1));
+        assert_eq!(l.cached_ledger("c"), Some(ledger(&[("b", 99)])));
     }
 }

@@ -10,8 +10,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::ledger::{is_live, Ledger, LEDGER_ID};
 use super::{NonFungibleLimiter, TokenRow};
 use crate::clock::Timestamp;
-use crate::error::{Error, Result};
-use crate::limit::item::{opt_int, opt_str, req_str, s, Item};
+use crate::dynamo::item::{opt_int, opt_str, req_str, s, Item};
+use crate::dynamo::pages;
+use crate::error::Result;
 
 /// The listing of a coordinate: each row, live only while its ledger entry is (rows without a
 /// ledger keep their own `expirationTime`, as rate-limiter-py wrote them), plus one entry per
@@ -75,23 +76,10 @@ impl NonFungibleLimiter {
     async fn query_pages(
         &self,
         build: impl Fn(QueryFluentBuilder) -> QueryFluentBuilder,
-        mut each: impl FnMut(&Item) -> Result<()>,
+        each: impl FnMut(&Item) -> Result<()>,
     ) -> Result<()> {
-        let mut start: Option<Item> = None;
-        loop {
-            let page = build(self.inner.client.query().table_name(&self.inner.table))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| Error::dynamo("Query", e))?;
-            for item in page.items() {
-                each(item)?;
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => return Ok(()),
-            }
-        }
+        let query = build(self.inner.client.query().table_name(&self.inner.table));
+        pages::query(query, each).await
     }
 
     /// The coordinate's rows (live by their own `expirationTime`) and its ledger item. One strongly
@@ -189,7 +177,7 @@ impl NonFungibleLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::item::n;
+    use crate::dynamo::item::n;
 
     fn row(id: &str, exp: i64, bound: Option<&str>) -> TokenRow {
         TokenRow {

@@ -9,10 +9,10 @@ use super::ledger::{expiry_secs, reserve_expr, Ledger, Plan, Prune, LEDGER_ID};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError};
 use crate::clock::Timestamp;
+use crate::dynamo::item::n;
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
-use crate::limit::item::n;
 use crate::limit::Effective;
-use crate::token::backoff;
 
 impl NonFungibleLimiter {
     /// Reserves one unit of (resource, account)'s capacity for the reservation TTL (5 min default).
@@ -106,13 +106,10 @@ impl NonFungibleLimiter {
                     cached = false;
                     self.remember(&coordinate, ledger.clone());
                 }
-                Attempt::Retry => backoff(attempt).await,
+                Attempt::Retry => Backoff::CONDITIONAL.wait(attempt).await,
             }
         }
-        Err(Error::Other(format!(
-            "{coordinate} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
-        ))
-        .into())
+        Err(Error::contended(coordinate, MAX_ATTEMPTS).into())
     }
 
     /// The admission write: 1 UpdateItem on the ledger ([`reserve_expr`]). A failed condition hands
@@ -186,7 +183,7 @@ impl NonFungibleLimiter {
             })? {
                 Attempt::Done(()) | Attempt::Failed(_) => Ok(()),
                 Attempt::Retry => {
-                    backoff(0).await;
+                    Backoff::CONDITIONAL.wait(0).await;
                     Ok(())
                 }
             },

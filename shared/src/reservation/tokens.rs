@@ -22,9 +22,9 @@ use super::ledger::{expiry_secs, is_live, LEDGER_ID, LEDGER_MAP};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
 use crate::clock::Timestamp;
+use crate::dynamo::item::{n, opt_int, opt_str, s};
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
-use crate::limit::item::{n, opt_int, opt_str, s};
-use crate::token::backoff;
 
 /// Why a bind's row write was refused, from the row as it is: bound to another resource and still
 /// live → [`ReservationError::AlreadyBound`]; otherwise the reservation is gone.
@@ -56,7 +56,7 @@ impl NonFungibleLimiter {
     /// deleted again (+1 DeleteItem), so nothing is left behind.
     async fn bind(&self, r: &Reservation, resource_id: &str) -> Result<Token, ReservationError> {
         if resource_id.is_empty() {
-            return Err(Error::Other("resource id must be non-empty".into()).into());
+            return Err(Error::InvalidArgument("resource id must be non-empty".into()).into());
         }
         let a = self.inner.attrs;
         let now = self.inner.clock.now();
@@ -178,11 +178,9 @@ impl NonFungibleLimiter {
     async fn pause(attempt: &mut u32, coordinate: &str) -> Result<()> {
         *attempt += 1;
         if *attempt >= MAX_ATTEMPTS {
-            return Err(Error::Other(format!(
-                "{coordinate} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
-            )));
+            return Err(Error::contended(coordinate, MAX_ATTEMPTS));
         }
-        backoff(*attempt).await;
+        Backoff::CONDITIONAL.wait(*attempt).await;
         Ok(())
     }
 

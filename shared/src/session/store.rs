@@ -8,10 +8,18 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{attr, Session};
-use crate::admission::item::{self, n, s, Item};
+use crate::dynamo::item::{self, n, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
+use crate::tenant::MAX_CONNECTION_SHARDS;
 use crate::Deps;
+
+/// The shard count a session (or its stream image) recorded: `connShards`, 1 when absent.
+pub fn connection_shards(it: &Item) -> u64 {
+    item::num(it, attr::CONNECTION_SHARDS)
+        .and_then(|v| u64::try_from(v).ok())
+        .map_or(1, |v| v.clamp(1, MAX_CONNECTION_SHARDS))
+}
 
 /// The session's key. Its leading (partition) key is the tenant id itself, taken from the validated
 /// [`TenantId`], so it passes the key guard by construction (no format to get wrong; tested below).
@@ -26,11 +34,11 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
     let mut connection_ids = item::string_set(it, attr::CONNECTION_IDS);
     connection_ids.sort();
     Ok(Session {
-        tenant_id: item::string(table, it, attr::TENANT_ID)?,
-        session_id: item::string(table, it, attr::SESSION_ID)?,
-        session_ttl: item::opt_number_i64(table, it, attr::SESSION_TTL)?.unwrap_or(0),
+        tenant_id: item::string(it, table, attr::TENANT_ID)?,
+        session_id: item::string(it, table, attr::SESSION_ID)?,
+        session_ttl: item::opt_number_i64(it, table, attr::SESSION_TTL)?.unwrap_or(0),
         connection_ids,
-        connection_shards: crate::admission::shards::of_item(it),
+        connection_shards: connection_shards(it),
     })
 }
 
@@ -166,6 +174,16 @@ pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option
 mod tests {
     use super::*;
     use crate::isolation::check_key;
+
+    #[test]
+    fn the_recorded_shard_count_defaults_to_one_and_is_bounded() {
+        let mut it = Item::new();
+        assert_eq!(connection_shards(&it), 1);
+        it.insert(attr::CONNECTION_SHARDS.into(), n(8));
+        assert_eq!(connection_shards(&it), 8);
+        it.insert(attr::CONNECTION_SHARDS.into(), n(100_000));
+        assert_eq!(connection_shards(&it), MAX_CONNECTION_SHARDS);
+    }
 
     #[test]
     fn the_session_key_leads_with_exactly_the_tenant() {

@@ -1,11 +1,11 @@
 //! Telemetry: structured logs for the CLI and the local stack (Lambda binaries use the runtime's
 //! own `init_default_subscriber`, which honours `AWS_LAMBDA_LOG_FORMAT` and `AWS_LAMBDA_LOG_LEVEL`),
-//! and metrics in CloudWatch Embedded Metric Format: the recorder ([`metrics`]), the one list of
-//! metric names and dimensions ([`catalogue`]) and the DynamoDB client's meter ([`dynamo`]).
+//! and metrics in CloudWatch Embedded Metric Format: the recorder ([`metrics`]) and the one list of
+//! metric names and dimensions ([`catalogue`]); the DynamoDB client's meter that feeds it is
+//! `crate::dynamo::meter`.
 //! Ground floor: it imports nothing else from this crate but `config`.
 
 pub mod catalogue;
-pub mod dynamo;
 pub mod metrics;
 
 use tracing_subscriber::EnvFilter;

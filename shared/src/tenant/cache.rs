@@ -2,11 +2,10 @@
 //! Only found tenants are cached: a tenant created a moment ago is seen on the next call, and a
 //! deleted or changed one within the configured time (`TURNSTILE_TENANT_CACHE_SECS`).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{store, Tenant};
+use crate::cache::{Cache, WhenFull};
 use crate::clock::Timestamp;
 use crate::config::{ConfigError, Vars};
 use crate::error::Result;
@@ -22,14 +21,14 @@ const MAX_ENTRIES: usize = 10_000;
 #[derive(Debug)]
 pub struct TenantCache {
     ttl: Duration,
-    entries: Mutex<HashMap<TenantId, (Tenant, Timestamp)>>,
+    entries: Cache<TenantId, Tenant>,
 }
 
 impl TenantCache {
     pub fn new(ttl: Duration) -> Self {
         TenantCache {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: Cache::new(MAX_ENTRIES, WhenFull::Clear),
         }
     }
 
@@ -45,7 +44,7 @@ impl TenantCache {
     /// The tenant, from memory when fresh (0 calls), else 1 GetItem.
     pub async fn get(&self, deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
         let now = deps.clock.now();
-        if let Some(t) = self.fresh(id, now) {
+        if let Some(t) = self.entries.fresh(id, now) {
             return Ok(Some(t));
         }
         let found = store::get(deps, id).await?;
@@ -55,21 +54,11 @@ impl TenantCache {
         Ok(found)
     }
 
-    fn fresh(&self, id: &TenantId, now: Timestamp) -> Option<Tenant> {
-        let map = self.entries.lock().ok()?;
-        let (t, at) = map.get(id)?;
-        (now.since(*at) < self.ttl && *at <= now).then(|| t.clone())
-    }
-
     pub fn insert(&self, t: Tenant, now: Timestamp) {
         if self.ttl.is_zero() {
             return;
         }
-        if let Ok(mut map) = self.entries.lock() {
-            if map.len() >= MAX_ENTRIES {
-                map.clear();
-            }
-            map.insert(t.tenant_id.clone(), (t, now));
-        }
+        self.entries
+            .insert_until(t.tenant_id.clone(), t, now, now.plus(self.ttl));
     }
 }

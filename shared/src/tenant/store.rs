@@ -6,7 +6,7 @@ use std::str::FromStr;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
-use crate::admission::item;
+use crate::dynamo::{item, pages};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::Deps;
@@ -21,14 +21,14 @@ fn key(id: &TenantId) -> HashMap<String, AttributeValue> {
 /// Reads a tenant row into a [`Tenant`]. The four seed-003 limits are required; `sessionTTL` and
 /// `messagesPerMinute` (added by the AWS sample) default when absent so seed-003 rows keep working.
 pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Tenant> {
-    let id = item::string(table, it, attr::TENANT_ID)?;
+    let id = item::string(it, table, attr::TENANT_ID)?;
     let tenant_id = TenantId::parse(&id).map_err(|e| Error::MalformedItem {
         table: table.to_string(),
         reason: e.to_string(),
     })?;
-    let req = |name: &str| item::number_u64(table, it, name);
+    let req = |name: &str| item::number_u64(it, table, name);
     let opt = |name: &str, dflt: u64| -> Result<u64> {
-        Ok(item::opt_number_u64(table, it, name)?.unwrap_or(dflt))
+        Ok(item::opt_number_u64(it, table, name)?.unwrap_or(dflt))
     };
     let tenant = Tenant {
         tenant_id,
@@ -94,7 +94,10 @@ pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
 
 /// 1 PutItem: creates or replaces the tenant row.
 pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
-    tenant.limits.check_shards().map_err(Error::Other)?;
+    tenant
+        .limits
+        .check_shards()
+        .map_err(Error::InvalidArgument)?;
     let mut it = key(&tenant.tenant_id);
     for (name, value) in tenant.limits.fields() {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
@@ -142,27 +145,15 @@ pub async fn delete(deps: &Deps, id: &TenantId) -> Result<bool> {
 pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     let mut tenants = Vec::new();
     let mut bad = Vec::new();
-    let mut start: Option<HashMap<String, AttributeValue>> = None;
-    loop {
-        let out = deps
-            .dynamo
-            .scan()
-            .table_name(&deps.tables.tenants)
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("Scan", e))?;
-        for it in out.items() {
-            match from_item(&deps.tables.tenants, it) {
-                Ok(t) => tenants.push(t),
-                Err(e) => bad.push(e.to_string()),
-            }
+    let scan = deps.dynamo.scan().table_name(&deps.tables.tenants);
+    pages::scan(scan, |it| {
+        match from_item(&deps.tables.tenants, it) {
+            Ok(t) => tenants.push(t),
+            Err(e) => bad.push(e.to_string()),
         }
-        match out.last_evaluated_key() {
-            Some(k) if !k.is_empty() => start = Some(k.clone()),
-            _ => break,
-        }
-    }
+        Ok(())
+    })
+    .await?;
     tenants.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
     Ok((tenants, bad))
 }

@@ -13,10 +13,13 @@ use serde::Serialize;
 
 use super::bucket::{format_ms, parse_ms, refill, time_for, BucketState};
 use super::Attrs;
+use crate::cache::{Cache, WhenFull};
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
+use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::retry::Backoff;
+use crate::dynamo::txn::is_conflict;
 use crate::error::{Error, Result};
-use crate::limit::item::{n, s, Item};
 use crate::limit::{Companion, Effective, LimitRow, LimitStore, Quota};
 use crate::Deps;
 
@@ -25,7 +28,7 @@ mod sharded;
 pub use guard::{account_at, Guarded};
 pub use sharded::shards_from_vars;
 
-/// Attempts before a decision gives up with [`Error::Other`] ("contended"); each failed attempt
+/// Attempts before a decision gives up with [`Error::Contended`]; each failed attempt
 /// returned the bucket's real state, so this only trips under extreme contention.
 const MAX_ATTEMPTS: u32 = 64;
 /// Bucket states remembered beyond this are dropped wholesale (bounded memory).
@@ -112,7 +115,7 @@ struct Inner {
     attrs: Attrs,
     limits: LimitStore,
     clock: SharedClock,
-    seen: Mutex<HashMap<(String, String), Seen>>,
+    seen: Cache<(String, String), Seen>,
     /// Resources spread over more than one bucket row (decision 1500), and the shard choices.
     shards: Mutex<HashMap<String, u32>>,
     picker: crate::shard::Picker,
@@ -144,7 +147,7 @@ impl FungibleLimiter {
                 attrs: Attrs::of(style),
                 limits,
                 clock,
-                seen: Mutex::new(HashMap::new()),
+                seen: Cache::new(MAX_CACHED, WhenFull::Clear),
                 shards: Mutex::new(HashMap::new()),
                 picker: crate::shard::Picker::default(),
             }),
@@ -187,7 +190,7 @@ impl FungibleLimiter {
         let t = &self.inner.table;
         let tokens_raw = item.get(a.tokens).cloned();
         let refill_raw = item.get(a.last_refill).cloned();
-        let tokens = crate::limit::item::opt_int(item, t, a.tokens)?;
+        let tokens = crate::dynamo::item::opt_int(item, t, a.tokens)?;
         let last_refill = match &refill_raw {
             None | Some(AttributeValue::Null(_)) => None,
             Some(AttributeValue::N(v)) => {
@@ -214,18 +217,15 @@ impl FungibleLimiter {
     }
 
     fn seen(&self, resource: &str, account: &str) -> Option<Seen> {
-        let map = self.inner.seen.lock().ok()?;
-        map.get(&(resource.to_string(), account.to_string()))
-            .cloned()
+        self.inner
+            .seen
+            .get(&(resource.to_string(), account.to_string()))
     }
 
     fn remember(&self, resource: &str, account: &str, seen: &Seen) {
-        if let Ok(mut map) = self.inner.seen.lock() {
-            if map.len() >= MAX_CACHED {
-                map.clear();
-            }
-            map.insert((resource.to_string(), account.to_string()), seen.clone());
-        }
+        self.inner
+            .seen
+            .insert((resource.to_string(), account.to_string()), seen.clone());
     }
 
     /// Takes one token from (resource, account)'s bucket if it has one.
@@ -242,7 +242,7 @@ impl FungibleLimiter {
         default: Quota,
     ) -> Result<Decision> {
         if resource.is_empty() || account.is_empty() {
-            return Err(Error::Other(
+            return Err(Error::InvalidArgument(
                 "resource name and account id must be non-empty".into(),
             ));
         }
@@ -352,16 +352,17 @@ impl FungibleLimiter {
                     self.remember(store, account, &seen);
                     // Many losses in a row: a hot bucket refilling under us; spread the retries.
                     if attempt >= 4 {
-                        backoff(attempt - 4).await;
+                        Backoff::CONDITIONAL.wait(attempt - 4).await;
                     }
                 }
-                Err(Lost::Conflict) => backoff(attempt).await,
+                Err(Lost::Conflict) => Backoff::CONDITIONAL.wait(attempt).await,
                 Err(Lost::Failed(e)) => return Err(e),
             }
         }
-        Err(Error::Other(format!(
-            "bucket {store}/{account} is contended: no definite outcome after {MAX_ATTEMPTS} attempts"
-        )))
+        Err(Error::contended(
+            format!("bucket {store}/{account}"),
+            MAX_ATTEMPTS,
+        ))
     }
 
     /// Runs `work` only if a token is granted; otherwise returns [`TokenError::Limited`] without
@@ -568,31 +569,4 @@ enum Lost {
     /// A transaction held the item; retry after a pause.
     Conflict,
     Failed(Error),
-}
-
-/// Error codes that mean "no definite outcome; try again": another transaction held the item, or
-/// an item of a cancelled transaction was throttled (the SDK does not retry a cancellation). A
-/// throttling *exception* (`ThrottlingException`, `ProvisionedThroughputExceededException`,
-/// `RequestLimitExceeded`) is not here: the SDK has already retried it with backoff, and looping on
-/// it kept a warm `get_token` past 8 s under persistent throttling; failing closed is bounded
-/// (decision 0900).
-pub(crate) fn is_conflict(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some(
-            "TransactionConflictException"
-                | "TransactionConflict"
-                | "ThrottlingError"
-                | "ProvisionedThroughputExceeded"
-                | "TransactionInProgressException"
-        )
-    )
-}
-
-/// Jittered exponential pause before retrying a conflicted write: 1-2 ms doubling up to ~64-128 ms.
-/// (Real time on purpose: this paces retries, it decides nothing.)
-pub(crate) async fn backoff(attempt: u32) {
-    let base = 1u64 << attempt.min(6);
-    let jitter = fastrand::u64(0..=base);
-    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
 }

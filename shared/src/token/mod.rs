@@ -10,7 +10,6 @@ mod limiter;
 pub use limiter::{
     account_at, shards_from_vars, Decision, FungibleLimiter, Guarded, Source, TokenError,
 };
-pub(crate) use limiter::{backoff, is_conflict};
 
 use crate::table::{AttributeStyle, KeyAttr, TableDef, TableKind};
 

@@ -1,23 +1,31 @@
-//! The DynamoDB client's meter: an SDK interceptor on every client Turnstile builds
-//! (`crate::dynamo`) that records each attempt's operation, latency and failure kind
-//! (`DynamoDbCalls`, `DynamoDbLatency`, `DynamoDbErrors`). It reads what the SDK already has; it
-//! adds nothing to the request (unlike the tests' `CallCounter`).
+//! The one SDK interceptor on every DynamoDB client Turnstile builds. Always: each attempt's
+//! operation, latency and failure kind (`DynamoDbCalls`, `DynamoDbLatency`, `DynamoDbErrors`), read
+//! from what the SDK already has. With a [`CallCounter`] (tests and benchmarks only): every
+//! request counted, and `ReturnConsumedCapacity=TOTAL` added so each call's units are charged.
 
 use std::time::Instant;
 
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::{
+    AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextMut,
     BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
 };
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+use serde_json::Value;
 
-use super::catalogue;
+use super::counter::{units_of, CallCounter, CAPACITY_OPERATIONS};
+use super::retry::is_throttle;
+use crate::telemetry::catalogue;
 
+/// The interceptor; `counter` only on clients built to be counted.
 #[derive(Debug, Clone, Default)]
-pub struct DynamoMeter;
+pub struct Meter {
+    pub counter: Option<CallCounter>,
+}
 
 /// When the attempt in flight was sent.
 #[derive(Debug, Clone)]
@@ -27,7 +35,18 @@ impl Storable for Sent {
     type Storer = StoreReplace<Self>;
 }
 
-fn operation(cfg: &ConfigBag) -> String {
+/// The request of the attempt in flight, kept from signing to deserialisation.
+#[derive(Debug, Clone)]
+struct MeteredRequest {
+    operation: String,
+    body: Value,
+}
+
+impl Storable for MeteredRequest {
+    type Storer = StoreReplace<Self>;
+}
+
+fn operation_name(cfg: &ConfigBag) -> String {
     cfg.load::<Metadata>()
         .map(|m| m.name().to_string())
         .unwrap_or_else(|| "unknown".into())
@@ -46,17 +65,52 @@ pub fn error_type(status: u16, body: &[u8]) -> Option<&'static str> {
     let kind = kind.rsplit('#').next().unwrap_or("");
     match kind {
         "ConditionalCheckFailedException" | "TransactionCanceledException" => None,
-        "ThrottlingException"
-        | "ProvisionedThroughputExceededException"
-        | "RequestLimitExceeded" => Some("Throttling"),
+        k if is_throttle(Some(k)) => Some("Throttling"),
         _ if status >= 500 => Some("Server"),
         _ => Some("Client"),
     }
 }
 
-impl Intercept for DynamoMeter {
+impl Intercept for Meter {
     fn name(&self) -> &'static str {
         "TurnstileDynamoMeter"
+    }
+
+    /// Asks for `ReturnConsumedCapacity=TOTAL` and keeps the request for [`units_of`].
+    fn modify_before_signing(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if self.counter.is_none() {
+            return Ok(());
+        }
+        let operation = operation_name(cfg);
+        if !CAPACITY_OPERATIONS.contains(&operation.as_str()) {
+            return Ok(());
+        }
+        let request = context.request_mut();
+        let Some(mut body) = request
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+        else {
+            return Ok(());
+        };
+        if let Some(o) = body.as_object_mut() {
+            if !o.contains_key("ReturnConsumedCapacity") {
+                o.insert("ReturnConsumedCapacity".into(), Value::from("TOTAL"));
+                let bytes = serde_json::to_vec(&body)?;
+                request
+                    .headers_mut()
+                    .insert("content-length", bytes.len().to_string());
+                *request.body_mut() = SdkBody::from(bytes);
+            }
+        }
+        cfg.interceptor_state()
+            .store_put(MeteredRequest { operation, body });
+        Ok(())
     }
 
     fn read_before_transmit(
@@ -66,6 +120,29 @@ impl Intercept for DynamoMeter {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         cfg.interceptor_state().store_put(Sent(Instant::now()));
+        if let Some(counter) = &self.counter {
+            counter.record(&operation_name(cfg));
+        }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &AfterDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let (Some(counter), Some(req)) = (&self.counter, cfg.load::<MeteredRequest>()) else {
+            return Ok(());
+        };
+        let response = context.response();
+        let body = response
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+            .unwrap_or(Value::Null);
+        let units = units_of(&req.operation, &req.body, response.status().as_u16(), &body);
+        counter.charge(&req.operation, units);
         Ok(())
     }
 
@@ -78,7 +155,7 @@ impl Intercept for DynamoMeter {
         let Some(Sent(sent)) = cfg.load::<Sent>().cloned() else {
             return Ok(());
         };
-        catalogue::dynamodb_call(&operation(cfg), sent.elapsed());
+        catalogue::dynamodb_call(&operation_name(cfg), sent.elapsed());
         match context.response() {
             Some(r) => {
                 let body = r.body().bytes().unwrap_or_default();
