@@ -315,8 +315,8 @@ impl TenantClients {
 /// with a tenant role, a clone of `deps` whose `dynamo` is the tenant-scoped client (the clone is
 /// cheap: SDK clients are `Arc`s); without one (`clients` is `None`, or built without
 /// `TENANT_ROLE_ARN`), `deps` itself, borrowed — no STS call, no clone, no extra DynamoDB call.
-/// Each function's `State` holds the `Option<TenantClients>` its `main.rs` built with
-/// [`TenantClients::from_deps`].
+/// Handlers reach it through their `State`'s [`Tenancy`](crate::function::Tenancy), which each
+/// crate's `init` builds with [`TenantClients::from_deps`].
 pub async fn tenant_deps<'d>(
     clients: Option<&TenantClients>,
     deps: &'d crate::Deps,
