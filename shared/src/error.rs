@@ -1,6 +1,8 @@
 //! The library's error type. Every failure that came from outside (config, ids, DynamoDB) is a value
 //! here, never a panic, so handlers can turn it into a precise 4xx or a logged rejection.
 
+use std::time::Duration;
+
 use crate::config::ConfigError;
 use crate::ids::IdError;
 use crate::isolation::CrossTenantKey;
@@ -28,6 +30,39 @@ pub enum Error {
     /// bug in Turnstile, refused before it reaches DynamoDB. Handlers answer it with a logged 500.
     #[error(transparent)]
     CrossTenantKey(#[from] CrossTenantKey),
+    /// No definite outcome after `attempts` tries (conflicts, lost races, a counter that kept
+    /// changing). Infrastructure failure: DynamoDB could not settle the write in time.
+    #[error("{what} is contended: no definite outcome after {attempts} attempts")]
+    Contended { what: String, attempts: u32 },
+    /// An SDK request builder refused what we gave it (a missing required field): a bug, caught
+    /// before any call. Infrastructure failure (the request was never sent).
+    #[error("building {what}: {message}")]
+    BuildRequest { what: &'static str, message: String },
+    /// An API Gateway Management API call (`PostToConnection`...) failed for a reason other than a
+    /// gone connection. Infrastructure failure.
+    #[error("{operation} {connection}: {message}")]
+    Gateway {
+        operation: &'static str,
+        connection: String,
+        message: String,
+    },
+    /// STS `AssumeRole` for a tenant's scoped credentials failed (decision on tenant isolation).
+    /// Infrastructure failure.
+    #[error("STS AssumeRole for tenant {tenant}: {message}")]
+    AssumeRole { tenant: String, message: String },
+    /// Something we wait for (a table becoming ACTIVE, a join within its deadline) did not happen
+    /// in time. Infrastructure failure.
+    #[error("{what}: not done within {after:?}")]
+    TimedOut { what: String, after: Duration },
+    /// The caller passed a value the operation cannot take (an empty id...). Not an
+    /// infrastructure failure: the same call fails the same way every time.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A limits file that does not parse or validate (names the entry and field). Not an
+    /// infrastructure failure.
+    #[error("limits file: {0}")]
+    LimitsFile(String),
+    /// A one-off failure with no variant of its own. Counted as an infrastructure failure.
     #[error("{0}")]
     Other(String),
 }
@@ -35,6 +70,38 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Whether this failure is the infrastructure's (DynamoDB, STS, the Management API, a bug in a
+    /// request), not an answer about the caller's input or data: the failures a tenant's
+    /// `onFailure` policy decides on (decision 1000).
+    pub fn is_infrastructure(&self) -> bool {
+        matches!(
+            self,
+            Error::Dynamo { .. }
+                | Error::Contended { .. }
+                | Error::BuildRequest { .. }
+                | Error::Gateway { .. }
+                | Error::AssumeRole { .. }
+                | Error::TimedOut { .. }
+                | Error::Other(_)
+        )
+    }
+
+    /// An SDK builder error, for [`Error::BuildRequest`].
+    pub fn build_request(what: &'static str, err: impl std::fmt::Display) -> Self {
+        Error::BuildRequest {
+            what,
+            message: err.to_string(),
+        }
+    }
+
+    /// [`Error::Contended`] for `what` after `attempts`.
+    pub fn contended(what: impl Into<String>, attempts: u32) -> Self {
+        Error::Contended {
+            what: what.into(),
+            attempts,
+        }
+    }
+
     /// Wraps an SDK error with the operation's name and the full error chain (the SDK's own
     /// `Display` says only "service error").
     pub fn dynamo<E>(operation: &'static str, err: E) -> Self

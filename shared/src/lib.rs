@@ -4,9 +4,10 @@
 //! [`tenant`], [`session`] and [`counter`] (WebSocket admission, seed 003), [`token`], [`limit`] and
 //! [`reservation`] (fungible and non-fungible tokens, seeds 001/000), [`kv`] (GCRA limits, seed 004).
 //! Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (the one definition of every
-//! table), [`dynamo`] (clients and the call counter), [`capacity`] (write/read units by DynamoDB's rules), [`ids`] (validated identifiers).
+//! table), [`dynamo`] (clients, the call counter, the item codec, transactions and retries), [`cache`] (the one in-process cache), [`capacity`] (write/read units by DynamoDB's rules), [`ids`] (validated identifiers).
 
 pub mod admission;
+pub mod cache;
 pub mod capacity;
 pub mod clock;
 pub mod config;

@@ -168,16 +168,16 @@ async fn the_sdk_surfaces_injected_answers_as_dynamodbs_typed_errors() {
         )
     );
     // Turnstile's own reading of it: a retryable collision at index 1.
-    let out = shared::admission::txn::send(
-        &env.deps,
+    let out = shared::dynamo::txn::send(
+        &env.deps.dynamo,
         vec![bump_item(&table, "b"), bump_item(&table, "a")],
     )
     .await
     .unwrap();
     assert!(matches!(
         out,
-        shared::admission::txn::Outcome::Cancelled(ref r)
-            if r == &[shared::admission::txn::Reason::Ok, shared::admission::txn::Reason::Conflict]
+        shared::dynamo::txn::Outcome::Cancelled(ref r)
+            if r == &[shared::dynamo::txn::Reason::Ok, shared::dynamo::txn::Reason::Conflict]
     ));
     // A single-item write on an item a transaction holds: TransactionConflictException.
     let single = db

@@ -29,13 +29,14 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
-use super::item::{self, n, s, Item};
 use super::shards::Counter;
 use super::write::{self, Parts, Retries, Written};
 use super::Limit;
 use crate::clock::Timestamp;
 use crate::counter::window::MinuteWindow;
 use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::{self, n, s, Item};
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
 use crate::ids::{ConnectionId, SessionId, TenantId};
@@ -466,7 +467,7 @@ pub(super) async fn reserve_on(
                         return Ok(Err(answer));
                     }
                     settling += 1;
-                    super::txn::backoff(settling).await;
+                    Backoff::TRANSACTION.wait(settling).await;
                 } else if next.same_bet(&minute) {
                     tracing::debug!(tenant = %t, "reservation refused with room; retrying");
                 }

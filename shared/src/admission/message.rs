@@ -18,9 +18,9 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::item::{self, n, Item};
 use super::Limit;
 use crate::counter::window::MinuteWindow;
+use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::refusal::Refusal;

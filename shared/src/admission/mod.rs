@@ -16,7 +16,6 @@
 
 pub mod connect;
 pub mod context;
-pub mod item;
 pub mod message;
 pub mod precheck;
 #[cfg(feature = "gateway")]
@@ -25,7 +24,6 @@ mod reconcile_shards;
 pub mod release;
 pub mod respond;
 pub mod shards;
-pub mod txn;
 pub mod verdict;
 pub mod write;
 

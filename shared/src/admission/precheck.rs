@@ -10,9 +10,9 @@
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
-use super::item::{self, s, Item};
 use super::Limit;
 use crate::counter::{attr as cattr, keys, window::MinuteWindow};
+use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
 use crate::ids::{SessionId, TenantId};

@@ -38,10 +38,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde::Serialize;
 
-use super::item::{self, n, s, Item};
 use super::release;
 use super::write::{self, Parts, Retries, Written};
 use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::{self, n, s, Item};
 use crate::error::{Error, Result};
 use crate::gateway::Gateway;
 use crate::ids::{SessionId, TenantId};

@@ -8,12 +8,12 @@
 
 use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 
-use super::item::{self, n, s, Item};
 use super::reconcile::{unchanged, Snapshot};
 use super::shards;
-use super::txn;
 use super::write::Parts;
 use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::{self, n, s, Item};
+use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::Deps;
@@ -112,7 +112,7 @@ pub(super) async fn subtract(
         items.push(TransactWriteItem::builder().update(update).build());
     }
     Ok(matches!(
-        txn::send(deps, items).await?,
+        txn::send(&deps.dynamo, items).await?,
         txn::Outcome::Committed
     ))
 }

@@ -19,11 +19,11 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use super::connect::count_move;
-use super::item::{self, n, s, Item};
 use super::shards;
 use super::write::{self, Parts, Retries, Written};
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::{self, n, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::session::{attr as sattr, store as sstore};

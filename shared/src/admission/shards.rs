@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
 use super::connect::{self, Admission, Hints, Minute, Reservation, TENANT_MINUTE};
-use super::item::{self, s, Item};
 use super::Limit;
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
 use crate::session::attr as sattr;

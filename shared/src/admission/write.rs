@@ -14,7 +14,8 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::item::Item;
+use crate::dynamo::item::Item;
+use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::Deps;
 
@@ -146,7 +147,7 @@ pub async fn update(
                         && throttled(other.code())
                         && attempt < THROTTLE_ATTEMPTS =>
                 {
-                    super::txn::backoff(attempt).await;
+                    Backoff::TRANSACTION.wait(attempt).await;
                 }
                 _ => return Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
             },

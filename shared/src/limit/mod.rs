@@ -3,7 +3,6 @@
 //! [`LimitStore`] reads rows and caches them (found or not) for `TURNSTILE_LIMIT_CACHE_SECS`;
 //! [`load`] diffs a rate-limiter-py limits file against the `serviceName` index.
 
-pub(crate) mod item;
 pub mod load;
 mod store;
 

@@ -11,10 +11,10 @@ use aws_sdk_dynamodb::types::{KeysAndAttributes, ReturnValuesOnConditionCheckFai
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
-use super::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
 use super::Attrs;
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::{ConfigError, Vars};
+use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
 use crate::error::{Error, Result};
 use crate::table::AttributeStyle;
 use crate::Deps;

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::clock::Timestamp;
+use crate::dynamo::item::{n, parse_int, s, Item};
 use crate::error::{Error, Result};
-use crate::limit::item::{n, parse_int, s, Item};
 
 /// Sort key of the ledger item. `~` sorts after every uuid, so the ledger lists last.
 pub const LEDGER_ID: &str = "~ledger";

@@ -20,8 +20,8 @@ use super::ledger::{Ledger, LEDGER_ID};
 use super::Attrs;
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
+use crate::dynamo::item::{s, Item};
 use crate::error::{Error, Result};
-use crate::limit::item::{s, Item};
 use crate::limit::{Companion, LimitRow, LimitStore};
 use crate::token::is_conflict;
 use crate::Deps;
@@ -284,7 +284,7 @@ impl NonFungibleLimiter {
         if let Ok(mut m) = self.inner.ledgers.lock() {
             if let Some(l) = m.get_mut(coordinate) {
                 l.live
-                    .insert(id.to_string(), (exp, crate::limit::item::n(exp)));
+                    .insert(id.to_string(), (exp, crate::dynamo::item::n(exp)));
             }
         }
     }

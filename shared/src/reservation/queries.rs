@@ -10,8 +10,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::ledger::{is_live, Ledger, LEDGER_ID};
 use super::{NonFungibleLimiter, TokenRow};
 use crate::clock::Timestamp;
+use crate::dynamo::item::{opt_int, opt_str, req_str, s, Item};
 use crate::error::{Error, Result};
-use crate::limit::item::{opt_int, opt_str, req_str, s, Item};
 
 /// The listing of a coordinate: each row, live only while its ledger entry is (rows without a
 /// ledger keep their own `expirationTime`, as rate-limiter-py wrote them), plus one entry per
@@ -189,7 +189,7 @@ impl NonFungibleLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::item::n;
+    use crate::dynamo::item::n;
 
     fn row(id: &str, exp: i64, bound: Option<&str>) -> TokenRow {
         TokenRow {

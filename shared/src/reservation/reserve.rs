@@ -9,8 +9,8 @@ use super::ledger::{expiry_secs, reserve_expr, Ledger, Plan, Prune, LEDGER_ID};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError};
 use crate::clock::Timestamp;
+use crate::dynamo::item::n;
 use crate::error::{Error, Result};
-use crate::limit::item::n;
 use crate::limit::Effective;
 use crate::token::backoff;
 

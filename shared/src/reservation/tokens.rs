@@ -22,8 +22,8 @@ use super::ledger::{expiry_secs, is_live, LEDGER_ID, LEDGER_MAP};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
 use crate::clock::Timestamp;
+use crate::dynamo::item::{n, opt_int, opt_str, s};
 use crate::error::{Error, Result};
-use crate::limit::item::{n, opt_int, opt_str, s};
 use crate::token::backoff;
 
 /// Why a bind's row write was refused, from the row as it is: bound to another resource and still

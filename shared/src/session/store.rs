@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{attr, Session};
-use crate::admission::item::{self, n, s, Item};
+use crate::dynamo::item::{self, n, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
 use crate::Deps;
@@ -26,9 +26,9 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
     let mut connection_ids = item::string_set(it, attr::CONNECTION_IDS);
     connection_ids.sort();
     Ok(Session {
-        tenant_id: item::string(table, it, attr::TENANT_ID)?,
-        session_id: item::string(table, it, attr::SESSION_ID)?,
-        session_ttl: item::opt_number_i64(table, it, attr::SESSION_TTL)?.unwrap_or(0),
+        tenant_id: item::string(it, table, attr::TENANT_ID)?,
+        session_id: item::string(it, table, attr::SESSION_ID)?,
+        session_ttl: item::opt_number_i64(it, table, attr::SESSION_TTL)?.unwrap_or(0),
         connection_ids,
         connection_shards: crate::admission::shards::of_item(it),
     })

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
-use crate::admission::item;
+use crate::dynamo::item;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::Deps;
@@ -21,14 +21,14 @@ fn key(id: &TenantId) -> HashMap<String, AttributeValue> {
 /// Reads a tenant row into a [`Tenant`]. The four seed-003 limits are required; `sessionTTL` and
 /// `messagesPerMinute` (added by the AWS sample) default when absent so seed-003 rows keep working.
 pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Tenant> {
-    let id = item::string(table, it, attr::TENANT_ID)?;
+    let id = item::string(it, table, attr::TENANT_ID)?;
     let tenant_id = TenantId::parse(&id).map_err(|e| Error::MalformedItem {
         table: table.to_string(),
         reason: e.to_string(),
     })?;
-    let req = |name: &str| item::number_u64(table, it, name);
+    let req = |name: &str| item::number_u64(it, table, name);
     let opt = |name: &str, dflt: u64| -> Result<u64> {
-        Ok(item::opt_number_u64(table, it, name)?.unwrap_or(dflt))
+        Ok(item::opt_number_u64(it, table, name)?.unwrap_or(dflt))
     };
     let tenant = Tenant {
         tenant_id,

@@ -15,8 +15,8 @@ use super::bucket::{format_ms, parse_ms, refill, time_for, BucketState};
 use super::Attrs;
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
+use crate::dynamo::item::{n, s, Item};
 use crate::error::{Error, Result};
-use crate::limit::item::{n, s, Item};
 use crate::limit::{Companion, Effective, LimitRow, LimitStore, Quota};
 use crate::Deps;
 
@@ -187,7 +187,7 @@ impl FungibleLimiter {
         let t = &self.inner.table;
         let tokens_raw = item.get(a.tokens).cloned();
         let refill_raw = item.get(a.last_refill).cloned();
-        let tokens = crate::limit::item::opt_int(item, t, a.tokens)?;
+        let tokens = crate::dynamo::item::opt_int(item, t, a.tokens)?;
         let last_refill = match &refill_raw {
             None | Some(AttributeValue::Null(_)) => None,
             Some(AttributeValue::N(v)) => {

@@ -1,14 +1,16 @@
-//! DynamoDB clients, and the call counter that tests and benchmarks use to assert round trips and
-//! the write and read units each path costs.
+//! DynamoDB clients, the dummy-credential SDK config for local endpoints, and the call counter that
+//! tests and benchmarks use to assert round trips and the write and read units each path costs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
+use aws_sdk_dynamodb::types::KeysAndAttributes;
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::{
@@ -23,6 +25,8 @@ use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use serde_json::Value;
 
 use crate::capacity::{self, Units};
+use crate::dynamo::item::Item;
+use crate::error::{Error, Result};
 use crate::telemetry::dynamo::DynamoMeter;
 
 /// Calls and capacity units of one operation.
@@ -286,8 +290,17 @@ pub fn env_timeout(default: Duration) -> Duration {
 /// A DynamoDB client from the shared SDK config (credentials, region, `AWS_ENDPOINT_URL_DYNAMODB`),
 /// metered ([`DynamoMeter`]), optionally counting its calls.
 pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Client {
+    metered(sdk, DEFAULT_ATTEMPT_TIMEOUT, counter)
+}
+
+/// A client from `sdk` with [`timeouts`] ([`TIMEOUT_VAR`], else `attempt`), the meter and `counter`.
+fn metered(
+    sdk: &aws_config::SdkConfig,
+    attempt: Duration,
+    counter: Option<&CallCounter>,
+) -> Client {
     let mut b = aws_sdk_dynamodb::config::Builder::from(sdk)
-        .timeout_config(timeouts(env_timeout(DEFAULT_ATTEMPT_TIMEOUT)))
+        .timeout_config(timeouts(env_timeout(attempt)))
         .interceptor(DynamoMeter);
     if let Some(c) = counter {
         b = b.interceptor(c.clone());
@@ -295,27 +308,30 @@ pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Cli
     Client::from_conf(b.build())
 }
 
-/// A client for DynamoDB Local (or any endpoint) with static dummy credentials, for tests, the local
-/// stack and benchmarks. DynamoDB Local accepts any non-empty key. Its timeouts: [`TIMEOUT_VAR`],
-/// else [`LOCAL_ATTEMPT_TIMEOUT`] per attempt.
-pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
-    let mut b = aws_sdk_dynamodb::config::Builder::new()
+/// The SDK config for a local endpoint (DynamoDB Local, the local Management API, DynamoDB Streams
+/// on DynamoDB Local): static dummy credentials (local endpoints accept any non-empty key), region
+/// `us-east-1`, `endpoint` for every service. Built here once; each service's config takes it with
+/// `Builder::from(&sdk)`.
+pub fn local_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
             "local",
             "local",
             None,
             None,
             "turnstile-local",
-        ))
+        )))
         .endpoint_url(endpoint)
-        .timeout_config(timeouts(env_timeout(LOCAL_ATTEMPT_TIMEOUT)))
-        .interceptor(DynamoMeter);
-    if let Some(c) = counter {
-        b = b.interceptor(c.clone());
-    }
-    Client::from_conf(b.build())
+        .build()
+}
+
+/// A client for DynamoDB Local (or any endpoint) with static dummy credentials
+/// ([`local_sdk_config`]), for tests, the local stack and benchmarks. Its timeouts: [`TIMEOUT_VAR`],
+/// else [`LOCAL_ATTEMPT_TIMEOUT`] per attempt.
+pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
+    metered(&local_sdk_config(endpoint), LOCAL_ATTEMPT_TIMEOUT, counter)
 }
 
 /// Rows of a `BatchGetItem` by table, and the keys still unprocessed after it. Keys DynamoDB leaves
@@ -323,22 +339,19 @@ pub fn local_client(endpoint: &str, counter: Option<&CallCounter>) -> Client {
 /// unread key means (the authorizer's pre-check skips that check; a shard read leaves it out).
 pub async fn batch_get(
     client: &Client,
-    mut request: std::collections::HashMap<String, aws_sdk_dynamodb::types::KeysAndAttributes>,
-) -> crate::error::Result<(
-    std::collections::HashMap<
-        String,
-        Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
-    >,
-    std::collections::HashMap<String, aws_sdk_dynamodb::types::KeysAndAttributes>,
+    mut request: HashMap<String, KeysAndAttributes>,
+) -> Result<(
+    HashMap<String, Vec<Item>>,
+    HashMap<String, KeysAndAttributes>,
 )> {
-    let mut rows: std::collections::HashMap<String, Vec<_>> = Default::default();
+    let mut rows: HashMap<String, Vec<Item>> = HashMap::new();
     for _ in 0..3 {
         let out = client
             .batch_get_item()
             .set_request_items(Some(request))
             .send()
             .await
-            .map_err(|e| crate::error::Error::dynamo("BatchGetItem", e))?;
+            .map_err(|e| Error::dynamo("BatchGetItem", e))?;
         for (table, items) in out.responses().cloned().unwrap_or_default() {
             rows.entry(table).or_default().extend(items);
         }
