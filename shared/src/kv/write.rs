@@ -23,6 +23,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::clock::Timestamp;
+use crate::dynamo::item::{num, Item};
 use crate::gcra::{self, Decision, Rate, RateError};
 
 mod expr;
@@ -140,31 +141,9 @@ pub enum Next {
     Retry(SpendPlan),
 }
 
-fn n(v: i64) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
-
-/// Reads an epoch-nanosecond (or any integer) attribute. An integer beyond `i64` (DynamoDB numbers
-/// have 38 digits, and `SET tat = tat + :inc` can pass the end of the time type) saturates rather
-/// than reading as absent, which for a TAT would mean a full bucket.
-pub fn int_attr(item: &HashMap<String, AttributeValue>, name: &str) -> Option<i64> {
-    match item.get(name) {
-        Some(AttributeValue::N(s)) => s.parse().ok().or_else(|| {
-            s.trim()
-                .parse::<i128>()
-                .ok()
-                .map(|v| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
-        }),
-        _ => None,
-    }
-}
-
 /// The stored TAT of an item, if any.
-pub fn stored_tat(
-    item: Option<&HashMap<String, AttributeValue>>,
-    tat_attr: &str,
-) -> Option<Timestamp> {
-    item.and_then(|i| int_attr(i, tat_attr))
+pub fn stored_tat(item: Option<&Item>, tat_attr: &str) -> Option<Timestamp> {
+    item.and_then(|i| num(i, tat_attr))
         .map(Timestamp::from_nanos)
 }
 
@@ -272,11 +251,7 @@ impl SpendPlan {
     }
 
     /// Decides from the old item a failed condition returned (`None`: there was no item).
-    pub fn on_condition_failed(
-        &self,
-        old_item: Option<&HashMap<String, AttributeValue>>,
-        tat_attr: &str,
-    ) -> Next {
+    pub fn on_condition_failed(&self, old_item: Option<&Item>, tat_attr: &str) -> Next {
         let old = stored_tat(old_item, tat_attr);
         let now = self.now.as_nanos();
         if self.is_refund() {
@@ -316,6 +291,7 @@ impl SpendPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dynamo::item::n;
 
     const S: i64 = 1_000_000_000;
 

@@ -10,7 +10,8 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::{attr, n, Case, SpendPlan, Target};
+use super::{attr, Case, SpendPlan, Target};
+use crate::dynamo::item::n;
 use crate::gcra;
 
 /// A conditional write as expression parts, for any request builder.
@@ -188,7 +189,7 @@ impl SpendPlan {
     pub fn transact_update(&self, target: &Target) -> Result<Update, crate::Error> {
         conditional!(Update::builder(), target, self.expression(target))
             .build()
-            .map_err(|err| crate::Error::Other(format!("building a GCRA update: {err}")))
+            .map_err(|err| crate::Error::build_request("a GCRA update", err))
     }
 }
 
