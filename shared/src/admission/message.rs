@@ -28,6 +28,9 @@ use crate::session::{attr as sattr, store as sstore};
 use crate::tenant::Limits;
 use crate::Deps;
 
+/// Writes per message before giving up (the session's counter kept changing).
+const ATTEMPTS: u32 = 3;
+
 /// The last message minute this process saw, to guess which update to try first.
 #[derive(Debug, Default)]
 pub struct MinuteHint(AtomicI64);
@@ -81,7 +84,7 @@ pub async fn count(
         Case::NewMinute(m)
     };
     // Two guesses at most; a third only if the minute changed in between (another writer).
-    for _ in 0..3 {
+    for _ in 0..ATTEMPTS {
         match attempt(deps, t, sid, cid, limits, case).await? {
             Ok(new) => {
                 hint.set(match case {
@@ -120,9 +123,10 @@ pub async fn count(
             }
         }
     }
-    Err(Error::Other(format!(
-        "counting a message on {t}/{sid}: the session's counter kept changing"
-    )))
+    Err(Error::contended(
+        format!("counting a message on {t}/{sid}"),
+        ATTEMPTS,
+    ))
 }
 
 /// One UpdateItem that counts the message and refreshes the TTL. `Ok(new image)` when written;

@@ -175,7 +175,7 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
         .set_keys(Some(wanted))
         .consistent_read(true)
         .build()
-        .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
+        .map_err(|e| Error::build_request("BatchGetItem", e))?;
     let request = HashMap::from([(deps.tables.counters.clone(), built)]);
     let (rows, request) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();

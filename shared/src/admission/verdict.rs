@@ -41,9 +41,10 @@ pub enum Verdict<A> {
 }
 
 /// Whether `e` is the store failing (a DynamoDB error, a timeout, a contention give-up) rather
-/// than a bug or bad data (the key guard, a malformed row), which never fails open.
+/// than a bug or bad data (the key guard, a malformed row), which never fails open: the
+/// infrastructure failures of [`Error::is_infrastructure`].
 pub fn is_store_failure(e: &Error) -> bool {
-    matches!(e, Error::Dynamo { .. } | Error::Other(_))
+    e.is_infrastructure()
 }
 
 /// The failure verdict for `e` under `limits.on_failure`, metered.
@@ -195,5 +196,42 @@ pub fn authorizer(
             Verdict::FailedClosed(e) => Err(e),
             _ => Ok(Precheck::Allow),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::isolation::CrossTenantKey;
+
+    /// Decision 1000: what the admission paths return when DynamoDB fails, times out or stays
+    /// contended follows the tenant's `onFailure`; a bug or bad data never fails open.
+    #[test]
+    fn store_failures_are_the_infrastructure_errors_of_the_admission_paths() {
+        for e in [
+            Error::contended("reserving a connection for tenant t", 8),
+            Error::build_request("BatchGetItem", "missing keys"),
+            Error::TimedOut {
+                what: "joining c to t/s".into(),
+                after: Duration::from_secs(5),
+            },
+            Error::Other("one-off".into()),
+        ] {
+            assert!(is_store_failure(&e), "{e}");
+        }
+        for e in [
+            Error::MalformedItem {
+                table: "sessions".into(),
+                reason: "x".into(),
+            },
+            Error::CrossTenantKey(CrossTenantKey {
+                tenant: "ab".into(),
+                key: "abc:conn:x".into(),
+            }),
+        ] {
+            assert!(!is_store_failure(&e), "{e}");
+        }
     }
 }

@@ -156,6 +156,20 @@ pub async fn update(
     }
 }
 
+/// [`update`] with nothing returned, sent at most once ([`Retries::AtMostOnce`]): `$connect`'s
+/// writes and the decrements, which an SDK retry of a lost answer would apply twice.
+pub async fn update_once(deps: &Deps, table: &str, key: &Item, parts: &Parts) -> Result<Written> {
+    update(
+        deps,
+        table,
+        key,
+        parts,
+        ReturnValue::None,
+        Retries::AtMostOnce,
+    )
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,13 +161,7 @@ impl SpendPlan {
             Some(t) if t > now => Case::Draining,
             _ => Case::Idle,
         };
-        Ok(SpendPlan {
-            rate,
-            now,
-            cost,
-            case,
-            state: None,
-        })
+        Ok(SpendPlan::betting(rate, now, cost, case))
     }
 
     /// A refund, betting on the case the hint implies.
@@ -188,13 +182,17 @@ impl SpendPlan {
             }
             _ => Case::RefundPartial,
         };
-        Ok(SpendPlan {
+        Ok(SpendPlan::betting(rate, now, cost, case))
+    }
+
+    fn betting(rate: Rate, now: Timestamp, cost: u64, case: Case) -> Self {
+        SpendPlan {
             rate,
             now,
             cost,
             case,
             state: None,
-        })
+        }
     }
 
     pub fn with_state(mut self, state: StateWrite) -> Self {
