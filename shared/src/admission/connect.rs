@@ -57,7 +57,7 @@ mod reserve;
 
 pub use hints::Hints;
 pub use join::join;
-pub(super) use reserve::{count_move, reserve_on};
+pub(super) use reserve::{count_move, reserve_on, Ask};
 pub use reserve::{reserve, undo};
 
 /// The per-minute part of one write.

@@ -50,13 +50,9 @@ pub(super) async fn join_inner(
     let ttl = now
         .as_secs()
         .saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
-    let mut minute = Minute::bet(
-        alg,
-        Limit::SessionPerMinute,
-        limits.session_per_minute,
-        hints.get(&hint_key),
-        now,
-    )?;
+    let per_minute = limits.session_per_minute;
+    let bet = |stored| Minute::bet(alg, Limit::SessionPerMinute, per_minute, stored, now);
+    let mut minute = bet(hints.get(&hint_key))?;
     for _ in 0..MAX_ATTEMPTS {
         // Process time or the injected clock, whichever moved more (the tests move the clock).
         let waited = reservation
@@ -129,13 +125,7 @@ pub(super) async fn join_inner(
                         d,
                     )));
                 }
-                minute = Minute::bet(
-                    alg,
-                    Limit::SessionPerMinute,
-                    limits.session_per_minute,
-                    SESSION_MINUTE.stored(alg, old),
-                    now,
-                )?;
+                minute = bet(SESSION_MINUTE.stored(alg, old))?;
             }
         }
     }

@@ -32,8 +32,15 @@ pub async fn reserve(
     if let Some(limit) = zero_limit(limits) {
         return Ok(Err(refusal(limit, limits, now, t, sid, None)));
     }
+    let ask = Ask {
+        deps,
+        t,
+        sid,
+        limits,
+        hints,
+    };
     if limits.connection_shards > 1 {
-        return shards::reserve(deps, t, sid, limits, hints).await;
+        return shards::reserve(ask).await;
     }
     let on = Counter {
         key: keys::tenant_connections(t)?,
@@ -41,30 +48,38 @@ pub async fn reserve(
         minute_cap: limits.tenant_per_minute,
         sharded: false,
     };
-    reserve_on(deps, t, sid, limits, hints, &on).await
+    reserve_on(ask, &on).await
+}
+
+/// One step-1 request: for whom, under which limits, with this process's hints.
+#[derive(Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub deps: &'a Deps,
+    pub t: &'a TenantId,
+    pub sid: &'a SessionId,
+    pub limits: &'a Limits,
+    pub hints: &'a Hints,
 }
 
 /// Step 1 on one counter item: `ADD itemCount 1` under `itemCount < cap` and room this minute.
 pub(crate) async fn reserve_on(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    limits: &Limits,
-    hints: &Hints,
+    ask: Ask<'_>,
     on: &Counter,
 ) -> Result<std::result::Result<Reservation, Admission>> {
+    let Ask {
+        deps,
+        t,
+        sid,
+        limits,
+        hints,
+    } = ask;
     let now = deps.clock.now();
     let key_text = on.key.clone();
     let key = Item::from([(cattr::KEY.to_string(), s(key_text.clone()))]);
     let alg = limits.rate_algorithm;
     let cap = on.cap;
-    let mut minute = Minute::bet(
-        alg,
-        Limit::TenantPerMinute,
-        on.minute_cap,
-        hints.get(&key_text),
-        now,
-    )?;
+    let bet = |stored| Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now);
+    let mut minute = bet(hints.get(&key_text))?;
     let mut settling = 0;
     for _ in 0..MAX_ATTEMPTS {
         let mut p = Parts::default();
@@ -103,8 +118,7 @@ pub(crate) async fn reserve_on(
                         .refused(&TENANT_MINUTE, old)
                         .map(|d| refusal(Limit::TenantPerMinute, limits, now, t, sid, d))
                 };
-                let stored = TENANT_MINUTE.stored(alg, old);
-                let next = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
+                let next = bet(TENANT_MINUTE.stored(alg, old))?;
                 if let Some(answer) = refused {
                     let recent = old
                         .and_then(|o| item::num(o, cattr::RESERVED_AT))
