@@ -26,19 +26,18 @@
 use std::time::Duration;
 
 use super::write::Parts;
-use super::Limit;
+use super::{Limit, Request};
 use crate::clock::Timestamp;
 use crate::counter::attr as cattr;
 use crate::counter::window::MinuteWindow;
 use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
-use crate::ids::{ConnectionId, SessionId, TenantId};
+use crate::ids::{SessionId, TenantId};
 use crate::kv::write::{SpendPlan, Target};
 use crate::refusal::Refusal;
 use crate::session::attr as sattr;
 use crate::tenant::{Limits, WindowAlgorithm};
-use crate::Deps;
 
 /// Attempts per step (wrong bets, settling and throttling together) before giving up.
 pub const MAX_ATTEMPTS: u32 = 8;
@@ -269,35 +268,23 @@ pub(super) fn refusal(
 
 /// Admits `cid` into the session under `limits`, without hints (a GCRA tenant's first bets are
 /// "idle"): use [`admit_hinted`] with hints kept across invocations.
-pub async fn admit(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-) -> Result<Admission> {
-    admit_hinted(deps, t, sid, cid, limits, &Hints::default()).await
+pub async fn admit(r: Request<'_>) -> Result<Admission> {
+    admit_hinted(r, &Hints::default()).await
 }
 
 /// [`admit`], betting on each minute's case from `hints` (and updating them). 2 `UpdateItem` when
 /// admitted and the bets are right; each wrong bet costs one more.
-pub async fn admit_hinted(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hints: &Hints,
-) -> Result<Admission> {
+pub async fn admit_hinted(r: Request<'_>, hints: &Hints) -> Result<Admission> {
+    let (deps, t, sid, limits) = (r.deps, r.t, r.sid, r.limits);
     let now = deps.clock.now();
     if let Some(limit) = zero_limit(limits) {
         return Ok(refusal(limit, limits, now, t, sid, None));
     }
     let reservation = match reserve(deps, t, sid, limits, hints).await? {
-        Ok(r) => r,
+        Ok(held) => held,
         Err(refused) => return Ok(refused),
     };
-    complete(deps, t, sid, cid, limits, hints, &reservation).await
+    complete(r, hints, &reservation).await
 }
 
 /// Step 2 for a held reservation, then the undo when step 2 certainly did not apply: refused by
@@ -305,19 +292,15 @@ pub async fn admit_hinted(
 /// attempt before either was refused, so none applied). An error of the session write itself
 /// (its outcome unknown) keeps the reservation: a count one too high, repaired by `reconcile`.
 pub async fn complete(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
+    r: Request<'_>,
     hints: &Hints,
     reservation: &Reservation,
 ) -> Result<Admission> {
-    let joined = join::join_inner(deps, t, sid, cid, limits, hints, reservation).await?;
+    let joined = join::join_inner(r, hints, reservation).await?;
     if !matches!(joined, Joined::Answer(Admission::Admitted)) {
-        if let Err(e) = undo(deps, reservation).await {
+        if let Err(e) = undo(r.deps, reservation).await {
             // The count stays one too high: an under-admission the reconciler repairs.
-            tracing::warn!(tenant = %t, error = %e, "giving back a $connect reservation failed");
+            tracing::warn!(tenant = %r.t, error = %e, "giving back a $connect reservation failed");
         }
     }
     joined.into_result()

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::connect::{self, Admission, Hints};
 use super::message::{self, MessageAdmission, MinuteHint};
 use super::precheck::Precheck;
-use super::Limit;
+use super::{Limit, Request};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::refusal::Refusal;
@@ -91,7 +91,14 @@ pub async fn connect(
 ) -> Verdict<Admission> {
     let started = Instant::now();
     let path = Path::Connect;
-    let decided = match connect::admit_hinted(deps, t, sid, cid, limits, hints).await {
+    let r = Request {
+        deps,
+        t,
+        sid,
+        cid,
+        limits,
+    };
+    let decided = match connect::admit_hinted(r, hints).await {
         Ok(a) => a,
         Err(e) => return failed(path, e, limits, t, started),
     };
@@ -105,7 +112,11 @@ pub async fn connect(
                 tenant_per_minute: LIFTED,
                 ..*limits
             };
-            match connect::admit_hinted(deps, t, sid, cid, &lifted, hints).await {
+            let r = Request {
+                limits: &lifted,
+                ..r
+            };
+            match connect::admit_hinted(r, hints).await {
                 Ok(admitted) => Verdict::Shadow {
                     limit,
                     refusal,
@@ -138,7 +149,14 @@ pub async fn message(
 ) -> Verdict<MessageAdmission> {
     let started = Instant::now();
     let path = Path::Message;
-    let counted = match message::count(deps, t, sid, cid, limits, hint).await {
+    let r = Request {
+        deps,
+        t,
+        sid,
+        cid,
+        limits,
+    };
+    let counted = match message::count(r, hint).await {
         Ok(c) => c,
         Err(e) => return failed(path, e, limits, t, started),
     };

@@ -8,40 +8,26 @@ use super::{
     SESSION_MINUTE,
 };
 use crate::admission::write::{self, Parts, Written};
-use crate::admission::Limit;
+use crate::admission::{Limit, Request};
 use crate::dynamo::item::{self, n, s};
 use crate::error::{Error, Result};
-use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::session::{attr as sattr, store as sstore};
-use crate::tenant::Limits;
-use crate::Deps;
 
 /// Step 2: adds `cid` to the session, counted against the session's caps. Sent at most once per
 /// attempt (no SDK retry: a committed write retried would look like a repeated `$connect`).
 /// `Admission::Admitted` when it joined; any other answer means the reservation must be undone.
-pub async fn join(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hints: &Hints,
-    reservation: &Reservation,
-) -> Result<Admission> {
-    join_inner(deps, t, sid, cid, limits, hints, reservation)
-        .await?
-        .into_result()
+pub async fn join(r: Request<'_>, hints: &Hints, reservation: &Reservation) -> Result<Admission> {
+    join_inner(r, hints, reservation).await?.into_result()
 }
 
+/// [`join`], telling a refusal or a give-up (the reservation must be undone) from an error of
+/// the session write itself (its outcome unknown: the reservation is kept).
 pub(super) async fn join_inner(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
+    r: Request<'_>,
     hints: &Hints,
     reservation: &Reservation,
 ) -> Result<Joined> {
+    let (deps, t, sid, cid, limits) = (r.deps, r.t, r.sid, r.cid, r.limits);
     let now = reservation.at;
     let alg = limits.rate_algorithm;
     let key = sstore::key(t, sid);
