@@ -210,7 +210,8 @@ impl Limiter {
         }
     }
 
-    /// Spends `cost` (≥ 1) tokens of `name`'s bucket for `id`.
+    /// Spends `cost` (≥ 1) tokens of the bucket `at` (located by
+    /// [`locate_cost`](Self::locate_cost); [`Limiter::spend`] meters the decision).
     ///
     /// DynamoDB calls: **1** `UpdateItem` when this process has seen the bucket (warm), whether
     /// admitted or denied (a denial is decided from the old item the failed condition returns);
@@ -218,16 +219,14 @@ impl Limiter {
     /// A denial writes nothing: its throttle count is carried into the bucket's next write.
     /// A sharded limit (`shards:` in the limits file) tries up to two of its shards: a refusal
     /// costs 2 calls (decision 1500).
-    pub(super) async fn spend_unmetered(
+    pub(super) async fn spend_at(
         &self,
-        name: &str,
-        id: &str,
+        at: &Located,
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
-        let at = self.locate_cost(name, id, cost)?;
         if at.shards > 1 {
-            return self.spend_sharded(&at, cost, now).await;
+            return self.spend_sharded(at, cost, now).await;
         }
         let key = at.bucket.key();
         self.spend_key(&at.bucket, &key, at.rate, cost, now)
@@ -236,7 +235,7 @@ impl Limiter {
     }
 
     /// [`locate`](Self::locate) for a spend or refund, which needs a cost of at least 1.
-    fn locate_cost(&self, name: &str, id: &str, cost: u64) -> Result<Located, KvError> {
+    pub(super) fn locate_cost(&self, name: &str, id: &str, cost: u64) -> Result<Located, KvError> {
         if cost == 0 {
             return Err(KvError::ZeroCost);
         }
@@ -429,7 +428,7 @@ impl Limiter {
 }
 
 /// A bucket as the current limits place it: its key, its rate and its number of shards.
-struct Located {
+pub(super) struct Located {
     bucket: BucketKey,
     rate: Rate,
     shards: u32,
