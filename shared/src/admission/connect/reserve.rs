@@ -19,8 +19,8 @@ use crate::tenant::Limits;
 use crate::Deps;
 
 /// Step 1: reserves one open connection and one of this minute's connections on the tenant's
-/// counter (on its shards when `connectionShards` > 1: [`super::shards::reserve`]). `Err(answer)`
-/// when refused (nothing written). 1 `UpdateItem` when the bet is right.
+/// counter (on its shards when `connectionShards` > 1: [`crate::admission::shards::reserve`]).
+/// `Err(answer)` when refused (nothing written). 1 `UpdateItem` when the bet is right.
 pub async fn reserve(
     deps: &Deps,
     t: &TenantId,
