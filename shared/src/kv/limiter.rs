@@ -229,7 +229,8 @@ impl Limiter {
             return self.spend_sharded(at, cost, now).await;
         }
         let key = at.bucket.key();
-        self.spend_key(&at.bucket, &key, at.rate, cost, now)
+        let item = (key.as_str(), at.rate);
+        self.write_item(Op::Spend, &at.bucket, item, cost, now)
             .await
             .map_err(|(e, _)| e)
     }
@@ -242,29 +243,39 @@ impl Limiter {
         self.locate(name, id)
     }
 
-    /// [`spend`](Self::spend) on one item, `key` (the bucket's, or one shard's). A failure says
-    /// whether DynamoDB throttled the write (nothing was written: another shard may be tried).
-    async fn spend_key(
+    /// A spend (or a refund) of `cost` on one item, `key` (the bucket's, or one shard's). A spend
+    /// carries the denials this process holds for the item, and a refused one is held in turn. A
+    /// failure says whether DynamoDB throttled the write (nothing was written: another shard may
+    /// be tried).
+    async fn write_item(
         &self,
+        op: Op,
         bucket: &BucketKey,
-        key: &str,
-        rate: Rate,
+        (key, rate): (&str, Rate),
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, (KvError, bool)> {
-        let pending = self.pending.take(key);
+        let pending = match op {
+            Op::Spend => self.pending.take(key),
+            Op::Refund => None,
+        };
         let state = StateWrite {
             limit_name: Some(bucket.name.clone()),
             pending_throttles: pending.map_or(0, |p| p.count),
             first_throttle: pending.map(|p| p.first),
         };
-        let plan = SpendPlan::spend(rate, now, cost, self.hint(key))
-            .map_err(|e| (e.into(), false))?
-            .with_state(state);
+        let hint = self.hint(key);
+        let plan = match op {
+            Op::Spend => SpendPlan::spend(rate, now, cost, hint),
+            Op::Refund => SpendPlan::refund(rate, now, cost, hint),
+        };
+        let plan = plan.map_err(|e| (e.into(), false))?.with_state(state);
         match self.write_key(key, plan).await {
             Ok(Wrote::Admitted(d)) => Ok(Self::outcome_at(bucket, key, rate, d)),
             Ok(Wrote::Refused(d, version)) => {
-                self.pending.keep(key, pending, 1, now, version);
+                if op == Op::Spend {
+                    self.pending.keep(key, pending, 1, now, version);
+                }
                 Ok(Self::outcome_at(bucket, key, rate, d))
             }
             Err(e) => {
@@ -374,27 +385,11 @@ impl Limiter {
         if at.shards > 1 {
             return self.refund_sharded(&at, cost, now).await;
         }
-        self.refund_key(&at.bucket, &at.bucket.key(), at.rate, cost, now)
+        let key = at.bucket.key();
+        let item = (key.as_str(), at.rate);
+        self.write_item(Op::Refund, &at.bucket, item, cost, now)
             .await
-    }
-
-    /// [`refund`](Self::refund) on one item, `key` (the bucket's, or one shard's).
-    async fn refund_key(
-        &self,
-        bucket: &BucketKey,
-        key: &str,
-        rate: Rate,
-        cost: u64,
-        now: Timestamp,
-    ) -> Result<Outcome, KvError> {
-        let state = StateWrite {
-            limit_name: Some(bucket.name.clone()),
-            ..StateWrite::default()
-        };
-        let plan = SpendPlan::refund(rate, now, cost, self.hint(key))?.with_state(state);
-        match self.write_key(key, plan).await.map_err(|(e, _)| e)? {
-            Wrote::Admitted(d) | Wrote::Refused(d, _) => Ok(Self::outcome_at(bucket, key, rate, d)),
-        }
+            .map_err(|(e, _)| e)
     }
 
     /// Empties the bucket's record, so it is full again (and its state starts over).
@@ -432,6 +427,13 @@ pub(super) struct Located {
     bucket: BucketKey,
     rate: Rate,
     shards: u32,
+}
+
+/// Which way a write moves a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Spend,
+    Refund,
 }
 
 /// What a bucket item's conditional writes came to.

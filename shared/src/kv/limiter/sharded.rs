@@ -103,8 +103,9 @@ impl Limiter {
         let mut refused: Option<Outcome> = None;
         let mut throttled = None;
         for (key, shard_rate) in self.candidates(at, cost, true)? {
+            let item = (key.as_str(), shard_rate);
             match self
-                .spend_key(&at.bucket, &key, shard_rate, cost, now)
+                .write_item(Op::Spend, &at.bucket, item, cost, now)
                 .await
             {
                 Ok(o) if o.decision.allowed => return Ok(o),
@@ -140,9 +141,11 @@ impl Limiter {
     ) -> Result<Outcome, KvError> {
         let mut last = None;
         for (key, shard_rate) in self.candidates(at, cost, false)? {
+            let item = (key.as_str(), shard_rate);
             let o = self
-                .refund_key(&at.bucket, &key, shard_rate, cost, now)
-                .await?;
+                .write_item(Op::Refund, &at.bucket, item, cost, now)
+                .await
+                .map_err(|(e, _)| e)?;
             if o.decision.allowed {
                 return Ok(o);
             }
