@@ -93,7 +93,14 @@ pub async fn admit_sample_connection(deps: &shared::Deps) -> Result<(), BenchErr
     let t = TenantId::parse(TENANT).map_err(bad)?;
     let sid = SessionId::parse(SESSION).map_err(bad)?;
     let cid = ConnectionId::parse(CONNECTION).map_err(bad)?;
-    match shared::admission::connect::admit(deps, &t, &sid, &cid, &LIMITS).await? {
+    let request = shared::admission::Request {
+        deps,
+        t: &t,
+        sid: &sid,
+        cid: &cid,
+        limits: &LIMITS,
+    };
+    match shared::admission::connect::admit(request).await? {
         shared::admission::connect::Admission::Admitted
         | shared::admission::connect::Admission::AlreadyAdmitted => Ok(()),
         other => Err(BenchError::Other(format!(

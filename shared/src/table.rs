@@ -85,7 +85,7 @@ impl AttributeStyle {
     }
 }
 
-/// Resolved names of every table and index, from env vars (see README "Configuration").
+/// Resolved names of every table and index, from env vars (see docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TableNames {
     pub tenants: String,

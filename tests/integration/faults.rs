@@ -1336,8 +1336,14 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
     let (t, s1) = (T.parse().unwrap(), "s1".parse().unwrap());
     proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
     w.env.counter.reset();
-    let lost =
-        shared::admission::connect::admit(w.deps(), &t, &s1, &"c1".parse().unwrap(), &limits).await;
+    let lost = shared::admission::connect::admit(shared::admission::Request {
+        deps: w.deps(),
+        t: &t,
+        sid: &s1,
+        cid: &"c1".parse().unwrap(),
+        limits: &limits,
+    })
+    .await;
     assert!(lost.is_err(), "a lost answer is an error: {lost:?}");
     assert_eq!(proxy.stats().answers_lost, 1);
     assert_eq!(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use shared::clock::{Clock, Timestamp};
+use shared::dynamo::item::num;
 use shared::gcra::Rate;
 use shared::kv::write::{self, Next, SpendPlan, Target};
 use shared::kv::{KvError, LimitSet, Limiter, Limits};
@@ -46,7 +47,7 @@ async fn stored_tat(env: &TestEnv, key: &str) -> Option<i64> {
         .send()
         .await
         .unwrap();
-    out.item().and_then(|i| write::int_attr(i, "tat"))
+    out.item().and_then(|i| num(i, "tat"))
 }
 
 #[tokio::test]
@@ -324,7 +325,7 @@ async fn cold_spends_take_at_most_two_calls_and_items_expire_when_full() {
         .unwrap()
         .item
         .unwrap();
-    let expires = write::int_attr(&item, "expiresAt").unwrap();
+    let expires = num(&item, "expiresAt").unwrap();
     let full_at_secs = (later.as_nanos() + 10 * 1_000_000_000).div_euclid(1_000_000_000);
     assert!(
         expires > full_at_secs,
@@ -612,7 +613,7 @@ async fn expired_buckets_read_as_full_whether_or_not_deleted_yet() {
         .unwrap()
         .item;
     if let Some(item) = item {
-        assert!(write::int_attr(&item, "expiresAt").unwrap() < now.as_secs());
+        assert!(num(&item, "expiresAt").unwrap() < now.as_secs());
     }
     let c = lim.check("Worked", "idle", 0, now).await.unwrap();
     assert_eq!(c.decision.remaining, 10);

@@ -652,16 +652,15 @@ async fn a_join_past_its_deadline_gives_the_reservation_back() {
     // The handler stalled between the two writes for longer than the deadline.
     w.env.clock.advance(JOIN_DEADLINE + Duration::from_secs(1));
     w.env.counter.reset();
-    let out = connect::complete(
-        w.deps(),
-        &t,
-        &s1,
-        &"late".parse().unwrap(),
-        &SMALL,
-        &hints,
-        &r,
-    )
-    .await;
+    let late = "late".parse().unwrap();
+    let request = shared::admission::Request {
+        deps: w.deps(),
+        t: &t,
+        sid: &s1,
+        cid: &late,
+        limits: &SMALL,
+    };
+    let out = connect::complete(request, &hints, &r).await;
     let err = out.unwrap_err().to_string();
     assert!(err.contains("deadline"), "{err}");
     assert_eq!(

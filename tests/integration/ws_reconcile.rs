@@ -183,11 +183,13 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
     let join = async {
         tokio::time::sleep(Duration::from_millis(100)).await;
         admission::join(
-            w.deps(),
-            &tid(),
-            &sid("s1"),
-            &cid,
-            &LIMITS,
+            shared::admission::Request {
+                deps: w.deps(),
+                t: &tid(),
+                sid: &sid("s1"),
+                cid: &cid,
+                limits: &LIMITS,
+            },
             &Hints::default(),
             &reservation,
         )
@@ -213,11 +215,13 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
     );
     let late = ConnectionId::parse("late").unwrap();
     let joined = admission::join(
-        w.deps(),
-        &tid(),
-        &sid("s1"),
-        &late,
-        &LIMITS,
+        shared::admission::Request {
+            deps: w.deps(),
+            t: &tid(),
+            sid: &sid("s1"),
+            cid: &late,
+            limits: &LIMITS,
+        },
         &Hints::default(),
         &reservation,
     )

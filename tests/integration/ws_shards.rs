@@ -453,11 +453,13 @@ async fn a_sharded_repair_never_goes_below_the_connections_held() {
     let join = async {
         tokio::time::sleep(Duration::from_millis(100)).await;
         shared::admission::connect::join(
-            w.deps(),
-            &T.parse().unwrap(),
-            &"s1".parse().unwrap(),
-            &"in-flight=".parse().unwrap(),
-            &l,
+            shared::admission::Request {
+                deps: w.deps(),
+                t: &T.parse().unwrap(),
+                sid: &"s1".parse().unwrap(),
+                cid: &"in-flight=".parse().unwrap(),
+                limits: &l,
+            },
             &shared::admission::connect::Hints::default(),
             &reservation,
         )

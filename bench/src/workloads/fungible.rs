@@ -1,6 +1,6 @@
 //! Fungible tokens: `shared::token::FungibleLimiter::get_token` on one (resource, account) bucket
 //! in the rate-limiter-py-compatible token table, with no limit row (the caller's default quota of
-//! `params.limit` per `params.window_secs` applies, as in the README example).
+//! `params.limit` per `params.window_secs` applies, as in the example of docs/tokens.md).
 //!
 //! DynamoDB calls per decision (the limiter's documented budget): **1** `UpdateItem` warm (limit
 //! row cached, bucket state seen); 2 cold (a `BatchGetItem` first; spent in the warm-up); **+1 per

@@ -23,28 +23,21 @@
 //! within [`SETTLE`]) is tried again after a short backoff, so a reservation that step 2 is about
 //! to give back does not turn away a connect that fits once it is given back.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-
-use super::shards::Counter;
-use super::write::{self, Parts, Retries, Written};
-use super::Limit;
+use super::write::Parts;
+use super::{Limit, Request};
 use crate::clock::Timestamp;
+use crate::counter::attr as cattr;
 use crate::counter::window::MinuteWindow;
-use crate::counter::{attr as cattr, keys};
-use crate::dynamo::item::{self, n, s, Item};
-use crate::dynamo::retry::Backoff;
+use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
-use crate::ids::{ConnectionId, SessionId, TenantId};
+use crate::ids::{SessionId, TenantId};
 use crate::kv::write::{SpendPlan, Target};
 use crate::refusal::Refusal;
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::attr as sattr;
 use crate::tenant::{Limits, WindowAlgorithm};
-use crate::Deps;
 
 /// Attempts per step (wrong bets, settling and throttling together) before giving up.
 pub const MAX_ATTEMPTS: u32 = 8;
@@ -57,35 +50,14 @@ const SETTLE_ATTEMPTS: u32 = 6;
 /// time: the reconciler's grace must exceed it).
 pub const JOIN_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Hints kept before the map is cleared (a cleared hint only costs one wrong bet).
-const MAX_HINTS: usize = 10_000;
+mod hints;
+mod join;
+mod reserve;
 
-/// What this process last saw on each folded counter (the window start of a fixed minute, or the
-/// TAT in nanoseconds of a GCRA bucket), to bet on the right case. A missing or stale hint costs
-/// one more call, never a wrong decision.
-#[derive(Debug, Default)]
-pub struct Hints(Mutex<HashMap<String, i64>>);
-
-impl Hints {
-    pub fn get(&self, key: &str) -> Option<i64> {
-        self.0.lock().ok().and_then(|m| m.get(key).copied())
-    }
-
-    fn set(&self, key: &str, v: Option<i64>) {
-        let Ok(mut m) = self.0.lock() else { return };
-        match v {
-            Some(v) => {
-                if m.len() >= MAX_HINTS && !m.contains_key(key) {
-                    m.clear();
-                }
-                m.insert(key.to_string(), v);
-            }
-            None => {
-                m.remove(key);
-            }
-        }
-    }
-}
+pub use hints::Hints;
+pub use join::join;
+pub(super) use reserve::{count_move, reserve_on, Ask};
+pub use reserve::{reserve, undo};
 
 /// The per-minute part of one write.
 #[derive(Debug, Clone)]
@@ -296,35 +268,23 @@ pub(super) fn refusal(
 
 /// Admits `cid` into the session under `limits`, without hints (a GCRA tenant's first bets are
 /// "idle"): use [`admit_hinted`] with hints kept across invocations.
-pub async fn admit(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-) -> Result<Admission> {
-    admit_hinted(deps, t, sid, cid, limits, &Hints::default()).await
+pub async fn admit(r: Request<'_>) -> Result<Admission> {
+    admit_hinted(r, &Hints::default()).await
 }
 
 /// [`admit`], betting on each minute's case from `hints` (and updating them). 2 `UpdateItem` when
 /// admitted and the bets are right; each wrong bet costs one more.
-pub async fn admit_hinted(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hints: &Hints,
-) -> Result<Admission> {
+pub async fn admit_hinted(r: Request<'_>, hints: &Hints) -> Result<Admission> {
+    let (deps, t, sid, limits) = (r.deps, r.t, r.sid, r.limits);
     let now = deps.clock.now();
     if let Some(limit) = zero_limit(limits) {
         return Ok(refusal(limit, limits, now, t, sid, None));
     }
     let reservation = match reserve(deps, t, sid, limits, hints).await? {
-        Ok(r) => r,
+        Ok(held) => held,
         Err(refused) => return Ok(refused),
     };
-    complete(deps, t, sid, cid, limits, hints, &reservation).await
+    complete(r, hints, &reservation).await
 }
 
 /// Step 2 for a held reservation, then the undo when step 2 certainly did not apply: refused by
@@ -332,29 +292,18 @@ pub async fn admit_hinted(
 /// attempt before either was refused, so none applied). An error of the session write itself
 /// (its outcome unknown) keeps the reservation: a count one too high, repaired by `reconcile`.
 pub async fn complete(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
+    r: Request<'_>,
     hints: &Hints,
     reservation: &Reservation,
 ) -> Result<Admission> {
-    let (answer, gave_up) = match join_inner(deps, t, sid, cid, limits, hints, reservation).await? {
-        Joined::Answer(a) => (Some(a), None),
-        Joined::GaveUp(e) => (None, Some(e)),
-    };
-    if !matches!(answer, Some(Admission::Admitted)) {
-        if let Err(e) = undo(deps, reservation).await {
+    let joined = join::join_inner(r, hints, reservation).await?;
+    if !matches!(joined, Joined::Answer(Admission::Admitted)) {
+        if let Err(e) = undo(r.deps, reservation).await {
             // The count stays one too high: an under-admission the reconciler repairs.
-            tracing::warn!(tenant = %t, error = %e, "giving back a $connect reservation failed");
+            tracing::warn!(tenant = %r.t, error = %e, "giving back a $connect reservation failed");
         }
     }
-    match (answer, gave_up) {
-        (Some(a), _) => Ok(a),
-        (None, Some(e)) => Err(e),
-        (None, None) => Err(Error::Other("joining: no answer".into())),
-    }
+    joined.into_result()
 }
 
 /// What step 2 ended with: an answer, or giving up with no attempt applied.
@@ -363,121 +312,13 @@ enum Joined {
     GaveUp(Error),
 }
 
-/// Step 1: reserves one open connection and one of this minute's connections on the tenant's
-/// counter (on its shards when `connectionShards` > 1: [`super::shards::reserve`]). `Err(answer)`
-/// when refused (nothing written). 1 `UpdateItem` when the bet is right.
-pub async fn reserve(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    limits: &Limits,
-    hints: &Hints,
-) -> Result<std::result::Result<Reservation, Admission>> {
-    let now = deps.clock.now();
-    if let Some(limit) = zero_limit(limits) {
-        return Ok(Err(refusal(limit, limits, now, t, sid, None)));
-    }
-    if limits.connection_shards > 1 {
-        return super::shards::reserve(deps, t, sid, limits, hints).await;
-    }
-    let on = Counter {
-        key: keys::tenant_connections(t)?,
-        cap: limits.tenant_connections,
-        minute_cap: limits.tenant_per_minute,
-        sharded: false,
-    };
-    reserve_on(deps, t, sid, limits, hints, &on).await
-}
-
-/// Step 1 on one counter item: `ADD itemCount 1` under `itemCount < cap` and room this minute.
-pub(super) async fn reserve_on(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    limits: &Limits,
-    hints: &Hints,
-    on: &Counter,
-) -> Result<std::result::Result<Reservation, Admission>> {
-    let now = deps.clock.now();
-    let key_text = on.key.clone();
-    let key = Item::from([(cattr::KEY.to_string(), s(key_text.clone()))]);
-    let alg = limits.rate_algorithm;
-    let cap = on.cap;
-    let mut minute = Minute::bet(
-        alg,
-        Limit::TenantPerMinute,
-        on.minute_cap,
-        hints.get(&key_text),
-        now,
-    )?;
-    let mut settling = 0;
-    for _ in 0..MAX_ATTEMPTS {
-        let mut p = Parts::default();
-        count_move(&mut p, 1);
-        p.name("#at", cattr::RESERVED_AT);
-        p.value(":cap", n(cap)).value(":at", n(now.as_millis()));
-        p.conditions
-            .push("attribute_not_exists(#c) OR #c < :cap".into());
-        minute.write(&mut p, &TENANT_MINUTE);
-        p.set.push("#at = :at".into());
-        match write::update(
-            deps,
-            &deps.tables.counters,
-            &key,
-            &p,
-            ReturnValue::None,
-            // At most once: an SDK retry of an attempt that applied but lost its answer would
-            // reserve twice, or fail its condition and refuse while holding a unit. A lost answer
-            // is an error (a 5xx) and at worst a count one too high, which `reconcile` repairs.
-            Retries::AtMostOnce,
-        )
-        .await?
-        {
-            Written::Applied(_) => {
-                hints.set(&key_text, after(&minute));
-                return Ok(Ok(Reservation {
-                    tenant: t.clone(),
-                    key: key_text,
-                    sharded: on.sharded,
-                    minute,
-                    at: now,
-                    reserved: std::time::Instant::now(),
-                }));
-            }
-            Written::Refused(old) => {
-                let old = old.as_ref();
-                hints.set(&key_text, TENANT_MINUTE.stored(alg, old));
-                let count = old
-                    .and_then(|o| item::num(o, cattr::ITEM_COUNT))
-                    .unwrap_or(0);
-                let refused = if count >= cap as i64 {
-                    Some(refusal(Limit::TenantConnections, limits, now, t, sid, None))
-                } else {
-                    minute
-                        .refused(&TENANT_MINUTE, old)
-                        .map(|d| refusal(Limit::TenantPerMinute, limits, now, t, sid, d))
-                };
-                let stored = TENANT_MINUTE.stored(alg, old);
-                let next = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
-                if let Some(answer) = refused {
-                    let recent = old
-                        .and_then(|o| item::num(o, cattr::RESERVED_AT))
-                        .is_some_and(|at| at >= now.minus(SETTLE).as_millis());
-                    if on.sharded || !recent || settling >= SETTLE_ATTEMPTS {
-                        return Ok(Err(answer));
-                    }
-                    settling += 1;
-                    Backoff::TRANSACTION.wait(settling).await;
-                } else if next.same_bet(&minute) {
-                    tracing::debug!(tenant = %t, "reservation refused with room; retrying");
-                }
-                minute = next;
-            }
+impl Joined {
+    fn into_result(self) -> Result<Admission> {
+        match self {
+            Joined::Answer(a) => Ok(a),
+            Joined::GaveUp(e) => Err(e),
         }
     }
-    Err(Error::Other(format!(
-        "reserving a connection for tenant {t}: no decision after {MAX_ATTEMPTS} attempts"
-    )))
 }
 
 /// What a hint should remember after a successful write of `minute`.
@@ -486,221 +327,6 @@ fn after(minute: &Minute) -> Option<i64> {
         Minute::Same { m, .. } | Minute::New { m, .. } => Some(*m),
         Minute::Gcra(plan) => Some(plan.admitted(None, None).new_tat.as_nanos()),
     }
-}
-
-/// Step 2: adds `cid` to the session, counted against the session's caps. Sent at most once per
-/// attempt (no SDK retry: a committed write retried would look like a repeated `$connect`).
-/// `Admission::Admitted` when it joined; any other answer means the reservation must be undone.
-pub async fn join(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hints: &Hints,
-    reservation: &Reservation,
-) -> Result<Admission> {
-    match join_inner(deps, t, sid, cid, limits, hints, reservation).await? {
-        Joined::Answer(a) => Ok(a),
-        Joined::GaveUp(e) => Err(e),
-    }
-}
-
-async fn join_inner(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hints: &Hints,
-    reservation: &Reservation,
-) -> Result<Joined> {
-    let now = reservation.at;
-    let alg = limits.rate_algorithm;
-    let key = sstore::key(t, sid);
-    let hint_key = format!("{t}\u{1f}{sid}");
-    let cap = limits.connections_per_session;
-    let ttl = now
-        .as_secs()
-        .saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
-    let mut minute = Minute::bet(
-        alg,
-        Limit::SessionPerMinute,
-        limits.session_per_minute,
-        hints.get(&hint_key),
-        now,
-    )?;
-    for _ in 0..MAX_ATTEMPTS {
-        // Process time or the injected clock, whichever moved more (the tests move the clock).
-        let waited = reservation
-            .reserved
-            .elapsed()
-            .max(deps.clock.now().since(reservation.at));
-        if waited > JOIN_DEADLINE {
-            return Ok(Joined::GaveUp(Error::Other(format!(
-                "joining {cid} to {t}/{sid}: past the {JOIN_DEADLINE:?} deadline"
-            ))));
-        }
-        let mut p = Parts::default();
-        p.name("#ids", sattr::CONNECTION_IDS)
-            .name("#ttl", sattr::SESSION_TTL)
-            .name("#sid", sattr::SESSION_ID);
-        p.value(":cidset", AttributeValue::Ss(vec![cid.to_string()]))
-            .value(":cid", s(cid.as_str()))
-            .value(":ttl", n(ttl))
-            .value(":nows", n(now.as_secs()))
-            .value(":scap", n(cap));
-        p.conditions
-            .push("attribute_exists(#sid) AND #ttl > :nows".into());
-        p.conditions
-            .push("attribute_not_exists(#ids) OR size(#ids) < :scap".into());
-        p.conditions.push("NOT contains(#ids, :cid)".into());
-        minute.write(&mut p, &SESSION_MINUTE);
-        p.add.push("#ids :cidset".into());
-        p.set.push("#ttl = :ttl".into());
-        if limits.connection_shards > 1 {
-            p.name("#nsh", sattr::CONNECTION_SHARDS);
-            p.value(":nsh", n(limits.connection_shards));
-            p.set.push("#nsh = :nsh".into());
-        }
-        match write::update(
-            deps,
-            &deps.tables.sessions,
-            &key,
-            &p,
-            ReturnValue::None,
-            Retries::AtMostOnce,
-        )
-        .await?
-        {
-            Written::Applied(_) => {
-                hints.set(&hint_key, after(&minute));
-                return Ok(Joined::Answer(Admission::Admitted));
-            }
-            Written::Refused(old) => {
-                let old = old.as_ref();
-                hints.set(&hint_key, SESSION_MINUTE.stored(alg, old));
-                let Some(o) = old else {
-                    return Ok(Joined::Answer(Admission::NoSession));
-                };
-                if item::num(o, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
-                    return Ok(Joined::Answer(Admission::NoSession));
-                }
-                let ids = item::string_set(o, sattr::CONNECTION_IDS);
-                if ids.iter().any(|c| c == cid.as_str()) {
-                    return Ok(Joined::Answer(Admission::AlreadyAdmitted));
-                }
-                if ids.len() as u64 >= cap {
-                    return Ok(Joined::Answer(refusal(
-                        Limit::ConnectionsPerSession,
-                        limits,
-                        now,
-                        t,
-                        sid,
-                        None,
-                    )));
-                }
-                if let Some(d) = minute.refused(&SESSION_MINUTE, old) {
-                    return Ok(Joined::Answer(refusal(
-                        Limit::SessionPerMinute,
-                        limits,
-                        now,
-                        t,
-                        sid,
-                        d,
-                    )));
-                }
-                minute = Minute::bet(
-                    alg,
-                    Limit::SessionPerMinute,
-                    limits.session_per_minute,
-                    SESSION_MINUTE.stored(alg, old),
-                    now,
-                )?;
-            }
-        }
-    }
-    Ok(Joined::GaveUp(Error::Other(format!(
-        "joining {cid} to {t}/{sid}: no decision after {MAX_ATTEMPTS} attempts"
-    ))))
-}
-
-/// The open-count part of every write to `{tenant}`'s count (decision 0306): `ADD itemCount` by
-/// `by`, `ver` + 1, and `|by|` added to the running total of its direction (`resvTotal` up,
-/// `relTotal` down), all in the one write, so the reconciler can bound what is in flight.
-/// Names `#c`, `#v`, `#tot`; values `:d`, `:size`, `:one` (a caller's condition may use them).
-pub(super) fn count_move(p: &mut Parts, by: i64) {
-    let total = if by > 0 {
-        cattr::RESERVED_TOTAL
-    } else {
-        cattr::RELEASED_TOTAL
-    };
-    p.name("#c", cattr::ITEM_COUNT)
-        .name("#v", cattr::VERSION)
-        .name("#tot", total);
-    p.value(":d", n(by))
-        .value(":size", n(by.unsigned_abs()))
-        .value(":one", n(1));
-    p.add.push("#c :d".into());
-    p.add.push("#v :one".into());
-    p.add.push("#tot :size".into());
-}
-
-/// Gives a reservation back: the open connection, and this minute's connection when its window
-/// is still the current one (fixed) or as a GCRA refund that is never more generous than the
-/// spend (`inc` minus the time since the spend). 1 `UpdateItem`; 2 when the window moved on.
-/// Sent at most once: a repeated decrement would undercount.
-pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
-    let key = Item::from([(cattr::KEY.to_string(), s(r.key.clone()))]);
-    let base = || {
-        let mut p = Parts::default();
-        count_move(&mut p, -1);
-        if !r.sharded {
-            p.conditions.push("#c >= :one".into());
-        }
-        p
-    };
-    let mut with_minute = base();
-    match &r.minute {
-        Minute::Same { m, .. } | Minute::New { m, .. } => {
-            with_minute
-                .name("#cm", TENANT_MINUTE.minute)
-                .name("#cn", TENANT_MINUTE.count);
-            with_minute.value(":m", n(m));
-            with_minute
-                .conditions
-                .push("#cm = :m AND #cn >= :one".into());
-            with_minute.set.push("#cn = #cn - :one".into());
-        }
-        Minute::Gcra(plan) => {
-            let elapsed = crate::clock::duration_nanos(deps.clock.now().since(r.at));
-            let give = gcra::increment_nanos(&plan.rate, 1).saturating_sub(elapsed);
-            if give > 0 {
-                with_minute.name("#tat", TENANT_MINUTE.tat);
-                with_minute.value(":give", n(give));
-                with_minute.conditions.push("attribute_exists(#tat)".into());
-                with_minute.set.push("#tat = #tat - :give".into());
-            }
-        }
-    }
-    let counters = &deps.tables.counters;
-    for parts in [with_minute, base()] {
-        match write::update(
-            deps,
-            counters,
-            &key,
-            &parts,
-            ReturnValue::None,
-            Retries::AtMostOnce,
-        )
-        .await?
-        {
-            Written::Applied(_) => return Ok(()),
-            Written::Refused(_) => continue,
-        }
-    }
-    tracing::warn!(tenant = %r.tenant, "nothing to give back: the tenant's count is already 0");
-    Ok(())
 }
 
 impl Reservation {

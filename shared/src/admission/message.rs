@@ -18,15 +18,15 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::Limit;
+use super::{Limit, Request};
 use crate::counter::window::MinuteWindow;
 use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
-use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::refusal::Refusal;
 use crate::session::{attr as sattr, store as sstore};
-use crate::tenant::Limits;
-use crate::Deps;
+
+/// Writes per message before giving up (the session's counter kept changing).
+const ATTEMPTS: u32 = 3;
 
 /// The last message minute this process saw, to guess which update to try first.
 #[derive(Debug, Default)]
@@ -65,14 +65,8 @@ enum Case {
 
 /// Counts one message from `cid` on the session and refreshes its TTL, admitted or not. 1
 /// UpdateItem when the minute guess is right, 2 when it is wrong.
-pub async fn count(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hint: &MinuteHint,
-) -> Result<MessageAdmission> {
+pub async fn count(r: Request<'_>, hint: &MinuteHint) -> Result<MessageAdmission> {
+    let (deps, t, sid, cid, limits) = (r.deps, r.t, r.sid, r.cid, r.limits);
     let now = deps.clock.now();
     let m = MinuteWindow::at(now).start;
     let mut case = if hint.get() == m {
@@ -81,8 +75,8 @@ pub async fn count(
         Case::NewMinute(m)
     };
     // Two guesses at most; a third only if the minute changed in between (another writer).
-    for _ in 0..3 {
-        match attempt(deps, t, sid, cid, limits, case).await? {
+    for _ in 0..ATTEMPTS {
+        match attempt(r, case).await? {
             Ok(new) => {
                 hint.set(match case {
                     Case::SameMinute(x) | Case::NewMinute(x) => x,
@@ -120,22 +114,17 @@ pub async fn count(
             }
         }
     }
-    Err(Error::Other(format!(
-        "counting a message on {t}/{sid}: the session's counter kept changing"
-    )))
+    Err(Error::contended(
+        format!("counting a message on {t}/{sid}"),
+        ATTEMPTS,
+    ))
 }
 
 /// One UpdateItem that counts the message and refreshes the TTL. `Ok(new image)` when written;
 /// `Err(old image)` when the condition failed (session gone, expired, sender not in it, or the
 /// minute guess wrong).
-async fn attempt(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    case: Case,
-) -> Result<std::result::Result<Item, Option<Item>>> {
+async fn attempt(r: Request<'_>, case: Case) -> Result<std::result::Result<Item, Option<Item>>> {
+    let (deps, t, sid, cid, limits) = (r.deps, r.t, r.sid, r.cid, r.limits);
     let now = deps.clock.now().as_secs();
     let ttl = now.saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
     let live = "#ttl > :now AND contains(#ids, :cid)";

@@ -35,6 +35,17 @@ use crate::counter::window::MinuteWindow;
 use crate::refusal::{Policy, QuotaUnit, Refusal, Usage};
 use crate::tenant::{attr as tattr, Limits};
 
+/// One WebSocket request as the authorizer context names it: the tenant, the session and the
+/// connection, under the tenant's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub deps: &'a crate::Deps,
+    pub t: &'a crate::ids::TenantId,
+    pub sid: &'a crate::ids::SessionId,
+    pub cid: &'a crate::ids::ConnectionId,
+    pub limits: &'a Limits,
+}
+
 /// How long a client refused for an open-connection cap is told to wait: the cap has no reset time
 /// (it frees when someone disconnects), so this is only a polite pace for retries.
 pub const OPEN_CONNECTION_RETRY: Duration = Duration::from_secs(10);

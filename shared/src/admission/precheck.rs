@@ -48,7 +48,7 @@ pub async fn check(
             .set_keys(Some(keys))
             .consistent_read(true)
             .build()
-            .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))
+            .map_err(|e| Error::build_request("BatchGetItem", e))
     };
     let request = std::collections::HashMap::from([
         (

@@ -52,9 +52,11 @@ pub(super) async fn read(
     };
     for i in 0..n {
         let Some(row) = rows.get(&i) else {
-            return Err(Error::Other(format!(
-                "shard {i} of tenant {t} was not read"
-            )));
+            // Still unprocessed after `batch_get`'s 3 calls.
+            return Err(Error::contended(
+                format!("reading shard {i} of tenant {t}"),
+                3,
+            ));
         };
         let num = |a: &str| row.as_ref().and_then(|r| item::num(r, a));
         add(&mut snap.count, num(cattr::ITEM_COUNT));
@@ -108,7 +110,7 @@ pub(super) async fn subtract(
             .set_expression_attribute_values(Some(p.values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None)
             .build()
-            .map_err(|e| Error::Other(format!("building a shard repair: {e}")))?;
+            .map_err(|e| Error::build_request("a shard repair", e))?;
         items.push(TransactWriteItem::builder().update(update).build());
     }
     Ok(matches!(

@@ -232,16 +232,7 @@ async fn decrement(
         p.conditions
             .push("attribute_not_exists(#ta) OR #ta < :before".into());
     }
-    match write::update(
-        deps,
-        &deps.tables.counters,
-        &key,
-        &p,
-        ReturnValue::None,
-        Retries::AtMostOnce,
-    )
-    .await?
-    {
+    match write::update_once(deps, &deps.tables.counters, &key, &p).await? {
         Written::Applied(_) => Ok(true),
         Written::Refused(old) => {
             let count = old.as_ref().and_then(|o| item::num(o, cattr::ITEM_COUNT));

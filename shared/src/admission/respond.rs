@@ -136,8 +136,8 @@ mod tests {
         assert_eq!(v["status"], 500);
         assert!(!a.body.contains("abc:conn:x"), "the key stays in the log");
         assert!(matches!(
-            guard_refusal(Error::Other("x".into())),
-            Err(Error::Other(_))
+            guard_refusal(Error::contended("x", 8)),
+            Err(Error::Contended { .. })
         ));
         let f = forbidden("no");
         assert_eq!(f.status, 403);

@@ -19,13 +19,13 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
-use super::connect::{self, Admission, Hints, Minute, Reservation, TENANT_MINUTE};
+use super::connect::{self, Admission, Ask, Minute, Reservation, TENANT_MINUTE};
 use super::Limit;
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
-use crate::ids::{SessionId, TenantId};
+use crate::ids::TenantId;
 use crate::shard::share;
 use crate::tenant::{Limits, MAX_CONNECTION_SHARDS};
 use crate::Deps;
@@ -95,25 +95,17 @@ fn counter(t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
 /// `BatchGetItem` of every shard and up to [`TRIES_PER_ROUND`] `UpdateItem` on shards that had
 /// room, at most [`ROUNDS`] times. Refused when a read finds no shard with room (or every round's
 /// tries lost their room to other connects meanwhile).
-pub(super) async fn reserve(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    limits: &Limits,
-    hints: &Hints,
-) -> Result<std::result::Result<Reservation, Admission>> {
-    let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
-    let first = fastrand::u64(0..n);
-    let mut answer = match connect::reserve_on(
+pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservation, Admission>> {
+    let Ask {
         deps,
         t,
         sid,
         limits,
-        hints,
-        &counter(t, limits, first)?,
-    )
-    .await?
-    {
+        ..
+    } = ask;
+    let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
+    let first = fastrand::u64(0..n);
+    let mut answer = match connect::reserve_on(ask, &counter(t, limits, first)?).await? {
         Ok(r) => return Ok(Ok(r)),
         Err(a) => a,
     };
@@ -145,7 +137,7 @@ pub(super) async fn reserve(
         }
         fastrand::shuffle(&mut room);
         for on in room.iter().take(TRIES_PER_ROUND) {
-            match connect::reserve_on(deps, t, sid, limits, hints, on).await? {
+            match connect::reserve_on(ask, on).await? {
                 Ok(r) => return Ok(Ok(r)),
                 Err(a) => answer = a,
             }
@@ -169,7 +161,7 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
         .set_keys(Some(wanted))
         .consistent_read(true)
         .build()
-        .map_err(|e| Error::Other(format!("building BatchGetItem: {e}")))?;
+        .map_err(|e| Error::build_request("BatchGetItem", e))?;
     let request = HashMap::from([(deps.tables.counters.clone(), built)]);
     let (rows, request) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::connect::{self, Admission, Hints};
 use super::message::{self, MessageAdmission, MinuteHint};
 use super::precheck::Precheck;
-use super::Limit;
+use super::{Limit, Request};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::refusal::Refusal;
@@ -41,9 +41,10 @@ pub enum Verdict<A> {
 }
 
 /// Whether `e` is the store failing (a DynamoDB error, a timeout, a contention give-up) rather
-/// than a bug or bad data (the key guard, a malformed row), which never fails open.
+/// than a bug or bad data (the key guard, a malformed row), which never fails open: the
+/// infrastructure failures of [`Error::is_infrastructure`].
 pub fn is_store_failure(e: &Error) -> bool {
-    matches!(e, Error::Dynamo { .. } | Error::Other(_))
+    e.is_infrastructure()
 }
 
 /// The failure verdict for `e` under `limits.on_failure`, metered.
@@ -90,7 +91,14 @@ pub async fn connect(
 ) -> Verdict<Admission> {
     let started = Instant::now();
     let path = Path::Connect;
-    let decided = match connect::admit_hinted(deps, t, sid, cid, limits, hints).await {
+    let r = Request {
+        deps,
+        t,
+        sid,
+        cid,
+        limits,
+    };
+    let decided = match connect::admit_hinted(r, hints).await {
         Ok(a) => a,
         Err(e) => return failed(path, e, limits, t, started),
     };
@@ -104,7 +112,11 @@ pub async fn connect(
                 tenant_per_minute: LIFTED,
                 ..*limits
             };
-            match connect::admit_hinted(deps, t, sid, cid, &lifted, hints).await {
+            let r = Request {
+                limits: &lifted,
+                ..r
+            };
+            match connect::admit_hinted(r, hints).await {
                 Ok(admitted) => Verdict::Shadow {
                     limit,
                     refusal,
@@ -137,7 +149,14 @@ pub async fn message(
 ) -> Verdict<MessageAdmission> {
     let started = Instant::now();
     let path = Path::Message;
-    let counted = match message::count(deps, t, sid, cid, limits, hint).await {
+    let r = Request {
+        deps,
+        t,
+        sid,
+        cid,
+        limits,
+    };
+    let counted = match message::count(r, hint).await {
         Ok(c) => c,
         Err(e) => return failed(path, e, limits, t, started),
     };
@@ -195,5 +214,42 @@ pub fn authorizer(
             Verdict::FailedClosed(e) => Err(e),
             _ => Ok(Precheck::Allow),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::isolation::CrossTenantKey;
+
+    /// Decision 1000: what the admission paths return when DynamoDB fails, times out or stays
+    /// contended follows the tenant's `onFailure`; a bug or bad data never fails open.
+    #[test]
+    fn store_failures_are_the_infrastructure_errors_of_the_admission_paths() {
+        for e in [
+            Error::contended("reserving a connection for tenant t", 8),
+            Error::build_request("BatchGetItem", "missing keys"),
+            Error::TimedOut {
+                what: "joining c to t/s".into(),
+                after: Duration::from_secs(5),
+            },
+            Error::Other("one-off".into()),
+        ] {
+            assert!(is_store_failure(&e), "{e}");
+        }
+        for e in [
+            Error::MalformedItem {
+                table: "sessions".into(),
+                reason: "x".into(),
+            },
+            Error::CrossTenantKey(CrossTenantKey {
+                tenant: "ab".into(),
+                key: "abc:conn:x".into(),
+            }),
+        ] {
+            assert!(!is_store_failure(&e), "{e}");
+        }
     }
 }

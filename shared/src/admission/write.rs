@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use crate::dynamo::item::Item;
-use crate::dynamo::retry::Backoff;
+use crate::dynamo::retry::{self, Backoff};
 use crate::error::{Error, Result};
 use crate::Deps;
 
@@ -87,17 +87,6 @@ pub enum Written {
     Refused(Option<Item>),
 }
 
-fn throttled(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some(
-            "ProvisionedThroughputExceededException"
-                | "ThrottlingException"
-                | "RequestLimitExceeded"
-        )
-    )
-}
-
 /// One `UpdateItem` on `key` of `table` (1 call; at most [`THROTTLE_ATTEMPTS`] when throttled
 /// with [`Retries::AtMostOnce`]).
 pub async fn update(
@@ -144,7 +133,7 @@ pub async fn update(
                 }
                 other
                     if retries == Retries::AtMostOnce
-                        && throttled(other.code())
+                        && retry::is_throttle(other.code())
                         && attempt < THROTTLE_ATTEMPTS =>
                 {
                     Backoff::TRANSACTION.wait(attempt).await;
@@ -154,6 +143,20 @@ pub async fn update(
             Err(e) => return Err(Error::dynamo("UpdateItem", e)),
         }
     }
+}
+
+/// [`update`] with nothing returned, sent at most once ([`Retries::AtMostOnce`]): `$connect`'s
+/// writes and the decrements, which an SDK retry of a lost answer would apply twice.
+pub async fn update_once(deps: &Deps, table: &str, key: &Item, parts: &Parts) -> Result<Written> {
+    update(
+        deps,
+        table,
+        key,
+        parts,
+        ReturnValue::None,
+        Retries::AtMostOnce,
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -171,7 +174,7 @@ mod tests {
         p.add.push("#v :one".into());
         assert_eq!(p.condition().unwrap(), "(a OR b) AND (c)");
         assert_eq!(p.update(), "SET #x = :x ADD #c :one, #v :one");
-        assert!(throttled(Some("ThrottlingException")));
-        assert!(!throttled(Some("ConditionalCheckFailedException")));
+        assert!(retry::is_throttle(Some("ThrottlingException")));
+        assert!(!retry::is_throttle(Some("ConditionalCheckFailedException")));
     }
 }

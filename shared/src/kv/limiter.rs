@@ -3,19 +3,22 @@
 //! writes). Each operation's doc comment states its DynamoDB call count.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
 use super::config::{BucketKey, KeyError, LimitSet, Limits};
 use super::write::{self, Case, Next, SpendPlan, StateWrite, Target};
+use crate::cache::{Cache, WhenFull};
 use crate::clock::Timestamp;
+use crate::dynamo::item::{n, num, s, Item};
+use crate::dynamo::retry::{self, Backoff, Jitter};
+use crate::dynamo::txn::{self, Reason};
 use crate::gcra::{self, Decision, Rate, RateError};
 
 /// Default time an idle bucket's item outlives the moment it is full again (for the state view).
@@ -26,11 +29,20 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// transactions conflict.
 const MAX_ATTEMPTS: usize = 4;
 
+/// The pause before a transaction retried after a conflict: 5, 10, 20 ms (no jitter).
+const CONFLICT_BACKOFF: Backoff = Backoff {
+    first_ms: 5,
+    max_doublings: MAX_ATTEMPTS as u32,
+    jitter: Jitter::None,
+};
+
 mod batch;
 mod lease;
 pub use lease::{Lease, LeaseOutcome};
 mod sharded;
 pub use sharded::item_write_budget;
+mod throttles;
+use throttles::{Held, Pending};
 
 /// Most buckets in one batch spend: DynamoDB's limit of items per transaction.
 pub const MAX_BATCH: usize = 100;
@@ -106,14 +118,6 @@ pub struct BatchOutcome {
     pub exact: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    count: u64,
-    first: Timestamp,
-    /// The bucket's `version` in the item the last denial was decided from.
-    version: Option<i64>,
-}
-
 /// A limiter over one buckets table. Cheap to share (`Arc`); its hints and pending throttle counts
 /// are per process, like a Lambda sandbox's.
 #[derive(Debug)]
@@ -122,8 +126,10 @@ pub struct Limiter {
     table: String,
     limits: Arc<Limits>,
     ttl_margin: Duration,
-    hints: Mutex<HashMap<String, Timestamp>>,
-    pending: Mutex<HashMap<String, Pending>>,
+    /// The TAT last seen per bucket item, to bet on the right case (a hint is only an
+    /// optimisation: a wrong or missing one costs one more write).
+    hints: Cache<String, Timestamp>,
+    pending: Held,
     /// Which shards a sharded spend tries, and the write budget behind `shards: auto`.
     picker: crate::shard::Picker,
     item_write_budget: u64,
@@ -136,8 +142,8 @@ impl Limiter {
             table: table.into(),
             limits,
             ttl_margin: DEFAULT_TTL_MARGIN,
-            hints: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
+            hints: Cache::new(MAX_HINTS, WhenFull::Clear),
+            pending: Held::default(),
             picker: crate::shard::Picker::default(),
             item_write_budget: crate::shard::DEFAULT_ITEM_WRITE_BUDGET,
         }
@@ -154,139 +160,35 @@ impl Limiter {
 
     /// Forgets the TATs seen, so the next operation on each bucket is cold (tests, benchmarks).
     pub fn forget_hints(&self) {
-        if let Ok(mut h) = self.hints.lock() {
-            h.clear();
-        }
+        self.hints.clear();
     }
 
     fn hint(&self, key: &str) -> Option<Timestamp> {
-        self.hints.lock().ok().and_then(|h| h.get(key).copied())
+        self.hints.get(key)
     }
 
     fn remember(&self, key: &str, tat: Option<Timestamp>) {
-        if let Ok(mut h) = self.hints.lock() {
-            if h.len() >= MAX_HINTS {
-                h.clear();
-            }
-            match tat {
-                Some(t) => h.insert(key.to_string(), t),
-                None => h.remove(key),
-            };
-        }
-    }
-
-    fn take_pending(&self, key: &str) -> Option<Pending> {
-        self.pending.lock().ok().and_then(|mut p| p.remove(key))
-    }
-
-    /// Puts back throttles that were not written, adding `denied` new ones at `now` (decided from
-    /// an item at `version`).
-    fn keep_pending(
-        &self,
-        key: &str,
-        taken: Option<Pending>,
-        denied: u64,
-        now: Timestamp,
-        version: Option<i64>,
-    ) {
-        let count = taken.map_or(0, |p| p.count) + denied;
-        if count == 0 {
-            return;
-        }
-        let first = taken.map_or(now, |p| p.first.min(now));
-        let version = version.or(taken.and_then(|p| p.version));
-        if let Ok(mut p) = self.pending.lock() {
-            if p.len() >= MAX_HINTS && !p.contains_key(key) {
-                // Best effort (docs/decisions/0603): under a flood of distinct keys, drop rather
-                // than grow without bound.
-                return;
-            }
-            let e = p.entry(key.to_string()).or_insert(Pending {
-                count: 0,
-                first,
-                version,
-            });
-            e.count += count;
-            e.first = e.first.min(first);
-            if version.is_some() {
-                e.version = version;
-            }
-        }
-    }
-
-    /// Writes the denials this process holds onto their buckets' items, each guarded by the
-    /// bucket's `version` as seen when the denial was decided (optimistic lock): if anything wrote
-    /// the bucket since, the write is skipped and the denials ride on this process's next spend of
-    /// that bucket instead. Returns how many buckets were written.
-    ///
-    /// Off the admission path: call it after answering (or from the CLI). DynamoDB calls: **1**
-    /// `UpdateItem` per bucket with held denials; none when there are none.
-    pub async fn flush_throttles(&self, now: Timestamp) -> Result<usize, KvError> {
-        let held: Vec<(String, Pending)> = match self.pending.lock() {
-            Ok(mut p) => p.drain().collect(),
-            Err(_) => return Ok(0),
+        match tat {
+            Some(t) => self.hints.insert(key.to_string(), t),
+            None => self.hints.remove(key).is_some(),
         };
-        let mut written = 0;
-        let mut first_error = None;
-        for (key, p) in held {
-            let Some(version) = p.version else {
-                self.keep_pending(&key, Some(p), 0, now, None);
-                continue;
-            };
-            let res = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(super::attr::BUCKET, AttributeValue::S(key.clone()))
-                .condition_expression("#ver = :v")
-                .update_expression(
-                    "SET #ta = if_not_exists(#ta, :ft), #ua = :now ADD #tc :n, #ver :one",
-                )
-                .expression_attribute_names("#ver", write::attr::VERSION)
-                .expression_attribute_names("#ta", write::attr::THROTTLED_AT)
-                .expression_attribute_names("#tc", write::attr::THROTTLE_COUNT)
-                .expression_attribute_names("#ua", write::attr::UPDATED_AT)
-                .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
-                .expression_attribute_values(
-                    ":ft",
-                    AttributeValue::N(p.first.as_nanos().to_string()),
-                )
-                .expression_attribute_values(":now", AttributeValue::N(now.as_nanos().to_string()))
-                .expression_attribute_values(":n", AttributeValue::N(p.count.to_string()))
-                .expression_attribute_values(":one", AttributeValue::N("1".into()))
-                .send()
-                .await;
-            match res {
-                Ok(_) => written += 1,
-                Err(SdkError::ServiceError(e))
-                    if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-                {
-                    self.keep_pending(&key, Some(Pending { version: None, ..p }), 0, now, None);
-                }
-                Err(e) => {
-                    self.keep_pending(&key, Some(p), 0, now, None);
-                    first_error.get_or_insert(crate::Error::dynamo("UpdateItem", e));
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e.into()),
-            None => Ok(written),
-        }
     }
 
-    /// Denials held in memory, not yet written (tests and diagnostics).
-    pub fn held_throttles(&self) -> u64 {
-        self.pending
-            .lock()
-            .map(|p| p.values().map(|p| p.count).sum())
-            .unwrap_or(0)
-    }
-
-    fn resolve(&self, set: &LimitSet, name: &str, id: &str) -> Result<(BucketKey, Rate), KvError> {
+    /// The bucket of `name` for `id` as the limits `set` places it.
+    fn locate_in(&self, set: &LimitSet, name: &str, id: &str) -> Result<Located, KvError> {
         let bucket = set.bucket(name, id)?;
         let rate = set.rate(&bucket)?;
-        Ok((bucket, rate))
+        let shards = self.shard_count(set, &bucket, &rate);
+        Ok(Located {
+            bucket,
+            rate,
+            shards,
+        })
+    }
+
+    /// [`locate_in`](Self::locate_in) the current limits.
+    fn locate(&self, name: &str, id: &str) -> Result<Located, KvError> {
+        self.locate_in(&self.limits.current(), name, id)
     }
 
     fn target(&self, bucket: &BucketKey) -> Target {
@@ -308,7 +210,8 @@ impl Limiter {
         }
     }
 
-    /// Spends `cost` (≥ 1) tokens of `name`'s bucket for `id`.
+    /// Spends `cost` (≥ 1) tokens of the bucket `at` (located by
+    /// [`locate_cost`](Self::locate_cost); [`Limiter::spend`] meters the decision).
     ///
     /// DynamoDB calls: **1** `UpdateItem` when this process has seen the bucket (warm), whether
     /// admitted or denied (a denial is decided from the old item the failed condition returns);
@@ -316,55 +219,87 @@ impl Limiter {
     /// A denial writes nothing: its throttle count is carried into the bucket's next write.
     /// A sharded limit (`shards:` in the limits file) tries up to two of its shards: a refusal
     /// costs 2 calls (decision 1500).
-    pub(super) async fn spend_unmetered(
+    pub(super) async fn spend_at(
         &self,
-        name: &str,
-        id: &str,
+        at: &Located,
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
-        if cost == 0 {
-            return Err(KvError::ZeroCost);
+        if at.shards > 1 {
+            return self.spend_sharded(at, cost, now).await;
         }
-        let set = self.limits.current();
-        let (bucket, rate) = self.resolve(&set, name, id)?;
-        let shards = self.shard_count(&set, &bucket, &rate);
-        if shards > 1 {
-            return self.spend_sharded(&bucket, rate, shards, cost, now).await;
-        }
-        self.spend_key(&bucket, &bucket.key(), rate, cost, now)
+        let key = at.bucket.key();
+        let item = (key.as_str(), at.rate);
+        self.write_item(Op::Spend, &at.bucket, item, cost, now)
             .await
             .map_err(|(e, _)| e)
     }
 
-    /// [`spend`](Self::spend) on one item, `key` (the bucket's, or one shard's). A failure says
-    /// whether DynamoDB throttled the write (nothing was written: another shard may be tried).
-    async fn spend_key(
+    /// [`locate`](Self::locate) for a spend or refund, which needs a cost of at least 1.
+    pub(super) fn locate_cost(&self, name: &str, id: &str, cost: u64) -> Result<Located, KvError> {
+        if cost == 0 {
+            return Err(KvError::ZeroCost);
+        }
+        self.locate(name, id)
+    }
+
+    /// A spend (or a refund) of `cost` on one item, `key` (the bucket's, or one shard's). A spend
+    /// carries the denials this process holds for the item, and a refused one is held in turn. A
+    /// failure says whether DynamoDB throttled the write (nothing was written: another shard may
+    /// be tried).
+    async fn write_item(
         &self,
+        op: Op,
         bucket: &BucketKey,
-        key: &str,
-        rate: Rate,
+        (key, rate): (&str, Rate),
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, (KvError, bool)> {
-        let key = key.to_string();
-        let target = Target::bucket(&self.table, &key, self.ttl_margin);
-        let pending = self.take_pending(&key);
+        let pending = match op {
+            Op::Spend => self.pending.take(key),
+            Op::Refund => None,
+        };
         let state = StateWrite {
             limit_name: Some(bucket.name.clone()),
             pending_throttles: pending.map_or(0, |p| p.count),
             first_throttle: pending.map(|p| p.first),
         };
-        let mut plan = SpendPlan::spend(rate, now, cost, self.hint(&key))
-            .map_err(|e| (e.into(), false))?
-            .with_state(state);
+        let hint = self.hint(key);
+        let plan = match op {
+            Op::Spend => SpendPlan::spend(rate, now, cost, hint),
+            Op::Refund => SpendPlan::refund(rate, now, cost, hint),
+        };
+        let plan = plan.map_err(|e| (e.into(), false))?.with_state(state);
+        match self.write_key(key, plan).await {
+            Ok(Wrote::Admitted(d)) => Ok(Self::outcome_at(bucket, key, rate, d)),
+            Ok(Wrote::Refused(d, version)) => {
+                if op == Op::Spend {
+                    self.pending.keep(key, pending, 1, now, version);
+                }
+                Ok(Self::outcome_at(bucket, key, rate, d))
+            }
+            Err(e) => {
+                self.pending.keep(key, pending, 0, now, None);
+                Err(e)
+            }
+        }
+    }
+
+    /// `plan`'s conditional write on the item `key`, again under the right case while the guess
+    /// is wrong (up to [`MAX_ATTEMPTS`] writes, never a read). A failure says whether DynamoDB
+    /// throttled the write.
+    async fn write_key(&self, key: &str, mut plan: SpendPlan) -> Result<Wrote, (KvError, bool)> {
+        let target = Target::bucket(&self.table, key, self.ttl_margin);
         for _ in 0..MAX_ATTEMPTS {
             match plan.update_item(&self.client, &target).send().await {
                 Ok(out) => {
-                    let new_tat = write::stored_tat(out.attributes(), write::attr::TAT);
+                    let new_tat = match plan.case {
+                        Case::RefundToFull => Some(plan.now),
+                        _ => write::stored_tat(out.attributes(), write::attr::TAT),
+                    };
                     let d = plan.admitted(new_tat, None);
-                    self.remember(&key, Some(d.new_tat));
-                    return Ok(Self::outcome_at(bucket, &key, rate, d));
+                    self.remember(key, Some(d.new_tat));
+                    return Ok(Wrote::Admitted(d));
                 }
                 Err(SdkError::ServiceError(e))
                     if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -373,27 +308,22 @@ impl Limiter {
                         UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                         _ => None,
                     };
-                    self.remember(&key, write::stored_tat(old.as_ref(), write::attr::TAT));
+                    self.remember(key, write::stored_tat(old.as_ref(), write::attr::TAT));
                     match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
                         Next::Refused(d) => {
-                            let version = old
-                                .as_ref()
-                                .and_then(|i| write::int_attr(i, write::attr::VERSION));
-                            self.keep_pending(&key, pending, 1, now, version);
-                            return Ok(Self::outcome_at(bucket, &key, rate, d));
+                            let version = old.as_ref().and_then(|i| num(i, write::attr::VERSION));
+                            return Ok(Wrote::Refused(d, version));
                         }
                         Next::Retry(p) => plan = p,
                     }
                 }
                 Err(e) => {
-                    self.keep_pending(&key, pending, 0, now, None);
-                    let throttled = sharded::is_throttle(e.code());
+                    let throttled = retry::is_throttle(e.code());
                     return Err((crate::Error::dynamo("UpdateItem", e).into(), throttled));
                 }
             }
         }
-        self.keep_pending(&key, pending, 0, now, None);
-        Err((KvError::Contended(key), false))
+        Err((KvError::Contended(key.to_string()), false))
     }
 
     /// What a spend of `cost` (≥ 0) would decide now, without writing (cost 0: the bucket as it is).
@@ -406,12 +336,11 @@ impl Limiter {
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
-        let set = self.limits.current();
-        let (bucket, rate) = self.resolve(&set, name, id)?;
-        let shards = self.shard_count(&set, &bucket, &rate);
-        if shards > 1 {
-            return self.check_sharded(&bucket, rate, shards, cost, now).await;
+        let at = self.locate(name, id)?;
+        if at.shards > 1 {
+            return self.check_sharded(&at, cost, now).await;
         }
+        let (bucket, rate) = (&at.bucket, at.rate);
         let item = self.read(&bucket.key()).await?;
         let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
         self.remember(&bucket.key(), tat);
@@ -422,24 +351,18 @@ impl Limiter {
             new_tat: tat.map_or(now, |t| t.max(now)),
             ..d
         };
-        Ok(Self::outcome(&bucket, rate, d))
+        Ok(Self::outcome(bucket, rate, d))
     }
 
     /// The stored item of a bucket (`None` if absent).
     ///
     /// DynamoDB calls: **1** strongly consistent `GetItem`.
-    pub async fn read(
-        &self,
-        bucket_key: &str,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, KvError> {
+    pub async fn read(&self, bucket_key: &str) -> Result<Option<Item>, KvError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key(
-                super::attr::BUCKET,
-                AttributeValue::S(bucket_key.to_string()),
-            )
+            .key(super::attr::BUCKET, s(bucket_key))
             .consistent_read(true)
             .send()
             .await
@@ -458,92 +381,64 @@ impl Limiter {
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
-        if cost == 0 {
-            return Err(KvError::ZeroCost);
+        let at = self.locate_cost(name, id, cost)?;
+        if at.shards > 1 {
+            return self.refund_sharded(&at, cost, now).await;
         }
-        let set = self.limits.current();
-        let (bucket, rate) = self.resolve(&set, name, id)?;
-        let shards = self.shard_count(&set, &bucket, &rate);
-        if shards > 1 {
-            return self.refund_sharded(&bucket, rate, shards, cost, now).await;
-        }
-        self.refund_key(&bucket, &bucket.key(), rate, cost, now)
+        let key = at.bucket.key();
+        let item = (key.as_str(), at.rate);
+        self.write_item(Op::Refund, &at.bucket, item, cost, now)
             .await
-    }
-
-    /// [`refund`](Self::refund) on one item, `key` (the bucket's, or one shard's).
-    async fn refund_key(
-        &self,
-        bucket: &BucketKey,
-        key: &str,
-        rate: Rate,
-        cost: u64,
-        now: Timestamp,
-    ) -> Result<Outcome, KvError> {
-        let key = key.to_string();
-        let target = Target::bucket(&self.table, &key, self.ttl_margin);
-        let state = StateWrite {
-            limit_name: Some(bucket.name.clone()),
-            ..StateWrite::default()
-        };
-        let mut plan = SpendPlan::refund(rate, now, cost, self.hint(&key))?.with_state(state);
-        for _ in 0..MAX_ATTEMPTS {
-            match plan.update_item(&self.client, &target).send().await {
-                Ok(out) => {
-                    let new_tat = match plan.case {
-                        Case::RefundToFull => Some(now),
-                        _ => write::stored_tat(out.attributes(), write::attr::TAT),
-                    };
-                    let d = plan.admitted(new_tat, None);
-                    self.remember(&key, Some(d.new_tat));
-                    return Ok(Self::outcome_at(bucket, &key, rate, d));
-                }
-                Err(SdkError::ServiceError(e))
-                    if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-                {
-                    let old = match e.err() {
-                        UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
-                        _ => None,
-                    };
-                    self.remember(&key, write::stored_tat(old.as_ref(), write::attr::TAT));
-                    match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
-                        Next::Refused(d) => return Ok(Self::outcome_at(bucket, &key, rate, d)),
-                        Next::Retry(p) => plan = p,
-                    }
-                }
-                Err(e) => return Err(crate::Error::dynamo("UpdateItem", e).into()),
-            }
-        }
-        Err(KvError::Contended(key))
+            .map_err(|(e, _)| e)
     }
 
     /// Empties the bucket's record, so it is full again (and its state starts over).
     ///
     /// DynamoDB calls: **1** `DeleteItem`.
     pub async fn reset(&self, name: &str, id: &str, now: Timestamp) -> Result<Outcome, KvError> {
-        let set = self.limits.current();
-        let (bucket, rate) = self.resolve(&set, name, id)?;
-        let shards = self.shard_count(&set, &bucket, &rate);
-        if shards > 1 {
-            self.reset_shards(&bucket, shards).await?;
-            return Ok(Self::outcome(
-                &bucket,
-                rate,
-                gcra::spend(&rate, None, now, 0)?,
-            ));
+        let at = self.locate(name, id)?;
+        if at.shards > 1 {
+            self.reset_shards(&at.bucket, at.shards).await?;
+        } else {
+            self.delete_bucket(&at.bucket.key()).await?;
         }
+        let d = gcra::spend(&at.rate, None, now, 0)?;
+        Ok(Self::outcome(&at.bucket, at.rate, d))
+    }
+
+    /// Deletes one bucket item and forgets what this process knew of it. DynamoDB calls: **1**
+    /// `DeleteItem`.
+    async fn delete_bucket(&self, key: &str) -> Result<(), KvError> {
         self.client
             .delete_item()
             .table_name(&self.table)
-            .key(super::attr::BUCKET, AttributeValue::S(bucket.key()))
+            .key(super::attr::BUCKET, s(key))
             .send()
             .await
             .map_err(|e| crate::Error::dynamo("DeleteItem", e))?;
-        self.remember(&bucket.key(), None);
-        if let Ok(mut p) = self.pending.lock() {
-            p.remove(&bucket.key());
-        }
-        let d = gcra::spend(&rate, None, now, 0)?;
-        Ok(Self::outcome(&bucket, rate, d))
+        self.remember(key, None);
+        self.pending.forget(key);
+        Ok(())
     }
+}
+
+/// A bucket as the current limits place it: its key, its rate and its number of shards.
+pub(super) struct Located {
+    bucket: BucketKey,
+    rate: Rate,
+    shards: u32,
+}
+
+/// Which way a write moves a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Spend,
+    Refund,
+}
+
+/// What a bucket item's conditional writes came to.
+enum Wrote {
+    Admitted(Decision),
+    /// Refused from the old item, at its `version`.
+    Refused(Decision, Option<i64>),
 }

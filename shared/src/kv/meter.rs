@@ -12,7 +12,7 @@ use crate::telemetry::catalogue::{self, Path};
 impl Limiter {
     /// Spends `cost` (≥ 1) tokens of `name`'s bucket for `id`, and meters the decision; a shadow
     /// limit's denial comes back allowed, with `shadow_denied`. Calls and cost: those of
-    /// [`Limiter::spend_unmetered`]. Bad input (an unknown name, a bad id, cost 0) is not a
+    /// [`Limiter::spend_at`]. Bad input (an unknown name, a bad id, cost 0) is not a
     /// decision and is not metered.
     pub async fn spend(
         &self,
@@ -22,7 +22,10 @@ impl Limiter {
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
         let started = Instant::now();
-        let mut out = self.spend_unmetered(name, id, cost, now).await;
+        let mut out = match self.locate_cost(name, id, cost) {
+            Ok(at) => self.spend_at(&at, cost, now).await,
+            Err(e) => Err(e),
+        };
         let shadow = self.limits().current().name(name).is_some_and(|d| d.shadow);
         let (outcome, limit) = match &mut out {
             Ok(o) if o.decision.allowed => (catalogue::Outcome::Admitted, None),

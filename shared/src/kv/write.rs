@@ -20,14 +20,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, Update,
-};
-use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::clock::Timestamp;
+use crate::dynamo::item::{num, Item};
 use crate::gcra::{self, Decision, Rate, RateError};
+
+mod expr;
+
+pub use expr::Expr;
 
 /// Item attributes the GCRA write uses. Times are epoch nanoseconds (N) unless said otherwise.
 pub mod attr {
@@ -98,47 +99,6 @@ impl Target {
     }
 }
 
-/// How a per-window limit (seed 003's per-minute connection limits) is enforced, chosen per tenant.
-/// `Fixed` is the seed's minute window (one counter per `floor(epoch/60)`), which lets up to twice
-/// the limit through across a window boundary; `Gcra` is a bucket of `Rate::per_minute(limit)` spent
-/// with a [`SpendPlan`], which never does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WindowAlgorithm {
-    #[default]
-    Fixed,
-    Gcra,
-}
-
-impl WindowAlgorithm {
-    /// The name stored on the tenant row and in the authorizer context.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WindowAlgorithm::Fixed => "fixed",
-            WindowAlgorithm::Gcra => "gcra",
-        }
-    }
-}
-
-impl std::fmt::Display for WindowAlgorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for WindowAlgorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fixed" => Ok(WindowAlgorithm::Fixed),
-            "gcra" => Ok(WindowAlgorithm::Gcra),
-            other => Err(format!(
-                "{other:?} is not a window algorithm (fixed or gcra)"
-            )),
-        }
-    }
-}
-
 /// Which condition a write bets on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Case {
@@ -181,40 +141,9 @@ pub enum Next {
     Retry(SpendPlan),
 }
 
-/// A conditional write as expression parts, for any request builder.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Expr {
-    pub condition: String,
-    pub update: String,
-    pub names: HashMap<String, String>,
-    pub values: HashMap<String, AttributeValue>,
-}
-
-fn n(v: i64) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
-
-/// Reads an epoch-nanosecond (or any integer) attribute. An integer beyond `i64` (DynamoDB numbers
-/// have 38 digits, and `SET tat = tat + :inc` can pass the end of the time type) saturates rather
-/// than reading as absent, which for a TAT would mean a full bucket.
-pub fn int_attr(item: &HashMap<String, AttributeValue>, name: &str) -> Option<i64> {
-    match item.get(name) {
-        Some(AttributeValue::N(s)) => s.parse().ok().or_else(|| {
-            s.trim()
-                .parse::<i128>()
-                .ok()
-                .map(|v| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
-        }),
-        _ => None,
-    }
-}
-
 /// The stored TAT of an item, if any.
-pub fn stored_tat(
-    item: Option<&HashMap<String, AttributeValue>>,
-    tat_attr: &str,
-) -> Option<Timestamp> {
-    item.and_then(|i| int_attr(i, tat_attr))
+pub fn stored_tat(item: Option<&Item>, tat_attr: &str) -> Option<Timestamp> {
+    item.and_then(|i| num(i, tat_attr))
         .map(Timestamp::from_nanos)
 }
 
@@ -232,13 +161,7 @@ impl SpendPlan {
             Some(t) if t > now => Case::Draining,
             _ => Case::Idle,
         };
-        Ok(SpendPlan {
-            rate,
-            now,
-            cost,
-            case,
-            state: None,
-        })
+        Ok(SpendPlan::betting(rate, now, cost, case))
     }
 
     /// A refund, betting on the case the hint implies.
@@ -259,13 +182,17 @@ impl SpendPlan {
             }
             _ => Case::RefundPartial,
         };
-        Ok(SpendPlan {
+        Ok(SpendPlan::betting(rate, now, cost, case))
+    }
+
+    fn betting(rate: Rate, now: Timestamp, cost: u64, case: Case) -> Self {
+        SpendPlan {
             rate,
             now,
             cost,
             case,
             state: None,
-        })
+        }
     }
 
     pub fn with_state(mut self, state: StateWrite) -> Self {
@@ -275,172 +202,6 @@ impl SpendPlan {
 
     fn is_refund(&self) -> bool {
         matches!(self.case, Case::RefundPartial | Case::RefundToFull)
-    }
-
-    /// The condition and update for `target`.
-    pub fn expression(&self, target: &Target) -> Expr {
-        let now = self.now.as_nanos();
-        let inc = gcra::increment_nanos(&self.rate, self.cost);
-        let mut names: HashMap<String, String> =
-            HashMap::from([("#tat".to_string(), target.tat_attr.clone())]);
-        let mut values: HashMap<String, AttributeValue> = HashMap::new();
-        let mut set: Vec<String> = Vec::new();
-        let mut add: Vec<String> = Vec::new();
-        let mut remove: Vec<String> = Vec::new();
-        values.insert(":now".into(), n(now));
-        let condition = match self.case {
-            Case::Idle => {
-                values.insert(":newTat".into(), n(now.saturating_add(inc)));
-                set.push("#tat = :newTat".into());
-                "attribute_not_exists(#tat) OR #tat <= :now".to_string()
-            }
-            Case::Draining => {
-                values.insert(":inc".into(), n(inc));
-                values.insert(
-                    ":lim".into(),
-                    n(gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos()),
-                );
-                set.push("#tat = #tat + :inc".into());
-                "#tat > :now AND #tat <= :lim".to_string()
-            }
-            Case::RefundPartial => {
-                values.insert(":inc".into(), n(inc));
-                values.insert(":floor".into(), n(now.saturating_add(inc)));
-                set.push("#tat = #tat - :inc".into());
-                "#tat >= :floor".to_string()
-            }
-            Case::RefundToFull => {
-                values.insert(":floor".into(), n(now.saturating_add(inc)));
-                set.push("#tat = :now".into());
-                "#tat > :now AND #tat < :floor".to_string()
-            }
-        };
-        if let Some(ttl) = &target.ttl_attr {
-            // The TAT after this write is at most now + burst offset (the admit limit + inc), so
-            // the item outlives the moment the bucket is full again by at least the margin.
-            let full_at = now.saturating_add(self.rate.burst_offset_nanos());
-            let secs = full_at.div_euclid(1_000_000_000)
-                + i64::from(full_at.rem_euclid(1_000_000_000) > 0);
-            let margin = i64::try_from(target.ttl_margin.as_secs()).unwrap_or(i64::MAX / 4);
-            names.insert("#ttl".into(), ttl.clone());
-            values.insert(":ttl".into(), n(secs.saturating_add(margin)));
-            set.push("#ttl = :ttl".into());
-        }
-        if let Some(state) = &self.state {
-            let mut name = |placeholder: &str, attr: &str| {
-                names.insert(placeholder.to_string(), attr.to_string());
-            };
-            name("#ver", attr::VERSION);
-            name("#ua", attr::UPDATED_AT);
-            name("#burst", attr::BURST);
-            name("#count", attr::COUNT);
-            name("#period", attr::PERIOD_NS);
-            values.insert(":one".into(), n(1));
-            values.insert(
-                ":burst".into(),
-                n(i64::try_from(self.rate.burst).unwrap_or(i64::MAX)),
-            );
-            values.insert(
-                ":count".into(),
-                n(i64::try_from(self.rate.count).unwrap_or(i64::MAX)),
-            );
-            values.insert(
-                ":period".into(),
-                n(crate::clock::duration_nanos(self.rate.period)),
-            );
-            add.push("#ver :one".into());
-            set.push("#ua = :now".into());
-            set.push("#burst = :burst".into());
-            set.push("#count = :count".into());
-            set.push("#period = :period".into());
-            if let Some(ln) = &state.limit_name {
-                name("#ln", attr::LIMIT_NAME);
-                values.insert(":ln".into(), AttributeValue::S(ln.clone()));
-                set.push("#ln = :ln".into());
-            }
-            if !self.is_refund() {
-                name("#lr", attr::LAST_REQUEST_AT);
-                name("#rc", attr::REQUEST_COUNT);
-                set.push("#lr = :now".into());
-                let pending = i64::try_from(state.pending_throttles).unwrap_or(i64::MAX);
-                let first = state.first_throttle.map(|t| t.as_nanos());
-                if self.case == Case::Idle {
-                    // A new window: the counters restart. Denials this process still holds were
-                    // of the window that has ended (the bucket filled up since), so they are dropped.
-                    name("#ws", attr::WINDOW_START);
-                    name("#tc", attr::THROTTLE_COUNT);
-                    name("#ta", attr::THROTTLED_AT);
-                    set.push("#ws = :now".into());
-                    set.push("#rc = :one".into());
-                    values.insert(":zero".into(), n(0));
-                    set.push("#tc = :zero".into());
-                    remove.push("#ta".into());
-                } else {
-                    add.push("#rc :one".into());
-                    if let (Some(t), true) = (first, pending > 0) {
-                        name("#tc", attr::THROTTLE_COUNT);
-                        name("#ta", attr::THROTTLED_AT);
-                        values.insert(":pend".into(), n(pending));
-                        values.insert(":ft".into(), n(t));
-                        add.push("#tc :pend".into());
-                        set.push("#ta = if_not_exists(#ta, :ft)".into());
-                    }
-                }
-            }
-        }
-        let mut update = format!("SET {}", set.join(", "));
-        if !add.is_empty() {
-            update.push_str(&format!(" ADD {}", add.join(", ")));
-        }
-        if !remove.is_empty() {
-            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
-        // DynamoDB refuses names or values the expressions do not use.
-        let text = format!("{condition} {update}");
-        let used = |p: &str| {
-            text.split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
-                .any(|t| t == p)
-        };
-        names.retain(|k: &String, _| used(k));
-        values.retain(|k: &String, _| used(k));
-        Expr {
-            condition,
-            update,
-            names,
-            values,
-        }
-    }
-
-    /// The write as a single `UpdateItem` (1 call): returns the updated TAT on success and the old
-    /// item on a failed condition.
-    pub fn update_item(&self, client: &Client, target: &Target) -> UpdateItemFluentBuilder {
-        let e = self.expression(target);
-        client
-            .update_item()
-            .table_name(&target.table)
-            .set_key(Some(target.key.clone()))
-            .condition_expression(e.condition)
-            .update_expression(e.update)
-            .set_expression_attribute_names(Some(e.names))
-            .set_expression_attribute_values(Some(e.values))
-            .return_values(ReturnValue::UpdatedNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-    }
-
-    /// The write as one item of a `TransactWriteItems`; a failed condition cancels the transaction
-    /// and its `CancellationReason` at this item's index carries the old item.
-    pub fn transact_update(&self, target: &Target) -> Result<Update, crate::Error> {
-        let e = self.expression(target);
-        Update::builder()
-            .table_name(&target.table)
-            .set_key(Some(target.key.clone()))
-            .condition_expression(e.condition)
-            .update_expression(e.update)
-            .set_expression_attribute_names(Some(e.names))
-            .set_expression_attribute_values(Some(e.values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|err| crate::Error::Other(format!("building a GCRA update: {err}")))
     }
 
     /// The decision for a write that succeeded. `new_tat` is the TAT DynamoDB returned
@@ -488,11 +249,7 @@ impl SpendPlan {
     }
 
     /// Decides from the old item a failed condition returned (`None`: there was no item).
-    pub fn on_condition_failed(
-        &self,
-        old_item: Option<&HashMap<String, AttributeValue>>,
-        tat_attr: &str,
-    ) -> Next {
+    pub fn on_condition_failed(&self, old_item: Option<&Item>, tat_attr: &str) -> Next {
         let old = stored_tat(old_item, tat_attr);
         let now = self.now.as_nanos();
         if self.is_refund() {
@@ -532,41 +289,16 @@ impl SpendPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dynamo::item::n;
 
     const S: i64 = 1_000_000_000;
 
-    fn rate() -> Rate {
+    pub(super) fn rate() -> Rate {
         Rate::new(10, 1, Duration::from_secs(1)).unwrap()
     }
 
     fn item(tat: i64) -> HashMap<String, AttributeValue> {
         HashMap::from([(attr::TAT.to_string(), n(tat))])
-    }
-
-    /// DynamoDB refuses unused names or values, so every one must appear in the expressions.
-    fn all_used(e: &Expr) {
-        let text = format!("{} {}", e.condition, e.update);
-        let used = |p: &str| {
-            text.split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
-                .any(|t| t == p)
-        };
-        for k in e.names.keys().chain(e.values.keys()) {
-            assert!(used(k), "{k} unused in {text}");
-        }
-    }
-
-    #[test]
-    fn window_algorithms_parse() {
-        assert_eq!(
-            "gcra".parse::<WindowAlgorithm>().unwrap(),
-            WindowAlgorithm::Gcra
-        );
-        assert_eq!(
-            "fixed".parse::<WindowAlgorithm>().unwrap(),
-            WindowAlgorithm::Fixed
-        );
-        assert_eq!(WindowAlgorithm::default(), WindowAlgorithm::Fixed);
-        assert!("sliding".parse::<WindowAlgorithm>().is_err());
     }
 
     #[test]
@@ -589,69 +321,6 @@ mod tests {
             Case::Draining
         );
         assert!(SpendPlan::spend(rate(), now, 11, None).is_err());
-    }
-
-    #[test]
-    fn expressions_name_every_attribute_and_bound_the_ttl() {
-        let now = Timestamp::from_nanos(100 * S + 1);
-        let target = Target::bucket("b", "1:x", Duration::from_secs(60));
-        let plan = SpendPlan::spend(rate(), now, 3, Some(Timestamp::from_secs(105)))
-            .unwrap()
-            .with_state(StateWrite {
-                limit_name: Some("L".into()),
-                pending_throttles: 2,
-                first_throttle: Some(now),
-            });
-        let e = plan.expression(&target);
-        assert_eq!(e.condition, "#tat > :now AND #tat <= :lim");
-        assert_eq!(e.values[":lim"], n(100 * S + 1 + 7 * S));
-        assert!(
-            e.update.starts_with("SET #tat = #tat + :inc, #ttl = :ttl"),
-            "{}",
-            e.update
-        );
-        assert!(
-            e.update.contains("ADD #ver :one, #rc :one, #tc :pend"),
-            "{}",
-            e.update
-        );
-        // full at most at now + 10 s → ceil to 111 s, plus the margin.
-        assert_eq!(e.values[":ttl"], n(111 + 60));
-        for placeholder in e
-            .update
-            .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
-        {
-            if placeholder.starts_with('#') {
-                assert!(e.names.contains_key(placeholder), "{placeholder}");
-            }
-            if placeholder.starts_with(':') {
-                assert!(e.values.contains_key(placeholder), "{placeholder}");
-            }
-        }
-        let plain = SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(105)))
-            .unwrap()
-            .with_state(StateWrite::default());
-        all_used(&plain.expression(&target));
-        all_used(&e);
-        let idle = SpendPlan::spend(rate(), now, 1, None)
-            .unwrap()
-            .with_state(StateWrite::default());
-        all_used(&idle.expression(&target));
-        for case_plan in [
-            SpendPlan::refund(rate(), now, 1, None).unwrap(),
-            SpendPlan::refund(rate(), now, 5, Some(Timestamp::from_secs(102))).unwrap(),
-        ] {
-            all_used(
-                &case_plan
-                    .clone()
-                    .with_state(StateWrite::default())
-                    .expression(&target),
-            );
-            all_used(&case_plan.expression(&target));
-        }
-        let e = idle.expression(&target);
-        assert_eq!(e.condition, "attribute_not_exists(#tat) OR #tat <= :now");
-        assert!(e.update.ends_with("REMOVE #ta"), "{}", e.update);
     }
 
     #[test]

@@ -16,8 +16,9 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 use crate::clock::Timestamp;
+use crate::dynamo::item::num as int_attr;
 use crate::gcra::Rate;
-use crate::kv::write::{attr, int_attr};
+use crate::kv::write::attr;
 use crate::kv::{KeyError, LimitSet};
 use crate::table::TableKind;
 

@@ -3,12 +3,13 @@
 pub mod cache;
 pub mod policy;
 pub mod store;
+mod window;
 
 use serde::{Deserialize, Serialize};
 
 use crate::table::{KeyAttr, TableDef, TableKind};
 
-pub use crate::kv::write::WindowAlgorithm;
+pub use window::WindowAlgorithm;
 
 pub use cache::TenantCache;
 pub use policy::{Enforcement, OnFailure};

@@ -27,8 +27,12 @@ impl Limiter {
             if *cost == 0 {
                 return Err(KvError::ZeroCost);
             }
-            let (bucket, rate) = self.resolve(&set, name, id)?;
-            if self.shard_count(&set, &bucket, &rate) > 1 {
+            let Located {
+                bucket,
+                rate,
+                shards,
+            } = self.locate_in(&set, name, id)?;
+            if shards > 1 {
                 return Err(KvError::ShardedInBatch(bucket.display_name()));
             }
             if set.name(name).is_some_and(|d| d.shadow) {
@@ -43,7 +47,7 @@ impl Limiter {
         }
         let pendings: Vec<Option<Pending>> = items
             .iter()
-            .map(|(b, ..)| self.take_pending(&b.key()))
+            .map(|(b, ..)| self.pending.take(&b.key()))
             .collect();
         for ((bucket, _, plan, _), p) in items.iter_mut().zip(&pendings) {
             plan.state = Some(StateWrite {
@@ -56,7 +60,8 @@ impl Limiter {
         let give_back = |denied: &HashMap<String, Option<i64>>| {
             for (key, p) in keys.iter().zip(&pendings) {
                 let version = denied.get(key).copied().flatten();
-                self.keep_pending(key, *p, u64::from(denied.contains_key(key)), now, version);
+                self.pending
+                    .keep(key, *p, u64::from(denied.contains_key(key)), now, version);
             }
         };
         for attempt in 0..MAX_ATTEMPTS {
@@ -65,14 +70,12 @@ impl Limiter {
                 let update = plan.transact_update(&self.target(bucket))?;
                 writes.push(TransactWriteItem::builder().update(update).build());
             }
-            let res = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(writes))
-                .send()
-                .await;
-            match res {
-                Ok(_) => {
+            match txn::send(&self.client, writes).await {
+                Err(e) => {
+                    give_back(&HashMap::new());
+                    return Err(e.into());
+                }
+                Ok(txn::Outcome::Committed) => {
                     let mut exact = true;
                     let each: Vec<Outcome> = items
                         .iter()
@@ -85,39 +88,27 @@ impl Limiter {
                         .collect();
                     return Ok(strictest(each, exact));
                 }
-                Err(SdkError::ServiceError(e))
-                    if matches!(
-                        e.err(),
-                        TransactWriteItemsError::TransactionCanceledException(_)
-                    ) =>
-                {
-                    let reasons = match e.err() {
-                        TransactWriteItemsError::TransactionCanceledException(c) => {
-                            c.cancellation_reasons().to_vec()
-                        }
-                        _ => Vec::new(),
-                    };
+                Ok(txn::Outcome::Cancelled(reasons)) => {
                     let mut denials = Vec::new();
                     let mut conflict = false;
-                    for (i, (bucket, rate, plan, hint)) in items.iter_mut().enumerate() {
-                        let reason = reasons.get(i);
-                        match reason.and_then(|r| r.code()) {
-                            Some("ConditionalCheckFailed") => {
-                                let old = reason.and_then(|r| r.item());
+                    for ((bucket, rate, plan, hint), reason) in items.iter_mut().zip(&reasons) {
+                        match reason {
+                            Reason::ConditionFailed(old) => {
+                                let old = old.as_ref();
                                 let tat = write::stored_tat(old, write::attr::TAT);
                                 self.remember(&bucket.key(), tat);
                                 *hint = tat;
                                 match plan.on_condition_failed(old, write::attr::TAT) {
                                     Next::Refused(d) => {
-                                        let version = old
-                                            .and_then(|i| write::int_attr(i, write::attr::VERSION));
+                                        let version =
+                                            old.and_then(|i| num(i, write::attr::VERSION));
                                         denials.push((Self::outcome(bucket, *rate, d), version));
                                     }
                                     Next::Retry(p) => *plan = p,
                                 }
                             }
-                            Some("None") | None => {}
-                            Some(_) => conflict = true,
+                            Reason::Ok => {}
+                            Reason::Conflict | Reason::Other(_) => conflict = true,
                         }
                     }
                     if !denials.is_empty() {
@@ -141,12 +132,8 @@ impl Limiter {
                     }
                     if conflict {
                         // Another transaction held one of the items: back off briefly.
-                        tokio::time::sleep(Duration::from_millis(5 << attempt)).await;
+                        CONFLICT_BACKOFF.wait(attempt as u32).await;
                     }
-                }
-                Err(e) => {
-                    give_back(&HashMap::new());
-                    return Err(crate::Error::dynamo("TransactWriteItems", e).into());
                 }
             }
         }

@@ -6,7 +6,7 @@
 //! lease never disagree: a lease exists exactly when its amount is spent. Adjusting to an absolute
 //! amount is idempotent (a repeat finds the amount already there and writes nothing).
 
-use aws_sdk_dynamodb::types::{Delete, Put, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
 use super::*;
 
@@ -67,10 +67,6 @@ fn lease_key(lease_id: &str) -> String {
     format!("{LEASE_PREFIX}{lease_id}")
 }
 
-fn num(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
-
 impl Limiter {
     /// Holds `estimate` (≥ 1) tokens of `name`/`id` under `lease_id` until `now + ttl`.
     ///
@@ -88,49 +84,34 @@ impl Limiter {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
-        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
+        let at = self.lease_bucket(name, id, lease_id)?;
         if estimate == 0 {
             return Err(KvError::ZeroCost);
         }
         let deadline = now.plus(ttl);
         // Unsharded: the bucket. Sharded: up to TRIES random shards, as a spend tries them.
-        let candidates: Vec<(String, Rate)> = if n > 1 {
-            let smallest = crate::shard::share(rate.burst, n, n - 1);
-            if estimate > smallest {
-                return Err(RateError::CostOverBurst {
-                    cost: estimate,
-                    burst: smallest,
-                }
-                .into());
-            }
-            let mut c = Vec::new();
-            for i in self.picker.choices(n, crate::shard::TRIES) {
-                c.push((Self::shard_key(&bucket, i), Self::shard_rate(&rate, n, i)?));
-            }
-            c
+        let candidates = if at.shards > 1 {
+            self.candidates(&at, estimate, true)?
         } else {
-            vec![(bucket.key(), rate)]
+            vec![(at.bucket.key(), at.rate)]
         };
         let mut refused = None;
         for (key, rate) in candidates {
             let plan = SpendPlan::spend(rate, now, estimate, self.hint(&key))?;
             let put = Put::builder()
                 .table_name(&self.table)
-                .item(
-                    super::super::attr::BUCKET,
-                    AttributeValue::S(lease_key(lease_id)),
-                )
-                .item(lattr::LEASE_OF, AttributeValue::S(key.clone()))
-                .item(lattr::AMOUNT, num(estimate))
-                .item(lattr::DEADLINE, num(deadline.as_nanos()))
+                .item(super::super::attr::BUCKET, s(lease_key(lease_id)))
+                .item(lattr::LEASE_OF, s(key.clone()))
+                .item(lattr::AMOUNT, n(estimate))
+                .item(lattr::DEADLINE, n(deadline.as_nanos()))
                 .item(
                     super::super::attr::EXPIRES_AT,
-                    num(deadline.plus(LEASE_KEEP).as_secs()),
+                    n(deadline.plus(LEASE_KEEP).as_secs()),
                 )
                 .condition_expression("attribute_not_exists(#b)")
                 .expression_attribute_names("#b", super::super::attr::BUCKET)
                 .build()
-                .map_err(|e| crate::Error::Other(format!("building a lease: {e}")))?;
+                .map_err(|e| crate::Error::build_request("a lease", e))?;
             let lease = TransactWriteItem::builder().put(put).build();
             match self.lease_tx(&key, Some(plan), lease).await? {
                 Tx::Done(d, exact) => {
@@ -186,13 +167,13 @@ impl Limiter {
         amount: u64,
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
-        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
+        let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let lease = self
                 .read_lease(lease_id)
                 .await?
                 .ok_or_else(|| KvError::LeaseNotFound(lease_id.to_string()))?;
-            let rate = Self::lease_rate(&bucket, rate, n, &lease)
+            let rate = Self::lease_rate(&at, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             if lease.deadline_ns <= now.as_nanos() {
                 self.release_lease(name, id, lease_id, now).await?;
@@ -210,19 +191,16 @@ impl Limiter {
             }
             let update = Update::builder()
                 .table_name(&self.table)
-                .key(
-                    super::super::attr::BUCKET,
-                    AttributeValue::S(lease_key(lease_id)),
-                )
+                .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
                 .update_expression("SET #a = :new")
                 .condition_expression("#a = :old AND #d > :now")
                 .expression_attribute_names("#a", lattr::AMOUNT)
                 .expression_attribute_names("#d", lattr::DEADLINE)
-                .expression_attribute_values(":new", num(amount))
-                .expression_attribute_values(":old", num(lease.amount))
-                .expression_attribute_values(":now", num(now.as_nanos()))
+                .expression_attribute_values(":new", n(amount))
+                .expression_attribute_values(":old", n(lease.amount))
+                .expression_attribute_values(":now", n(now.as_nanos()))
                 .build()
-                .map_err(|e| crate::Error::Other(format!("building a lease update: {e}")))?;
+                .map_err(|e| crate::Error::build_request("a lease update", e))?;
             let item = || TransactWriteItem::builder().update(update.clone()).build();
             let key = lease.bucket.clone();
             let (plan, returned) = if amount > lease.amount {
@@ -272,10 +250,7 @@ impl Limiter {
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(
-                super::super::attr::BUCKET,
-                AttributeValue::S(lease_key(lease_id)),
-            )
+            .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await
@@ -304,7 +279,7 @@ impl Limiter {
         lease_id: &str,
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
-        let (bucket, rate, n) = self.lease_bucket(name, id, lease_id)?;
+        let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let Some(lease) = self.read_lease(lease_id).await? else {
                 return Ok(LeaseOutcome {
@@ -318,17 +293,14 @@ impl Limiter {
             };
             let delete = Delete::builder()
                 .table_name(&self.table)
-                .key(
-                    super::super::attr::BUCKET,
-                    AttributeValue::S(lease_key(lease_id)),
-                )
+                .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
                 .condition_expression("#a = :old")
                 .expression_attribute_names("#a", lattr::AMOUNT)
-                .expression_attribute_values(":old", num(lease.amount))
+                .expression_attribute_values(":old", n(lease.amount))
                 .build()
-                .map_err(|e| crate::Error::Other(format!("building a lease delete: {e}")))?;
+                .map_err(|e| crate::Error::build_request("a lease delete", e))?;
             let item = || TransactWriteItem::builder().delete(delete.clone()).build();
-            let rate = Self::lease_rate(&bucket, rate, n, &lease)
+            let rate = Self::lease_rate(&at, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             let key = lease.bucket.clone();
             let back = lease.amount.min(rate.burst);
@@ -372,8 +344,8 @@ impl Limiter {
         };
         let (Some(bucket), Some(amount), Some(deadline_ns)) = (
             text(lattr::LEASE_OF),
-            write::int_attr(&item, lattr::AMOUNT),
-            write::int_attr(&item, lattr::DEADLINE),
+            num(&item, lattr::AMOUNT),
+            num(&item, lattr::DEADLINE),
         ) else {
             return Err(crate::Error::MalformedItem {
                 table: self.table.clone(),
@@ -389,29 +361,17 @@ impl Limiter {
         }))
     }
 
-    fn lease_bucket(
-        &self,
-        name: &str,
-        id: &str,
-        lease_id: &str,
-    ) -> Result<(BucketKey, Rate, u32), KvError> {
+    fn lease_bucket(&self, name: &str, id: &str, lease_id: &str) -> Result<Located, KvError> {
         if lease_id.is_empty() || lease_id.len() > 200 || lease_id.chars().any(char::is_control) {
             return Err(KvError::BadLeaseId(lease_id.to_string()));
         }
-        let set = self.limits.current();
-        let (bucket, rate) = self.resolve(&set, name, id)?;
-        let n = self.shard_count(&set, &bucket, &rate);
-        Ok((bucket, rate, n))
+        self.locate(name, id)
     }
 
     /// The rate of the item a lease is held on: the bucket's, or its shard's share. `None` when the
     /// lease is not on this bucket (or on a shard the limit no longer has).
-    fn lease_rate(
-        bucket: &BucketKey,
-        rate: Rate,
-        n: u32,
-        lease: &Lease,
-    ) -> Option<Result<Rate, KvError>> {
+    fn lease_rate(at: &Located, lease: &Lease) -> Option<Result<Rate, KvError>> {
+        let (bucket, rate, n) = (&at.bucket, at.rate, at.shards);
         if lease.bucket == bucket.key() && n == 1 {
             return Some(Ok(rate));
         }
@@ -441,14 +401,8 @@ impl Limiter {
             }
             let lease_at = items.len();
             items.push(lease.clone());
-            let res = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items))
-                .send()
-                .await;
-            let reasons = match res {
-                Ok(_) => {
+            let reasons = match txn::send(&self.client, items).await? {
+                txn::Outcome::Committed => {
                     let d = plan.as_ref().map(|p| p.admitted(None, hint));
                     if let Some(d) = &d {
                         self.remember(key, Some(d.new_tat));
@@ -458,35 +412,21 @@ impl Limiter {
                         .is_none_or(|p| matches!(p.case, Case::Idle | Case::RefundToFull));
                     return Ok(Tx::Done(d, exact));
                 }
-                Err(SdkError::ServiceError(e))
-                    if matches!(
-                        e.err(),
-                        TransactWriteItemsError::TransactionCanceledException(_)
-                    ) =>
-                {
-                    match e.err() {
-                        TransactWriteItemsError::TransactionCanceledException(c) => {
-                            c.cancellation_reasons().to_vec()
-                        }
-                        _ => Vec::new(),
-                    }
-                }
-                Err(e) => return Err(crate::Error::dynamo("TransactWriteItems", e).into()),
+                txn::Outcome::Cancelled(reasons) => reasons,
             };
-            let code = |i: usize| reasons.get(i).and_then(|r| r.code());
-            if code(lease_at) == Some("ConditionalCheckFailed") {
+            if matches!(reasons.get(lease_at), Some(Reason::ConditionFailed(_))) {
                 return Ok(Tx::LeaseChanged);
             }
-            match (&plan, code(0)) {
-                (Some(p), Some("ConditionalCheckFailed")) => {
-                    let old = reasons.first().and_then(|r| r.item());
+            match (&plan, reasons.first()) {
+                (Some(p), Some(Reason::ConditionFailed(old))) => {
+                    let old = old.as_ref();
                     self.remember(key, write::stored_tat(old, write::attr::TAT));
                     match p.on_condition_failed(old, write::attr::TAT) {
                         Next::Refused(d) => return Ok(Tx::BucketRefused(d)),
                         Next::Retry(next) => plan = Some(next),
                     }
                 }
-                _ => tokio::time::sleep(Duration::from_millis(5 << attempt)).await,
+                _ => CONFLICT_BACKOFF.wait(attempt as u32).await,
             }
         }
         Err(KvError::Contended(key.to_string()))

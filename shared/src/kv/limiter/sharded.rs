@@ -6,18 +6,6 @@ use super::*;
 use crate::config::{ConfigError, Vars};
 use crate::shard::{self, share, TRIES};
 
-/// DynamoDB's throttling answers: the write was not applied, so another shard may be tried.
-pub(super) fn is_throttle(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some(
-            "ThrottlingException"
-                | "ProvisionedThroughputExceededException"
-                | "RequestLimitExceeded"
-        )
-    )
-}
-
 /// `TURNSTILE_ITEM_WRITE_BUDGET` (writes per second per item behind `shards: auto`), default 800.
 pub fn item_write_budget(vars: &Vars) -> Result<u64, ConfigError> {
     match vars.parse::<u64>(
@@ -71,6 +59,35 @@ impl Limiter {
         format!("{}/{i}:{}", bucket.name_id, bucket.id)
     }
 
+    /// The items a write of `cost` on a limit of `n` > 1 shards tries: up to [`TRIES`] distinct
+    /// shards chosen at random, each with its share of the rate. A spend (`spend`) of more than
+    /// the smallest share (the last shard's, which bounds what every shard can admit at once) is
+    /// refused.
+    pub(super) fn candidates(
+        &self,
+        at: &Located,
+        cost: u64,
+        spend: bool,
+    ) -> Result<Vec<(String, Rate)>, KvError> {
+        let (rate, n) = (at.rate, at.shards);
+        let smallest = share(rate.burst, n, n - 1);
+        if spend && cost > smallest {
+            return Err(RateError::CostOverBurst {
+                cost,
+                burst: smallest,
+            }
+            .into());
+        }
+        let mut c = Vec::with_capacity(TRIES);
+        for i in self.picker.choices(n, TRIES) {
+            c.push((
+                Self::shard_key(&at.bucket, i),
+                Self::shard_rate(&rate, n, i)?,
+            ));
+        }
+        Ok(c)
+    }
+
     /// A spend on a limit of `n` > 1 shards. DynamoDB calls: **1** `UpdateItem` when the first
     /// shard tried admits (warm; ≤ 2 cold), **2** when it refuses and the second decides (warm),
     /// so a refusal costs **2** calls and 2 WCU (two failed conditional writes), ≤ 4 cold. A shard
@@ -79,27 +96,18 @@ impl Limiter {
     /// `retry_in` (numbers are per shard: `rate` is the shard's share).
     pub(super) async fn spend_sharded(
         &self,
-        bucket: &BucketKey,
-        rate: Rate,
-        n: u32,
+        at: &Located,
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
-        // The smallest share (the last shard's) bounds what every shard can admit at once.
-        let smallest = share(rate.burst, n, n - 1);
-        if cost > smallest {
-            return Err(RateError::CostOverBurst {
-                cost,
-                burst: smallest,
-            }
-            .into());
-        }
         let mut refused: Option<Outcome> = None;
         let mut throttled = None;
-        for i in self.picker.choices(n, TRIES) {
-            let shard_rate = Self::shard_rate(&rate, n, i)?;
-            let key = Self::shard_key(bucket, i);
-            match self.spend_key(bucket, &key, shard_rate, cost, now).await {
+        for (key, shard_rate) in self.candidates(at, cost, true)? {
+            let item = (key.as_str(), shard_rate);
+            match self
+                .write_item(Op::Spend, &at.bucket, item, cost, now)
+                .await
+            {
                 Ok(o) if o.decision.allowed => return Ok(o),
                 Ok(o) => {
                     if refused
@@ -118,7 +126,7 @@ impl Limiter {
         match (refused, throttled) {
             (Some(o), _) => Ok(o),
             (None, Some(e)) => Err(e),
-            (None, None) => Err(KvError::Contended(bucket.key())),
+            (None, None) => Err(KvError::Contended(at.bucket.key())),
         }
     }
 
@@ -127,23 +135,23 @@ impl Limiter {
     /// calls: **1** `UpdateItem` warm, **2** when the first shard is full.
     pub(super) async fn refund_sharded(
         &self,
-        bucket: &BucketKey,
-        rate: Rate,
-        n: u32,
+        at: &Located,
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
         let mut last = None;
-        for i in self.picker.choices(n, TRIES) {
-            let shard_rate = Self::shard_rate(&rate, n, i)?;
-            let key = Self::shard_key(bucket, i);
-            let o = self.refund_key(bucket, &key, shard_rate, cost, now).await?;
+        for (key, shard_rate) in self.candidates(at, cost, false)? {
+            let item = (key.as_str(), shard_rate);
+            let o = self
+                .write_item(Op::Refund, &at.bucket, item, cost, now)
+                .await
+                .map_err(|(e, _)| e)?;
             if o.decision.allowed {
                 return Ok(o);
             }
             last = Some(o);
         }
-        last.ok_or_else(|| KvError::Contended(bucket.key()))
+        last.ok_or_else(|| KvError::Contended(at.bucket.key()))
     }
 
     /// A check on a sharded limit: every shard read (**n** strongly consistent `GetItem`s), the
@@ -152,12 +160,11 @@ impl Limiter {
     /// latest. `rate` is the whole limit's.
     pub(super) async fn check_sharded(
         &self,
-        bucket: &BucketKey,
-        rate: Rate,
-        n: u32,
+        at: &Located,
         cost: u64,
         now: Timestamp,
     ) -> Result<Outcome, KvError> {
+        let (bucket, rate, n) = (&at.bucket, at.rate, at.shards);
         let mut sum = Decision {
             allowed: false,
             remaining: 0,
@@ -197,17 +204,7 @@ impl Limiter {
             .map(|i| Self::shard_key(bucket, i))
             .chain([bucket.key()]);
         for key in keys {
-            self.client
-                .delete_item()
-                .table_name(&self.table)
-                .key(super::super::attr::BUCKET, AttributeValue::S(key.clone()))
-                .send()
-                .await
-                .map_err(|e| crate::Error::dynamo("DeleteItem", e))?;
-            self.remember(&key, None);
-            if let Ok(mut p) = self.pending.lock() {
-                p.remove(&key);
-            }
+            self.delete_bucket(&key).await?;
         }
         Ok(())
     }

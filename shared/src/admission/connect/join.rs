@@ -1,0 +1,122 @@
+//! Step 2 of `$connect`: the conditional write that adds the connection to its session, counted
+//! against the session's caps, decided from the old image when it is refused.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::{
+    after, refusal, Admission, Hints, Joined, Minute, Reservation, JOIN_DEADLINE, MAX_ATTEMPTS,
+    SESSION_MINUTE,
+};
+use crate::admission::write::{self, Parts, Written};
+use crate::admission::{Limit, Request};
+use crate::dynamo::item::{self, n, s};
+use crate::error::{Error, Result};
+use crate::session::{attr as sattr, store as sstore};
+
+/// Step 2: adds `cid` to the session, counted against the session's caps. Sent at most once per
+/// attempt (no SDK retry: a committed write retried would look like a repeated `$connect`).
+/// `Admission::Admitted` when it joined; any other answer means the reservation must be undone.
+pub async fn join(r: Request<'_>, hints: &Hints, reservation: &Reservation) -> Result<Admission> {
+    join_inner(r, hints, reservation).await?.into_result()
+}
+
+/// [`join`], telling a refusal or a give-up (the reservation must be undone) from an error of
+/// the session write itself (its outcome unknown: the reservation is kept).
+pub(super) async fn join_inner(
+    r: Request<'_>,
+    hints: &Hints,
+    reservation: &Reservation,
+) -> Result<Joined> {
+    let (deps, t, sid, cid, limits) = (r.deps, r.t, r.sid, r.cid, r.limits);
+    let now = reservation.at;
+    let alg = limits.rate_algorithm;
+    let key = sstore::key(t, sid);
+    let hint_key = format!("{t}\u{1f}{sid}");
+    let cap = limits.connections_per_session;
+    let ttl = now
+        .as_secs()
+        .saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
+    let per_minute = limits.session_per_minute;
+    let bet = |stored| Minute::bet(alg, Limit::SessionPerMinute, per_minute, stored, now);
+    let mut minute = bet(hints.get(&hint_key))?;
+    for _ in 0..MAX_ATTEMPTS {
+        // Process time or the injected clock, whichever moved more (the tests move the clock).
+        let waited = reservation
+            .reserved
+            .elapsed()
+            .max(deps.clock.now().since(reservation.at));
+        if waited > JOIN_DEADLINE {
+            return Ok(Joined::GaveUp(Error::TimedOut {
+                what: format!("joining {cid} to {t}/{sid} before the join deadline"),
+                after: JOIN_DEADLINE,
+            }));
+        }
+        let mut p = Parts::default();
+        p.name("#ids", sattr::CONNECTION_IDS)
+            .name("#ttl", sattr::SESSION_TTL)
+            .name("#sid", sattr::SESSION_ID);
+        p.value(":cidset", AttributeValue::Ss(vec![cid.to_string()]))
+            .value(":cid", s(cid.as_str()))
+            .value(":ttl", n(ttl))
+            .value(":nows", n(now.as_secs()))
+            .value(":scap", n(cap));
+        p.conditions
+            .push("attribute_exists(#sid) AND #ttl > :nows".into());
+        p.conditions
+            .push("attribute_not_exists(#ids) OR size(#ids) < :scap".into());
+        p.conditions.push("NOT contains(#ids, :cid)".into());
+        minute.write(&mut p, &SESSION_MINUTE);
+        p.add.push("#ids :cidset".into());
+        p.set.push("#ttl = :ttl".into());
+        if limits.connection_shards > 1 {
+            p.name("#nsh", sattr::CONNECTION_SHARDS);
+            p.value(":nsh", n(limits.connection_shards));
+            p.set.push("#nsh = :nsh".into());
+        }
+        match write::update_once(deps, &deps.tables.sessions, &key, &p).await? {
+            Written::Applied(_) => {
+                hints.set(&hint_key, after(&minute));
+                return Ok(Joined::Answer(Admission::Admitted));
+            }
+            Written::Refused(old) => {
+                let old = old.as_ref();
+                hints.set(&hint_key, SESSION_MINUTE.stored(alg, old));
+                let Some(o) = old else {
+                    return Ok(Joined::Answer(Admission::NoSession));
+                };
+                if item::num(o, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
+                    return Ok(Joined::Answer(Admission::NoSession));
+                }
+                let ids = item::string_set(o, sattr::CONNECTION_IDS);
+                if ids.iter().any(|c| c == cid.as_str()) {
+                    return Ok(Joined::Answer(Admission::AlreadyAdmitted));
+                }
+                if ids.len() as u64 >= cap {
+                    return Ok(Joined::Answer(refusal(
+                        Limit::ConnectionsPerSession,
+                        limits,
+                        now,
+                        t,
+                        sid,
+                        None,
+                    )));
+                }
+                if let Some(d) = minute.refused(&SESSION_MINUTE, old) {
+                    return Ok(Joined::Answer(refusal(
+                        Limit::SessionPerMinute,
+                        limits,
+                        now,
+                        t,
+                        sid,
+                        d,
+                    )));
+                }
+                minute = bet(SESSION_MINUTE.stored(alg, old))?;
+            }
+        }
+    }
+    Ok(Joined::GaveUp(Error::contended(
+        format!("joining {cid} to {t}/{sid}"),
+        MAX_ATTEMPTS,
+    )))
+}
