@@ -145,17 +145,19 @@ where
     use lambda_runtime::{service_fn, LambdaEvent};
     lambda_runtime::tracing::init_default_subscriber();
     let metrics = crate::telemetry::metrics::install_from_vars(&crate::config::Vars::process())?;
-    // Boxed, as the handler's future in `invocation`: nested, these deep futures would exceed the
-    // compiler's layout recursion limit in the functions' `main` (one box per await, once a process).
+    // Boxed, as the handler's future in `invocation`: nested, these deep futures exceed the
+    // compiler's layout recursion limit (128) in the functions' `main`, and whether they do depends
+    // on the order rustc happens to compute layouts in. A box ends the nesting: computing the layout
+    // of `Pin<Box<F>>` does not need `F`'s. One box per await at start, one per invocation.
     let deps = Box::pin(Deps::from_env()).await?;
     let state = Box::pin(init(&deps)).await?;
     Box::pin(lambda_runtime::run(service_fn(|event: LambdaEvent<E>| {
         let (deps, state, handler) = (&deps, &state, &handler);
-        metrics.invocation(name, async move {
+        Box::pin(metrics.invocation(name, async move {
             handler(deps, state, event.payload)
                 .await
                 .map_err(Into::<lambda_runtime::Error>::into)
-        })
+        }))
     })))
     .await
 }
