@@ -5,8 +5,8 @@
 //!   when `TENANT_ROLE_ARN` is set, else the execution role (`shared::isolation`);
 //! - [`websocket_request`]: the ids of a WebSocket route's event and the `Deps` for its tenant;
 //! - [`TenantCacheConfig`]: the settings of the functions that read only the tenant cache's lifetime;
-//! - [`gateway`] and [`Connections`] (feature `gateway`): the Management API client, from the
-//!   function's own variables;
+//! - [`Connections`] (feature `gateway`): the Management API client at a required endpoint, built by
+//!   `Gateway::from_vars` from the function's own variables;
 //! - [`serve`] (feature `lambda`): the one `main` — tracing, metrics, `Deps::from_env`, the crate's
 //!   `init`, then the Lambda runtime with the metrics flushed after each invocation.
 //!
@@ -90,19 +90,6 @@ pub async fn websocket_request<'d>(
 /// tenant's rows.
 pub type WebsocketRequest<'d> = (TenantId, SessionId, ConnectionId, Cow<'d, Deps>);
 
-/// The Management API client for `endpoint` (`TURNSTILE_MANAGEMENT_ENDPOINT`), as
-/// [`Gateway::from_env`](crate::gateway::Gateway::from_env) builds it but judged by `deps.vars`
-/// (the process environment in Lambda): a loopback endpoint without `AWS_ACCESS_KEY_ID` (the local
-/// stack, tests) gets dummy credentials.
-#[cfg(feature = "gateway")]
-pub async fn gateway(deps: &Deps, endpoint: Option<String>) -> crate::gateway::Gateway {
-    use crate::gateway::Gateway;
-    match endpoint {
-        Some(e) if crate::dynamo::wants_local_credentials(&e, &deps.vars) => Gateway::local(&e),
-        other => Gateway::from_env(other).await,
-    }
-}
-
 /// The answer to a WebSocket route's event whose ids do not parse: 400 naming the problem.
 pub fn bad_ids(e: &IdError) -> ApiGatewayProxyResponse {
     respond::websocket(&respond::message(400, e.to_string()))
@@ -121,7 +108,8 @@ pub struct Connections {
 impl Connections {
     pub async fn new(deps: &Deps, endpoint: &str) -> Self {
         Connections {
-            gateway: gateway(deps, Some(endpoint.to_string())).await,
+            gateway: crate::gateway::Gateway::from_vars(Some(endpoint.to_string()), &deps.vars)
+                .await,
             endpoint: endpoint.to_string(),
         }
     }

@@ -58,10 +58,16 @@ impl Gateway {
 
     /// With the SDK's default credential chain; a loopback override uses dummy credentials.
     pub async fn from_env(endpoint_override: Option<String>) -> Self {
-        let vars = Vars::process();
+        Self::from_vars(endpoint_override, &Vars::process()).await
+    }
+
+    /// [`Gateway::from_env`] judged by `vars` (a function's `Deps::vars`: the local stack and tests
+    /// give a function its variables without the process environment).
+    pub async fn from_vars(endpoint_override: Option<String>, vars: &Vars) -> Self {
+        let endpoint_override = endpoint_override.map(|e| e.trim_end_matches('/').to_string());
         let local = endpoint_override
             .as_deref()
-            .is_some_and(|e| wants_local_credentials(e, &vars));
+            .is_some_and(|e| wants_local_credentials(e, vars));
         let sdk = if local {
             None
         } else {

@@ -30,7 +30,6 @@ pub struct State {
 /// What `main.rs`, the local stack and the tests run: tenant-scoped credentials when
 /// `TENANT_ROLE_ARN` is set, else the execution role.
 pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
-    Config::from_vars(&deps.vars)?;
     let tenancy = Tenancy::from_deps(deps).await?;
     Ok(State { tenancy })
 }

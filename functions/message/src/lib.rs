@@ -63,7 +63,7 @@ pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
     let config = Config::from_vars(&deps.vars)?;
     Ok(State {
         tenants: TenantCache::new(config.tenant_cache),
-        gateway: function::gateway(deps, config.management_endpoint).await,
+        gateway: shared::gateway::Gateway::from_vars(config.management_endpoint, &deps.vars).await,
         hint: MinuteHint::default(),
         tenancy: Tenancy::from_deps(deps).await?,
     })

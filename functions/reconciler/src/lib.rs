@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use shared::admission::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::config::{ConfigError, Vars};
-use shared::function::{self, Tenancy};
+use shared::function::Tenancy;
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
 use shared::telemetry::catalogue::{self, Worker};
@@ -68,7 +68,8 @@ pub struct State {
 /// API client (probes), and tenant-scoped credentials when `TENANT_ROLE_ARN` is set.
 pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
     let config = Config::from_vars(&deps.vars)?;
-    let gateway = function::gateway(deps, config.management_endpoint.clone()).await;
+    let gateway =
+        shared::gateway::Gateway::from_vars(config.management_endpoint.clone(), &deps.vars).await;
     let tenancy = Tenancy::from_deps(deps).await?;
     Ok(State {
         config,
