@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::json;
 use shared::admission::connect::{self as admission, Admission, Hints};
-use shared::admission::reconcile::{self, Outcome, Report};
+use shared::admission::reconcile::{self, Outcome, Pause, Report};
 use shared::clock::Clock;
 use shared::ids::{ConnectionId, SessionId, TenantId};
 use shared::tenant::Limits;
@@ -45,6 +45,15 @@ async fn reconcile_with(
         Duration::from_millis(grace_ms),
     )
     .await
+}
+
+/// A run whose graces are `pause`: what a test does in it is half-way when the phase ends.
+async fn reconcile_paced<P, F>(w: &World, pause: P) -> Report
+where
+    P: FnMut(Pause) -> F,
+    F: std::future::Future<Output = ()>,
+{
+    reconcile_tenant_paced(w.deps(), &tid(), &w.api.url(), false, Duration::ZERO, pause).await
 }
 
 /// A `$connect` that reserved on the tenant's counter and then died before its session write.
@@ -180,24 +189,24 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
     let reservation = reserve_only(&w, "s1").await;
     assert_eq!(w.count(T).await, Some(1));
     let cid = ConnectionId::parse("in-flight").unwrap();
-    let join = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        admission::join(
-            shared::admission::Request {
-                deps: w.deps(),
+    let joined = std::cell::Cell::new(false);
+    let (wr, res, c, j) = (&w, &reservation, &cid, &joined);
+    let report = reconcile_paced(&w, |p| async move {
+        // Its session write lands inside the first grace, after the count was read.
+        if p == Pause::AfterProbe {
+            let req = shared::admission::Request {
+                deps: wr.deps(),
                 t: &tid(),
                 sid: &sid("s1"),
-                cid: &cid,
+                cid: c,
                 limits: &LIMITS,
-            },
-            &Hints::default(),
-            &reservation,
-        )
-        .await
-        .unwrap()
-    };
-    let (report, joined) = tokio::join!(reconcile(&w, false, 300), join);
-    assert!(matches!(joined, Admission::Admitted));
+            };
+            let a = admission::join(req, &Hints::default(), res).await.unwrap();
+            j.set(matches!(a, Admission::Admitted));
+        }
+    })
+    .await;
+    assert!(joined.get(), "the in-flight connect is admitted");
     assert_eq!(report.tenants[0].outcome, Outcome::Consistent);
     assert_eq!(w.count(T).await, Some(1), "never below the connection");
     assert_eq!(
@@ -247,13 +256,16 @@ async fn a_leak_is_repaired_while_a_connect_lands_during_the_run() {
     w.put_tenant(T, LIMITS).await;
     w.put_session(T, "s1").await;
     reserve_only(&w, "s1").await;
-    let connect = async {
+    let status = std::cell::Cell::new(0);
+    let (wr, st) = (&w, &status);
+    let report = reconcile_paced(&w, |p| async move {
         // Between the read (after one grace) and the repair (after two).
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        w.connect(T, "s1", "meanwhile", &LIMITS).await.status_code
-    };
-    let (report, status) = tokio::join!(reconcile(&w, false, 400), connect);
-    assert_eq!(status, 200);
+        if p == Pause::AfterRead {
+            st.set(wr.connect(T, "s1", "meanwhile", &LIMITS).await.status_code);
+        }
+    })
+    .await;
+    assert_eq!(status.get(), 200);
     assert_eq!(
         report.tenants[0].outcome,
         Outcome::Repaired { from: 2, to: 1 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::Value;
-use shared::admission::reconcile::{self, Outcome};
+use shared::admission::reconcile::{self, Outcome, Pause};
 use shared::admission::shards;
 use shared::tenant::Limits;
 
@@ -413,18 +413,26 @@ async fn a_shadow_sharded_tenant_counts_every_connection_and_releases_them() {
 }
 
 async fn reconcile_sharded(w: &World, grace_ms: u64) -> reconcile::Report {
-    reconcile::run(
-        w.deps(),
-        &reconcile::Options {
-            tenant: Some(T.parse().unwrap()),
-            dry_run: false,
-            grace: Duration::from_millis(grace_ms),
-        },
-        None,
-        |_| async { Ok(w.deps().clone()) },
-    )
-    .await
-    .unwrap()
+    let grace = Duration::from_millis(grace_ms);
+    reconcile_sharded_paced(w, |_| tokio::time::sleep(grace)).await
+}
+
+/// A run (no probing) whose graces are `pause`: what a test does in it is half-way when the phase
+/// ends.
+async fn reconcile_sharded_paced<P, F>(w: &World, pause: P) -> reconcile::Report
+where
+    P: FnMut(Pause) -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let options = reconcile::Options {
+        tenant: Some(T.parse().unwrap()),
+        dry_run: false,
+        grace: Duration::ZERO,
+    };
+    let scoped = |_| async { Ok(w.deps().clone()) };
+    reconcile::run_paced(w.deps(), &options, None, scoped, pause)
+        .await
+        .unwrap()
 }
 
 async fn reserve_only(w: &World, l: &Limits) -> shared::admission::connect::Reservation {
@@ -450,38 +458,42 @@ async fn a_sharded_repair_never_goes_below_the_connections_held() {
     w.put_tenant(T, l).await;
     w.put_session(T, "s1").await;
     let reservation = reserve_only(&w, &l).await;
-    let join = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        shared::admission::connect::join(
-            shared::admission::Request {
-                deps: w.deps(),
+    let joined = std::cell::Cell::new(false);
+    let (wr, res, lr, j) = (&w, &reservation, &l, &joined);
+    let report = reconcile_sharded_paced(&w, |p| async move {
+        // Its session write lands inside the first grace, after the count was read.
+        if p == Pause::AfterProbe {
+            let req = shared::admission::Request {
+                deps: wr.deps(),
                 t: &T.parse().unwrap(),
                 sid: &"s1".parse().unwrap(),
                 cid: &"in-flight=".parse().unwrap(),
-                limits: &l,
-            },
-            &shared::admission::connect::Hints::default(),
-            &reservation,
-        )
-        .await
-        .unwrap()
-    };
-    let (report, joined) = tokio::join!(reconcile_sharded(&w, 300), join);
-    assert!(matches!(
-        joined,
-        shared::admission::connect::Admission::Admitted
-    ));
+                limits: lr,
+            };
+            let hints = shared::admission::connect::Hints::default();
+            let a = shared::admission::connect::join(req, &hints, res).await;
+            j.set(matches!(
+                a.unwrap(),
+                shared::admission::connect::Admission::Admitted
+            ));
+        }
+    })
+    .await;
+    assert!(joined.get(), "the in-flight connect is admitted");
     assert_eq!(report.tenants[0].outcome, Outcome::Consistent, "{report:?}");
     assert_eq!(shard_sum(&w, SHARDS).await, 1, "never below the connection");
 
     reserve_only(&w, &l).await;
-    let connect_meanwhile = async {
+    let status = std::cell::Cell::new(0);
+    let st = &status;
+    let report = reconcile_sharded_paced(&w, |p| async move {
         // Between the read (after one grace) and the repair (after two).
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        connect(&w, "s1", "meanwhile=", &l).await
-    };
-    let (report, status) = tokio::join!(reconcile_sharded(&w, 400), connect_meanwhile);
-    assert_eq!(status, 200);
+        if p == Pause::AfterRead {
+            st.set(connect(wr, "s1", "meanwhile=", lr).await);
+        }
+    })
+    .await;
+    assert_eq!(status.get(), 200);
     assert_eq!(
         report.tenants[0].outcome,
         Outcome::Repaired { from: 3, to: 2 },

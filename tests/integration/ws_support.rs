@@ -390,6 +390,26 @@ pub async fn reconcile_tenant(
     dry_run: bool,
     grace: std::time::Duration,
 ) -> shared::admission::reconcile::Report {
+    reconcile_tenant_paced(deps, tenant, endpoint, dry_run, grace, |_| {
+        tokio::time::sleep(grace)
+    })
+    .await
+}
+
+/// [`reconcile_tenant`] whose waits between the phases are `pause` (the run's report still says
+/// `grace`): a test places a connect or a release exactly inside a grace.
+pub async fn reconcile_tenant_paced<P, F>(
+    deps: &shared::Deps,
+    tenant: &TenantId,
+    endpoint: &str,
+    dry_run: bool,
+    grace: std::time::Duration,
+    pause: P,
+) -> shared::admission::reconcile::Report
+where
+    P: FnMut(shared::admission::reconcile::Pause) -> F,
+    F: std::future::Future<Output = ()>,
+{
     use shared::admission::reconcile::{self, Options, Probe};
     let gateway = Gateway::local(endpoint);
     let probe = Probe {
@@ -402,10 +422,11 @@ pub async fn reconcile_tenant(
         grace,
     };
     let scoped = deps.clone();
-    reconcile::run(deps, &options, Some(&probe), |_| {
+    let scoped = |_| {
         let d = scoped.clone();
         async move { Ok(d) }
-    })
-    .await
-    .unwrap()
+    };
+    reconcile::run_paced(deps, &options, Some(&probe), scoped, pause)
+        .await
+        .unwrap()
 }

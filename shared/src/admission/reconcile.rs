@@ -33,20 +33,24 @@
 //! tenant (decision 1502): 3 BatchGetItem and at most 1 TransactWriteItems of its N shards instead.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use serde::Serialize;
 
 use super::release;
 use super::write::{self, Parts, Retries, Written};
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, n, s, Item};
+use crate::dynamo::pages;
 use crate::error::{Error, Result};
 use crate::gateway::Gateway;
 use crate::ids::{SessionId, TenantId};
 use crate::session::attr as sattr;
 use crate::Deps;
+
+mod report;
+pub use report::{Outcome, Report, TenantReport};
 
 /// Management API probes in flight at once.
 const PROBES_IN_FLIGHT: usize = 32;
@@ -96,99 +100,30 @@ pub struct Probe<'a> {
     pub endpoint: String,
 }
 
-/// What happened to one tenant's count.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "outcome")]
-pub enum Outcome {
-    /// The count equals the truth: nothing to do.
-    Consistent,
-    /// The count was set to the truth.
-    Repaired { from: i64, to: u64 },
-    /// Dry run: the count would be set to the truth.
-    WouldRepair { from: i64, to: u64 },
-    /// The count differs from the truth by no more than what may be in flight (or another
-    /// reconciler repaired it meanwhile): left for the next run.
-    Busy,
-    /// Not checked, and why.
-    Skipped { reason: String },
-}
-
-/// One tenant's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TenantReport {
-    pub tenant_id: String,
-    /// The count read in phase 2 (after stale releases); `None` when the tenant had no counter.
-    pub counted: Option<i64>,
-    /// Connection ids in the tenant's sessions when the truth was read (phase 3).
-    pub truth: u64,
-    /// Ids whose socket was gone twice, released (or, in a dry run, to release).
-    pub stale_released: Vec<String>,
-    /// Probes that failed (neither live nor gone): those ids were treated as live.
-    pub probe_errors: u64,
-    /// The bound on reservations and releases in flight at the read (phase 2).
-    pub in_flight: u64,
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// A whole run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub dry_run: bool,
-    pub probed: bool,
-    pub grace_ms: u64,
-    pub tenants: Vec<TenantReport>,
-}
-
-impl Report {
-    /// Tenants whose count was (or would be) changed.
-    pub fn repaired(&self) -> usize {
-        self.tenants
-            .iter()
-            .filter(|t| {
-                matches!(
-                    t.outcome,
-                    Outcome::Repaired { .. } | Outcome::WouldRepair { .. }
-                )
-            })
-            .count()
-    }
-}
-
 /// Session id → its connection ids, for one tenant (strongly consistent Query, every page).
 async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, Vec<String>>> {
+    let query = deps
+        .dynamo
+        .query()
+        .table_name(&deps.tables.sessions)
+        .key_condition_expression("#t = :t")
+        .expression_attribute_names("#t", sattr::TENANT_ID)
+        .expression_attribute_names("#s", sattr::SESSION_ID)
+        .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
+        .expression_attribute_names("#nsh", sattr::CONNECTION_SHARDS)
+        .expression_attribute_values(":t", s(t.as_str()))
+        .projection_expression("#s, #ids, #nsh")
+        .consistent_read(true);
     let mut out = BTreeMap::new();
-    let mut start: Option<Item> = None;
-    loop {
-        let page = deps
-            .dynamo
-            .query()
-            .table_name(&deps.tables.sessions)
-            .key_condition_expression("#t = :t")
-            .expression_attribute_names("#t", sattr::TENANT_ID)
-            .expression_attribute_names("#s", sattr::SESSION_ID)
-            .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
-            .expression_attribute_names("#nsh", sattr::CONNECTION_SHARDS)
-            .expression_attribute_values(":t", s(t.as_str()))
-            .projection_expression("#s, #ids, #nsh")
-            .consistent_read(true)
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("Query", e))?;
-        for it in page.items() {
-            super::reconcile_shards::same_layout(it, n)?;
-            if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
-                out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
-            }
+    pages::query(query, |it| {
+        super::reconcile_shards::same_layout(it, n)?;
+        if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
+            out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
         }
-        match page.last_evaluated_key() {
-            Some(k) if !k.is_empty() => start = Some(k.clone()),
-            _ => return Ok(out),
-        }
-    }
+        Ok(())
+    })
+    .await?;
+    Ok(out)
 }
 
 fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
@@ -316,6 +251,15 @@ impl Work {
     }
 }
 
+/// Where a run waits between its phases (module docs): `grace` of wall-clock time in [`run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pause {
+    /// After phase 1 (the counter before, the probes), before the releases and the read.
+    AfterProbe,
+    /// After phase 2 (the read and the truth), before the repair.
+    AfterRead,
+}
+
 /// Reconciles `options.tenant` (or every tenant), with tenant-scoped clients from `scoped` (the
 /// functions' `isolation::tenant_deps`; pass `|_| deps.clone()` for the execution role).
 pub async fn run<F, Fut>(
@@ -326,7 +270,29 @@ pub async fn run<F, Fut>(
 ) -> Result<Report>
 where
     F: Fn(TenantId) -> Fut,
-    Fut: std::future::Future<Output = Result<Deps>>,
+    Fut: Future<Output = Result<Deps>>,
+{
+    run_paced(deps, options, probe, scoped, |_| {
+        tokio::time::sleep(options.grace)
+    })
+    .await
+}
+
+/// [`run`] with the waits between the phases given by `pause` instead of `grace` of wall-clock
+/// time. The grace stands for work half-way when a phase ends; a test puts a `$connect` or a
+/// release exactly there (inside `pause`) instead of racing a timer.
+pub async fn run_paced<F, Fut, P, PFut>(
+    deps: &Deps,
+    options: &Options,
+    probe: Option<&Probe<'_>>,
+    scoped: F,
+    mut pause: P,
+) -> Result<Report>
+where
+    F: Fn(TenantId) -> Fut,
+    Fut: Future<Output = Result<Deps>>,
+    P: FnMut(Pause) -> PFut,
+    PFut: Future<Output = ()>,
 {
     // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
     // with its own credentials).
@@ -395,7 +361,7 @@ where
             }
         }
     }
-    tokio::time::sleep(options.grace).await;
+    pause(Pause::AfterProbe).await;
 
     // Phase 2: release what is still gone, then read the count and, right after, the truth.
     for w in work.iter_mut().filter(|w| !w.done) {
@@ -422,7 +388,7 @@ where
             Err(e) => skip(w, format!("reading the truth: {e}")),
         }
     }
-    tokio::time::sleep(options.grace).await;
+    pause(Pause::AfterRead).await;
 
     // Phase 3: repair what is provably leaked.
     for w in work.iter_mut().filter(|w| !w.done) {

@@ -1,0 +1,64 @@
+//! What a reconciler run reports: per tenant, the count read, the truth and what was done.
+
+use serde::Serialize;
+
+/// What happened to one tenant's count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
+pub enum Outcome {
+    /// The count equals the truth: nothing to do.
+    Consistent,
+    /// The count was set to the truth.
+    Repaired { from: i64, to: u64 },
+    /// Dry run: the count would be set to the truth.
+    WouldRepair { from: i64, to: u64 },
+    /// The count differs from the truth by no more than what may be in flight (or another
+    /// reconciler repaired it meanwhile): left for the next run.
+    Busy,
+    /// Not checked, and why.
+    Skipped { reason: String },
+}
+
+/// One tenant's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantReport {
+    pub tenant_id: String,
+    /// The count read in phase 2 (after stale releases); `None` when the tenant had no counter.
+    pub counted: Option<i64>,
+    /// Connection ids in the tenant's sessions when the truth was read (phase 3).
+    pub truth: u64,
+    /// Ids whose socket was gone twice, released (or, in a dry run, to release).
+    pub stale_released: Vec<String>,
+    /// Probes that failed (neither live nor gone): those ids were treated as live.
+    pub probe_errors: u64,
+    /// The bound on reservations and releases in flight at the read (phase 2).
+    pub in_flight: u64,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub dry_run: bool,
+    pub probed: bool,
+    pub grace_ms: u64,
+    pub tenants: Vec<TenantReport>,
+}
+
+impl Report {
+    /// Tenants whose count was (or would be) changed.
+    pub fn repaired(&self) -> usize {
+        self.tenants
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t.outcome,
+                    Outcome::Repaired { .. } | Outcome::WouldRepair { .. }
+                )
+            })
+            .count()
+    }
+}
