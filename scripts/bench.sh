@@ -45,7 +45,7 @@ case "$mode" in
   smoke) port="${BENCH_PORT:-8011}"; profile="${BENCH_PROFILE:-dev}"; decisions="${BENCH_DECISIONS:-10}"
          warmup="${BENCH_WARMUP:-4}"; cold_runs="${BENCH_COLDSTART_RUNS:-1}"; rounds="${BENCH_ROUNDS:-1}"
          prime="${BENCH_PRIME:-300}" ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set /{/^#/p}' "$0"; exit 2 ;;
 esac
 concurrency="${BENCH_CONCURRENCY:-1,8,32}"
 readme_decisions="${BENCH_README_DECISIONS:-200}"
