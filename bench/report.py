@@ -236,13 +236,14 @@ def readme_check(data: dict[str, Any]) -> list[dict[str, Any]]:
         return out
     for r in data["throughput"]:
         if r["implementation"] == "zae-limiter" and r["concurrency"] == 1:
+            # `r` aggregates the rounds' rows, so `same` holds at least one reading.
             same = [x["p50_ms"] for x in data["raw"] + data.get("zae_check", [])
                     if x["implementation"] == "zae-limiter" and x["concurrency"] == 1 and x.get("style") == r.get("style")]
-            ours = median(same) if same else r["p50_ms"]
+            ours = median(same)
             q = ratio(ours, rd["p50_ms"])
             out.append({"style": r.get("style"), "ours_p50_ms": ours, "readme_p50_ms": rd["p50_ms"],
-                        "ours_readings": len(same) or 1, "readme_readings": rd.get("rounds", 1),
-                        "ours_p50_spread": [min(same), max(same)] if same else None,
+                        "ours_readings": len(same), "readme_readings": rd.get("rounds", 1),
+                        "ours_p50_spread": [min(same), max(same)],
                         "ratio": q, "within": q is not None and 1 / README_CHECK_RATIO <= q <= README_CHECK_RATIO})
     return out
 
@@ -595,8 +596,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
           f"{rd.get('rounds', 1)}) | ratio | within {README_CHECK_RATIO}× |")
         w("|---|---:|---:|---:|---:|---|")
         for c in checks:
-            sp = c.get("ours_p50_spread")
-            sp_txt = f" ({f(sp[0])}–{f(sp[1])})" if sp and c["ours_readings"] > 1 else ""
+            sp = c["ours_p50_spread"]
+            sp_txt = f" ({f(sp[0])}–{f(sp[1])})" if c["ours_readings"] > 1 else ""
             w(f"| {c['style']} | {c['ours_readings']} | {f(c['ours_p50_ms'])}{sp_txt} | {f(c['readme_p50_ms'])}"
               f"{spread(rd, 'p50_ms')} | {fx(c['ratio'])} | {'yes' if c['within'] else '**no**'} |")
     else:

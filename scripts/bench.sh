@@ -133,18 +133,23 @@ for p in "${ready_peers[@]}"; do
 done
 : >"$out/ours.jsonl"; : >"$out/zae-readme.jsonl"; for p in "${ready_peers[@]}"; do : >"$out/peer-$p.jsonl"; done
 
+# zae_readme.py once, as a unit (begin/end zae-readme), appending its reading for round or pair $1.
+# The same protocol as our driver's c = 1 run: as many untimed and timed decisions.
+zae_readme() {
+  begin zae-readme
+  "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
+    --decisions "$peer_decisions" --warmup "$peer_warmup" --round "$1" >>"$out/zae-readme.jsonl" \
+    || { say "zae_readme.py (round $1) failed"; skipped[zae_readme]="the script failed"; status=1; }
+  end zae-readme
+}
+
 # --- rounds: every unit on a fresh, primed emulator, interleaved --------------------------------
 for round in $(seq 1 "$rounds"); do
   for u in "${units[@]}"; do
     kind="${u%%:*}"; what="${u#*:}"
     fresh
     if [ "$u" = zae:readme ]; then
-      begin zae-readme
-      # The same protocol as our driver's c = 1 run: as many untimed and timed decisions.
-      "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
-        --decisions "$peer_decisions" --warmup "$peer_warmup" --round "$round" >>"$out/zae-readme.jsonl" \
-        || { say "zae_readme.py (round $round) failed"; skipped[zae_readme]="the script failed"; status=1; }
-      end zae-readme
+      zae_readme "$round"
     elif [ "$kind" = ours ]; then
       begin ours
       "$bench_bin" ours --endpoint "$endpoint" --decisions "$decisions" --warmup "$warmup" \
@@ -177,11 +182,7 @@ if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
       --accuracy-workers 0 --round "$pair" >>"$out/zae-check.jsonl" || { say "zae check pair $pair: driver failed"; status=1; }
     end zae-check
     fresh
-    begin zae-readme
-    "$root/bench/peers/.venv-zae/bin/python" "$root/bench/peers/zae_readme.py" --endpoint "$endpoint" \
-      --decisions "$peer_decisions" --warmup "$peer_warmup" --round "$pair" >>"$out/zae-readme.jsonl" \
-      || { say "zae_readme.py (pair $pair) failed"; skipped[zae_readme]="the script failed"; status=1; }
-    end zae-readme
+    zae_readme "$pair"
   done
 fi
 
