@@ -12,6 +12,7 @@ pub mod functions;
 pub mod http_api;
 pub mod lambda;
 pub mod management;
+pub mod secrets;
 pub mod stack;
 pub mod stream_bridge;
 pub mod template;

@@ -633,12 +633,8 @@ async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Du
             "authorizer",
             Box::pin(async {
                 failed(
-                    authorizer::handle(
-                        w.deps(),
-                        &w.authorizer,
-                        authorizer_event(&[("tenantId", T), ("sessionId", "s1")]),
-                    )
-                    .await,
+                    authorizer::handle(w.deps(), &w.authorizer, w.authorizer_event(T, "s1").await)
+                        .await,
                 )
             }),
         ),
@@ -1342,6 +1338,7 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
         sid: &s1,
         cid: &"c1".parse().unwrap(),
         limits: &limits,
+        nonce: None,
     })
     .await;
     assert!(lost.is_err(), "a lost answer is an error: {lost:?}");

@@ -1,7 +1,7 @@
 //! Property ("fuzz") tests of the handlers' parsing of their events (docs/testing.md): API Gateway
 //! REQUEST-authorizer, WebSocket and HTTP API events, DynamoDB stream records, EventBridge events
 //! and the token remover's processor configuration. Each handler turns its event into typed values
-//! with a pure function (`authorizer::request_ids`, `context::websocket_ids`, `session_api::ids`,
+//! with a pure function (`authorizer::request_ids`, `context::websocket_ids`, `session_api::target`,
 //! `shared::session::stream::expired_session`, `token_remover::resolve`), fuzzed here without
 //! DynamoDB.
 //!
@@ -117,16 +117,22 @@ proptest! {
         ],
         body in proptest::option::of(prop_oneof![
             fuzz::text(),
-            fuzz::json_with_keys(&["tenantId", "sessionId"]).prop_map(|v| v.to_string()),
+            fuzz::json_with_keys(&["tenantId", "sessionId", "subject"]).prop_map(|v| v.to_string()),
         ]),
     ) {
         if let Ok(mut ev) = serde_json::from_value::<ApiGatewayV2httpRequest>(v) {
             if body.is_some() {
                 ev.body = body;
             }
-            let _ = session_api::is_session_path(ev.raw_path.as_deref().unwrap_or(""));
-            match session_api::ids(&ev, None, "tenantId") {
-                Ok((t, s)) => prop_assert!(valid_ids(&t, &s)),
+            let _ = session_api::route(ev.raw_path.as_deref().unwrap_or(""));
+            match session_api::target(&ev, None, "tenantId") {
+                Ok(target) => {
+                    let s = target.session.unwrap_or_else(|| SessionId::parse("generated").unwrap());
+                    prop_assert!(valid_ids(&target.tenant, &s));
+                    if let Some(subject) = &target.subject {
+                        prop_assert!(shared::ticket::check_subject(subject).is_ok());
+                    }
+                }
                 Err(answer) => prop_assert_eq!(answer.status, 400),
             }
         }
@@ -221,7 +227,7 @@ fn sample_events_are_accepted_as_they_are() {
     assert!(authorizer::request_ids(&ev).is_ok());
     let ev: ApiGatewayV2httpRequest =
         serde_json::from_value(sample("session-api/put.json")).unwrap();
-    assert!(session_api::ids(&ev, None, "tenantId").is_ok());
+    assert!(session_api::target(&ev, None, "tenantId").is_ok());
     let ev: StreamEvent = serde_json::from_value(sample("ttl-sweeper/ttl-expiry.json")).unwrap();
     assert!(stream::expired_session(&ev.records[0]).is_ok());
     let ev: EventBridgeEvent<Value> =
@@ -268,7 +274,7 @@ fn mutated_events_mostly_reach_the_handlers_parsing() {
         .collect();
     let accepted = events
         .iter()
-        .filter(|e| session_api::ids(e, None, "tenantId").is_ok())
+        .filter(|e| session_api::target(e, None, "tenantId").is_ok())
         .count();
     eprintln!("{} of 200 deserialized", events.len());
     assert!(events.len() > 50, "{} of 200 deserialized", events.len());

@@ -337,9 +337,7 @@ async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_nea
 /// clients, and the DynamoDB call budgets are those of the execution-role path.
 #[tokio::test]
 async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tenant_credentials() {
-    use crate::ws_support::{
-        authorizer_event, sample, session_event, typed, ws_event, World, SMALL,
-    };
+    use crate::ws_support::{sample, session_event, typed, ws_event, World, SMALL};
     use shared::function::Tenancy;
 
     let w = World::new().await;
@@ -407,7 +405,7 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert_eq!(sts.requests()[0]["Tags.member.1.Value"], "ab");
 
     w.env.counter.reset();
-    let ev = authorizer_event(&[("tenantId", "ab"), ("sessionId", "s1")]);
+    let ev = w.authorizer_event("ab", "s1").await;
     let r = authorizer::handle(&deps, &auth, ev).await.unwrap();
     assert_eq!(authorizer::decision(&r), authorizer::Decision::Allow);
     assert_eq!(w.env.counter.total(), 2, "authorizer, cold tenant cache");

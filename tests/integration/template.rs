@@ -119,7 +119,13 @@ const AWAITING_READER: &[(&str, &str)] = &[];
 /// token-remover reads exactly one of `TOKEN_REMOVER_PROCESSORS` (set from the
 /// `TokenRemoverProcessors` parameter) and `TOKEN_REMOVER_PROCESSORS_FILE` (for a file packaged with
 /// a custom build), so it looks at both.
-const UNSET_ALTERNATIVES: &[(&str, &str)] = &[("token-remover", "TOKEN_REMOVER_PROCESSORS_FILE")];
+/// The authorizer and the session API read their ticket keys from `TURNSTILE_TICKET_KEYS_SECRET`
+/// (set) or `TURNSTILE_TICKET_KEYS` (the key set inline, for local runs), so they look at both.
+const UNSET_ALTERNATIVES: &[(&str, &str)] = &[
+    ("token-remover", "TOKEN_REMOVER_PROCESSORS_FILE"),
+    ("authorizer", "TURNSTILE_TICKET_KEYS"),
+    ("session-api", "TURNSTILE_TICKET_KEYS"),
+];
 
 /// Read but deliberately not set in AWS: Lambda provides `AWS_*` itself (region, credentials), and
 /// `AWS_ENDPOINT_URL_DYNAMODB` is only for DynamoDB Local.
@@ -1297,13 +1303,9 @@ fn the_apis_rule_and_outputs_are_wired() {
 
         let auth = props("ConnectAuthorizer");
         assert_eq!(auth["AuthorizerType"], "REQUEST");
-        assert_eq!(
-            auth["IdentitySource"],
-            json!([
-                "route.request.querystring.tenantId",
-                "route.request.querystring.sessionId"
-            ])
-        );
+        // No identity source: the credential may be in the query or the subprotocol header, and
+        // an identity source would make API Gateway answer 401 when it is not where it names.
+        assert_eq!(auth["IdentitySource"], Value::Null);
         assert!(auth["AuthorizerUri"]
             .as_str()
             .unwrap()
@@ -1325,13 +1327,19 @@ fn the_apis_rule_and_outputs_are_wired() {
             "PUT /session",
             "GET /session",
             "DELETE /session",
+            "POST /session/ticket",
         ]
         .into();
         assert_eq!(keys, want, "{variant}");
         assert_eq!(routes["$connect"]["AuthorizationType"], "CUSTOM");
         assert_eq!(routes["$connect"]["AuthorizerId"], "ref-ConnectAuthorizer");
         let jwt = stack.condition("UseJwt");
-        for k in ["PUT /session", "GET /session", "DELETE /session"] {
+        for k in [
+            "PUT /session",
+            "GET /session",
+            "DELETE /session",
+            "POST /session/ticket",
+        ] {
             let r = &routes[k];
             assert_eq!(r["ApiId"], "ref-SessionHttpApi");
             assert_eq!(

@@ -390,7 +390,7 @@ async fn connect_without_limits_in_the_context_reads_the_tenant_once() {
 async fn the_sample_connect_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
-    w.put_session("tenant-1", "session-1").await;
+    w.put_sample_session().await;
     let ev = typed(sample("connect/connect.json"));
     let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
     assert_eq!(r.status_code, 200);
@@ -659,6 +659,7 @@ async fn a_join_past_its_deadline_gives_the_reservation_back() {
         sid: &s1,
         cid: &late,
         limits: &SMALL,
+        nonce: None,
     };
     let out = connect::complete(request, &hints, &r).await;
     let err = out.unwrap_err().to_string();

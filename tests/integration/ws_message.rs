@@ -208,7 +208,7 @@ async fn a_message_on_a_dead_session_closes_the_connection_and_never_recreates_i
 async fn the_sample_message_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
-    w.put_session("tenant-1", "session-1").await;
+    w.put_sample_session().await;
     let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
         .await
         .unwrap();

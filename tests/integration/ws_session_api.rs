@@ -197,13 +197,32 @@ async fn bad_input_is_a_precise_4xx() {
         };
     let mut cases = vec![
         case("PUT", "/session", &[], None, 400, "tenantId is missing", 0),
+        // (PUT without a sessionId creates a session with a random id: ws_tickets.rs.)
         case(
-            "PUT",
+            "GET",
             "/session",
             &[("tenantId", T)],
             None,
             400,
             "sessionId is missing",
+            0,
+        ),
+        case(
+            "POST",
+            "/session/ticket",
+            &[("tenantId", T)],
+            None,
+            400,
+            "sessionId is missing",
+            0,
+        ),
+        case(
+            "GET",
+            "/session/ticket",
+            ok,
+            None,
+            405,
+            "GET is not allowed",
             0,
         ),
         case(
@@ -634,14 +653,41 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
             "userId": format!("AROAEXAMPLEID:{session}"),
         }}))
     };
+    let caller_role = (
+        "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        "arn:aws:iam::123456789012:role/session-api-caller",
+    );
     let bound = session_state(
         &w,
         &[
             ("TURNSTILE_SESSION_API_AUTH", "iam"),
             ("TURNSTILE_SESSION_IAM_BINDING", "role-session-name"),
+            caller_role,
         ],
     )
     .await;
+    // The default binding is the role session name, of the named role only.
+    let default = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam"), caller_role]).await;
+    let other_role = Some(serde_json::json!({"iam": {
+        "userArn": format!("arn:aws:sts::123456789012:assumed-role/some-lambda-role/{B}"),
+    }}));
+    let ev = authorized(
+        "GET",
+        &[("tenantId", B), ("sessionId", "s1")],
+        None,
+        other_role,
+    );
+    assert_forbidden(&w, &default, ev, "only sessions of role session-api-caller").await;
+    let other_account = Some(serde_json::json!({"iam": {
+        "userArn": format!("arn:aws:sts::210987654321:assumed-role/session-api-caller/{B}"),
+    }}));
+    let ev = authorized(
+        "GET",
+        &[("tenantId", B), ("sessionId", "s1")],
+        None,
+        other_account,
+    );
+    assert_forbidden(&w, &default, ev, "account 210987654321").await;
     let ev = authorized(
         "PUT",
         &[("tenantId", B), ("sessionId", "s1")],
@@ -662,9 +708,16 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
     let ev = authorized("GET", &[("tenantId", A), ("sessionId", "s1")], None, user);
     assert_forbidden(&w, &bound, ev, "assumed role").await;
 
-    // IAM without a binding: IAM decides who may call at all; the tenant is the one named (for
-    // trusted callers only, see docs/session-api-auth.md).
-    let open = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam")]).await;
+    // IAM with the binding named any-tenant: IAM decides who may call at all; the tenant is the one
+    // named (for trusted callers only, see docs/session-api-auth.md).
+    let open = session_state(
+        &w,
+        &[
+            ("TURNSTILE_SESSION_API_AUTH", "iam"),
+            ("TURNSTILE_SESSION_IAM_BINDING", "any-tenant"),
+        ],
+    )
+    .await;
     let (status, body, _) = call(
         &w,
         &open,
@@ -682,16 +735,59 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
 #[test]
 fn session_api_auth_settings_are_validated() {
     let read = |pairs: &[(&str, &str)]| {
-        let mut all = vec![("TURNSTILE_MANAGEMENT_ENDPOINT", "http://127.0.0.1:1/x")];
+        let mut all = vec![
+            ("TURNSTILE_MANAGEMENT_ENDPOINT", "http://127.0.0.1:1/x"),
+            (
+                "TURNSTILE_TICKET_KEYS",
+                turnstile_bench::samples::SAMPLE_KEYS,
+            ),
+        ];
         all.extend_from_slice(pairs);
         session_api::Config::from_vars(&shared::config::Vars::from_pairs(all.to_vec()))
     };
-    for (var, bad) in [
-        ("TURNSTILE_SESSION_API_AUTH", "cognito"),
-        ("TURNSTILE_SESSION_IAM_BINDING", "principal-tag"),
+    for (pairs, var) in [
+        (
+            &[("TURNSTILE_SESSION_API_AUTH", "cognito")][..],
+            "TURNSTILE_SESSION_API_AUTH",
+        ),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "none"),
+                ("TURNSTILE_SESSION_IAM_BINDING", "principal-tag"),
+            ],
+            "TURNSTILE_SESSION_IAM_BINDING",
+        ),
+        // The permissive choice only by its name: unset is not `none`, and `none` is not a binding.
+        (&[], "TURNSTILE_SESSION_API_AUTH"),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "iam"),
+                ("TURNSTILE_SESSION_IAM_BINDING", "none"),
+            ],
+            "any-tenant",
+        ),
+        // The default IAM binding needs the role whose sessions it trusts.
+        (
+            &[("TURNSTILE_SESSION_API_AUTH", "iam")],
+            "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        ),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "iam"),
+                ("TURNSTILE_SESSION_IAM_ROLE_ARN", "session-api-caller"),
+            ],
+            "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        ),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "none"),
+                ("TURNSTILE_TICKET_TTL_SECS", "7200"),
+            ],
+            "TURNSTILE_TICKET_TTL_SECS",
+        ),
     ] {
-        let err = read(&[(var, bad)]).unwrap_err().to_string();
-        assert!(err.contains(var), "{err}");
+        let err = read(pairs).unwrap_err().to_string();
+        assert!(err.contains(var), "{pairs:?}: {err}");
     }
     assert!(read(&[
         ("TURNSTILE_SESSION_API_AUTH", "jwt"),

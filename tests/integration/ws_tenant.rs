@@ -143,10 +143,18 @@ async fn the_tenant_cache_serves_from_memory_for_its_configured_time_only() {
             .management_endpoint,
         None
     );
+    // Without ticket keys the authorizer does not start: tickets are the default.
+    let err = authorizer::Config::from_vars(&missing).unwrap_err();
+    assert!(
+        err.to_string().contains("TURNSTILE_TICKET_KEYS_SECRET"),
+        "{err}"
+    );
+    let keys = shared::config::Vars::from_pairs([(
+        "TURNSTILE_TICKET_KEYS",
+        turnstile_bench::samples::SAMPLE_KEYS,
+    )]);
     assert_eq!(
-        authorizer::Config::from_vars(&missing)
-            .unwrap()
-            .tenant_cache,
+        authorizer::Config::from_vars(&keys).unwrap().tenant_cache,
         Duration::from_secs(60)
     );
 }

@@ -12,7 +12,7 @@ use crate::table::{KeyAttr, TableDef, TableKind};
 pub use window::WindowAlgorithm;
 
 pub use cache::TenantCache;
-pub use policy::{Enforcement, OnFailure};
+pub use policy::{ConnectAuth, Enforcement, OnFailure};
 
 /// Attribute names, as seed 003 and the AWS sample write them.
 pub mod attr {
@@ -33,6 +33,8 @@ pub mod attr {
     /// Items the tenant's open-connection count is spread over (absent or 1: the one `{tenant}`
     /// counter; decision 1502).
     pub const CONNECTION_SHARDS: &str = "connectionShards";
+    /// `ticket` (default), `jwt` or `none` ([`super::ConnectAuth`]).
+    pub const CONNECT_AUTH: &str = "connectAuth";
 }
 
 /// The most counter shards a tenant may have (one BatchGetItem reads them all).
@@ -92,6 +94,9 @@ pub struct Limits {
     /// Counter items the open connections are spread over (`connectionShards`; 1 by default).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub connection_shards: u64,
+    /// What a `$connect` must present (`connectAuth`; a ticket by default).
+    #[serde(default)]
+    pub connect_auth: ConnectAuth,
 }
 
 impl Limits {
@@ -116,7 +121,14 @@ impl Limits {
             enforcement: Enforcement::Enforce,
             on_failure: OnFailure::Closed,
             connection_shards: 1,
+            connect_auth: ConnectAuth::Ticket,
         }
+    }
+
+    /// The same limits with another connect authentication.
+    pub const fn with_connect_auth(mut self, a: ConnectAuth) -> Limits {
+        self.connect_auth = a;
+        self
     }
 
     /// The same limits with the open-connection count spread over `n` items (decision 1502).
