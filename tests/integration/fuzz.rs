@@ -59,6 +59,10 @@ const WS_KEYS: &[&str] = &[
     "eventType",
 ];
 
+/// The sample events' connect ticket (events/authorizer/connect-request.json).
+const SAMPLE_TICKET: &str = "tst1.sample.eyJ0IjoidGVuYW50LTEiLCJzIjoic2Vzc2lvbi0xIiwibiI6InNhbXBsZS1zZXNzaW9uLW5vbmNlIiwiZSI6NDEwMjQ0NDgwMCwidSI6InVzZXItMSJ9.GdJkf0ShEVOd2ArMF7STrcNWe-3cyUC_V6sYGnCnuoU";
+const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
 proptest! {
     #![proptest_config(fuzz::config(2))]
 
@@ -75,6 +79,55 @@ proptest! {
                     prop_assert_eq!(ev.query_string_parameters.first("tenantId"), Some(t.as_str()));
                 }
                 Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+
+    /// `fuzz_connect_tickets`: arbitrary text, and the sample ticket edited (lines replaced,
+    /// characters inserted, one character swapped for a base64url one), never panics the
+    /// verifier; nothing but the unedited ticket verifies; no refusal quotes the input.
+    #[test]
+    fn fuzz_connect_tickets(
+        raw in prop_oneof![
+            fuzz::text(),
+            fuzz::mutated_text(SAMPLE_TICKET),
+            (any::<prop::sample::Index>(), prop::sample::select(B64URL.chars().collect::<Vec<_>>()))
+                .prop_map(|(i, c)| {
+                    let mut t: Vec<char> = SAMPLE_TICKET.chars().collect();
+                    let at = i.index(t.len());
+                    t[at] = c;
+                    t.into_iter().collect::<String>()
+                }),
+        ],
+    ) {
+        let keys = shared::ticket::KeySet::parse_json(turnstile_bench::samples::SAMPLE_KEYS).unwrap();
+        match shared::ticket::verify(&keys, &raw, 1_700_000_000) {
+            Ok(c) => {
+                prop_assert_eq!(raw.as_str(), SAMPLE_TICKET);
+                prop_assert_eq!(c.session.as_str(), "session-1");
+            }
+            Err(e) => {
+                if raw.len() >= 16 {
+                    prop_assert!(!e.to_string().contains(&raw), "{e}");
+                }
+            }
+        }
+    }
+
+    /// `fuzz_connect_credentials`: any authorizer event's credential is read or refused with a
+    /// message that quotes neither the query's nor the header's values.
+    #[test]
+    fn fuzz_connect_credentials(
+        v in event("authorizer/connect-request.json", &["queryStringParameters", "ticket", "token", "headers", "Sec-WebSocket-Protocol", "multiValueHeaders"]),
+    ) {
+        if let Ok(ev) = serde_json::from_value::<ApiGatewayCustomAuthorizerRequestTypeRequest>(v) {
+            match shared::ticket::presented::presented(&ev) {
+                Ok(p) => {
+                    if let Some(shared::ticket::Credential::Ticket(t) | shared::ticket::Credential::Jwt(t)) = p.credential {
+                        prop_assert!(!t.contains(','));
+                    }
+                }
+                Err(msg) => prop_assert!(!msg.contains(SAMPLE_TICKET), "{msg}"),
             }
         }
     }

@@ -28,3 +28,4 @@ mod ws_shards;
 mod ws_support;
 mod ws_sweeper;
 mod ws_tenant;
+mod ws_tickets;

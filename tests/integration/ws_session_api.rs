@@ -445,10 +445,20 @@ fn authorized(
     body: Option<&str>,
     authorizer: Option<Value>,
 ) -> aws_lambda_events::apigw::ApiGatewayV2httpRequest {
-    let mut v = serde_json::to_value(session_event(method, "/session", query, body)).unwrap();
-    if let Some(a) = authorizer {
-        v["requestContext"]["authorizer"] = a;
-    }
+    authorized_at(method, "/session", query, body, authorizer)
+}
+
+/// [`authorized`] on another path (`/session/ticket`).
+fn authorized_at(
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    body: Option<&str>,
+    authorizer: Option<Value>,
+) -> aws_lambda_events::apigw::ApiGatewayV2httpRequest {
+    let mut v = serde_json::to_value(session_event(method, path, query, body)).unwrap();
+    // `None`: no authorizer context at all (the sample's IAM identity removed).
+    v["requestContext"]["authorizer"] = authorizer.unwrap_or(Value::Null);
     typed(v)
 }
 
@@ -795,4 +805,85 @@ fn session_api_auth_settings_are_validated() {
     ])
     .is_err());
     assert!(read(&[("TURNSTILE_SESSION_API_AUTH", "NONE")]).is_ok());
+}
+
+/// Issue 21: JWT claims bind the caller whatever `TURNSTILE_SESSION_API_AUTH` says (a route with a
+/// JWT authorizer in front of a function configured for `none` or `iam` once let a claim of tenant A
+/// act for tenant B), and an IAM caller under the template's defaults reaches only its own tenant.
+#[tokio::test]
+async fn no_caller_reaches_another_tenant_in_any_configuration() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    w.put_tenant(B, SMALL).await;
+    w.put_session(B, "s1").await;
+    let role = (
+        "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        "arn:aws:iam::123456789012:role/session-api-caller",
+    );
+    let configs: Vec<Vec<(&str, &str)>> = vec![
+        vec![("TURNSTILE_SESSION_API_AUTH", "none")],
+        vec![
+            ("TURNSTILE_SESSION_API_AUTH", "iam"),
+            ("TURNSTILE_SESSION_IAM_BINDING", "any-tenant"),
+        ],
+        vec![("TURNSTILE_SESSION_API_AUTH", "iam"), role],
+        vec![("TURNSTILE_SESSION_API_AUTH", "jwt")],
+    ];
+    let routes = [
+        ("PUT", "/session"),
+        ("GET", "/session"),
+        ("DELETE", "/session"),
+        ("POST", "/session/ticket"),
+    ];
+    for vars in &configs {
+        let api = session_state(&w, vars).await;
+        for (method, path) in routes {
+            let ev = authorized_at(
+                method,
+                path,
+                &[("tenantId", B), ("sessionId", "s1")],
+                None,
+                jwt(serde_json::json!({ "tenantId": A })),
+            );
+            assert_forbidden(&w, &api, ev, "tenant-b").await;
+            // A token without the claim is bound to nothing, also in `none`.
+            let ev = authorized_at(
+                method,
+                path,
+                &[("tenantId", B), ("sessionId", "s1")],
+                None,
+                jwt(serde_json::json!({ "sub": "someone" })),
+            );
+            assert_forbidden(&w, &api, ev, "no tenantId claim").await;
+        }
+    }
+    // The template's defaults for IAM: the role session name of the stack's caller role.
+    let defaults = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam"), role]).await;
+    let iam = |arn: &str| Some(serde_json::json!({ "iam": { "userArn": arn } }));
+    for (caller, why) in [
+        (
+            iam("arn:aws:sts::123456789012:assumed-role/session-api-caller/tenant-a"),
+            "tenant-b",
+        ),
+        // A Lambda function's role session name is the function's name: not a binding.
+        (
+            iam("arn:aws:sts::123456789012:assumed-role/any-function-role/tenant-b"),
+            "only sessions of role session-api-caller",
+        ),
+        (iam("arn:aws:iam::123456789012:user/ops"), "assumed role"),
+        (None, "no IAM identity"),
+    ] {
+        for (method, path) in routes {
+            let ev = authorized_at(
+                method,
+                path,
+                &[("tenantId", B), ("sessionId", "s1")],
+                None,
+                caller.clone(),
+            );
+            assert_forbidden(&w, &defaults, ev, why).await;
+        }
+    }
+    let s = w.session(B, "s1").await.expect("B's session is untouched");
+    assert!(s.connection_ids.is_empty());
 }
