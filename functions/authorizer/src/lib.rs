@@ -6,8 +6,9 @@
 //!    forged, retired-key and other-session tickets are denied here, before any DynamoDB call; its
 //!    tenant and session are the ticket's (`tenantId`/`sessionId` in the query, if given, must
 //!    match). Without a credential the ids come from the query;
-//! 3. the tenant, from the in-memory cache (cold: 1 GetItem; warm: none); its `connectAuth` must
-//!    be the method used (`none` tenants take any);
+//! 3. the tenant, from the in-memory cache (cold: 1 GetItem; warm: none), read with the execution
+//!    role before any STS call (issue 22: made-up tenant ids never reach `AssumeRole`); its
+//!    `connectAuth` must be the method used (`none` tenants take any);
 //! 4. one BatchGetItem (session + counter): the session exists, `sessionTTL > now` (DynamoDB
 //!    deletes expired items late), its `sessionNonce` is the ticket's (a deleted and re-created
 //!    session refuses old tickets), and the four limits are not already reached.
@@ -229,9 +230,9 @@ pub async fn handle(
         Err(reason) => return Ok(deny(&resource, reason)),
     };
     let session = fingerprint(sid.as_str());
-    // Every read below is of this tenant's rows: tenant-scoped credentials when configured.
-    let scoped = state.tenancy.deps(deps, &t).await?;
-    let deps: &Deps = &scoped;
+    // The tenant row first, with the execution role (its own cached read, unknown ids cached
+    // briefly apart): only a real tenant gets tenant-scoped credentials, so ids made up by
+    // anonymous clients never cost an STS AssumeRole nor push a real tenant's credentials out.
     let tenant = match state.tenants.get(deps, &t).await {
         Ok(Some(tenant)) => tenant,
         Ok(None) => return Ok(deny(&resource, format!("tenant {t} does not exist"))),
@@ -245,6 +246,10 @@ pub async fn handle(
     if let Some(reason) = method_refused(&t, limits.connect_auth, grant.method) {
         return Ok(deny(&resource, reason));
     }
+    // The session and counter reads are of this tenant's rows: tenant-scoped credentials when
+    // configured.
+    let scoped = state.tenancy.deps(deps, &t).await?;
+    let deps: &Deps = &scoped;
     let started = Instant::now();
     let checked = precheck::check(deps, &t, &sid, &limits, grant.nonce.as_deref()).await;
     // Shadow tenants and failing-open tenants are allowed here (logged and metered by `verdict`).
