@@ -159,26 +159,11 @@ impl World {
     }
 
     /// A connect ticket for `t`/`s` as the session API would mint it now (60 s), for the session's
-    /// current nonce (a made-up one when the session does not exist). The nonce is read with a
-    /// client of its own, so the calls a test counts are the handlers' only.
+    /// current nonce (a made-up one when the session does not exist; see [`World::session_nonce`]).
     pub async fn ticket(&self, t: &str, s: &str) -> String {
-        let uncounted = shared::dynamo::local_client(&self.env.endpoint, None);
-        let out = uncounted
-            .get_item()
-            .table_name(&self.deps().tables.sessions)
-            .set_key(Some(shared::session::store::key(
-                &TenantId::parse(t).unwrap(),
-                &SessionId::parse(s).unwrap(),
-            )))
-            .consistent_read(true)
-            .send()
+        let nonce = self
+            .session_nonce(t, s)
             .await
-            .unwrap();
-        let nonce = out
-            .item()
-            .and_then(|i| i.get(shared::session::attr::SESSION_NONCE))
-            .and_then(|v| v.as_s().ok())
-            .cloned()
             .unwrap_or_else(|| "no-such-session".into());
         let claims = ticket::Claims {
             tenant: TenantId::parse(t).unwrap(),
@@ -273,11 +258,14 @@ impl World {
             .map(|n| n.parse().unwrap())
     }
 
-    /// A numeric attribute of a session item (None when the item or the attribute does not exist).
-    pub async fn session_number(&self, t: &str, s: &str, attr: &str) -> Option<i64> {
-        let out = self
-            .deps()
-            .dynamo
+    /// The session item as stored, read (strongly consistent) with `client`.
+    async fn session_row(
+        &self,
+        client: &aws_sdk_dynamodb::Client,
+        t: &str,
+        s: &str,
+    ) -> Option<HashMap<String, AttributeValue>> {
+        let out = client
             .get_item()
             .table_name(&self.deps().tables.sessions)
             .set_key(Some(shared::session::store::key(
@@ -288,10 +276,26 @@ impl World {
             .send()
             .await
             .unwrap();
-        out.item()
-            .and_then(|i| i.get(attr))
-            .and_then(|v| v.as_n().ok())
+        out.item().cloned()
+    }
+
+    /// A numeric attribute of a session item (None when the item or the attribute does not exist).
+    pub async fn session_number(&self, t: &str, s: &str, attr: &str) -> Option<i64> {
+        self.session_row(&self.deps().dynamo, t, s)
+            .await
+            .and_then(|i| i.get(attr).and_then(|v| v.as_n().ok()).cloned())
             .map(|n| n.parse().unwrap())
+    }
+
+    /// The session's `sessionNonce`, read with a client of its own, so the calls a test counts are
+    /// the handlers' only.
+    pub async fn session_nonce(&self, t: &str, s: &str) -> Option<String> {
+        let uncounted = shared::dynamo::local_client(&self.env.endpoint, None);
+        self.session_row(&uncounted, t, s).await.and_then(|i| {
+            i.get(shared::session::attr::SESSION_NONCE)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+        })
     }
 
     /// Connections the tenant opened in the current fixed minute (`connMinuteCount` on its

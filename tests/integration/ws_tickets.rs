@@ -48,20 +48,7 @@ fn claims(w: &World, t: &str, s: &str, nonce: &str, ttl: i64) -> ticket::Claims 
 }
 
 async fn nonce_of(w: &World, t: &str, s: &str) -> String {
-    let it = w
-        .deps()
-        .dynamo
-        .get_item()
-        .table_name(&w.deps().tables.sessions)
-        .set_key(Some(shared::session::store::key(
-            &TenantId::parse(t).unwrap(),
-            &SessionId::parse(s).unwrap(),
-        )))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    it.item().unwrap()["sessionNonce"].as_s().unwrap().clone()
+    w.session_nonce(t, s).await.expect("the session exists")
 }
 
 #[tokio::test]
