@@ -677,3 +677,51 @@ async fn a_join_past_its_deadline_gives_the_reservation_back() {
     );
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
 }
+
+/// Pads the session item with one string attribute of `len` bytes (to bring it near DynamoDB's
+/// 400 KB item limit).
+async fn pad_session(w: &World, t: &str, s: &str, len: usize) -> bool {
+    w.deps()
+        .dynamo
+        .update_item()
+        .table_name(&w.deps().tables.sessions)
+        .set_key(Some(shared::session::store::key(
+            &t.parse().unwrap(),
+            &s.parse().unwrap(),
+        )))
+        .update_expression("SET padding = :p")
+        .expression_attribute_values(
+            ":p",
+            aws_sdk_dynamodb::types::AttributeValue::S("x".repeat(len)),
+        )
+        .send()
+        .await
+        .is_ok()
+}
+
+/// Issue 22, item 12: a session write that DynamoDB refuses before applying it — here a session item
+/// at the 400 KB item limit, answered with a ValidationException — gives the tenant's reservation
+/// back: nothing joined, so nothing may stay counted (before, each client retry leaked one unit of
+/// `tenantConnections` until the reconciler ran). An error that may have applied still keeps it.
+#[tokio::test]
+async fn a_session_write_refused_before_it_applied_gives_the_reservation_back() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "big").await;
+    // As large as DynamoDB takes it, less what the join adds (a connection id and the minute).
+    let mut len = 409_600;
+    while !pad_session(&w, T, "big", len).await {
+        len -= 64;
+        assert!(len > 400_000, "no padding fits");
+    }
+    for attempt in 0..3 {
+        let r = w.connect(T, "big", &format!("c{attempt}"), &SMALL).await;
+        assert!(r.status_code >= 500, "{:?}", r.body);
+        assert_eq!(
+            w.count(T).await.unwrap_or(0),
+            0,
+            "attempt {attempt}: the reservation was given back"
+        );
+    }
+    assert!(w.session(T, "big").await.unwrap().connection_ids.is_empty());
+}

@@ -87,7 +87,15 @@ pub(super) async fn join_inner(
             p.value(":nsh", n(limits.connection_shards));
             p.set.push("#nsh = :nsh".into());
         }
-        match write::update_once(deps, &deps.tables.sessions, &key, &p).await? {
+        let written = match write::update_once(deps, &deps.tables.sessions, &key, &p).await {
+            Ok(w) => w,
+            // Refused by DynamoDB before it applied (throttled, invalid, denied, no table): the
+            // join certainly did not happen, so the reservation is given back (issue 22). Any other
+            // error may have applied: the reservation is kept and the reconciler repairs it.
+            Err(e @ Error::DynamoRejected { .. }) => return Ok(Joined::GaveUp(e)),
+            Err(e) => return Err(e),
+        };
+        match written {
             Written::Applied(_) => {
                 hints.set(&hint_key, after(&minute));
                 return Ok(Joined::Answer(Admission::Admitted));
