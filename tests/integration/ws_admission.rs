@@ -725,3 +725,56 @@ async fn a_session_write_refused_before_it_applied_gives_the_reservation_back() 
     }
     assert!(w.session(T, "big").await.unwrap().connection_ids.is_empty());
 }
+
+/// Issue 22, item 3: shadow mode lifts the caps but keeps one ceiling, the session's
+/// `MAX_CONNECTIONS_PER_SESSION` (its ids live in one item, limited to 400 KB): a shadow tenant's
+/// session at the ceiling is refused with the ceiling's 429, not grown until DynamoDB refuses the
+/// item (before, shadow admitted under 2^40 and the item grew without bound).
+#[tokio::test]
+async fn a_shadow_tenant_session_stops_at_the_hard_ceiling() {
+    use shared::tenant::{Enforcement, MAX_CONNECTIONS_PER_SESSION};
+    let w = World::new().await;
+    let shadow = Limits::example(1_000_000, 1_000_000, 2, 1_000_000, 300, 60)
+        .with_enforcement(Enforcement::Shadow);
+    w.put_tenant(T, shadow).await;
+    w.put_session(T, "full").await;
+    // The session already holds the ceiling's worth of connections.
+    let ids: Vec<String> = (0..MAX_CONNECTIONS_PER_SESSION)
+        .map(|i| format!("c{i:015}"))
+        .collect();
+    w.deps()
+        .dynamo
+        .update_item()
+        .table_name(&w.deps().tables.sessions)
+        .set_key(Some(shared::session::store::key(
+            &T.parse().unwrap(),
+            &"full".parse().unwrap(),
+        )))
+        .update_expression("ADD connectionIds :ids")
+        .expression_attribute_values(":ids", aws_sdk_dynamodb::types::AttributeValue::Ss(ids))
+        .send()
+        .await
+        .unwrap();
+    let r = w.connect(T, "full", "one-more", &shadow).await;
+    assert_eq!(r.status_code, 429, "{:?}", r.body);
+    assert!(
+        body_json(&r)["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("session"),
+        "{:?}",
+        r.body
+    );
+    let held = w.session(T, "full").await.unwrap().connection_ids.len() as u64;
+    assert_eq!(held, MAX_CONNECTIONS_PER_SESSION);
+    assert_eq!(
+        w.count(T).await.unwrap_or(0),
+        0,
+        "the reservations were given back"
+    );
+    // Below the ceiling a shadow tenant's would-refused connect is admitted, as before.
+    w.put_session(T, "roomy").await;
+    for cid in ["a", "b", "c"] {
+        assert_eq!(w.connect(T, "roomy", cid, &shadow).await.status_code, 200);
+    }
+}

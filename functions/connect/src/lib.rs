@@ -88,6 +88,12 @@ pub async fn handle(
         // A key outside the tenant (the key guard): a logged 500, never a panic.
         Verdict::FailedClosed(e @ shared::Error::CrossTenantKey(_)) => respond::guard_refusal(e)?,
         Verdict::FailedClosed(e) => respond::unavailable(&e),
+        // A shadow tenant's session at the hard ceiling (MAX_CONNECTIONS_PER_SESSION): refused
+        // even in shadow mode, with the ceiling's answer.
+        Verdict::Shadow {
+            admitted: Admission::Refused { refusal, .. },
+            ..
+        } => refusal.to_http(),
         Verdict::Decided(Admission::NoSession) | Verdict::Shadow { .. } => respond::message(
             404,
             format!("session #{session} of tenant {t} does not exist, has expired, or is not the one the ticket was issued for"),

@@ -154,7 +154,7 @@ async fn answer(
                 let (gateway, endpoint) = (&state.gateway, &endpoint);
                 async move { (c, gateway.post(endpoint, c, data).await) }
             });
-            let results = futures::future::join_all(sends).await;
+            let results = shared::gateway::bounded(sends).await;
             let mut gone = Vec::new();
             let mut failed = 0;
             for (c, r) in results {

@@ -92,8 +92,9 @@ pub async fn connect(r: Request<'_>, hints: &Hints) -> Verdict<Admission> {
     match decided {
         Admission::Refused { limit, refusal } if limits.enforcement == Enforcement::Shadow => {
             would_refuse(path, limit, t, sid, started);
+            // Shadow lifts every cap but the session's ceiling: its ids live in one item.
             let lifted = Limits {
-                connections_per_session: LIFTED,
+                connections_per_session: crate::tenant::MAX_CONNECTIONS_PER_SESSION,
                 tenant_connections: LIFTED,
                 session_per_minute: LIFTED,
                 tenant_per_minute: LIFTED,

@@ -39,6 +39,10 @@ pub mod attr {
 
 /// The most counter shards a tenant may have (one BatchGetItem reads them all).
 pub const MAX_CONNECTION_SHARDS: u64 = 100;
+/// The most connections one session may hold, in every mode (shadow included): a session keeps its
+/// connection ids in one item, and 10,000 ids of API Gateway's 16 characters are ~160 KB, well
+/// inside DynamoDB's 400 KB item limit with the session's other attributes (issue 22).
+pub const MAX_CONNECTIONS_PER_SESSION: u64 = 10_000;
 
 fn one() -> u64 {
     1
@@ -155,10 +159,19 @@ impl Limits {
         self
     }
 
-    /// Whether `connectionShards` fits the limits: 1 to [`MAX_CONNECTION_SHARDS`], and no more than
+    /// Whether the limits can be stored and kept: `connectionsPerSession` at most
+    /// [`MAX_CONNECTIONS_PER_SESSION`]; `connectionShards` 1 to [`MAX_CONNECTION_SHARDS`], and no more than
     /// `tenantConnections` or `tenantPerMinute` (each shard needs a share of at least one of both;
     /// a limit of 0 blocks the tenant whatever the shards). Decision 1502.
     pub fn check_shards(&self) -> Result<(), String> {
+        if self.connections_per_session > MAX_CONNECTIONS_PER_SESSION {
+            return Err(format!(
+                "{} = {} is above the ceiling of {MAX_CONNECTIONS_PER_SESSION}: a session keeps \
+                 its connection ids in one item, which DynamoDB limits to 400 KB",
+                attr::CONNECTIONS_PER_SESSION,
+                self.connections_per_session
+            ));
+        }
         let n = self.connection_shards;
         if !(1..=MAX_CONNECTION_SHARDS).contains(&n) {
             return Err(format!(
@@ -220,5 +233,10 @@ mod tests {
             .check_shards()
             .unwrap_err()
             .contains("tenantPerMinute"));
+        let huge = Limits::example(60, 5, MAX_CONNECTIONS_PER_SESSION + 1, 10, 200, 60);
+        assert!(huge
+            .check_shards()
+            .unwrap_err()
+            .contains("ceiling of 10000"));
     }
 }
