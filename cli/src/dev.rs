@@ -48,6 +48,10 @@ pub struct Args {
     /// How often the stream bridge polls the session table's stream, in milliseconds.
     #[arg(long, env = "TURNSTILE_DEV_STREAM_POLL_MS", default_value_t = 500)]
     stream_poll_ms: u64,
+    /// `Host` values answered besides the stack's own addresses and `localhost` (comma list,
+    /// e.g. `devbox:3000`): every other request is refused (DNS rebinding).
+    #[arg(long, env = "TURNSTILE_DEV_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +140,7 @@ pub async fn run(args: Args) -> Result<()> {
     cfg.stream_start = StartAt::Latest;
     cfg.rules = rules.clone();
     cfg.dashboard = Some(deps.clone());
+    cfg.allowed_hosts = args.allowed_hosts.clone();
     let clock = deps.clock.clone();
     let mut build_error = None;
     let stack = Stack::start(cfg, clock, async |eps| {

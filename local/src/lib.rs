@@ -9,6 +9,7 @@
 pub mod dashboard;
 pub mod eventbridge;
 pub mod functions;
+pub mod host_check;
 pub mod http_api;
 pub mod lambda;
 pub mod management;

@@ -32,7 +32,10 @@ pub async fn bounded<'a, T: 'a>(
         .into_iter()
         .map(|f| Box::pin(f) as futures::future::BoxFuture<'a, T>)
         .collect();
-    futures::stream::iter(calls).buffered(FANOUT).collect().await
+    futures::stream::iter(calls)
+        .buffered(FANOUT)
+        .collect()
+        .await
 }
 
 /// Env var: the Management API endpoint, e.g. `https://abc123.execute-api.eu-west-1.amazonaws.com/prod`.

@@ -586,3 +586,38 @@ async fn the_local_session_api_binds_a_jwt_caller_to_its_tenant_claim() {
     assert_eq!(r.status, 403, "{}", r.body);
     l.shutdown().await;
 }
+
+/// Issue 22, item 6: the local stack answers only requests addressed to it, so a web page using DNS
+/// rebinding (its own name resolving to 127.0.0.1) cannot read the dashboard's state or call the
+/// session API from the developer's browser. Raw requests, to set `Host` as such a page would.
+#[tokio::test]
+async fn requests_addressed_to_another_host_are_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = Local::start().await;
+    let status = |addr: std::net::SocketAddr, host: &'static str, path: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out.split_whitespace().nth(1).unwrap_or("").to_string()
+    };
+    let eps = l.stack().endpoints.clone();
+    let (http, ws) = (eps.http_addr, eps.ws_addr);
+    let own: &'static str = Box::leak(http.to_string().into_boxed_str());
+    let local_name: &'static str = Box::leak(format!("localhost:{}", http.port()).into_boxed_str());
+    assert_eq!(status(http, own, "/dashboard/state").await, "200");
+    assert_eq!(status(http, local_name, "/dashboard/state").await, "200");
+    for path in ["/dashboard/state", "/session?tenantId=a&sessionId=s", "/"] {
+        assert_eq!(
+            status(http, "rebound.example:3000", path).await,
+            "403",
+            "{path}"
+        );
+    }
+    assert_eq!(
+        status(ws, "rebound.example", "/local/@connections/x").await,
+        "403"
+    );
+    l.shutdown().await;
+}
