@@ -34,7 +34,7 @@ pub async fn check(State(allowed): State<Arc<Vec<String>>>, req: Request, next: 
         .and_then(|h| h.to_str().ok())
         .map(str::to_ascii_lowercase);
     match host {
-        Some(h) if allowed.iter().any(|a| *a == h) => next.run(req).await,
+        Some(h) if allowed.contains(&h) => next.run(req).await,
         other => {
             tracing::warn!(host = ?other, "refused a request addressed to another host");
             (
