@@ -50,7 +50,14 @@ async fn start(ctx: &BenchCtx) -> Result<(Stack, Target), BenchError> {
     let big = 1_000_000_000;
     let tenant = Tenant {
         tenant_id: TenantId::parse(TENANT).map_err(other)?,
-        limits: Limits::example(big, big, big, big, 3600, big),
+        limits: Limits::example(
+            big,
+            big,
+            shared::tenant::MAX_CONNECTIONS_PER_SESSION,
+            big,
+            3600,
+            big,
+        ),
     };
     shared::tenant::store::put(&deps, &tenant)
         .await
