@@ -128,6 +128,9 @@ pub struct SpendPlan {
     pub rate: Rate,
     pub now: Timestamp,
     pub cost: u64,
+    /// How far the write moves the TAT, in nanoseconds: `cost × EI`, or a refund's span
+    /// ([`SpendPlan::refund_span`]).
+    pub inc: i64,
     pub case: Case,
     pub state: Option<StateWrite>,
 }
@@ -173,6 +176,23 @@ impl SpendPlan {
     ) -> Result<Self, RateError> {
         gcra::refund(&rate, None, now, cost)?;
         let inc = gcra::increment_nanos(&rate, cost);
+        Ok(SpendPlan::refund_by(rate, now, cost, inc, hint))
+    }
+
+    /// A refund of `span` of the TAT rather than whole tokens (a lease gives back only what the
+    /// refill has not, decision 1501), betting on the case the hint implies. `span` > 0.
+    pub fn refund_span(
+        rate: Rate,
+        now: Timestamp,
+        span: Duration,
+        hint: Option<Timestamp>,
+    ) -> Self {
+        let inc = crate::clock::duration_nanos(span).max(1);
+        let ei = rate.emission_interval_nanos().max(1);
+        SpendPlan::refund_by(rate, now, u64::try_from(inc / ei).unwrap_or(0), inc, hint)
+    }
+
+    fn refund_by(rate: Rate, now: Timestamp, cost: u64, inc: i64, hint: Option<Timestamp>) -> Self {
         let case = match hint {
             Some(t)
                 if t.as_nanos() > now.as_nanos()
@@ -182,7 +202,10 @@ impl SpendPlan {
             }
             _ => Case::RefundPartial,
         };
-        Ok(SpendPlan::betting(rate, now, cost, case))
+        SpendPlan {
+            inc,
+            ..SpendPlan::betting(rate, now, cost, case)
+        }
     }
 
     fn betting(rate: Rate, now: Timestamp, cost: u64, case: Case) -> Self {
@@ -190,6 +213,7 @@ impl SpendPlan {
             rate,
             now,
             cost,
+            inc: gcra::increment_nanos(&rate, cost),
             case,
             state: None,
         }
@@ -204,12 +228,18 @@ impl SpendPlan {
         matches!(self.case, Case::RefundPartial | Case::RefundToFull)
     }
 
+    /// This refund's decision against the TAT `old`.
+    fn give_back(&self, old: Option<Timestamp>) -> Decision {
+        let span = Duration::from_nanos(u64::try_from(self.inc).unwrap_or(0));
+        gcra::refund_span(&self.rate, old, self.now, span)
+    }
+
     /// The decision for a write that succeeded. `new_tat` is the TAT DynamoDB returned
     /// (`UpdateItem` with `UPDATED_NEW`); inside a transaction nothing is returned, so pass `None`
     /// and the decision of a draining spend is computed from `hint` (exact when no other writer
     /// touched the bucket since the hint was taken; the admission itself is exact regardless).
     pub fn admitted(&self, new_tat: Option<Timestamp>, hint: Option<Timestamp>) -> Decision {
-        let inc = gcra::increment_nanos(&self.rate, self.cost);
+        let inc = self.inc;
         let now = self.now.as_nanos();
         let old = match self.case {
             Case::Idle => None,
@@ -235,7 +265,7 @@ impl SpendPlan {
         };
         // Cost was validated when the plan was made, so the arithmetic cannot fail.
         let d = if self.is_refund() {
-            gcra::refund(&self.rate, old, self.now, self.cost)
+            Ok(self.give_back(old))
         } else {
             gcra::spend(&self.rate, old, self.now, self.cost)
         };
@@ -253,22 +283,18 @@ impl SpendPlan {
         let old = stored_tat(old_item, tat_attr);
         let now = self.now.as_nanos();
         if self.is_refund() {
-            let d = gcra::refund(&self.rate, old, self.now, self.cost);
-            return match d {
-                Ok(d) if !d.allowed => Next::Refused(d),
-                Ok(_) => {
-                    let inc = gcra::increment_nanos(&self.rate, self.cost);
-                    let case = match old {
-                        Some(t) if t.as_nanos() < now.saturating_add(inc) => Case::RefundToFull,
-                        _ => Case::RefundPartial,
-                    };
-                    Next::Retry(SpendPlan {
-                        case,
-                        ..self.clone()
-                    })
-                }
-                Err(_) => Next::Refused(self.admitted(None, None)),
+            let d = self.give_back(old);
+            if !d.allowed {
+                return Next::Refused(d);
+            }
+            let case = match old {
+                Some(t) if t.as_nanos() < now.saturating_add(self.inc) => Case::RefundToFull,
+                _ => Case::RefundPartial,
             };
+            return Next::Retry(SpendPlan {
+                case,
+                ..self.clone()
+            });
         }
         match gcra::spend(&self.rate, old, self.now, self.cost) {
             Ok(d) if !d.allowed => Next::Refused(d),

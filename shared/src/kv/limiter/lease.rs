@@ -1,10 +1,13 @@
 //! Leases (issue 15, decision 1501): hold an estimated cost on a GCRA bucket, then adjust it to the
 //! real cost when it is known (LLM tokens), commit it, or let it expire and get the estimate back.
 //!
-//! A lease is an item `~lease:{leaseId}` in the buckets table (`leaseOf`, `amount`, `deadline`),
-//! written in the same `TransactWriteItems` as the bucket's spend or refund, so the bucket and the
-//! lease never disagree: a lease exists exactly when its amount is spent. Adjusting to an absolute
-//! amount is idempotent (a repeat finds the amount already there and writes nothing).
+//! A lease is an item `~lease:{leaseId}` in the buckets table (`leaseOf`, `amount`, `deadline`,
+//! `heldUntil`), written in the same `TransactWriteItems` as the bucket's spend or refund, so the
+//! bucket and the lease never disagree: a lease exists exactly when its amount is spent. Adjusting
+//! to an absolute amount is idempotent (a repeat finds the amount already there and writes
+//! nothing). A refund gives back only what the refill has not already returned (`heldUntil`).
+
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
@@ -19,6 +22,7 @@ mod lattr {
     pub const LEASE_OF: &str = "leaseOf";
     pub const AMOUNT: &str = "amount";
     pub const DEADLINE: &str = "deadline";
+    pub const HELD_UNTIL: &str = "heldUntil";
 }
 
 /// A held cost.
@@ -31,6 +35,10 @@ pub struct Lease {
     pub amount: u64,
     /// Epoch nanoseconds after which the lease expires and its amount is returned.
     pub deadline_ns: i64,
+    /// Epoch nanoseconds until which some of the lease's tokens are not yet refilled: the TAT of
+    /// a bucket that held only this lease. A refund gives back at most `heldUntil − now`, never
+    /// what the refill has already returned (decision 1501). Before it was recorded: `i64::MIN`.
+    pub held_until_ns: i64,
 }
 
 /// What a lease operation did.
@@ -41,8 +49,8 @@ pub struct LeaseOutcome {
     pub granted: bool,
     /// The lease after the operation (`None` once committed, released or expired).
     pub lease: Option<Lease>,
-    /// Tokens given back to the bucket by this operation (at most the burst; a refund never fills
-    /// the bucket past full, decision 0601).
+    /// Whole tokens given back to the bucket by this operation: at most what the refill has not
+    /// already returned, and never past full (decisions 1501, 0601).
     pub returned: u64,
     /// True when the operation had already been done (same lease id, same amount): nothing written.
     pub duplicate: bool,
@@ -65,6 +73,32 @@ enum Tx {
 
 fn lease_key(lease_id: &str) -> String {
     format!("{LEASE_PREFIX}{lease_id}")
+}
+
+/// The condition that the lease item is still as read (`#a` amount, `#u` heldUntil), and its
+/// values: a concurrent adjust changes one of them, and the loser reads again.
+fn unchanged(lease: &Lease) -> (String, HashMap<String, AttributeValue>) {
+    let mut values = HashMap::from([(":old".to_string(), n(lease.amount))]);
+    if lease.held_until_ns == i64::MIN {
+        return ("#a = :old AND attribute_not_exists(#u)".into(), values);
+    }
+    values.insert(":held".into(), n(lease.held_until_ns));
+    ("#a = :old AND #u = :held".into(), values)
+}
+
+/// How much of the TAT giving `tokens` of `lease` back may move at `now`: at most their whole
+/// increment, and at most `heldUntil − now`, the part of the lease the refill has not yet returned
+/// (decision 1501). `None` when that is nothing.
+fn outstanding(rate: &Rate, lease: &Lease, tokens: u64, now: Timestamp) -> Option<Duration> {
+    let all = i128::from(gcra::increment_nanos(rate, tokens));
+    let left = i128::from(lease.held_until_ns) - i128::from(now.as_nanos());
+    let span = all.min(left);
+    (span > 0).then(|| Duration::from_nanos(u64::try_from(span).unwrap_or(u64::MAX)))
+}
+
+/// The whole tokens in a span of `inc` nanoseconds of the TAT (what a refund reports as returned).
+fn whole_tokens(rate: &Rate, inc: i64) -> u64 {
+    u64::try_from(inc / rate.emission_interval_nanos().max(1)).unwrap_or(0)
 }
 
 impl Limiter {
@@ -98,12 +132,14 @@ impl Limiter {
         let mut refused = None;
         for (key, rate) in candidates {
             let plan = SpendPlan::spend(rate, now, estimate, self.hint(&key))?;
+            let held_until = now.as_nanos().saturating_add(plan.inc);
             let put = Put::builder()
                 .table_name(&self.table)
                 .item(super::super::attr::BUCKET, s(lease_key(lease_id)))
                 .item(lattr::LEASE_OF, s(key.clone()))
                 .item(lattr::AMOUNT, n(estimate))
                 .item(lattr::DEADLINE, n(deadline.as_nanos()))
+                .item(lattr::HELD_UNTIL, n(held_until))
                 .item(
                     super::super::attr::EXPIRES_AT,
                     n(deadline.plus(LEASE_KEEP).as_secs()),
@@ -122,6 +158,7 @@ impl Limiter {
                             bucket: key,
                             amount: estimate,
                             deadline_ns: deadline.as_nanos(),
+                            held_until_ns: held_until,
                         }),
                         returned: 0,
                         duplicate: false,
@@ -189,36 +226,41 @@ impl Limiter {
                     exact: true,
                 });
             }
-            let update = Update::builder()
-                .table_name(&self.table)
-                .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
-                .update_expression("SET #a = :new")
-                .condition_expression("#a = :old AND #d > :now")
-                .expression_attribute_names("#a", lattr::AMOUNT)
-                .expression_attribute_names("#d", lattr::DEADLINE)
-                .expression_attribute_values(":new", n(amount))
-                .expression_attribute_values(":old", n(lease.amount))
-                .expression_attribute_values(":now", n(now.as_nanos()))
-                .build()
-                .map_err(|e| crate::Error::build_request("a lease update", e))?;
-            let item = || TransactWriteItem::builder().update(update.clone()).build();
             let key = lease.bucket.clone();
-            let (plan, returned) = if amount > lease.amount {
-                let more = amount - lease.amount;
-                (SpendPlan::spend(rate, now, more, self.hint(&key))?, 0)
+            // Up: spend the difference, the lease's own TAT moves on by it. Down: give back what
+            // is still outstanding of it (nothing once the refill has returned it all).
+            let (plan, held_until, mut returned) = if amount > lease.amount {
+                let more = SpendPlan::spend(rate, now, amount - lease.amount, self.hint(&key))?;
+                let until = lease
+                    .held_until_ns
+                    .max(now.as_nanos())
+                    .saturating_add(more.inc);
+                (Some(more), until, 0)
             } else {
-                // A lease may hold more than the burst (it grew as the bucket refilled); the bucket
-                // can take back at most its burst.
-                let back = (lease.amount - amount).min(rate.burst);
-                (SpendPlan::refund(rate, now, back, self.hint(&key))?, back)
+                match outstanding(&rate, &lease, lease.amount - amount, now) {
+                    Some(span) => {
+                        let back = SpendPlan::refund_span(rate, now, span, self.hint(&key));
+                        let until = lease.held_until_ns.saturating_sub(back.inc);
+                        let returned = whole_tokens(&rate, back.inc);
+                        (Some(back), until, returned)
+                    }
+                    None => (None, lease.held_until_ns, 0),
+                }
             };
-            let mut tx = self.lease_tx(&key, Some(plan), item()).await?;
-            if let (Tx::BucketRefused(_), true) = (&tx, returned > 0) {
+            let update = self.lease_update(lease_id, &lease, amount, held_until, now)?;
+            let item = || TransactWriteItem::builder().update(update.clone()).build();
+            let mut tx = self.lease_tx(&key, plan, item()).await?;
+            if let (Tx::BucketRefused(_), true) = (&tx, amount < lease.amount) {
                 // The bucket is full: nothing to give back into it, the lease still shrinks.
                 tx = self.lease_tx(&key, None, item()).await?;
+                returned = 0;
             }
             let before = lease.clone();
-            let after = Lease { amount, ..lease };
+            let after = Lease {
+                amount,
+                held_until_ns: held_until,
+                ..lease
+            };
             return Ok(match tx {
                 Tx::Done(d, exact) => LeaseOutcome {
                     granted: true,
@@ -291,26 +333,25 @@ impl Limiter {
                     exact: true,
                 });
             };
+            let (unchanged, values) = unchanged(&lease);
             let delete = Delete::builder()
                 .table_name(&self.table)
                 .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
-                .condition_expression("#a = :old")
+                .condition_expression(unchanged)
                 .expression_attribute_names("#a", lattr::AMOUNT)
-                .expression_attribute_values(":old", n(lease.amount))
+                .expression_attribute_names("#u", lattr::HELD_UNTIL)
+                .set_expression_attribute_values(Some(values))
                 .build()
                 .map_err(|e| crate::Error::build_request("a lease delete", e))?;
             let item = || TransactWriteItem::builder().delete(delete.clone()).build();
             let rate = Self::lease_rate(&at, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             let key = lease.bucket.clone();
-            let back = lease.amount.min(rate.burst);
-            let plan = SpendPlan::refund(rate, now, back.max(1), self.hint(&key))?;
-            let mut tx = if lease.amount == 0 {
-                self.lease_tx(&key, None, item()).await?
-            } else {
-                self.lease_tx(&key, Some(plan), item()).await?
-            };
-            let mut returned = back;
+            // Only what the refill has not already returned goes back (decision 1501).
+            let plan = outstanding(&rate, &lease, lease.amount, now)
+                .map(|span| SpendPlan::refund_span(rate, now, span, self.hint(&key)));
+            let mut returned = plan.as_ref().map_or(0, |p| whole_tokens(&rate, p.inc));
+            let mut tx = self.lease_tx(&key, plan, item()).await?;
             if matches!(tx, Tx::BucketRefused(_)) {
                 tx = self.lease_tx(&key, None, item()).await?;
                 returned = 0;
@@ -342,6 +383,7 @@ impl Limiter {
             Some(AttributeValue::S(s)) => Some(s.clone()),
             _ => None,
         };
+        let held_until_ns = num(&item, lattr::HELD_UNTIL).unwrap_or(i64::MIN);
         let (Some(bucket), Some(amount), Some(deadline_ns)) = (
             text(lattr::LEASE_OF),
             num(&item, lattr::AMOUNT),
@@ -358,7 +400,35 @@ impl Limiter {
             bucket,
             amount: u64::try_from(amount).unwrap_or(0),
             deadline_ns,
+            held_until_ns,
         }))
+    }
+
+    /// The lease item's update to `amount` and `held_until`, if it is still as read and not past
+    /// its deadline.
+    fn lease_update(
+        &self,
+        lease_id: &str,
+        lease: &Lease,
+        amount: u64,
+        held_until: i64,
+        now: Timestamp,
+    ) -> Result<Update, KvError> {
+        let (unchanged, mut values) = unchanged(lease);
+        values.insert(":new".into(), n(amount));
+        values.insert(":until".into(), n(held_until));
+        values.insert(":now".into(), n(now.as_nanos()));
+        Ok(Update::builder()
+            .table_name(&self.table)
+            .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
+            .update_expression("SET #a = :new, #u = :until")
+            .condition_expression(format!("{unchanged} AND #d > :now"))
+            .expression_attribute_names("#a", lattr::AMOUNT)
+            .expression_attribute_names("#u", lattr::HELD_UNTIL)
+            .expression_attribute_names("#d", lattr::DEADLINE)
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|e| crate::Error::build_request("a lease update", e))?)
     }
 
     fn lease_bucket(&self, name: &str, id: &str, lease_id: &str) -> Result<Located, KvError> {

@@ -49,7 +49,7 @@ impl SpendPlan {
     /// The condition and update for `target`.
     pub fn expression(&self, target: &Target) -> Expr {
         let now = self.now.as_nanos();
-        let inc = gcra::increment_nanos(&self.rate, self.cost);
+        let inc = self.inc;
         let mut names: HashMap<String, String> =
             HashMap::from([("#tat".to_string(), target.tat_attr.clone())]);
         let mut values: HashMap<String, AttributeValue> = HashMap::new();
