@@ -62,13 +62,20 @@ async fn adjust_up_down_duplicates_and_commit() {
         .await
         .unwrap();
     assert!(!no.granted && no.lease.is_none());
-    assert!(lim.read_lease("L3").await.unwrap().is_none());
+    assert!(lim.read_lease("Llm", "u", "L3").await.unwrap().is_none());
 
     // Up by 150 with 100 left: refused, the lease keeps 600.
     let up = lim.adjust_lease("Llm", "u", "L1", 750, now).await.unwrap();
     assert!(!up.granted);
     assert_eq!(up.lease.unwrap().amount, 600);
-    assert_eq!(lim.read_lease("L1").await.unwrap().unwrap().amount, 600);
+    assert_eq!(
+        lim.read_lease("Llm", "u", "L1")
+            .await
+            .unwrap()
+            .unwrap()
+            .amount,
+        600
+    );
     // Up by 50: granted.
     let (up, calls) = env
         .counter
@@ -99,19 +106,25 @@ async fn adjust_up_down_duplicates_and_commit() {
     );
     assert_eq!(remaining(&lim, "u", now).await, 250);
 
-    // Acquire with an id already held: the lease as it is, nothing spent.
-    let again = lim
-        .acquire_lease("Llm", "u", "L1", 10, TTL, now)
-        .await
-        .unwrap();
-    assert!(again.duplicate && again.lease.unwrap().amount == 650);
+    // Acquire with an id already held for another amount: an error, nothing spent or granted.
+    assert!(matches!(
+        lim.acquire_lease("Llm", "u", "L1", 10, TTL, now).await,
+        Err(KvError::LeaseMismatch {
+            held: 650,
+            asked: 10,
+            ..
+        })
+    ));
     assert_eq!(remaining(&lim, "u", now).await, 250);
 
     // Commit keeps the amount spent; release gives L2's 100 back, once.
-    let (c, calls) = env.counter.measure(lim.commit_lease("L1")).await;
+    let (c, calls) = env
+        .counter
+        .measure(lim.commit_lease("Llm", "u", "L1"))
+        .await;
     c.unwrap();
     assert_eq!(calls, 1);
-    assert!(lim.read_lease("L1").await.unwrap().is_none());
+    assert!(lim.read_lease("Llm", "u", "L1").await.unwrap().is_none());
     assert_eq!(remaining(&lim, "u", now).await, 250);
     assert_eq!(
         lim.release_lease("Llm", "u", "L2", now)
@@ -163,7 +176,7 @@ async fn an_expired_lease_returns_its_estimate() {
     assert_eq!(remaining(&lim, "e", later).await, 999);
     env.clock.advance(Duration::from_secs(11));
     assert_eq!(remaining(&lim, "e", env.clock.now()).await, 1_000);
-    assert!(lim.read_lease("E1").await.unwrap().is_none());
+    assert!(lim.read_lease("Llm", "e", "E1").await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -309,7 +322,7 @@ async fn a_lease_larger_than_the_burst_still_releases() {
     assert_eq!(back.returned, 1_000);
     assert_eq!(remaining(&lim, "g", t1).await, 1_000);
     let r = lim.release_lease("Llm", "g", "G1", t1).await.unwrap();
-    assert!(lim.read_lease("G1").await.unwrap().is_none());
+    assert!(lim.read_lease("Llm", "g", "G1").await.unwrap().is_none());
     assert_eq!(
         r.returned, 0,
         "the bucket is already full: nothing to give back"
@@ -522,7 +535,7 @@ async fn leases_and_spends_never_outrun_an_ideal_bucket() {
                     let o = lim.release_lease("Fast", "i", &id, now).await.unwrap();
                     returned += o.returned;
                 } else {
-                    lim.commit_lease(&id).await.unwrap();
+                    lim.commit_lease("Fast", "i", &id).await.unwrap();
                     spent.extend(parts);
                 }
             }
@@ -548,4 +561,116 @@ async fn leases_and_spends_never_outrun_an_ideal_bucket() {
         );
         tat = Some(d.new_tat);
     }
+}
+
+/// Issue 22 item 9: a lease id is scoped to its bucket. Reused on another bucket it is a new lease
+/// there (spent there, refused when that bucket is empty), never a grant of the other bucket's
+/// lease; on its own bucket a repeat is the same grant (nothing spent twice), a different estimate
+/// is an error, and an expired lease is settled, not granted again.
+#[tokio::test]
+async fn a_lease_id_belongs_to_its_bucket() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let now = env.clock.now();
+    assert!(
+        lim.acquire_lease("Fast", "k3", "p", 4, TTL, now)
+            .await
+            .unwrap()
+            .granted
+    );
+    for _ in 0..10 {
+        assert!(
+            lim.spend("Fast", "k2", 1, now)
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+    }
+    let other = lim
+        .acquire_lease("Fast", "k2", "p", 4, TTL, now)
+        .await
+        .unwrap();
+    assert!(
+        !other.granted && !other.duplicate,
+        "lease p on the empty bucket k2 was granted: {other:?}"
+    );
+    // On a bucket with room it is a lease of its own, spent there.
+    let k5 = lim
+        .acquire_lease("Fast", "k5", "p", 4, TTL, now)
+        .await
+        .unwrap();
+    assert!(k5.granted && !k5.duplicate, "{k5:?}");
+    assert_eq!(fast_left(&lim, "k5", now).await, 6);
+    // The repeat on k3: the same grant, nothing spent twice.
+    let again = lim
+        .acquire_lease("Fast", "k3", "p", 4, TTL, now)
+        .await
+        .unwrap();
+    assert!(again.granted && again.duplicate, "{again:?}");
+    assert_eq!(
+        lim.check("Fast", "k3", 0, now)
+            .await
+            .unwrap()
+            .decision
+            .remaining,
+        6
+    );
+    // Another estimate under the same id: an error, not a grant.
+    let wrong = lim.acquire_lease("Fast", "k3", "p", 9, TTL, now).await;
+    assert!(
+        matches!(
+            wrong,
+            Err(KvError::LeaseMismatch {
+                held: 4,
+                asked: 9,
+                ..
+            })
+        ),
+        "a different estimate was answered {wrong:?}"
+    );
+    // Past its deadline the lease is settled, not granted again for nothing.
+    let short = Duration::from_secs(10);
+    assert!(
+        lim.acquire_lease("Fast", "k4", "q", 10, short, now)
+            .await
+            .unwrap()
+            .granted
+    );
+    let late = now.plus(Duration::from_millis(10_500));
+    for _ in 0..10 {
+        assert!(
+            lim.spend("Fast", "k4", 1, late)
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+    }
+    let expired = lim.acquire_lease("Fast", "k4", "q", 10, short, late).await;
+    assert!(
+        matches!(expired, Err(KvError::LeaseExpired(_))),
+        "an expired lease was granted again: {expired:?}"
+    );
+    // Settled (its 10 had long refilled: nothing came back); the id is free for a new lease.
+    assert!(lim.read_lease("Fast", "k4", "q").await.unwrap().is_none());
+    assert!(
+        !lim.spend("Fast", "k4", 1, late)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let anew = lim
+        .acquire_lease(
+            "Fast",
+            "k4",
+            "q",
+            5,
+            short,
+            late.plus(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    assert!(anew.granted && !anew.duplicate, "{anew:?}");
 }

@@ -72,6 +72,15 @@ pub enum KvError {
     ShadowInBatch(String),
     #[error("no lease {0}")]
     LeaseNotFound(String),
+    /// An acquire under a lease id that already holds another estimate on this bucket (or a lease
+    /// held elsewhere): never granted, since nothing would be spent for it.
+    #[error("lease {lease} on {bucket} already holds {held}, not the {asked} asked for")]
+    LeaseMismatch {
+        lease: String,
+        bucket: String,
+        held: u64,
+        asked: u64,
+    },
     /// The lease's deadline had passed: its amount was returned to the bucket.
     #[error("lease {0} has expired; its amount was returned")]
     LeaseExpired(String),

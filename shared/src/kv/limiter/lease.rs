@@ -1,10 +1,11 @@
 //! Leases (issue 15, decision 1501): hold an estimated cost on a GCRA bucket, then adjust it to the
 //! real cost when it is known (LLM tokens), commit it, or let it expire and get the estimate back.
 //!
-//! A lease is an item `~lease:{leaseId}` in the buckets table (`leaseOf`, `amount`, `deadline`,
-//! `heldUntil`), written in the same `TransactWriteItems` as the bucket's spend or refund, so the
-//! bucket and the lease never disagree: a lease exists exactly when its amount is spent. Adjusting
-//! to an absolute amount is idempotent (a repeat finds the amount already there and writes
+//! A lease is an item `~lease:{n}:{bucket}:{leaseId}` in the buckets table (`leaseOf`, `amount`,
+//! `deadline`, `heldUntil`), written in the same `TransactWriteItems` as the bucket's spend or
+//! refund, so the bucket and the lease never disagree: a lease exists exactly when its amount is
+//! spent. Lease ids belong to their bucket: the same id on another bucket is another lease.
+//! Adjusting to an absolute amount is idempotent (a repeat finds the amount already there and writes
 //! nothing). A refund gives back only what the refill has not already returned (`heldUntil`).
 
 use std::collections::HashMap;
@@ -71,8 +72,12 @@ enum Tx {
     LeaseChanged,
 }
 
-fn lease_key(lease_id: &str) -> String {
-    format!("{LEASE_PREFIX}{lease_id}")
+/// The lease item's key, `~lease:{n}:{bucket}:{leaseId}` with `n` the length of the bucket key: ids
+/// are scoped to their bucket (a lease id reused on another bucket is another lease there), and
+/// the length keeps a bucket id and a lease id that both contain `:` from meeting on one key.
+fn lease_key(bucket: &BucketKey, lease_id: &str) -> String {
+    let b = bucket.key();
+    format!("{LEASE_PREFIX}{}:{b}:{lease_id}", b.len())
 }
 
 /// The condition that the lease item is still as read (`#a` amount, `#u` heldUntil), and its
@@ -105,8 +110,10 @@ impl Limiter {
     /// Holds `estimate` (≥ 1) tokens of `name`/`id` under `lease_id` until `now + ttl`.
     ///
     /// DynamoDB calls: **1** `TransactWriteItems` (the spend and the lease item: 4 WCU) when warm,
-    /// admitted or refused; ≤ 2 cold. A repeat with the same lease id returns the lease as it is
-    /// (+1 `GetItem`). On a sharded limit the lease is held on one shard, tried as a spend tries
+    /// admitted or refused; ≤ 2 cold. A repeat (same bucket, id and estimate, before the deadline)
+    /// is the same grant, nothing spent twice (+1 `GetItem`); the id holding another estimate is
+    /// [`KvError::LeaseMismatch`], and one past its deadline is settled as a release and answered
+    /// [`KvError::LeaseExpired`]. On a sharded limit the lease is held on one shard, tried as a spend tries
     /// them (2 random shards; a refusal costs 2 transactions); adjusting it up needs room on that
     /// shard.
     pub async fn acquire_lease(
@@ -119,6 +126,7 @@ impl Limiter {
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
         let at = self.lease_bucket(name, id, lease_id)?;
+        let lkey = lease_key(&at.bucket, lease_id);
         if estimate == 0 {
             return Err(KvError::ZeroCost);
         }
@@ -135,7 +143,7 @@ impl Limiter {
             let held_until = now.as_nanos().saturating_add(plan.inc);
             let put = Put::builder()
                 .table_name(&self.table)
-                .item(super::super::attr::BUCKET, s(lease_key(lease_id)))
+                .item(super::super::attr::BUCKET, s(lkey.clone()))
                 .item(lattr::LEASE_OF, s(key.clone()))
                 .item(lattr::AMOUNT, n(estimate))
                 .item(lattr::DEADLINE, n(deadline.as_nanos()))
@@ -168,14 +176,7 @@ impl Limiter {
                 }
                 Tx::BucketRefused(d) => refused = Some(d),
                 Tx::LeaseChanged => {
-                    return Ok(LeaseOutcome {
-                        granted: true,
-                        lease: self.read_lease(lease_id).await?,
-                        returned: 0,
-                        duplicate: true,
-                        decision: None,
-                        exact: true,
-                    })
+                    return self.acquired_before(&at, lease_id, estimate, now).await
                 }
             }
         }
@@ -207,9 +208,9 @@ impl Limiter {
         let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let lease = self
-                .read_lease(lease_id)
+                .read_lease(name, id, lease_id)
                 .await?
-                .ok_or_else(|| KvError::LeaseNotFound(lease_id.to_string()))?;
+                .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))?;
             let rate = Self::lease_rate(&at, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             if lease.deadline_ns <= now.as_nanos() {
@@ -247,7 +248,7 @@ impl Limiter {
                     None => (None, lease.held_until_ns, 0),
                 }
             };
-            let update = self.lease_update(lease_id, &lease, amount, held_until, now)?;
+            let update = self.lease_update(&at, &lease, amount, held_until, now)?;
             let item = || TransactWriteItem::builder().update(update.clone()).build();
             let mut tx = self.lease_tx(&key, plan, item()).await?;
             if let (Tx::BucketRefused(_), true) = (&tx, amount < lease.amount) {
@@ -283,22 +284,31 @@ impl Limiter {
                 Tx::LeaseChanged => continue,
             });
         }
-        Err(KvError::Contended(lease_key(lease_id)))
+        Err(KvError::Contended(lease_key(&at.bucket, lease_id)))
     }
 
     /// Ends a lease keeping its amount spent. DynamoDB calls: **1** `DeleteItem` (1 WCU).
-    pub async fn commit_lease(&self, lease_id: &str) -> Result<LeaseOutcome, KvError> {
+    pub async fn commit_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+    ) -> Result<LeaseOutcome, KvError> {
+        let at = self.lease_bucket(name, id, lease_id)?;
         let out = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
+            .key(
+                super::super::attr::BUCKET,
+                s(lease_key(&at.bucket, lease_id)),
+            )
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await
             .map_err(|e| crate::Error::dynamo("DeleteItem", e))?;
         if out.attributes().is_none() {
-            return Err(KvError::LeaseNotFound(lease_id.to_string()));
+            return Err(KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")));
         }
         Ok(LeaseOutcome {
             granted: true,
@@ -323,7 +333,7 @@ impl Limiter {
     ) -> Result<LeaseOutcome, KvError> {
         let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
-            let Some(lease) = self.read_lease(lease_id).await? else {
+            let Some(lease) = self.read_lease(name, id, lease_id).await? else {
                 return Ok(LeaseOutcome {
                     granted: true,
                     lease: None,
@@ -336,7 +346,10 @@ impl Limiter {
             let (unchanged, values) = unchanged(&lease);
             let delete = Delete::builder()
                 .table_name(&self.table)
-                .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
+                .key(
+                    super::super::attr::BUCKET,
+                    s(lease_key(&at.bucket, lease_id)),
+                )
                 .condition_expression(unchanged)
                 .expression_attribute_names("#a", lattr::AMOUNT)
                 .expression_attribute_names("#u", lattr::HELD_UNTIL)
@@ -370,13 +383,23 @@ impl Limiter {
                 Tx::LeaseChanged | Tx::BucketRefused(_) => continue,
             }
         }
-        Err(KvError::Contended(lease_key(lease_id)))
+        Err(KvError::Contended(lease_key(&at.bucket, lease_id)))
     }
 
-    /// The lease as stored (`None` when there is none). DynamoDB calls: **1** strongly consistent
-    /// `GetItem`.
-    pub async fn read_lease(&self, lease_id: &str) -> Result<Option<Lease>, KvError> {
-        let Some(item) = self.read(&lease_key(lease_id)).await? else {
+    /// The lease `lease_id` of `name`/`id` as stored (`None` when there is none). DynamoDB calls:
+    /// **1** strongly consistent `GetItem`.
+    pub async fn read_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+    ) -> Result<Option<Lease>, KvError> {
+        let at = self.lease_bucket(name, id, lease_id)?;
+        self.read_lease_at(&at, lease_id).await
+    }
+
+    async fn read_lease_at(&self, at: &Located, lease_id: &str) -> Result<Option<Lease>, KvError> {
+        let Some(item) = self.read(&lease_key(&at.bucket, lease_id)).await? else {
             return Ok(None);
         };
         let text = |k: &str| match item.get(k) {
@@ -408,7 +431,7 @@ impl Limiter {
     /// its deadline.
     fn lease_update(
         &self,
-        lease_id: &str,
+        at: &Located,
         lease: &Lease,
         amount: u64,
         held_until: i64,
@@ -420,7 +443,10 @@ impl Limiter {
         values.insert(":now".into(), n(now.as_nanos()));
         Ok(Update::builder()
             .table_name(&self.table)
-            .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
+            .key(
+                super::super::attr::BUCKET,
+                s(lease_key(&at.bucket, &lease.id)),
+            )
             .update_expression("SET #a = :new, #u = :until")
             .condition_expression(format!("{unchanged} AND #d > :now"))
             .expression_attribute_names("#a", lattr::AMOUNT)
@@ -429,6 +455,47 @@ impl Limiter {
             .set_expression_attribute_values(Some(values))
             .build()
             .map_err(|e| crate::Error::build_request("a lease update", e))?)
+    }
+
+    /// An acquire found `lease_id` already held on this bucket: the same grant when it is this
+    /// request's (same estimate, before its deadline), else a clear error, never a grant of what
+    /// was not spent for it. DynamoDB calls: **1** `GetItem`; a lease past its deadline is settled
+    /// as [`release_lease`](Self::release_lease) does.
+    async fn acquired_before(
+        &self,
+        at: &Located,
+        lease_id: &str,
+        estimate: u64,
+        now: Timestamp,
+    ) -> Result<LeaseOutcome, KvError> {
+        let bucket = at.bucket.display_name();
+        // Gone since (committed or released meanwhile): its work is settled, so a late repeat of
+        // its acquire gets no new lease under the same id.
+        let lease = self
+            .read_lease_at(at, lease_id)
+            .await?
+            .ok_or_else(|| KvError::Contended(lease_key(&at.bucket, lease_id)))?;
+        if Self::lease_rate(at, &lease).is_none() || lease.amount != estimate {
+            return Err(KvError::LeaseMismatch {
+                lease: lease_id.to_string(),
+                bucket,
+                held: lease.amount,
+                asked: estimate,
+            });
+        }
+        if lease.deadline_ns <= now.as_nanos() {
+            let (name, id) = (&at.bucket.name, &at.bucket.id);
+            self.release_lease(name, id, lease_id, now).await?;
+            return Err(KvError::LeaseExpired(lease_id.to_string()));
+        }
+        Ok(LeaseOutcome {
+            granted: true,
+            lease: Some(lease),
+            returned: 0,
+            duplicate: true,
+            decision: None,
+            exact: true,
+        })
     }
 
     fn lease_bucket(&self, name: &str, id: &str, lease_id: &str) -> Result<Located, KvError> {
