@@ -16,6 +16,9 @@
 //! write fails, DynamoDB returns the old item (`ReturnValuesOnConditionCheckFailure::ALL_OLD`), and
 //! [`SpendPlan::on_condition_failed`] decides from it: a denial (no further call) or a retry under
 //! the right case (one more call, still no read).
+//!
+//! A refund can carry a [`RefundId`]: its write then also requires the bucket's `refundId` to be
+//! smaller and sets it, so sending it again after a lost answer never refunds twice.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -51,6 +54,9 @@ pub mod attr {
     pub const BURST: &str = "burst";
     pub const COUNT: &str = "count";
     pub const PERIOD_NS: &str = "periodNs";
+    /// The largest [`RefundId`](super::RefundId) applied: a refund's write requires a smaller one
+    /// and sets its own, so it applies at most once however often it is sent.
+    pub const REFUND_ID: &str = "refundId";
 }
 
 /// Where a bucket lives: table, key, and the names of its TAT and TTL attributes.
@@ -133,6 +139,52 @@ pub struct SpendPlan {
     pub inc: i64,
     pub case: Case,
     pub state: Option<StateWrite>,
+    /// A refund sent as itself again after a lost answer must not apply twice: its id, recorded
+    /// by the write ([`attr::REFUND_ID`]). `None` where something else makes the write apply once
+    /// (a lease's refund: the lease item's condition in the same transaction).
+    pub refund_id: Option<RefundId>,
+}
+
+/// A refund's id (issue 22 item 11a). The bucket keeps the largest applied (`refundId`) and a
+/// refund's write requires a smaller one, so a write resent after a lost answer fails its
+/// condition instead of refunding again, and the old item it gets back tells: its own id there,
+/// it was applied. Ids only grow, so no later write can make a resend apply (an id kept only as
+/// "the last one" could be overwritten by another refund in between).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RefundId(pub i128);
+
+/// Random digits below the wall-clock part of a [`RefundId`].
+const REFUND_ID_SPREAD: i128 = 1_000_000_000;
+
+impl RefundId {
+    /// Wall-clock nanoseconds × 10⁹ plus 9 random digits: unique in practice, and a later refund
+    /// mostly carries a larger id (one that does not is sent once more, [`RefundId::after`]). Real
+    /// time on purpose: the id orders refunds, it decides nothing about the bucket.
+    pub fn fresh() -> Self {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let wall = i128::try_from(wall).unwrap_or(0);
+        let spread = i128::from(fastrand::u64(0..REFUND_ID_SPREAD as u64));
+        RefundId(wall.saturating_mul(REFUND_ID_SPREAD).saturating_add(spread))
+    }
+
+    /// A fresh id above `stored`, for a refund that lost the order to a later one.
+    pub fn after(stored: RefundId) -> Self {
+        let fresh = RefundId::fresh();
+        let next = stored
+            .0
+            .saturating_add(1 + fresh.0.rem_euclid(REFUND_ID_SPREAD));
+        RefundId(fresh.0.max(next))
+    }
+
+    /// The id an item carries (`None`: no refund yet, or not a number).
+    pub fn stored(item: Option<&Item>) -> Option<Self> {
+        match item?.get(attr::REFUND_ID)? {
+            AttributeValue::N(v) => v.trim().parse().ok().map(RefundId),
+            _ => None,
+        }
+    }
 }
 
 /// What to do after a failed condition.
@@ -216,6 +268,7 @@ impl SpendPlan {
             inc: gcra::increment_nanos(&rate, cost),
             case,
             state: None,
+            refund_id: None,
         }
     }
 
@@ -224,7 +277,13 @@ impl SpendPlan {
         self
     }
 
-    fn is_refund(&self) -> bool {
+    /// Makes a refund's write apply at most once ([`RefundId`]).
+    pub fn with_refund_id(mut self, id: RefundId) -> Self {
+        self.refund_id = Some(id);
+        self
+    }
+
+    pub fn is_refund(&self) -> bool {
         matches!(self.case, Case::RefundPartial | Case::RefundToFull)
     }
 

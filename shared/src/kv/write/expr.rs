@@ -84,6 +84,15 @@ impl SpendPlan {
                 "#tat > :now AND #tat < :floor".to_string()
             }
         };
+        let condition = match (self.refund_id, self.is_refund()) {
+            (Some(id), true) => {
+                names.insert("#rid".into(), attr::REFUND_ID.to_string());
+                values.insert(":rid".into(), AttributeValue::N(id.0.to_string()));
+                set.push("#rid = :rid".into());
+                format!("({condition}) AND (attribute_not_exists(#rid) OR #rid < :rid)")
+            }
+            _ => condition,
+        };
         if let Some(ttl) = &target.ttl_attr {
             // The TAT after this write is at most now + burst offset (the admit limit + inc), so
             // the item outlives the moment the bucket is full again by at least the margin.
@@ -268,6 +277,17 @@ mod tests {
             );
             all_used(&case_plan.expression(&target));
         }
+        let once = SpendPlan::refund(rate(), now, 2, None)
+            .unwrap()
+            .with_refund_id(super::super::RefundId(77));
+        let e = once.expression(&target);
+        assert_eq!(
+            e.condition,
+            "(#tat >= :floor) AND (attribute_not_exists(#rid) OR #rid < :rid)"
+        );
+        assert!(e.update.contains("#rid = :rid"), "{}", e.update);
+        assert_eq!(e.values[":rid"], AttributeValue::N("77".into()));
+        all_used(&e);
         let e = idle.expression(&target);
         assert_eq!(e.condition, "attribute_not_exists(#tat) OR #tat <= :now");
         assert!(e.update.ends_with("REMOVE #ta"), "{}", e.update);
