@@ -371,7 +371,15 @@ async fn a_release_after_the_refill_gives_nothing_back() {
     env.clock.advance(Duration::from_secs(2));
     let t = env.clock.now();
     let before = spend_until_refused(&lim, "r", t).await;
-    let r = lim.release_lease("Fast", "r", "R1", t).await.unwrap();
+    let (r, units) = env
+        .counter
+        .measure_units(lim.release_lease("Fast", "r", "R1", t))
+        .await;
+    let r = r.unwrap();
+    assert_eq!(
+        units.write, 2.0,
+        "nothing to give back: a transaction of the lease item alone"
+    );
     let after = spend_until_refused(&lim, "r", t).await;
     assert_eq!(
         (before, after),
@@ -673,4 +681,40 @@ async fn a_lease_id_belongs_to_its_bucket() {
         .await
         .unwrap();
     assert!(anew.granted && !anew.duplicate, "{anew:?}");
+}
+
+/// A lease item without `heldUntil` (none is written so any more; a hand-made or restored item)
+/// gives nothing back, as nothing is known outstanding, and still adjusts and releases.
+#[tokio::test]
+async fn a_lease_without_held_until_gives_nothing_back_and_still_settles() {
+    use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let now = env.clock.now();
+    assert!(
+        lim.spend("Fast", "o", 5, now)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    env.deps
+        .dynamo
+        .put_item()
+        .table_name(&env.deps.tables.buckets)
+        .item("bucket", S("~lease:3:3:o:old".into()))
+        .item("leaseOf", S("3:o".into()))
+        .item("amount", N("5".into()))
+        .item("deadline", N(now.plus(TTL).as_nanos().to_string()))
+        .send()
+        .await
+        .unwrap();
+    let down = lim.adjust_lease("Fast", "o", "old", 2, now).await.unwrap();
+    assert_eq!((down.granted, down.returned), (true, 0));
+    let up = lim.adjust_lease("Fast", "o", "old", 3, now).await.unwrap();
+    assert!(up.granted);
+    assert_eq!(fast_left(&lim, "o", now).await, 4);
+    let r = lim.release_lease("Fast", "o", "old", now).await.unwrap();
+    assert_eq!(r.returned, 1, "the 1 spent by the adjust up comes back");
+    assert!(lim.read_lease("Fast", "o", "old").await.unwrap().is_none());
 }

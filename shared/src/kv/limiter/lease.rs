@@ -83,11 +83,15 @@ fn lease_key(bucket: &BucketKey, lease_id: &str) -> String {
 /// The condition that the lease item is still as read (`#a` amount, `#u` heldUntil), and its
 /// values: a concurrent adjust changes one of them, and the loser reads again.
 fn unchanged(lease: &Lease) -> (String, HashMap<String, AttributeValue>) {
-    let mut values = HashMap::from([(":old".to_string(), n(lease.amount))]);
+    let values = HashMap::from([
+        (":old".to_string(), n(lease.amount)),
+        (":held".to_string(), n(lease.held_until_ns)),
+    ]);
     if lease.held_until_ns == i64::MIN {
-        return ("#a = :old AND attribute_not_exists(#u)".into(), values);
+        // Written before `heldUntil` (or since, as that same "nothing known outstanding").
+        let held = "(attribute_not_exists(#u) OR #u = :held)";
+        return (format!("#a = :old AND {held}"), values);
     }
-    values.insert(":held".into(), n(lease.held_until_ns));
     ("#a = :old AND #u = :held".into(), values)
 }
 
@@ -113,9 +117,9 @@ impl Limiter {
     /// admitted or refused; ≤ 2 cold. A repeat (same bucket, id and estimate, before the deadline)
     /// is the same grant, nothing spent twice (+1 `GetItem`); the id holding another estimate is
     /// [`KvError::LeaseMismatch`], and one past its deadline is settled as a release and answered
-    /// [`KvError::LeaseExpired`]. On a sharded limit the lease is held on one shard, tried as a spend tries
-    /// them (2 random shards; a refusal costs 2 transactions); adjusting it up needs room on that
-    /// shard.
+    /// [`KvError::LeaseExpired`]. On a sharded limit the lease is held on one shard, tried as a
+    /// spend tries them (2 random shards; a refusal costs 2 transactions); adjusting it up needs
+    /// room on that shard.
     pub async fn acquire_lease(
         &self,
         name: &str,
@@ -191,12 +195,13 @@ impl Limiter {
     }
 
     /// Sets the lease's amount to `amount` (the real cost): the difference is spent (refused, lease
-    /// unchanged, when the bucket has no room) or given back. Setting the amount it already has
-    /// writes nothing (`duplicate`). An expired lease is released instead (its amount returned) and
-    /// [`KvError::LeaseExpired`] is the answer.
+    /// unchanged, when the bucket has no room) or given back, as much of it as the refill has not
+    /// already returned. Setting the amount it already has writes nothing (`duplicate`). An
+    /// expired lease is released instead and [`KvError::LeaseExpired`] is the answer.
     ///
     /// DynamoDB calls: **1** strongly consistent `GetItem` (the lease) + **1** `TransactWriteItems`
-    /// (bucket and lease: 4 WCU); a duplicate costs only the `GetItem`.
+    /// (bucket and lease: 4 WCU; the lease alone, 2 WCU, when nothing is left to give back); a
+    /// duplicate costs only the `GetItem`.
     pub async fn adjust_lease(
         &self,
         name: &str,
@@ -320,10 +325,12 @@ impl Limiter {
         })
     }
 
-    /// Ends a lease and gives its whole amount back (never above the burst): an explicit release,
-    /// and what expiry does. A lease already gone is a duplicate (nothing returned twice).
+    /// Ends a lease and gives back what of its amount the refill has not already returned
+    /// (decision 1501): an explicit release, and what expiry does. A lease already gone is a
+    /// duplicate (nothing returned twice).
     ///
-    /// DynamoDB calls: **1** `GetItem` + **1** `TransactWriteItems` (refund and delete: 4 WCU).
+    /// DynamoDB calls: **1** `GetItem` + **1** `TransactWriteItems` (refund and delete: 4 WCU; the
+    /// delete alone, 2 WCU, when nothing is left to give back).
     pub async fn release_lease(
         &self,
         name: &str,
