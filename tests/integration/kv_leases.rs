@@ -557,7 +557,7 @@ async fn leases_and_spends_never_outrun_an_ideal_bucket() {
     spent.sort_by_key(|s| s.0);
     println!(
         "ideal bucket: {admitted} spent, {refused} refused; leases gave up {dropped}, of which \
-         {returned} came back (the rest had refilled)"
+         {returned} whole tokens came back (the rest counted as refilled)"
     );
     let mut tat = None;
     for (i, (at, cost)) in spent.iter().enumerate() {
