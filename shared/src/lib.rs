@@ -31,6 +31,9 @@ pub mod ids;
 pub mod isolation;
 pub mod kv;
 pub mod limit;
+/// The `$connect` JWT verifier (the `oidc` feature).
+#[cfg(feature = "oidc")]
+pub mod oidc;
 pub mod refusal;
 pub mod reservation;
 pub mod session;

@@ -11,6 +11,7 @@ mod kv_leases;
 mod kv_shards;
 mod local_stack;
 mod local_stream_bridge;
+mod oidc;
 mod reservations;
 mod state;
 mod template;

@@ -1,7 +1,9 @@
 //! The WebSocket `$connect` REQUEST authorizer (seed 003, steps 1-7, and decision 2100).
 //!
 //! 1. the credential ([`shared::ticket::presented`]): a connect ticket (`ticket=` or the
-//!    `turnstile` subprotocol), an OIDC token (`token=` or the subprotocol), or none;
+//!    `turnstile` subprotocol), an OIDC token (`token=` or the subprotocol; verified against the
+//!    configured issuer's JWKS, cached per process: `shared::oidc`; its tenant claim is the tenant,
+//!    the session comes from the query), or none;
 //! 2. a ticket is verified with no AWS call (HMAC with the cached key set): malformed, expired,
 //!    forged, retired-key and other-session tickets are denied here, before any DynamoDB call; its
 //!    tenant and session are the ticket's (`tenantId`/`sessionId` in the query, if given, must
@@ -32,6 +34,7 @@ use shared::admission::precheck::{self, Precheck};
 use shared::admission::verdict;
 use shared::function::{self, Tenancy};
 use shared::ids::{IdError, SessionId, TenantId};
+use shared::oidc::{OidcConfig, OidcVerifier};
 use shared::tenant::{ConnectAuth, TenantCache};
 use shared::ticket::presented::{self, Credential};
 use shared::ticket::source::{KeyConfig, KeySource};
@@ -45,6 +48,9 @@ pub struct Config {
     pub tenant_cache: std::time::Duration,
     /// `TURNSTILE_TICKET_KEYS_SECRET` (+ `_CACHE_SECS`) or `TURNSTILE_TICKET_KEYS`.
     pub tickets: KeyConfig,
+    /// `TURNSTILE_CONNECT_JWT_*`: the OIDC issuer whose tokens `jwt` tenants connect with; `None`
+    /// (no issuer) refuses every token.
+    pub oidc: Option<OidcConfig>,
 }
 
 impl Config {
@@ -52,6 +58,7 @@ impl Config {
         Ok(Config {
             tenant_cache: function::TenantCacheConfig::from_vars(vars)?.tenant_cache,
             tickets: KeyConfig::from_vars(vars)?,
+            oidc: OidcConfig::from_vars(vars)?,
         })
     }
 }
@@ -63,6 +70,8 @@ pub struct State {
     pub tenancy: Tenancy,
     /// The keys connect tickets are verified with.
     pub tickets: KeySource,
+    /// OIDC tokens' verifier (its JWKS cached per process), when an issuer is configured.
+    pub oidc: Option<OidcVerifier>,
 }
 
 /// The state `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`, the ticket
@@ -74,6 +83,7 @@ pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
         tenants: TenantCache::new(config.tenant_cache),
         tenancy: Tenancy::from_deps(deps).await?,
         tickets: KeySource::new(config.tickets, &deps.vars, deps.clock.now()).await?,
+        oidc: config.oidc.map(OidcVerifier::new),
     })
 }
 
@@ -193,11 +203,40 @@ pub async fn authenticate(
             };
             Ok(Ok((t, sid, grant)))
         }
-        Some(Credential::Jwt(_)) => Ok(Err(
-            "an OIDC token was presented, but this authorizer has no issuer configured \
-             (TURNSTILE_CONNECT_JWT_ISSUER)"
-                .to_string(),
-        )),
+        Some(Credential::Jwt(raw)) => {
+            let Some(oidc) = &state.oidc else {
+                return Ok(Err(
+                    "an OIDC token was presented, but this authorizer has no issuer \
+                     configured (TURNSTILE_CONNECT_JWT_ISSUER)"
+                        .to_string(),
+                ));
+            };
+            let token = match oidc.verify(raw, deps.clock.now()).await {
+                Ok(t) => t,
+                // The issuer's keys could not be had: ours to retry (500), not the caller's fault.
+                Err(e) if e.is_infrastructure() => return Err(shared::Error::Other(e.to_string())),
+                Err(e) => return Ok(Err(e.to_string())),
+            };
+            let t = token.tenant;
+            if q.first(context::TENANT_ID)
+                .is_some_and(|named| named != t.as_str())
+            {
+                return Ok(Err(format!(
+                    "the token is for tenant {t}, not the tenantId the query names"
+                )));
+            }
+            // A token binds a tenant, not a session: the session comes from the query.
+            let sid = match SessionId::parse_opt(q.first(context::SESSION_ID)) {
+                Ok(sid) => sid,
+                Err(e) => return Ok(Err(e.to_string())),
+            };
+            let grant = Grant {
+                method: ConnectAuth::Jwt,
+                nonce: None,
+                subject: token.subject,
+            };
+            Ok(Ok((t, sid, grant)))
+        }
     }
 }
 
