@@ -124,6 +124,8 @@ const AWAITING_READER: &[(&str, &str)] = &[];
 const UNSET_ALTERNATIVES: &[(&str, &str)] = &[
     ("token-remover", "TOKEN_REMOVER_PROCESSORS_FILE"),
     ("authorizer", "TURNSTILE_TICKET_KEYS"),
+    // The JWKS is found by OIDC discovery from the issuer; the URL only overrides it.
+    ("authorizer", "TURNSTILE_CONNECT_JWKS_URL"),
     ("session-api", "TURNSTILE_TICKET_KEYS"),
 ];
 
@@ -644,6 +646,15 @@ fn variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 ("SessionApiAuth", "JWT"),
                 ("JwtIssuer", "https://issuer.example.com"),
                 ("JwtAudience", "turnstile"),
+            ],
+        ),
+        // JWTs on `$connect` only (decision 2101): the session API stays on IAM.
+        (
+            "connect jwt",
+            vec![
+                ("JwtIssuer", "https://issuer.example.com"),
+                ("JwtAudience", "turnstile"),
+                ("SessionTenantClaim", "custom:tenantId"),
             ],
         ),
         (
