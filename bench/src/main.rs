@@ -228,7 +228,25 @@ async fn cold_start(
         .parent()
         .unwrap_or(std::path::Path::new("."))
         .join("functions/token-remover/processors.example.yaml");
+    // The ticket key set as deployed: a Secrets Manager secret, here a local one holding the sample
+    // key set, so the authorizer's and the session API's starts include their one read of it.
+    let secrets = turnstile_local::secrets::SecretsManager::start(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        0,
+    )))
+    .await
+    .map_err(|e| BenchError::io("starting the local Secrets Manager", e))?;
+    secrets.put("turnstile/connect-ticket-keys", samples::SAMPLE_KEYS);
     let env = vec![
+        (
+            "AWS_ENDPOINT_URL_SECRETS_MANAGER".to_string(),
+            secrets.url(),
+        ),
+        (
+            "TURNSTILE_TICKET_KEYS_SECRET".to_string(),
+            "turnstile/connect-ticket-keys".to_string(),
+        ),
+        ("TURNSTILE_SESSION_API_AUTH".to_string(), "none".to_string()),
         ("AWS_ENDPOINT_URL_DYNAMODB".to_string(), endpoint),
         ("TURNSTILE_TABLE_PREFIX".to_string(), prefix),
         ("TURNSTILE_MANAGEMENT_ENDPOINT".to_string(), api.url()),

@@ -17,6 +17,15 @@ pub const SESSION: &str = "session-1";
 pub const CONNECTION: &str = "Nx0MPcOFvHcCIhw=";
 pub const CLUSTER: &str = "j-1YONHTCP3YZKC";
 
+/// The key set the sample events' connect ticket is signed with: published here, so it must never be
+/// a deployment's (deployments sign with the template's generated secret). The artifacts check, the
+/// cold-start harness and the tests give it to the authorizer and the session API as
+/// `TURNSTILE_TICKET_KEYS`.
+pub const SAMPLE_KEYS: &str =
+    r#"{"id":"sample","secret":"sample-events-only-never-deploy-0000000001"}"#;
+/// The `sessionNonce` of the sample session, which the sample ticket names.
+pub const NONCE: &str = "sample-session-nonce";
+
 /// Generous limits: the samples never hit one.
 const LIMITS: shared::tenant::Limits =
     shared::tenant::Limits::example(600, 600, 10, 100, 3600, 600);
@@ -60,12 +69,23 @@ pub async fn seed_rows(deps: &shared::Deps) -> Result<(), BenchError> {
     ensure_sample_session(deps).await
 }
 
-/// Session `session-1` of `tenant-1` live for an hour (created again after a sample deleted it).
+/// Session `session-1` of `tenant-1` live for an hour (created again after a sample deleted it),
+/// holding the nonce the sample ticket names ([`NONCE`]).
 pub async fn ensure_sample_session(deps: &shared::Deps) -> Result<(), BenchError> {
     let t = TenantId::parse(TENANT).map_err(bad)?;
     let sid = SessionId::parse(SESSION).map_err(bad)?;
     let ttl = deps.clock.now().as_secs() + 3600;
     shared::session::store::create_or_refresh(deps, &t, &sid, ttl).await?;
+    deps.dynamo
+        .update_item()
+        .table_name(&deps.tables.sessions)
+        .set_key(Some(shared::session::store::key(&t, &sid)))
+        .update_expression("SET #n = :n")
+        .expression_attribute_names("#n", shared::session::attr::SESSION_NONCE)
+        .expression_attribute_values(":n", shared::dynamo::item::s(NONCE))
+        .send()
+        .await
+        .map_err(|e| BenchError::Other(format!("setting the sample session's nonce: {e}")))?;
     Ok(())
 }
 
@@ -100,6 +120,7 @@ pub async fn admit_sample_connection(deps: &shared::Deps) -> Result<(), BenchErr
         sid: &sid,
         cid: &cid,
         limits: &LIMITS,
+        nonce: None,
     };
     match shared::admission::connect::admit(request).await? {
         shared::admission::connect::Admission::Admitted

@@ -13,6 +13,7 @@ use shared::catalog;
 use shared::ids::TenantId;
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
+use shared::ticket;
 use shared::{Deps, Error, Result};
 use turnstile_local::functions::LocalFunctions;
 use turnstile_local::lambda::Invoke;
@@ -47,6 +48,10 @@ pub struct Args {
     /// How often the stream bridge polls the session table's stream, in milliseconds.
     #[arg(long, env = "TURNSTILE_DEV_STREAM_POLL_MS", default_value_t = 500)]
     stream_poll_ms: u64,
+    /// `Host` values answered besides the stack's own addresses and `localhost` (comma list,
+    /// e.g. `devbox:3000`): every other request is refused (DNS rebinding).
+    #[arg(long, env = "TURNSTILE_DEV_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -72,21 +77,37 @@ fn load_tenants(path: &str) -> Result<Vec<Tenant>> {
         .collect()
 }
 
-/// The functions' environment for local runs: the token remover gets the example processors
-/// unless the caller configured its own.
-pub(crate) fn local_vars(deps: &mut Deps) {
+/// The functions' environment for local runs, where the caller set nothing else: the token remover
+/// gets the example processors; the session API trusts its callers (`none`: the local HTTP API
+/// authenticates nobody unless `TURNSTILE_SESSION_API_AUTH=jwt`); connect tickets are signed with
+/// a key set made for this run only (never printed) and live 5 minutes, long enough to follow the
+/// README across terminals.
+pub(crate) fn local_vars(deps: &mut Deps) -> Result<()> {
     let has = |v: &str| deps.vars.get(v).is_some();
+    let mut set: Vec<(&str, String)> = Vec::new();
     if !has("TOKEN_REMOVER_PROCESSORS") && !has("TOKEN_REMOVER_PROCESSORS_FILE") {
-        deps.vars = deps.vars.with_overrides([(
+        set.push((
             "TOKEN_REMOVER_PROCESSORS_FILE",
-            "functions/token-remover/processors.example.yaml",
-        )]);
+            "functions/token-remover/processors.example.yaml".into(),
+        ));
     }
+    if !has(session_api::AUTH_VAR) {
+        set.push((session_api::AUTH_VAR, "none".into()));
+    }
+    if !has(ticket::KEYS_VAR) && !has(ticket::source::SECRET_VAR) {
+        let keys = ticket::KeySet::generate("local").map_err(|e| Error::Other(e.to_string()))?;
+        set.push((ticket::KEYS_VAR, keys.to_json()));
+    }
+    if !has(session_api::TICKET_TTL_VAR) {
+        set.push((session_api::TICKET_TTL_VAR, "300".into()));
+    }
+    deps.vars = deps.vars.with_overrides(set);
+    Ok(())
 }
 
 pub async fn run(args: Args) -> Result<()> {
     let mut deps = Deps::from_env().await?;
-    local_vars(&mut deps);
+    local_vars(&mut deps)?;
     let endpoint = deps.vars.get(shared::deps::ENDPOINT_VAR).ok_or_else(|| {
         Error::Other(format!(
             "{} must point at DynamoDB Local (make dev sets it)",
@@ -119,6 +140,7 @@ pub async fn run(args: Args) -> Result<()> {
     cfg.stream_start = StartAt::Latest;
     cfg.rules = rules.clone();
     cfg.dashboard = Some(deps.clone());
+    cfg.allowed_hosts = args.allowed_hosts.clone();
     let clock = deps.clock.clone();
     let mut build_error = None;
     let stack = Stack::start(cfg, clock, async |eps| {
@@ -149,25 +171,34 @@ pub async fn run(args: Args) -> Result<()> {
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
   Dashboard       {http}/   (live: tenants, sessions, counters, buckets, last decisions)
-  WebSocket API   {ws}/?tenantId=..&sessionId=..
+  WebSocket API   {ws}/   (a connect ticket: ?ticket=.. or the subprotocol list "turnstile, <ticket>")
   @connections    {mgmt}/@connections/{{id}}
-  Session API     {http}/session?tenantId=..&sessionId=..   (PUT, GET, DELETE)
+  Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})
+                  {http}/session/ticket?tenantId=..&sessionId=..   (POST: a fresh ticket)
   EventBridge     POST {http}/events   (rules: {rules})
   Tenants loaded  {tenants}
 
 Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
-  curl -s -X PUT "{http}/session?tenantId=acme&sessionId=s1"
-  websocat "{ws}/?tenantId=acme&sessionId=s1"        # terminal 1: type a line, see it echoed
-  websocat "{ws}/?tenantId=acme&sessionId=s1"        # terminal 2: sees terminal 1's lines as {{"from","message"}}
-  websocat "{ws}/?tenantId=acme&sessionId=s1"        # a third socket: refused, acme allows 2 per session
-  curl -s "{http}/session?tenantId=acme&sessionId=s1"  # the session and its live connections
-  curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=s1"   # closes both sockets
-  # tenant "brief" has sessionTTL 20: connect to a brief session, stay idle, and its socket is closed
-  # by the TTL sweeper once DynamoDB Local deletes the expired session.
+  S=$(curl -s -X PUT "{http}/session?tenantId=acme")     # a new session, its id and a ticket
+  SID=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])')
+  TICKET=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
+  websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 1: type a line, see it echoed
+  websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 2: sees terminal 1's lines as {{"from","message"}}
+  websocat --protocol "turnstile, $TICKET" "{ws}/"   # a third socket: refused, acme allows 2 per session
+  websocat "{ws}/?tenantId=acme&sessionId=$SID"      # no ticket: refused (403)
+  curl -s "{http}/session?tenantId=acme&sessionId=$SID"  # the session and its live connections
+  curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=$SID"   # closes both sockets
+  # Tickets live {ticket_ttl} s here; POST /session/ticket gives a fresh one. Tenant "brief" has
+  # sessionTTL 20: connect to a brief session, stay idle, and its socket is closed by the TTL sweeper.
 
 Ctrl-C stops everything.
 "#,
         mgmt = eps.management_url(),
+        auth = deps.vars.get(session_api::AUTH_VAR).unwrap_or_default(),
+        ticket_ttl = deps
+            .vars
+            .get(session_api::TICKET_TTL_VAR)
+            .unwrap_or_default(),
         rules = if rule_list.is_empty() {
             "none".to_string()
         } else {

@@ -33,7 +33,7 @@ pub async fn run(args: Args) -> Result<()> {
     let event: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Error::Other(format!("{}: not JSON: {e}", args.event.display())))?;
     let mut deps = Deps::from_env().await?;
-    crate::dev::local_vars(&mut deps);
+    crate::dev::local_vars(&mut deps)?;
     let functions = LocalFunctions::new(deps, &args.management_endpoint).await?;
     let out = functions
         .invoke(&args.function, event)

@@ -93,6 +93,8 @@ enum LeaseCmd {
     },
     /// End the lease, keeping its amount spent (1 DeleteItem).
     Commit {
+        #[command(flatten)]
+        target: Target,
         #[arg(long)]
         lease: String,
     },
@@ -196,7 +198,7 @@ async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<()> {
                 .adjust_lease(&t.name, &t.id, lease, *amount, at(t))
                 .await
         }
-        LeaseCmd::Commit { lease } => limiter.commit_lease(lease).await,
+        LeaseCmd::Commit { target: t, lease } => limiter.commit_lease(&t.name, &t.id, lease).await,
         LeaseCmd::Release { target: t, lease } => {
             limiter.release_lease(&t.name, &t.id, lease, at(t)).await
         }

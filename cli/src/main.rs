@@ -10,6 +10,7 @@ mod reservation;
 mod state;
 mod tables;
 mod tenant;
+mod tickets;
 mod token;
 
 use std::process::ExitCode;
@@ -50,6 +51,8 @@ enum Command {
     State(state::Args),
     /// Create, show, list or delete tenants and their WebSocket limits (seed 003).
     Tenant(tenant::Args),
+    /// Connect-ticket keys: make a set, or take one rotation step (stdin to stdout).
+    Tickets(tickets::Args),
     /// Repair leaked open-connection counts from the sessions' connection ids (prints a report).
     Reconcile(reconcile::Args),
 }
@@ -68,6 +71,7 @@ async fn main() -> ExitCode {
         Command::Kv(args) => kv::run(args).await,
         Command::State(args) => state::run(args).await,
         Command::Tenant(args) => tenant::run(args).await,
+        Command::Tickets(args) => tickets::run(args).await,
         Command::Reconcile(args) => reconcile::run(args).await,
     };
     match result {

@@ -57,6 +57,11 @@ enum Cmd {
         /// one; decision 1502).
         #[arg(long)]
         reshard_drained: bool,
+        /// What `$connect` must present: `ticket` (a connect ticket from the session API),
+        /// `jwt` (an OIDC token whose tenant claim is this tenant), or `none` — INSECURE: anyone
+        /// who knows or guesses a session id joins that session (seed 003's behaviour).
+        #[arg(long, default_value = "ticket")]
+        connect_auth: tenant::ConnectAuth,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -88,7 +93,14 @@ pub async fn run(args: Args) -> Result<()> {
             on_failure,
             connection_shards,
             reshard_drained,
+            connect_auth,
         } => {
+            if connect_auth == tenant::ConnectAuth::None {
+                eprintln!(
+                    "warning: --connect-auth none is insecure: anyone who knows a session id of \
+                     tenant {tenant_id} can join that session and read its messages"
+                );
+            }
             let t = Tenant {
                 tenant_id,
                 limits: Limits {
@@ -102,6 +114,7 @@ pub async fn run(args: Args) -> Result<()> {
                     enforcement,
                     on_failure,
                     connection_shards,
+                    connect_auth,
                 },
             };
             if let Some(old) = tenant::store::get(&deps, &t.tenant_id).await? {

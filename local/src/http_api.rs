@@ -54,6 +54,7 @@ pub fn router(
     };
     Router::new()
         .route("/session", any(session))
+        .route("/session/ticket", any(session))
         .route("/events", post(put_events))
         .fallback(|| async { not_found() })
         .with_state(state)
@@ -131,7 +132,7 @@ async fn session(
         }
     }
     let raw_query = uri.query().unwrap_or("").to_string();
-    let route_key = format!("{method} /session");
+    let route_key = format!("{method} {}", uri.path());
     let (body_value, b64) = match std::str::from_utf8(&body) {
         Ok(s) => (json!(s), false),
         Err(_) => (json!(aws_smithy_types::base64::encode(&body)), true),

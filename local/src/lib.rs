@@ -9,9 +9,11 @@
 pub mod dashboard;
 pub mod eventbridge;
 pub mod functions;
+pub mod host_check;
 pub mod http_api;
 pub mod lambda;
 pub mod management;
+pub mod secrets;
 pub mod stack;
 pub mod stream_bridge;
 pub mod template;

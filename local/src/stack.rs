@@ -35,6 +35,9 @@ pub struct StackConfig {
     /// Where the dashboard (`GET /` on the HTTP API) reads the tables; `None` shows only the
     /// decisions and live sockets.
     pub dashboard: Option<shared::Deps>,
+    /// `Host` values answered besides the bound address and the loopback names
+    /// (`TURNSTILE_DEV_ALLOWED_HOSTS`; [`crate::host_check`]).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl StackConfig {
@@ -51,6 +54,7 @@ impl StackConfig {
             account_id: "000000000000".into(),
             region: "us-east-1".into(),
             dashboard: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -141,7 +145,7 @@ impl Stack {
             domain_name: endpoints.ws_addr.to_string(),
         };
         let ws_app = websocket::router(api, functions.clone(), live.clone(), clock.clone());
-        tasks.push(serve(ws_listener, ws_app, rx.clone()));
+        tasks.push(serve(ws_listener, ws_app, &cfg.allowed_hosts, rx.clone()));
 
         let http_app = http_api::router(
             functions.clone(),
@@ -156,7 +160,12 @@ impl Stack {
             decisions.clone(),
             live.clone(),
         ));
-        tasks.push(serve(http_listener, http_app, rx.clone()));
+        tasks.push(serve(
+            http_listener,
+            http_app,
+            &cfg.allowed_hosts,
+            rx.clone(),
+        ));
 
         if let Some(table) = &cfg.session_table {
             let bridge = StreamBridge::new(
@@ -204,11 +213,21 @@ impl Stack {
     }
 }
 
+/// Serves `app` on `listener`, answering only requests addressed to it ([`crate::host_check`]).
 fn serve(
     listener: TcpListener,
     app: axum::Router,
+    extra_hosts: &[String],
     mut rx: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
+    let bound = listener.local_addr().ok();
+    let allowed = Arc::new(bound.map_or_else(Vec::new, |a| {
+        crate::host_check::allowed_hosts(a, extra_hosts)
+    }));
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        allowed,
+        crate::host_check::check,
+    ));
     tokio::spawn(async move {
         let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let stop = async move {

@@ -301,17 +301,28 @@ async fn upgrade(
         "requestContext": connect_ctx,
         "isBase64Encoded": false,
     });
-    match st.functions.invoke("connect", connect_event).await {
+    let ws = match st.functions.invoke("connect", connect_event).await {
         Ok(resp) if resp["statusCode"].as_u64().unwrap_or(200) >= 400 => {
             tracing::info!(connection = %conn, status = %resp["statusCode"], "$connect refused the connection");
             return proxy_response(&resp);
         }
-        Ok(_) => {}
+        // As API Gateway does: the subprotocol `$connect` answers is the handshake's.
+        Ok(resp) => match resp["headers"]
+            .as_object()
+            .and_then(|h| {
+                h.iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("sec-websocket-protocol"))
+            })
+            .and_then(|(_, v)| v.as_str())
+        {
+            Some(p) => ws.protocols([p.to_string()]),
+            None => ws,
+        },
         Err(e) => {
             tracing::error!(connection = %conn, error = %e, "$connect failed");
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error");
         }
-    }
+    };
 
     let (tx, rx) = mpsc::unbounded_channel();
     if let Ok(mut m) = st.live.inner.lock() {

@@ -23,6 +23,15 @@ pub enum Error {
         operation: &'static str,
         message: String,
     },
+    /// A DynamoDB write the service refused without applying it — throttled past its retries,
+    /// invalid (an item over 400 KB), denied, or on a missing table — or that was never sent:
+    /// certainly not applied, so a step taken before it may be undone. Infrastructure failure.
+    #[error("DynamoDB {operation} was not applied ({code}): {message}")]
+    DynamoRejected {
+        operation: &'static str,
+        code: String,
+        message: String,
+    },
     /// A stored item does not have the shape this code writes (a corrupt or foreign row).
     #[error("item in table {table} is malformed: {reason}")]
     MalformedItem { table: String, reason: String },
@@ -77,6 +86,7 @@ impl Error {
         matches!(
             self,
             Error::Dynamo { .. }
+                | Error::DynamoRejected { .. }
                 | Error::Contended { .. }
                 | Error::BuildRequest { .. }
                 | Error::Gateway { .. }

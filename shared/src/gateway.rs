@@ -16,6 +16,28 @@ use crate::config::{ConfigError, Vars};
 use crate::dynamo::{is_loopback, local_sdk_config, wants_local_credentials};
 use crate::error::{Error, Result};
 
+/// Management API calls one function invocation has in flight at most (a session's fan-out and a
+/// delete's closes): a session with thousands of sockets must not open thousands of connections
+/// at once from one Lambda sandbox (issue 22).
+pub const FANOUT: usize = 32;
+
+/// Runs `calls` at most [`FANOUT`] at a time; the results in the order given.
+pub async fn bounded<'a, T: 'a>(
+    calls: impl IntoIterator<Item = impl std::future::Future<Output = T> + Send + 'a>,
+) -> Vec<T> {
+    use futures::StreamExt;
+    // Boxed first: a stream over the caller's async blocks would make this future `Send` only for
+    // one lifetime, which the Lambda runtime's handler futures cannot name (rust-lang/rust#102211).
+    let calls: Vec<futures::future::BoxFuture<'a, T>> = calls
+        .into_iter()
+        .map(|f| Box::pin(f) as futures::future::BoxFuture<'a, T>)
+        .collect();
+    futures::stream::iter(calls)
+        .buffered(FANOUT)
+        .collect()
+        .await
+}
+
 /// Env var: the Management API endpoint, e.g. `https://abc123.execute-api.eu-west-1.amazonaws.com/prod`.
 pub const ENDPOINT_VAR: &str = "TURNSTILE_MANAGEMENT_ENDPOINT";
 
@@ -197,7 +219,7 @@ impl Gateway {
         }
     }
 
-    /// Closes every connection, concurrently, each tried twice when its close fails (not gone:
+    /// Closes every connection, [`FANOUT`] at a time, each tried twice when its close fails (not gone:
     /// failed); returns each id with its last outcome, in the order given. Callers that release
     /// capacity release only the `Ok(Delivered)` ones: a 410 may be a socket still inside its
     /// `$connect` (decision 0306), and a failed close leaves the socket open.
@@ -206,7 +228,7 @@ impl Gateway {
         endpoint: &str,
         connection_ids: &[String],
     ) -> Vec<(String, Result<Delivery>)> {
-        futures::future::join_all(connection_ids.iter().map(|c| async move {
+        bounded(connection_ids.iter().map(|c| async move {
             let first = self.close(endpoint, c).await;
             let r = match first {
                 Err(e) => {
@@ -220,9 +242,9 @@ impl Gateway {
         .await
     }
 
-    /// Closes every connection, concurrently; returns the ids whose close failed (not gone: failed).
+    /// Closes every connection, [`FANOUT`] at a time; returns the ids whose close failed (not gone: failed).
     pub async fn close_all(&self, endpoint: &str, connection_ids: &[String]) -> Vec<String> {
-        let results = futures::future::join_all(
+        let results = bounded(
             connection_ids
                 .iter()
                 .map(|c| async move { (c, self.close(endpoint, c).await) }),

@@ -236,28 +236,45 @@ pub fn refund(
     cost: u64,
 ) -> Result<Decision, RateError> {
     rate.check_cost(cost)?;
+    Ok(give_back(rate, stored_tat, now, rate.inc(cost)))
+}
+
+/// Gives back `span` of the TAT rather than whole tokens: a lease refunds only the part of its
+/// tokens the refill has not already returned (decision 1501), which is rarely a whole number.
+/// Refused on a full bucket; never fills above the burst.
+pub fn refund_span(
+    rate: &Rate,
+    stored_tat: Option<Timestamp>,
+    now: Timestamp,
+    span: Duration,
+) -> Decision {
+    let span = i128::try_from(span.as_nanos()).unwrap_or(i128::MAX);
+    give_back(rate, stored_tat, now, span)
+}
+
+fn give_back(rate: &Rate, stored_tat: Option<Timestamp>, now: Timestamp, span: i128) -> Decision {
     let ei = rate.ei();
     let offset = rate.offset();
     let now_n = i128::from(now.as_nanos());
     let tat = stored_tat.map_or(now_n, |t| i128::from(t.as_nanos()).max(now_n));
     if tat <= now_n {
-        return Ok(Decision {
+        return Decision {
             allowed: false,
             remaining: rate.burst,
             retry_in: Duration::ZERO,
             reset_in: Duration::ZERO,
             new_tat: ts(tat),
-        });
+        };
     }
-    let new_tat = tat.saturating_sub(rate.inc(cost)).max(now_n);
+    let new_tat = tat.saturating_sub(span).max(now_n);
     let diff = now_n.saturating_sub(new_tat.saturating_sub(offset));
-    Ok(Decision {
+    Decision {
         allowed: true,
         remaining: whole_tokens(diff, ei).min(rate.burst),
         retry_in: Duration::ZERO,
         reset_in: nanos_to_duration(new_tat - now_n),
         new_tat: ts(new_tat),
-    })
+    }
 }
 
 /// The largest stored TAT at which a spend of `cost` is still admitted at `now`:
@@ -380,6 +397,31 @@ mod tests {
         assert!(over.allowed);
         assert_eq!(over.remaining, 10);
         assert_eq!(over.new_tat, now, "a refund never moves the TAT before now");
+    }
+
+    #[test]
+    fn a_span_refund_gives_back_time_not_tokens() {
+        let rate = Rate::new(10, 10, Duration::from_secs(1)).unwrap();
+        let now = t(100 * S);
+        let spent = spend(&rate, None, now, 6).unwrap();
+        let back = refund_span(&rate, Some(spent.new_tat), now, ms(250));
+        assert_eq!(
+            (back.allowed, back.remaining),
+            (true, 6),
+            "2.5 tokens back: 6.5 left"
+        );
+        assert_eq!(back.new_tat, now.plus(ms(350)));
+        assert_eq!(
+            refund_span(&rate, Some(back.new_tat), now, ms(1_000)).new_tat,
+            now
+        );
+        assert!(
+            !refund_span(&rate, Some(now), now, ms(1)).allowed,
+            "full: nothing to give"
+        );
+        assert_eq!(refund(&rate, Some(spent.new_tat), now, 2).unwrap(), {
+            refund_span(&rate, Some(spent.new_tat), now, ms(200))
+        });
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (table shapes), [`catalog`]
 //! (the one definition of every table), [`dynamo`] (clients, the call counter, the item codec,
 //! transactions, retries, pagination), [`cache`] (the one in-process cache), [`capacity`]
-//! (write/read units by DynamoDB's rules), [`ids`] (validated identifiers).
+//! (write/read units by DynamoDB's rules), [`ids`] (validated identifiers), [`ticket`] (connect
+//! tickets: who may join a session).
 
 pub mod admission;
 pub mod cache;
@@ -30,6 +31,9 @@ pub mod ids;
 pub mod isolation;
 pub mod kv;
 pub mod limit;
+/// The `$connect` JWT verifier (the `oidc` feature).
+#[cfg(feature = "oidc")]
+pub mod oidc;
 pub mod refusal;
 pub mod reservation;
 pub mod session;
@@ -38,6 +42,7 @@ pub mod state;
 pub mod table;
 pub mod telemetry;
 pub mod tenant;
+pub mod ticket;
 pub mod token;
 
 /// The Rust examples of the README and of `docs/`, compiled (and run, unless `no_run`) as doc tests

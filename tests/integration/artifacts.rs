@@ -23,6 +23,7 @@ use shared::config::Vars;
 use shared::table::{TableKind, TableNames};
 use turnstile_bench::coldstart::{self, Outcome};
 use turnstile_bench::samples;
+use turnstile_local::secrets::SecretsManager;
 use turnstile_local::{ManagementApi, Recorder};
 use turnstile_tests::TestEnv;
 
@@ -272,6 +273,15 @@ async fn check_function(build_dir: &Path, function_id: &str, binary: &str) -> Ve
     }
     if let Some(g) = vars.get_mut("TURNSTILE_RECONCILE_GRACE_SECS") {
         *g = "15".into();
+    }
+    // The ticket key set: the secret the template names, served by a local Secrets Manager holding
+    // the sample key set (the sample events' ticket is signed with it), read by the real client.
+    let secrets = SecretsManager::start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("local Secrets Manager starts");
+    if let Some(id) = vars.get("TURNSTILE_TICKET_KEYS_SECRET") {
+        secrets.put(id, samples::SAMPLE_KEYS);
+        vars.insert("AWS_ENDPOINT_URL_SECRETS_MANAGER".into(), secrets.url());
     }
     let env_pairs: Vec<(String, String)> = vars.into_iter().collect();
     let timeout = stack.function(function_id)["Timeout"]

@@ -633,12 +633,8 @@ async fn every_path(w: &World, bound: Duration) -> Vec<(&'static str, Answer, Du
             "authorizer",
             Box::pin(async {
                 failed(
-                    authorizer::handle(
-                        w.deps(),
-                        &w.authorizer,
-                        authorizer_event(&[("tenantId", T), ("sessionId", "s1")]),
-                    )
-                    .await,
+                    authorizer::handle(w.deps(), &w.authorizer, w.authorizer_event(T, "s1").await)
+                        .await,
                 )
             }),
         ),
@@ -1078,7 +1074,7 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
         let def = catalog::definition(kind, &deps.tables, AttributeStyle::Camel);
         catalog::ensure(&deps.dynamo, &def).await.unwrap();
     }
-    let limits = Limits::example(100_000, 100_000, 100_000, 100_000, 3600, 60);
+    let limits = Limits::example(100_000, 100_000, 10_000, 100_000, 3600, 60);
     let tenant = shared::tenant::Tenant {
         tenant_id: T.parse().unwrap(),
         limits,
@@ -1342,6 +1338,7 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
         sid: &s1,
         cid: &"c1".parse().unwrap(),
         limits: &limits,
+        nonce: None,
     })
     .await;
     assert!(lost.is_err(), "a lost answer is an error: {lost:?}");
@@ -1373,4 +1370,102 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
         assert_eq!(w.connect(T, "s1", c, &limits).await.status_code, 200, "{c}");
     }
     assert_eq!(w.count(T).await, Some(2));
+}
+
+/// Issue 22 item 11a: a kv refund applied but its answer lost (the proxy forwards it, then answers
+/// 500). The SDK retried the same `SET tat = tat - :inc`, whose condition still held, and the bucket
+/// got the cost back twice: 2 more admitted than spent. The refund must be applied once, and
+/// answered as applied, whether one answer or two in a row are lost.
+#[tokio::test]
+async fn a_lost_refund_answer_is_not_refunded_twice() {
+    use shared::kv::{LimitSet, Limiter, Limits};
+    let mut env = TestEnv::new(&[TableKind::Buckets]).await;
+    let proxy = proxied(&mut env, None).await;
+    let limits = "names:\n  Slow: { id: 1, format: string }\n\
+                  defaults:\n  Slow: { burst: 10, count: 1, period: 1h }\n";
+    let limits = Arc::new(Limits::new(LimitSet::from_yaml(limits).unwrap()));
+    let lim = Limiter::new(env.deps.dynamo.clone(), &env.deps.tables.buckets, limits);
+    let now = env.clock.now();
+    for (lost, id) in [(1, "x"), (2, "y")] {
+        assert!(
+            lim.spend("Slow", id, 6, now)
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+        proxy.set_policy(Policy::lose_answers(lost).only(["UpdateItem"]));
+        proxy.reset_stats();
+        env.counter.reset();
+        let back = lim.refund("Slow", id, 2, now).await;
+        assert_eq!(proxy.stats().answers_lost, lost);
+        assert_eq!(
+            env.counter.total(),
+            lost + 1,
+            "sent until an answer arrived: {:?}",
+            env.counter.by_operation()
+        );
+        proxy.set_policy(Policy::passthrough());
+        let left = lim
+            .check("Slow", id, 0, now)
+            .await
+            .unwrap()
+            .decision
+            .remaining;
+        assert_eq!(
+            left, 6,
+            "{lost} lost: 4 left after the spend, 2 refunded once (refund answered {back:?})"
+        );
+        let back = back.expect("the refund was applied: answered as applied");
+        assert!(back.decision.allowed);
+        assert_eq!(back.decision.remaining, 6);
+    }
+}
+
+/// Issue 22 item 11a, leases: a lease's refund is one `TransactWriteItems` with the lease item. The
+/// SDK's retry after a lost answer carries the same `ClientRequestToken` (set once per call), which
+/// DynamoDB answers without applying the transaction again; were it applied again, the lease item's
+/// condition (its amount and `heldUntil` as read) would fail. Given back once (decision 0601).
+#[tokio::test]
+async fn a_lost_lease_release_answer_is_not_refunded_twice() {
+    use shared::kv::{LimitSet, Limiter, Limits};
+    let mut env = TestEnv::new(&[TableKind::Buckets]).await;
+    let proxy = proxied(&mut env, None).await;
+    let limits = "names:\n  Slow: { id: 1, format: string }\n\
+                  defaults:\n  Slow: { burst: 10, count: 1, period: 1h }\n";
+    let limits = Arc::new(Limits::new(LimitSet::from_yaml(limits).unwrap()));
+    let lim = Limiter::new(env.deps.dynamo.clone(), &env.deps.tables.buckets, limits);
+    let now = env.clock.now();
+    let ttl = Duration::from_secs(60);
+    assert!(
+        lim.spend("Slow", "l", 6, now)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let a = lim
+        .acquire_lease("Slow", "l", "L", 4, ttl, now)
+        .await
+        .unwrap();
+    assert!(a.granted);
+    proxy.set_policy(Policy::lose_answers(1).only(["TransactWriteItems"]));
+    let r = lim.release_lease("Slow", "l", "L", now).await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    let left = lim
+        .check("Slow", "l", 0, now)
+        .await
+        .unwrap()
+        .decision
+        .remaining;
+    println!(
+        "FAULTS lease release after a lost answer: {r:?}; calls {:?}",
+        env.counter.by_operation()
+    );
+    assert_eq!(
+        left, 4,
+        "6 spent, the lease's 4 given back once (release answered {r:?})"
+    );
+    assert!(lim.read_lease("Slow", "l", "L").await.unwrap().is_none());
 }

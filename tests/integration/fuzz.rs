@@ -1,7 +1,7 @@
 //! Property ("fuzz") tests of the handlers' parsing of their events (docs/testing.md): API Gateway
 //! REQUEST-authorizer, WebSocket and HTTP API events, DynamoDB stream records, EventBridge events
 //! and the token remover's processor configuration. Each handler turns its event into typed values
-//! with a pure function (`authorizer::request_ids`, `context::websocket_ids`, `session_api::ids`,
+//! with a pure function (`authorizer::request_ids`, `context::websocket_ids`, `session_api::target`,
 //! `shared::session::stream::expired_session`, `token_remover::resolve`), fuzzed here without
 //! DynamoDB.
 //!
@@ -59,6 +59,10 @@ const WS_KEYS: &[&str] = &[
     "eventType",
 ];
 
+/// The sample events' connect ticket (events/authorizer/connect-request.json).
+const SAMPLE_TICKET: &str = "tst1.sample.eyJ0IjoidGVuYW50LTEiLCJzIjoic2Vzc2lvbi0xIiwibiI6InNhbXBsZS1zZXNzaW9uLW5vbmNlIiwiZSI6NDEwMjQ0NDgwMCwidSI6InVzZXItMSJ9.GdJkf0ShEVOd2ArMF7STrcNWe-3cyUC_V6sYGnCnuoU";
+const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
 proptest! {
     #![proptest_config(fuzz::config(2))]
 
@@ -75,6 +79,55 @@ proptest! {
                     prop_assert_eq!(ev.query_string_parameters.first("tenantId"), Some(t.as_str()));
                 }
                 Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+
+    /// `fuzz_connect_tickets`: arbitrary text, and the sample ticket edited (lines replaced,
+    /// characters inserted, one character swapped for a base64url one), never panics the
+    /// verifier; nothing but the unedited ticket verifies; no refusal quotes the input.
+    #[test]
+    fn fuzz_connect_tickets(
+        raw in prop_oneof![
+            fuzz::text(),
+            fuzz::mutated_text(SAMPLE_TICKET),
+            (any::<prop::sample::Index>(), prop::sample::select(B64URL.chars().collect::<Vec<_>>()))
+                .prop_map(|(i, c)| {
+                    let mut t: Vec<char> = SAMPLE_TICKET.chars().collect();
+                    let at = i.index(t.len());
+                    t[at] = c;
+                    t.into_iter().collect::<String>()
+                }),
+        ],
+    ) {
+        let keys = shared::ticket::KeySet::parse_json(turnstile_bench::samples::SAMPLE_KEYS).unwrap();
+        match shared::ticket::verify(&keys, &raw, 1_700_000_000) {
+            Ok(c) => {
+                prop_assert_eq!(raw.as_str(), SAMPLE_TICKET);
+                prop_assert_eq!(c.session.as_str(), "session-1");
+            }
+            Err(e) => {
+                if raw.len() >= 16 {
+                    prop_assert!(!e.to_string().contains(&raw), "{e}");
+                }
+            }
+        }
+    }
+
+    /// `fuzz_connect_credentials`: any authorizer event's credential is read or refused with a
+    /// message that quotes neither the query's nor the header's values.
+    #[test]
+    fn fuzz_connect_credentials(
+        v in event("authorizer/connect-request.json", &["queryStringParameters", "ticket", "token", "headers", "Sec-WebSocket-Protocol", "multiValueHeaders"]),
+    ) {
+        if let Ok(ev) = serde_json::from_value::<ApiGatewayCustomAuthorizerRequestTypeRequest>(v) {
+            match shared::ticket::presented::presented(&ev) {
+                Ok(p) => {
+                    if let Some(shared::ticket::Credential::Ticket(t) | shared::ticket::Credential::Jwt(t)) = p.credential {
+                        prop_assert!(!t.contains(','));
+                    }
+                }
+                Err(msg) => prop_assert!(!msg.contains(SAMPLE_TICKET), "{msg}"),
             }
         }
     }
@@ -117,16 +170,22 @@ proptest! {
         ],
         body in proptest::option::of(prop_oneof![
             fuzz::text(),
-            fuzz::json_with_keys(&["tenantId", "sessionId"]).prop_map(|v| v.to_string()),
+            fuzz::json_with_keys(&["tenantId", "sessionId", "subject"]).prop_map(|v| v.to_string()),
         ]),
     ) {
         if let Ok(mut ev) = serde_json::from_value::<ApiGatewayV2httpRequest>(v) {
             if body.is_some() {
                 ev.body = body;
             }
-            let _ = session_api::is_session_path(ev.raw_path.as_deref().unwrap_or(""));
-            match session_api::ids(&ev, None, "tenantId") {
-                Ok((t, s)) => prop_assert!(valid_ids(&t, &s)),
+            let _ = session_api::route(ev.raw_path.as_deref().unwrap_or(""));
+            match session_api::target(&ev, None, "tenantId") {
+                Ok(target) => {
+                    let s = target.session.unwrap_or_else(|| SessionId::parse("generated").unwrap());
+                    prop_assert!(valid_ids(&target.tenant, &s));
+                    if let Some(subject) = &target.subject {
+                        prop_assert!(shared::ticket::check_subject(subject).is_ok());
+                    }
+                }
                 Err(answer) => prop_assert_eq!(answer.status, 400),
             }
         }
@@ -221,7 +280,7 @@ fn sample_events_are_accepted_as_they_are() {
     assert!(authorizer::request_ids(&ev).is_ok());
     let ev: ApiGatewayV2httpRequest =
         serde_json::from_value(sample("session-api/put.json")).unwrap();
-    assert!(session_api::ids(&ev, None, "tenantId").is_ok());
+    assert!(session_api::target(&ev, None, "tenantId").is_ok());
     let ev: StreamEvent = serde_json::from_value(sample("ttl-sweeper/ttl-expiry.json")).unwrap();
     assert!(stream::expired_session(&ev.records[0]).is_ok());
     let ev: EventBridgeEvent<Value> =
@@ -268,7 +327,7 @@ fn mutated_events_mostly_reach_the_handlers_parsing() {
         .collect();
     let accepted = events
         .iter()
-        .filter(|e| session_api::ids(e, None, "tenantId").is_ok())
+        .filter(|e| session_api::target(e, None, "tenantId").is_ok())
         .count();
     eprintln!("{} of 200 deserialized", events.len());
     assert!(events.len() > 50, "{} of 200 deserialized", events.len());

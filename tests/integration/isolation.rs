@@ -389,9 +389,7 @@ async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_nea
 /// clients, and the DynamoDB call budgets are those of the execution-role path.
 #[tokio::test]
 async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tenant_credentials() {
-    use crate::ws_support::{
-        authorizer_event, sample, session_event, typed, ws_event, World, SMALL,
-    };
+    use crate::ws_support::{sample, session_event, typed, ws_event, World, SMALL};
     use shared::function::Tenancy;
 
     let w = World::new().await;
@@ -492,7 +490,7 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     );
 
     w.env.counter.reset();
-    let ev = authorizer_event(&[("tenantId", "ab"), ("sessionId", "s1")]);
+    let ev = w.authorizer_event("ab", "s1").await;
     let r = authorizer::handle(&deps, &auth, ev).await.unwrap();
     assert_eq!(authorizer::decision(&r), authorizer::Decision::Allow);
     assert_eq!(w.env.counter.total(), 2, "authorizer, cold tenant cache");
@@ -505,11 +503,11 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         .into_values()
         .flatten()
         .collect();
-    assert!(
-        authorizer_actions
-            .iter()
-            .all(|a| a == "dynamodb:GetItem" || a == "dynamodb:BatchGetItem"),
-        "the authorizer's credentials only read: {authorizer_actions:?}"
+    assert_eq!(
+        authorizer_actions,
+        ["dynamodb:BatchGetItem", "dynamodb:BatchGetItem"],
+        "the authorizer's tenant credentials only read (the precheck; its tenant-row read is the \
+         execution role's)"
     );
 
     let cid = "L0SM9cOFvHcCIhw=";
@@ -541,13 +539,20 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         ],
         "one AssumeRole per function for ab, each with its own policy"
     );
+    // Every call signed by ab's credentials, but the authorizer's (cold) read of the tenant row,
+    // which is the execution role's: it comes before any AssumeRole (issue 22).
     let ab_keys = keys_of("ab");
-    assert!(
-        keys.all().iter().all(|k| ab_keys.contains(k)),
-        "every call signed by ab's credentials ({ab_keys:?}): {:?}",
-        keys.all()
+    let signed = keys.all();
+    assert_eq!(
+        signed.iter().filter(|k| !ab_keys.contains(k)).count(),
+        1,
+        "every call but one signed by ab's credentials ({ab_keys:?}): {signed:?}"
     );
-    let ev = authorizer_event(&[("tenantId", "ab"), ("sessionId", "s1")]);
+    assert_eq!(
+        signed[2], "local",
+        "the authorizer's tenant read: {signed:?}"
+    );
+    let ev = w.authorizer_event("ab", "s1").await;
     let r = authorizer::handle(&deps, &auth, ev).await.unwrap();
     assert_eq!(authorizer::decision(&r), authorizer::Decision::Allow);
     assert_eq!(
@@ -653,4 +658,85 @@ async fn each_functions_assume_role_sends_its_own_session_policy() {
     };
     let err = TenantClients::from_deps_with(&nameless, &sts.sdk_config()).unwrap_err();
     assert!(err.to_string().contains("names no function"), "{err}");
+}
+
+/// Issue 22, item 1: anonymous `$connect`s naming made-up tenants never reach STS. The authorizer
+/// reads the tenant row (execution role, cached; unknown ids cached apart and briefly) before it
+/// assumes the tenant role, so 1,000 connects naming 1,000 unknown tenants make 0 AssumeRole calls
+/// and leave the real tenant's credentials cached (before: one AssumeRole each, and each unknown id
+/// took a slot of the 1,024-entry credential cache, evicting real tenants' credentials).
+#[tokio::test]
+async fn a_flood_of_unknown_tenants_makes_no_sts_call_and_evicts_no_credentials() {
+    use crate::ws_support::{authorizer_event, World, SMALL};
+    use shared::function::Tenancy;
+
+    let w = World::new().await;
+    w.put_tenant("real", SMALL).await;
+    w.put_session("real", "s1").await;
+    let sts = FakeSts::start().await;
+    let deps = isolated(w.deps(), &w.deps().dynamo, "authorizer");
+    let tc = TenantClients::from_deps_with(&deps, &sts.sdk_config()).unwrap();
+    let auth = authorizer::State {
+        tenancy: Tenancy::from(tc),
+        ..authorizer::init(&w.function_deps(&[])).await.unwrap()
+    };
+    let decide = |ev| async {
+        authorizer::decision(&authorizer::handle(w.deps(), &auth, ev).await.unwrap())
+    };
+    // The real tenant, once: one AssumeRole, its credentials cached.
+    assert_eq!(
+        decide(w.authorizer_event("real", "s1").await).await,
+        authorizer::Decision::Allow
+    );
+    assert_eq!(sts.requests().len(), 1);
+    // 1,000 anonymous connects, each naming another made-up tenant (no ticket: the unauthenticated
+    // path, the one that reaches the tenant read).
+    w.env.counter.reset();
+    for i in 0..1_000 {
+        let t = format!("ghost-{i}");
+        let d = decide(authorizer_event(&[("tenantId", &t), ("sessionId", "s1")])).await;
+        assert!(
+            matches!(d, authorizer::Decision::Deny(ref r) if r.contains("does not exist")),
+            "{d:?}"
+        );
+    }
+    assert_eq!(
+        sts.requests().len(),
+        1,
+        "no AssumeRole for a tenant that does not exist"
+    );
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("GetItem".to_string(), 1_000)].into(),
+        "one tenant read per unknown id, nothing else"
+    );
+    // Repeats of a known-missing id are answered from memory.
+    w.env.counter.reset();
+    for _ in 0..100 {
+        decide(authorizer_event(&[
+            ("tenantId", "ghost-7"),
+            ("sessionId", "s1"),
+        ]))
+        .await;
+    }
+    assert_eq!(w.env.counter.total(), 0);
+    // The real tenant's credentials are still cached: no second AssumeRole.
+    assert_eq!(
+        decide(w.authorizer_event("real", "s1").await).await,
+        authorizer::Decision::Allow
+    );
+    assert_eq!(
+        sts.requests().len(),
+        1,
+        "the real tenant's credentials survived the flood"
+    );
+    // A tenant created after it was found missing is seen once the short negative entry lapses.
+    w.put_tenant("ghost-7", SMALL).await;
+    w.put_session("ghost-7", "s1").await;
+    w.env.clock.advance(shared::tenant::cache::MISSING_TTL);
+    assert_eq!(
+        decide(w.authorizer_event("ghost-7", "s1").await).await,
+        authorizer::Decision::Allow
+    );
+    assert_eq!(sts.requests().len(), 2);
 }

@@ -261,6 +261,53 @@ async fn refunds_are_capped_at_the_burst_and_refused_on_a_full_bucket() {
     assert!(calls <= 2, "{calls}");
 }
 
+/// Issue 22 item 11a: a refund's write requires the bucket's `refundId` to be smaller than its own
+/// (so a resend never applies twice). One that arrives after a larger id (another process's clock
+/// ahead) is sent once more with an id above it, and applied once.
+#[tokio::test]
+async fn a_refund_behind_a_later_refund_id_is_applied_once() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let now = env.clock.now();
+    assert!(
+        lim.spend("Worked", "ids", 6, now)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let ahead = "99999999999999999999999999999999999";
+    env.deps
+        .dynamo
+        .update_item()
+        .table_name(&env.deps.tables.buckets)
+        .key("bucket", AttributeValue::S("2:ids".into()))
+        .update_expression("SET refundId = :r")
+        .expression_attribute_values(":r", AttributeValue::N(ahead.into()))
+        .send()
+        .await
+        .unwrap();
+    let (r, calls) = env
+        .counter
+        .measure(lim.refund("Worked", "ids", 2, now))
+        .await;
+    let r = r.unwrap();
+    assert!(r.decision.allowed);
+    assert_eq!(
+        (r.decision.remaining, calls),
+        (6, 2),
+        "sent again with a larger id"
+    );
+    assert_eq!(
+        lim.check("Worked", "ids", 0, now)
+            .await
+            .unwrap()
+            .decision
+            .remaining,
+        6
+    );
+}
+
 #[tokio::test]
 async fn reset_fills_the_bucket_in_one_call() {
     let env = TestEnv::new(&[TableKind::Buckets]).await;

@@ -58,7 +58,14 @@ impl Local {
     async fn start_in(env: TestEnv, vars: &[(&str, &str)]) -> Local {
         let mut deps = env.deps.clone();
         deps.clock = shared::clock::system();
-        let mut pairs = vec![("TOKEN_REMOVER_PROCESSORS", PROCESSORS)];
+        let mut pairs = vec![
+            ("TOKEN_REMOVER_PROCESSORS", PROCESSORS),
+            ("TURNSTILE_SESSION_API_AUTH", "none"),
+            (
+                "TURNSTILE_TICKET_KEYS",
+                turnstile_bench::samples::SAMPLE_KEYS,
+            ),
+        ];
         pairs.extend_from_slice(vars);
         deps.vars = Vars::from_pairs(pairs);
         let mut cfg = StackConfig::new(
@@ -121,14 +128,57 @@ impl Local {
         r.json()
     }
 
+    /// A fresh connect ticket from `POST /session/ticket`, or `None` when the session API gives
+    /// none (no such session or tenant, bad ids).
+    pub(crate) async fn ticket(&self, t: &str, s: &str) -> Option<String> {
+        let url = format!(
+            "{}/session/ticket?tenantId={t}&sessionId={s}",
+            self.stack().endpoints.http_url()
+        );
+        let r = request("POST", &url, None).await.unwrap();
+        (r.status == 200).then(|| r.json()["ticket"].as_str().unwrap().to_string())
+    }
+
+    /// Opens a socket as a browser does: the session's ticket in the subprotocol list
+    /// (`new WebSocket(url, ["turnstile", ticket])`), the ids in the query. Without a ticket to be
+    /// had (no session), it connects without one.
     pub(crate) async fn connect(&self, t: &str, s: &str) -> Result<Socket, tungstenite::Error> {
+        let ticket = self.ticket(t, s).await;
+        self.connect_with(t, s, ticket.as_deref()).await
+    }
+
+    /// Opens a socket presenting `ticket` (if any) in the subprotocol list.
+    pub(crate) async fn connect_with(
+        &self,
+        t: &str,
+        s: &str,
+        ticket: Option<&str>,
+    ) -> Result<Socket, tungstenite::Error> {
+        use tungstenite::client::IntoClientRequest;
         let url = format!(
             "{}/?tenantId={t}&sessionId={s}",
             self.stack().endpoints.ws_url()
         );
-        tokio_tungstenite::connect_async(url)
-            .await
-            .map(|(ws, _)| ws)
+        let mut req = url.into_client_request()?;
+        if let Some(ticket) = ticket {
+            let protocols = format!("turnstile, {ticket}");
+            req.headers_mut().insert(
+                "Sec-WebSocket-Protocol",
+                protocols.parse().expect("a ticket is a valid header value"),
+            );
+        }
+        let (ws, response) = tokio_tungstenite::connect_async(req).await?;
+        if ticket.is_some() {
+            // The handshake answers the one subprotocol offered besides the ticket.
+            assert_eq!(
+                response
+                    .headers()
+                    .get("sec-websocket-protocol")
+                    .and_then(|v| v.to_str().ok()),
+                Some("turnstile")
+            );
+        }
+        Ok(ws)
     }
 
     async fn live_connections(&self, t: &str, s: &str) -> usize {
@@ -224,6 +274,11 @@ async fn local_functions_are_built_by_each_crates_init() {
     let mut deps = env.deps.clone();
     deps.vars = Vars::from_pairs([
         ("TOKEN_REMOVER_PROCESSORS", PROCESSORS),
+        ("TURNSTILE_SESSION_API_AUTH", "none"),
+        (
+            "TURNSTILE_TICKET_KEYS",
+            turnstile_bench::samples::SAMPLE_KEYS,
+        ),
         ("TENANT_ROLE_ARN", "not-a-role"),
     ]);
     let err = LocalFunctions::new(deps.clone(), "http://127.0.0.1:9/local")
@@ -529,5 +584,40 @@ async fn the_local_session_api_binds_a_jwt_caller_to_its_tenant_claim() {
         .await
         .unwrap();
     assert_eq!(r.status, 403, "{}", r.body);
+    l.shutdown().await;
+}
+
+/// Issue 22, item 6: the local stack answers only requests addressed to it, so a web page using DNS
+/// rebinding (its own name resolving to 127.0.0.1) cannot read the dashboard's state or call the
+/// session API from the developer's browser. Raw requests, to set `Host` as such a page would.
+#[tokio::test]
+async fn requests_addressed_to_another_host_are_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = Local::start().await;
+    let status = |addr: std::net::SocketAddr, host: &'static str, path: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out.split_whitespace().nth(1).unwrap_or("").to_string()
+    };
+    let eps = l.stack().endpoints.clone();
+    let (http, ws) = (eps.http_addr, eps.ws_addr);
+    let own: &'static str = Box::leak(http.to_string().into_boxed_str());
+    let local_name: &'static str = Box::leak(format!("localhost:{}", http.port()).into_boxed_str());
+    assert_eq!(status(http, own, "/dashboard/state").await, "200");
+    assert_eq!(status(http, local_name, "/dashboard/state").await, "200");
+    for path in ["/dashboard/state", "/session?tenantId=a&sessionId=s", "/"] {
+        assert_eq!(
+            status(http, "rebound.example:3000", path).await,
+            "403",
+            "{path}"
+        );
+    }
+    assert_eq!(
+        status(ws, "rebound.example", "/local/@connections/x").await,
+        "403"
+    );
     l.shutdown().await;
 }

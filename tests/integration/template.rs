@@ -119,7 +119,13 @@ const AWAITING_READER: &[(&str, &str)] = &[];
 /// token-remover reads exactly one of `TOKEN_REMOVER_PROCESSORS` (set from the
 /// `TokenRemoverProcessors` parameter) and `TOKEN_REMOVER_PROCESSORS_FILE` (for a file packaged with
 /// a custom build), so it looks at both.
-const UNSET_ALTERNATIVES: &[(&str, &str)] = &[("token-remover", "TOKEN_REMOVER_PROCESSORS_FILE")];
+/// The authorizer and the session API read their ticket keys from `TURNSTILE_TICKET_KEYS_SECRET`
+/// (set) or `TURNSTILE_TICKET_KEYS` (the key set inline, for local runs), so they look at both.
+const UNSET_ALTERNATIVES: &[(&str, &str)] = &[
+    ("token-remover", "TOKEN_REMOVER_PROCESSORS_FILE"),
+    ("authorizer", "TURNSTILE_TICKET_KEYS"),
+    ("session-api", "TURNSTILE_TICKET_KEYS"),
+];
 
 /// Read but deliberately not set in AWS: Lambda provides `AWS_*` itself (region, credentials), and
 /// `AWS_ENDPOINT_URL_DYNAMODB` is only for DynamoDB Local.
@@ -208,6 +214,13 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
         ],
         other => panic!("no DynamoDB action model for function {other}: add it here"),
     }
+}
+
+/// A tenant-table action a function makes with its execution role even under isolation: the
+/// authorizer reads the tenant row before it assumes the tenant role, so ids made up by anonymous
+/// clients never reach STS (issue 22).
+fn unscoped_read(function: &str, table: &str, tenants_arn: &str, action: &str) -> bool {
+    function == "authorizer" && table == tenants_arn && action == "dynamodb:GetItem"
 }
 
 /// Stream reads (the sweeper's event source mapping), checked by their own test.
@@ -1162,8 +1175,9 @@ fn execution_roles_are_least_privilege() {
             let tenant_fn = TENANT_FUNCTIONS.contains(&function.as_str());
             assert_eq!(
                 touched_tenant_tables,
-                tenant_fn && !isolated,
-                "{ctx}: direct access to tenant tables only without isolation"
+                tenant_fn && (!isolated || function == "authorizer"),
+                "{ctx}: direct access to tenant tables only without isolation (and the \
+                 authorizer's tenant-row read)"
             );
             let can_assume = statements.iter().any(|s| {
                 strings(&s["Action"]).contains(&"sts:AssumeRole".to_string())
@@ -1204,6 +1218,7 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 .map(|k| arn(Some(k)))
                 .collect();
         let isolated = stack.condition("IsolationOn");
+        let tenants_arn = arn(Some(TableKind::Tenants));
         // What TenantRole grants, per table (by leading key).
         let role_actions: BTreeMap<String, BTreeSet<String>> = if isolated {
             stack.tenant_role_grants()
@@ -1230,7 +1245,10 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 for (table, actions) in need.iter_mut() {
                     if tenant_tables.contains(table) {
                         let (unscoped, scoped): (BTreeSet<String>, BTreeSet<String>) =
-                            actions.iter().cloned().partition(|a| a == "dynamodb:Scan");
+                            actions.iter().cloned().partition(|a| {
+                                a == "dynamodb:Scan"
+                                    || unscoped_read(&function, table, &tenants_arn, a)
+                            });
                         let granted = role_actions.get(table).cloned().unwrap_or_default();
                         let missing: Vec<&String> = scoped.difference(&granted).collect();
                         assert!(
@@ -1313,8 +1331,9 @@ fn session_policy_of(stack: &Stack, function: &'static str) -> Option<String> {
 /// With `TenantIsolation=Enabled` a function's tenant credentials allow what `TenantRole` allows
 /// *and* its session policy allows (decision 2202). Per function, that must be exactly what its
 /// execution role is granted on the tenant tables with `TenantIsolation=Disabled` (which
-/// `dynamo_actions_are_exactly_what_each_function_does` holds to the model of the code), Scan
-/// aside; and the policy itself names exactly that, nothing the role lacks.
+/// `dynamo_actions_are_exactly_what_each_function_does` holds to the model of the code), less what
+/// stays on the execution role (the reconciler's Scan, the authorizer's tenant-row read); and the
+/// policy itself names exactly that, nothing the role lacks.
 #[test]
 fn tenant_credentials_allow_exactly_what_each_function_does() {
     let t = load_template();
@@ -1337,8 +1356,13 @@ fn tenant_credentials_allow_exactly_what_each_function_does() {
             let ctx = format!("{variant}: {function}");
             let mut own = without.dynamo_grants(&without.function_id(function));
             own.retain(|table, _| tenant_tables.contains(table));
-            for actions in own.values_mut() {
-                actions.remove("dynamodb:Scan");
+            // Made with the execution role even under isolation: the reconciler's Scan, the
+            // authorizer's tenant-row read.
+            let tenants_arn = arn_of_table(&names.tenants);
+            for (table, actions) in own.iter_mut() {
+                actions.retain(|a| {
+                    a != "dynamodb:Scan" && !unscoped_read(function, table, &tenants_arn, a)
+                });
             }
             own.retain(|_, actions| !actions.is_empty());
 
@@ -1493,13 +1517,9 @@ fn the_apis_rule_and_outputs_are_wired() {
 
         let auth = props("ConnectAuthorizer");
         assert_eq!(auth["AuthorizerType"], "REQUEST");
-        assert_eq!(
-            auth["IdentitySource"],
-            json!([
-                "route.request.querystring.tenantId",
-                "route.request.querystring.sessionId"
-            ])
-        );
+        // No identity source: the credential may be in the query or the subprotocol header, and
+        // an identity source would make API Gateway answer 401 when it is not where it names.
+        assert_eq!(auth["IdentitySource"], Value::Null);
         assert!(auth["AuthorizerUri"]
             .as_str()
             .unwrap()
@@ -1521,13 +1541,19 @@ fn the_apis_rule_and_outputs_are_wired() {
             "PUT /session",
             "GET /session",
             "DELETE /session",
+            "POST /session/ticket",
         ]
         .into();
         assert_eq!(keys, want, "{variant}");
         assert_eq!(routes["$connect"]["AuthorizationType"], "CUSTOM");
         assert_eq!(routes["$connect"]["AuthorizerId"], "ref-ConnectAuthorizer");
         let jwt = stack.condition("UseJwt");
-        for k in ["PUT /session", "GET /session", "DELETE /session"] {
+        for k in [
+            "PUT /session",
+            "GET /session",
+            "DELETE /session",
+            "POST /session/ticket",
+        ] {
             let r = &routes[k];
             assert_eq!(r["ApiId"], "ref-SessionHttpApi");
             assert_eq!(

@@ -390,7 +390,7 @@ async fn connect_without_limits_in_the_context_reads_the_tenant_once() {
 async fn the_sample_connect_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
-    w.put_session("tenant-1", "session-1").await;
+    w.put_sample_session().await;
     let ev = typed(sample("connect/connect.json"));
     let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
     assert_eq!(r.status_code, 200);
@@ -659,6 +659,7 @@ async fn a_join_past_its_deadline_gives_the_reservation_back() {
         sid: &s1,
         cid: &late,
         limits: &SMALL,
+        nonce: None,
     };
     let out = connect::complete(request, &hints, &r).await;
     let err = out.unwrap_err().to_string();
@@ -675,4 +676,105 @@ async fn a_join_past_its_deadline_gives_the_reservation_back() {
         "the minute unit given back (in the window it was spent in)"
     );
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
+}
+
+/// Pads the session item with one string attribute of `len` bytes (to bring it near DynamoDB's
+/// 400 KB item limit).
+async fn pad_session(w: &World, t: &str, s: &str, len: usize) -> bool {
+    w.deps()
+        .dynamo
+        .update_item()
+        .table_name(&w.deps().tables.sessions)
+        .set_key(Some(shared::session::store::key(
+            &t.parse().unwrap(),
+            &s.parse().unwrap(),
+        )))
+        .update_expression("SET padding = :p")
+        .expression_attribute_values(
+            ":p",
+            aws_sdk_dynamodb::types::AttributeValue::S("x".repeat(len)),
+        )
+        .send()
+        .await
+        .is_ok()
+}
+
+/// Issue 22, item 12: a session write that DynamoDB refuses before applying it — here a session item
+/// at the 400 KB item limit, answered with a ValidationException — gives the tenant's reservation
+/// back: nothing joined, so nothing may stay counted (before, each client retry leaked one unit of
+/// `tenantConnections` until the reconciler ran). An error that may have applied still keeps it.
+#[tokio::test]
+async fn a_session_write_refused_before_it_applied_gives_the_reservation_back() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "big").await;
+    // As large as DynamoDB takes it, less what the join adds (a connection id and the minute).
+    let mut len = 409_600;
+    while !pad_session(&w, T, "big", len).await {
+        len -= 64;
+        assert!(len > 400_000, "no padding fits");
+    }
+    for attempt in 0..3 {
+        let r = w.connect(T, "big", &format!("c{attempt}"), &SMALL).await;
+        assert!(r.status_code >= 500, "{:?}", r.body);
+        assert_eq!(
+            w.count(T).await.unwrap_or(0),
+            0,
+            "attempt {attempt}: the reservation was given back"
+        );
+    }
+    assert!(w.session(T, "big").await.unwrap().connection_ids.is_empty());
+}
+
+/// Issue 22, item 3: shadow mode lifts the caps but keeps one ceiling, the session's
+/// `MAX_CONNECTIONS_PER_SESSION` (its ids live in one item, limited to 400 KB): a shadow tenant's
+/// session at the ceiling is refused with the ceiling's 429, not grown until DynamoDB refuses the
+/// item (before, shadow admitted under 2^40 and the item grew without bound).
+#[tokio::test]
+async fn a_shadow_tenant_session_stops_at_the_hard_ceiling() {
+    use shared::tenant::{Enforcement, MAX_CONNECTIONS_PER_SESSION};
+    let w = World::new().await;
+    let shadow = Limits::example(1_000_000, 1_000_000, 2, 1_000_000, 300, 60)
+        .with_enforcement(Enforcement::Shadow);
+    w.put_tenant(T, shadow).await;
+    w.put_session(T, "full").await;
+    // The session already holds the ceiling's worth of connections.
+    let ids: Vec<String> = (0..MAX_CONNECTIONS_PER_SESSION)
+        .map(|i| format!("c{i:015}"))
+        .collect();
+    w.deps()
+        .dynamo
+        .update_item()
+        .table_name(&w.deps().tables.sessions)
+        .set_key(Some(shared::session::store::key(
+            &T.parse().unwrap(),
+            &"full".parse().unwrap(),
+        )))
+        .update_expression("ADD connectionIds :ids")
+        .expression_attribute_values(":ids", aws_sdk_dynamodb::types::AttributeValue::Ss(ids))
+        .send()
+        .await
+        .unwrap();
+    let r = w.connect(T, "full", "one-more", &shadow).await;
+    assert_eq!(r.status_code, 429, "{:?}", r.body);
+    assert!(
+        body_json(&r)["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("session"),
+        "{:?}",
+        r.body
+    );
+    let held = w.session(T, "full").await.unwrap().connection_ids.len() as u64;
+    assert_eq!(held, MAX_CONNECTIONS_PER_SESSION);
+    assert_eq!(
+        w.count(T).await.unwrap_or(0),
+        0,
+        "the reservations were given back"
+    );
+    // Below the ceiling a shadow tenant's would-refused connect is admitted, as before.
+    w.put_session(T, "roomy").await;
+    for cid in ["a", "b", "c"] {
+        assert_eq!(w.connect(T, "roomy", cid, &shadow).await.status_code, 200);
+    }
 }

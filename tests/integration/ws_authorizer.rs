@@ -18,8 +18,8 @@ async fn allow_carries_the_context_and_costs_two_calls_cold_one_warm() {
     let w = World::new().await;
     w.put_tenant(T, SMALL).await;
     w.put_session(T, "s1").await;
+    let ev = w.authorizer_event(T, "s1").await;
     w.env.counter.reset();
-    let ev = authorizer_event(&[("tenantId", T), ("sessionId", "s1")]);
     let r = authorizer::handle(w.deps(), &w.authorizer, ev)
         .await
         .unwrap();
@@ -35,7 +35,13 @@ async fn allow_carries_the_context_and_costs_two_calls_cold_one_warm() {
     assert_eq!(r.context["sessionId"], "s1");
     assert_eq!(r.context["tenantConnections"], 10);
     assert_eq!(r.context["sessionTTL"], 200);
-    assert_eq!(r.principal_id.as_deref(), Some("tenant-1/s1"));
+    // The principal names the session by its fingerprint: session ids are not logged in clear.
+    let fp = shared::ticket::fingerprint("s1");
+    assert_eq!(
+        r.principal_id.as_deref(),
+        Some(format!("tenant-1/#{fp}").as_str())
+    );
+    assert_eq!(r.context["connectAuth"], "ticket");
     let arn = r.policy_document.statement[0].resource[0].clone();
     assert!(arn.ends_with("/production/$connect"), "{arn}");
 
@@ -139,7 +145,7 @@ async fn bad_ids_are_denied_without_any_call() {
 async fn the_sample_authorizer_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
-    w.put_session("tenant-1", "session-1").await;
+    w.put_sample_session().await;
     let r = authorizer::handle(
         w.deps(),
         &w.authorizer,

@@ -296,13 +296,9 @@ async fn rate_algorithm_is_stored_defaults_to_fixed_and_rejects_unknown_values()
     // The authorizer passes it on; $connect (here reading the row itself) counts in fixed windows.
     w.put_session(T, "s1").await;
     freeze_at(&w, 5);
-    let r = authorizer::handle(
-        w.deps(),
-        &w.authorizer,
-        authorizer_event(&[("tenantId", T), ("sessionId", "s1")]),
-    )
-    .await
-    .unwrap();
+    let r = authorizer::handle(w.deps(), &w.authorizer, w.authorizer_event(T, "s1").await)
+        .await
+        .unwrap();
     assert_eq!(authorizer::decision(&r), Decision::Allow);
     assert_eq!(r.context["rateAlgorithm"], "fixed");
     let r = connect::handle(

@@ -208,7 +208,7 @@ async fn a_message_on_a_dead_session_closes_the_connection_and_never_recreates_i
 async fn the_sample_message_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
-    w.put_session("tenant-1", "session-1").await;
+    w.put_sample_session().await;
     let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
         .await
         .unwrap();
@@ -337,4 +337,49 @@ async fn a_tenant_with_no_message_allowance_still_keeps_its_sessions_alive() {
         w.send("quiet", "q1", "q", &none, "x").await.status_code,
         410
     );
+}
+
+/// Issue 22, item 3: a session's fan-out (and a delete's closes) keeps at most
+/// `shared::gateway::FANOUT` Management API calls in flight; before, every connection at once.
+/// A Management API that takes 20 ms per call and counts the calls in flight.
+#[tokio::test]
+async fn fan_out_keeps_a_bounded_number_of_calls_in_flight() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    #[derive(Default)]
+    struct InFlight {
+        now: AtomicUsize,
+        max: AtomicUsize,
+        calls: AtomicUsize,
+    }
+    let counts = Arc::new(InFlight::default());
+    let app = axum::Router::new().fallback({
+        let counts = counts.clone();
+        move || {
+            let counts = counts.clone();
+            async move {
+                let n = counts.now.fetch_add(1, Ordering::SeqCst) + 1;
+                counts.max.fetch_max(n, Ordering::SeqCst);
+                counts.calls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                counts.now.fetch_sub(1, Ordering::SeqCst);
+                ""
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/stage", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let gateway = shared::gateway::Gateway::local(&url);
+    let ids: Vec<String> = (0..200).map(|i| format!("conn{i:04}AAAAAAAA=")).collect();
+    let closed = gateway.close_each(&url, &ids).await;
+    assert_eq!(closed.len(), 200);
+    assert!(closed.iter().all(|(_, r)| r.is_ok()), "{closed:?}");
+    let max = counts.max.load(Ordering::SeqCst);
+    assert!(
+        max <= shared::gateway::FANOUT && max > 1,
+        "at most {} in flight, and concurrent: {max}",
+        shared::gateway::FANOUT
+    );
+    assert_eq!(counts.calls.load(Ordering::SeqCst), 200);
 }

@@ -200,6 +200,7 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
                 sid: &sid("s1"),
                 cid: c,
                 limits: &LIMITS,
+                nonce: None,
             };
             let a = admission::join(req, &Hints::default(), res).await.unwrap();
             j.set(matches!(a, Admission::Admitted));
@@ -230,6 +231,7 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
             sid: &sid("s1"),
             cid: &late,
             limits: &LIMITS,
+            nonce: None,
         },
         &Hints::default(),
         &reservation,

@@ -197,13 +197,32 @@ async fn bad_input_is_a_precise_4xx() {
         };
     let mut cases = vec![
         case("PUT", "/session", &[], None, 400, "tenantId is missing", 0),
+        // (PUT without a sessionId creates a session with a random id: ws_tickets.rs.)
         case(
-            "PUT",
+            "GET",
             "/session",
             &[("tenantId", T)],
             None,
             400,
             "sessionId is missing",
+            0,
+        ),
+        case(
+            "POST",
+            "/session/ticket",
+            &[("tenantId", T)],
+            None,
+            400,
+            "sessionId is missing",
+            0,
+        ),
+        case(
+            "GET",
+            "/session/ticket",
+            ok,
+            None,
+            405,
+            "GET is not allowed",
             0,
         ),
         case(
@@ -426,10 +445,20 @@ fn authorized(
     body: Option<&str>,
     authorizer: Option<Value>,
 ) -> aws_lambda_events::apigw::ApiGatewayV2httpRequest {
-    let mut v = serde_json::to_value(session_event(method, "/session", query, body)).unwrap();
-    if let Some(a) = authorizer {
-        v["requestContext"]["authorizer"] = a;
-    }
+    authorized_at(method, "/session", query, body, authorizer)
+}
+
+/// [`authorized`] on another path (`/session/ticket`).
+fn authorized_at(
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    body: Option<&str>,
+    authorizer: Option<Value>,
+) -> aws_lambda_events::apigw::ApiGatewayV2httpRequest {
+    let mut v = serde_json::to_value(session_event(method, path, query, body)).unwrap();
+    // `None`: no authorizer context at all (the sample's IAM identity removed).
+    v["requestContext"]["authorizer"] = authorizer.unwrap_or(Value::Null);
     typed(v)
 }
 
@@ -634,14 +663,41 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
             "userId": format!("AROAEXAMPLEID:{session}"),
         }}))
     };
+    let caller_role = (
+        "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        "arn:aws:iam::123456789012:role/session-api-caller",
+    );
     let bound = session_state(
         &w,
         &[
             ("TURNSTILE_SESSION_API_AUTH", "iam"),
             ("TURNSTILE_SESSION_IAM_BINDING", "role-session-name"),
+            caller_role,
         ],
     )
     .await;
+    // The default binding is the role session name, of the named role only.
+    let default = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam"), caller_role]).await;
+    let other_role = Some(serde_json::json!({"iam": {
+        "userArn": format!("arn:aws:sts::123456789012:assumed-role/some-lambda-role/{B}"),
+    }}));
+    let ev = authorized(
+        "GET",
+        &[("tenantId", B), ("sessionId", "s1")],
+        None,
+        other_role,
+    );
+    assert_forbidden(&w, &default, ev, "only sessions of role session-api-caller").await;
+    let other_account = Some(serde_json::json!({"iam": {
+        "userArn": format!("arn:aws:sts::210987654321:assumed-role/session-api-caller/{B}"),
+    }}));
+    let ev = authorized(
+        "GET",
+        &[("tenantId", B), ("sessionId", "s1")],
+        None,
+        other_account,
+    );
+    assert_forbidden(&w, &default, ev, "account 210987654321").await;
     let ev = authorized(
         "PUT",
         &[("tenantId", B), ("sessionId", "s1")],
@@ -662,9 +718,16 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
     let ev = authorized("GET", &[("tenantId", A), ("sessionId", "s1")], None, user);
     assert_forbidden(&w, &bound, ev, "assumed role").await;
 
-    // IAM without a binding: IAM decides who may call at all; the tenant is the one named (for
-    // trusted callers only, see docs/session-api-auth.md).
-    let open = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam")]).await;
+    // IAM with the binding named any-tenant: IAM decides who may call at all; the tenant is the one
+    // named (for trusted callers only, see docs/session-api-auth.md).
+    let open = session_state(
+        &w,
+        &[
+            ("TURNSTILE_SESSION_API_AUTH", "iam"),
+            ("TURNSTILE_SESSION_IAM_BINDING", "any-tenant"),
+        ],
+    )
+    .await;
     let (status, body, _) = call(
         &w,
         &open,
@@ -682,16 +745,59 @@ async fn an_iam_caller_can_be_bound_by_its_role_session_name() {
 #[test]
 fn session_api_auth_settings_are_validated() {
     let read = |pairs: &[(&str, &str)]| {
-        let mut all = vec![("TURNSTILE_MANAGEMENT_ENDPOINT", "http://127.0.0.1:1/x")];
+        let mut all = vec![
+            ("TURNSTILE_MANAGEMENT_ENDPOINT", "http://127.0.0.1:1/x"),
+            (
+                "TURNSTILE_TICKET_KEYS",
+                turnstile_bench::samples::SAMPLE_KEYS,
+            ),
+        ];
         all.extend_from_slice(pairs);
         session_api::Config::from_vars(&shared::config::Vars::from_pairs(all.to_vec()))
     };
-    for (var, bad) in [
-        ("TURNSTILE_SESSION_API_AUTH", "cognito"),
-        ("TURNSTILE_SESSION_IAM_BINDING", "principal-tag"),
+    for (pairs, var) in [
+        (
+            &[("TURNSTILE_SESSION_API_AUTH", "cognito")][..],
+            "TURNSTILE_SESSION_API_AUTH",
+        ),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "none"),
+                ("TURNSTILE_SESSION_IAM_BINDING", "principal-tag"),
+            ],
+            "TURNSTILE_SESSION_IAM_BINDING",
+        ),
+        // The permissive choice only by its name: unset is not `none`, and `none` is not a binding.
+        (&[], "TURNSTILE_SESSION_API_AUTH"),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "iam"),
+                ("TURNSTILE_SESSION_IAM_BINDING", "none"),
+            ],
+            "any-tenant",
+        ),
+        // The default IAM binding needs the role whose sessions it trusts.
+        (
+            &[("TURNSTILE_SESSION_API_AUTH", "iam")],
+            "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        ),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "iam"),
+                ("TURNSTILE_SESSION_IAM_ROLE_ARN", "session-api-caller"),
+            ],
+            "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        ),
+        (
+            &[
+                ("TURNSTILE_SESSION_API_AUTH", "none"),
+                ("TURNSTILE_TICKET_TTL_SECS", "7200"),
+            ],
+            "TURNSTILE_TICKET_TTL_SECS",
+        ),
     ] {
-        let err = read(&[(var, bad)]).unwrap_err().to_string();
-        assert!(err.contains(var), "{err}");
+        let err = read(pairs).unwrap_err().to_string();
+        assert!(err.contains(var), "{pairs:?}: {err}");
     }
     assert!(read(&[
         ("TURNSTILE_SESSION_API_AUTH", "jwt"),
@@ -699,4 +805,85 @@ fn session_api_auth_settings_are_validated() {
     ])
     .is_err());
     assert!(read(&[("TURNSTILE_SESSION_API_AUTH", "NONE")]).is_ok());
+}
+
+/// Issue 21: JWT claims bind the caller whatever `TURNSTILE_SESSION_API_AUTH` says (a route with a
+/// JWT authorizer in front of a function configured for `none` or `iam` once let a claim of tenant A
+/// act for tenant B), and an IAM caller under the template's defaults reaches only its own tenant.
+#[tokio::test]
+async fn no_caller_reaches_another_tenant_in_any_configuration() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    w.put_tenant(B, SMALL).await;
+    w.put_session(B, "s1").await;
+    let role = (
+        "TURNSTILE_SESSION_IAM_ROLE_ARN",
+        "arn:aws:iam::123456789012:role/session-api-caller",
+    );
+    let configs: Vec<Vec<(&str, &str)>> = vec![
+        vec![("TURNSTILE_SESSION_API_AUTH", "none")],
+        vec![
+            ("TURNSTILE_SESSION_API_AUTH", "iam"),
+            ("TURNSTILE_SESSION_IAM_BINDING", "any-tenant"),
+        ],
+        vec![("TURNSTILE_SESSION_API_AUTH", "iam"), role],
+        vec![("TURNSTILE_SESSION_API_AUTH", "jwt")],
+    ];
+    let routes = [
+        ("PUT", "/session"),
+        ("GET", "/session"),
+        ("DELETE", "/session"),
+        ("POST", "/session/ticket"),
+    ];
+    for vars in &configs {
+        let api = session_state(&w, vars).await;
+        for (method, path) in routes {
+            let ev = authorized_at(
+                method,
+                path,
+                &[("tenantId", B), ("sessionId", "s1")],
+                None,
+                jwt(serde_json::json!({ "tenantId": A })),
+            );
+            assert_forbidden(&w, &api, ev, "tenant-b").await;
+            // A token without the claim is bound to nothing, also in `none`.
+            let ev = authorized_at(
+                method,
+                path,
+                &[("tenantId", B), ("sessionId", "s1")],
+                None,
+                jwt(serde_json::json!({ "sub": "someone" })),
+            );
+            assert_forbidden(&w, &api, ev, "no tenantId claim").await;
+        }
+    }
+    // The template's defaults for IAM: the role session name of the stack's caller role.
+    let defaults = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "iam"), role]).await;
+    let iam = |arn: &str| Some(serde_json::json!({ "iam": { "userArn": arn } }));
+    for (caller, why) in [
+        (
+            iam("arn:aws:sts::123456789012:assumed-role/session-api-caller/tenant-a"),
+            "tenant-b",
+        ),
+        // A Lambda function's role session name is the function's name: not a binding.
+        (
+            iam("arn:aws:sts::123456789012:assumed-role/any-function-role/tenant-b"),
+            "only sessions of role session-api-caller",
+        ),
+        (iam("arn:aws:iam::123456789012:user/ops"), "assumed role"),
+        (None, "no IAM identity"),
+    ] {
+        for (method, path) in routes {
+            let ev = authorized_at(
+                method,
+                path,
+                &[("tenantId", B), ("sessionId", "s1")],
+                None,
+                caller.clone(),
+            );
+            assert_forbidden(&w, &defaults, ev, why).await;
+        }
+    }
+    let s = w.session(B, "s1").await.expect("B's session is untouched");
+    assert!(s.connection_ids.is_empty());
 }

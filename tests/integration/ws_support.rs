@@ -18,6 +18,8 @@ use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
+use shared::ticket::{self, KeySet};
+use turnstile_bench::samples;
 use turnstile_local::{ManagementApi, Recorder};
 use turnstile_tests::TestEnv;
 
@@ -42,12 +44,22 @@ pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("sample event has the typed shape")
 }
 
-/// `deps` with the variables the template sets on the WebSocket functions, for their `init`.
+/// The key set the World's functions sign and verify connect tickets with: the sample events'
+/// (published, test-only), so the sample authorizer event's ticket is one of them.
+pub fn test_keys() -> KeySet {
+    KeySet::parse_json(samples::SAMPLE_KEYS).expect("the sample key set parses")
+}
+
+/// `deps` with the variables the template sets on the WebSocket functions, for their `init`; the
+/// session API trusts its callers (`none`), as the local stack does; tickets are signed with
+/// [`test_keys`].
 fn function_deps(deps: &shared::Deps, management_endpoint: &str) -> shared::Deps {
     shared::Deps {
         vars: Vars::from_pairs([
             ("TURNSTILE_TENANT_CACHE_SECS", "60"),
             ("TURNSTILE_MANAGEMENT_ENDPOINT", management_endpoint),
+            ("TURNSTILE_SESSION_API_AUTH", "none"),
+            ("TURNSTILE_TICKET_KEYS", samples::SAMPLE_KEYS),
         ]),
         ..deps.clone()
     }
@@ -141,14 +153,44 @@ impl World {
         (r.status_code, respond::body_text(&r.body))
     }
 
+    /// The sample events' tenant-1/session-1, holding the nonce the sample ticket names.
+    pub async fn put_sample_session(&self) {
+        samples::ensure_sample_session(self.deps()).await.unwrap();
+    }
+
+    /// A connect ticket for `t`/`s` as the session API would mint it now (60 s), for the session's
+    /// current nonce (a made-up one when the session does not exist; see [`World::session_nonce`]).
+    pub async fn ticket(&self, t: &str, s: &str) -> String {
+        let nonce = self
+            .session_nonce(t, s)
+            .await
+            .unwrap_or_else(|| "no-such-session".into());
+        let claims = ticket::Claims {
+            tenant: TenantId::parse(t).unwrap(),
+            session: SessionId::parse(s).unwrap(),
+            nonce,
+            expires_at: shared::clock::Clock::now(&self.env.clock).as_secs() + 60,
+            subject: None,
+        };
+        ticket::mint(&test_keys(), &claims)
+    }
+
+    /// An authorizer event for `t`/`s` carrying a fresh ticket in the query.
+    pub async fn authorizer_event(
+        &self,
+        t: &str,
+        s: &str,
+    ) -> ApiGatewayCustomAuthorizerRequestTypeRequest {
+        let ticket = self.ticket(t, s).await;
+        authorizer_event(&[("tenantId", t), ("sessionId", s), ("ticket", &ticket)])
+    }
+
+    /// The authorizer's decision for `t`/`s`, presenting a fresh ticket.
     pub async fn authorize(&self, t: &str, s: &str) -> authorizer::Decision {
-        let r = authorizer::handle(
-            self.deps(),
-            &self.authorizer,
-            authorizer_event(&[("tenantId", t), ("sessionId", s)]),
-        )
-        .await
-        .unwrap();
+        let ev = self.authorizer_event(t, s).await;
+        let r = authorizer::handle(self.deps(), &self.authorizer, ev)
+            .await
+            .unwrap();
         authorizer::decision(&r)
     }
 
@@ -216,11 +258,14 @@ impl World {
             .map(|n| n.parse().unwrap())
     }
 
-    /// A numeric attribute of a session item (None when the item or the attribute does not exist).
-    pub async fn session_number(&self, t: &str, s: &str, attr: &str) -> Option<i64> {
-        let out = self
-            .deps()
-            .dynamo
+    /// The session item as stored, read (strongly consistent) with `client`.
+    async fn session_row(
+        &self,
+        client: &aws_sdk_dynamodb::Client,
+        t: &str,
+        s: &str,
+    ) -> Option<HashMap<String, AttributeValue>> {
+        let out = client
             .get_item()
             .table_name(&self.deps().tables.sessions)
             .set_key(Some(shared::session::store::key(
@@ -231,10 +276,26 @@ impl World {
             .send()
             .await
             .unwrap();
-        out.item()
-            .and_then(|i| i.get(attr))
-            .and_then(|v| v.as_n().ok())
+        out.item().cloned()
+    }
+
+    /// A numeric attribute of a session item (None when the item or the attribute does not exist).
+    pub async fn session_number(&self, t: &str, s: &str, attr: &str) -> Option<i64> {
+        self.session_row(&self.deps().dynamo, t, s)
+            .await
+            .and_then(|i| i.get(attr).and_then(|v| v.as_n().ok()).cloned())
             .map(|n| n.parse().unwrap())
+    }
+
+    /// The session's `sessionNonce`, read with a client of its own, so the calls a test counts are
+    /// the handlers' only.
+    pub async fn session_nonce(&self, t: &str, s: &str) -> Option<String> {
+        let uncounted = shared::dynamo::local_client(&self.env.endpoint, None);
+        self.session_row(&uncounted, t, s).await.and_then(|i| {
+            i.get(shared::session::attr::SESSION_NONCE)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+        })
     }
 
     /// Connections the tenant opened in the current fixed minute (`connMinuteCount` on its
@@ -292,8 +353,15 @@ impl World {
     }
 }
 
+/// The sample authorizer event with this query and no other credential (the sample's own ticket,
+/// in its subprotocol header, is removed).
 pub fn authorizer_event(query: &[(&str, &str)]) -> ApiGatewayCustomAuthorizerRequestTypeRequest {
     let mut v = sample("authorizer/connect-request.json");
+    for headers in ["headers", "multiValueHeaders"] {
+        if let Some(h) = v[headers].as_object_mut() {
+            h.remove("Sec-WebSocket-Protocol");
+        }
+    }
     let q: serde_json::Map<String, Value> = query
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))

@@ -156,7 +156,7 @@ async fn failures_are_reported_per_record() {
 async fn the_sample_stream_event_runs_as_is() {
     let w = World::new().await;
     w.put_tenant("tenant-1", SMALL).await;
-    w.put_session("tenant-1", "session-1").await;
+    w.put_sample_session().await;
     let r = connect::handle(w.deps(), &w.connect, typed(sample("connect/connect.json")))
         .await
         .unwrap();

@@ -16,7 +16,7 @@ use shared::tenant::{Enforcement, Limits, OnFailure};
 use turnstile_faultproxy::{FaultProxy, Policy};
 use turnstile_tests::TestEnv;
 
-use crate::ws_support::{authorizer_event, body_json, reconcile_tenant, World};
+use crate::ws_support::{body_json, reconcile_tenant, World};
 use crate::{count, invoke, parse, recorder, SERIAL};
 
 #[tokio::test]
@@ -260,18 +260,16 @@ async fn a_stalled_store_fails_closed_by_default_and_open_for_tenants_configured
     let m = w.send("fail-open", "s1", "c0", &open, "hi").await;
     assert_eq!(m.status_code, 200);
     assert_eq!(body_json(&m)["unaccounted"], true);
-    let auth = |t: &'static str| {
-        authorizer::handle(
-            w.deps(),
-            &w.authorizer,
-            authorizer_event(&[("tenantId", t), ("sessionId", "s1")]),
-        )
-    };
+    let (closed_ev, open_ev) = (
+        w.authorizer_event("fail-closed", "s1").await,
+        w.authorizer_event("fail-open", "s1").await,
+    );
+    let auth = |ev| authorizer::handle(w.deps(), &w.authorizer, ev);
     assert!(
-        auth("fail-closed").await.is_err(),
+        auth(closed_ev).await.is_err(),
         "fails closed: API Gateway answers 500"
     );
-    let a = auth("fail-open").await.unwrap();
+    let a = auth(open_ev).await.unwrap();
     assert_eq!(authorizer::decision(&a), authorizer::Decision::Allow);
     assert!(proxy.stats().stalled > 0);
 

@@ -36,13 +36,28 @@ fn other(e: impl std::fmt::Display) -> BenchError {
 }
 
 /// Tables, a tenant with limits out of reach, one session per worker, and the stack on free ports.
-async fn start(ctx: &BenchCtx) -> Result<(Stack, String), BenchError> {
-    let deps = super::deps(ctx);
+async fn start(ctx: &BenchCtx) -> Result<(Stack, Target), BenchError> {
+    let mut deps = super::deps(ctx);
+    // The session API as `make dev` runs it (trusted callers), tickets signed with a key set made
+    // for this run and valid for the whole run.
+    let keys = shared::ticket::KeySet::generate("bench").map_err(other)?;
+    deps.vars = deps.vars.with_overrides([
+        ("TURNSTILE_SESSION_API_AUTH", "none".to_string()),
+        (shared::ticket::KEYS_VAR, keys.to_json()),
+        ("TURNSTILE_TICKET_TTL_SECS", "3600".to_string()),
+    ]);
     super::ensure_tables(ctx, &TableKind::WEBSOCKET).await?;
     let big = 1_000_000_000;
     let tenant = Tenant {
         tenant_id: TenantId::parse(TENANT).map_err(other)?,
-        limits: Limits::example(big, big, big, big, 3600, big),
+        limits: Limits::example(
+            big,
+            big,
+            shared::tenant::MAX_CONNECTIONS_PER_SESSION,
+            big,
+            3600,
+            big,
+        ),
     };
     shared::tenant::store::put(&deps, &tenant)
         .await
@@ -66,17 +81,47 @@ async fn start(ctx: &BenchCtx) -> Result<(Stack, String), BenchError> {
         return Err(BenchError::Other(e));
     }
     let http = stack.endpoints.http_url();
+    let mut tickets = Vec::with_capacity(SESSIONS);
     for s in 0..SESSIONS {
         let sid = SessionId::parse(&format!("w{s}")).map_err(other)?;
         let url = format!("{http}/session?tenantId={TENANT}&sessionId={sid}");
-        put(&url).await?;
+        let session = put(&url).await?;
+        let ticket = session["ticket"]
+            .as_str()
+            .ok_or_else(|| other("PUT /session returned no ticket"))?;
+        tickets.push(ticket.to_string());
     }
     let ws = stack.endpoints.ws_url();
-    Ok((stack, ws))
+    Ok((stack, Target { ws, tickets }))
 }
 
-/// `PUT url` with a bare HTTP/1.1 request (the session API answers 200 with the session).
-async fn put(url: &str) -> Result<(), BenchError> {
+/// Where the workers connect: the WebSocket URL and each session's ticket.
+struct Target {
+    ws: String,
+    tickets: Vec<String>,
+}
+
+impl Target {
+    /// Worker `worker`'s handshake: its session in the query, the session's ticket in the
+    /// subprotocol list, as a browser sends them.
+    fn request(
+        &self,
+        worker: usize,
+    ) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request, BenchError> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let i = worker % SESSIONS;
+        let url = format!("{}/?tenantId={TENANT}&sessionId=w{i}", self.ws);
+        let mut req = url.into_client_request().map_err(other)?;
+        let protocols = format!("turnstile, {}", self.tickets[i]);
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", protocols.parse().map_err(other)?);
+        Ok(req)
+    }
+}
+
+/// `PUT url` with a bare HTTP/1.1 request; the session API answers 200 with the session (and its
+/// ticket), returned as JSON.
+async fn put(url: &str) -> Result<serde_json::Value, BenchError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.trim_start_matches("http://");
     let (host, path) = rest.split_once('/').ok_or_else(|| other("bad url"))?;
@@ -88,7 +133,8 @@ async fn put(url: &str) -> Result<(), BenchError> {
     let mut out = String::new();
     s.read_to_string(&mut out).await.map_err(other)?;
     if out.starts_with("HTTP/1.1 200") {
-        Ok(())
+        let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body).map_err(|e| other(format!("PUT session body: {e}")))
     } else {
         Err(BenchError::Other(format!(
             "PUT session: {}",
@@ -97,13 +143,9 @@ async fn put(url: &str) -> Result<(), BenchError> {
     }
 }
 
-fn url(ws: &str, worker: usize) -> String {
-    format!("{ws}/?tenantId={TENANT}&sessionId=w{}", worker % SESSIONS)
-}
-
 pub struct Connects {
     _stack: Stack,
-    ws: String,
+    target: Target,
 }
 
 /// One stack (and one set of sockets) per bench process: the runner builds a workload per
@@ -115,8 +157,11 @@ static MESSAGES: tokio::sync::OnceCell<Arc<Messages>> = tokio::sync::OnceCell::c
 pub async fn build_connects(ctx: &BenchCtx, _p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
     let w = CONNECTS
         .get_or_try_init(|| async {
-            let (stack, ws) = start(ctx).await?;
-            Ok::<_, BenchError>(Arc::new(Connects { _stack: stack, ws }))
+            let (stack, target) = start(ctx).await?;
+            Ok::<_, BenchError>(Arc::new(Connects {
+                _stack: stack,
+                target,
+            }))
         })
         .await?;
     Ok(w.clone())
@@ -125,7 +170,7 @@ pub async fn build_connects(ctx: &BenchCtx, _p: &Params) -> Result<Arc<dyn Workl
 impl Workload for Connects {
     fn decide(&self, worker: usize, _seq: u64) -> BoxFuture<'_, Result<Decision, BenchError>> {
         Box::pin(async move {
-            match tokio_tungstenite::connect_async(url(&self.ws, worker)).await {
+            match tokio_tungstenite::connect_async(self.target.request(worker)?).await {
                 Ok((mut socket, _)) => {
                     let _ = socket.close(None).await;
                     Ok(Decision::admitted(None))
@@ -139,7 +184,7 @@ impl Workload for Connects {
 
 pub struct Messages {
     _stack: Stack,
-    ws: String,
+    target: Target,
     sockets: Vec<Mutex<Option<Socket>>>,
 }
 
@@ -149,11 +194,11 @@ pub async fn build_messages(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Worklo
 }
 
 async fn open_messages(ctx: &BenchCtx, _p: &Params) -> Result<Arc<Messages>, BenchError> {
-    let (stack, ws) = start(ctx).await?;
+    let (stack, target) = start(ctx).await?;
     let sockets = (0..SESSIONS).map(|_| Mutex::new(None)).collect();
     Ok(Arc::new(Messages {
         _stack: stack,
-        ws,
+        target,
         sockets,
     }))
 }
@@ -164,7 +209,7 @@ impl Workload for Messages {
             let slot = &self.sockets[worker % SESSIONS];
             let mut guard = slot.lock().await;
             if guard.is_none() {
-                let (socket, _) = tokio_tungstenite::connect_async(url(&self.ws, worker))
+                let (socket, _) = tokio_tungstenite::connect_async(self.target.request(worker)?)
                     .await
                     .map_err(other)?;
                 *guard = Some(socket);

@@ -29,8 +29,10 @@ use futures::future::{try_join_all, BoxFuture};
 use serde_json::Value;
 use shared::admission::respond;
 use shared::ids::{SessionId, TenantId};
+use shared::session::store::Upsert;
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
+use shared::ticket::{self, KeySet};
 use shared::Deps;
 
 use crate::error::BenchError;
@@ -50,6 +52,8 @@ pub struct WebsocketHandlers {
     authorizer: authorizer::State,
     connect: connect::State,
     disconnect: disconnect::State,
+    /// Session `s{i}`'s connect ticket.
+    tickets: Vec<String>,
     tenant: String,
     authorizer_event: Value,
     connect_event: Value,
@@ -83,16 +87,36 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
     )
     .await?;
     let ttl = deps.clock.now().as_secs() + SESSION_TTL as i64;
-    try_join_all((0..SESSIONS).map(|i| {
-        let (deps, tenant_id) = (&deps, &tenant_id);
+    // Connect tickets as a client has them: one per session, minted once (for the session's nonce)
+    // and valid for the whole run, with a key set made for this run.
+    let keys = KeySet::generate("bench").map_err(|e| BenchError::Other(e.to_string()))?;
+    let tickets = try_join_all((0..SESSIONS).map(|i| {
+        let (deps, tenant_id, keys) = (&deps, &tenant_id, &keys);
         async move {
             let sid = SessionId::parse(&format!("s{i}"))
                 .map_err(|e| BenchError::Other(format!("session id: {e}")))?;
-            shared::session::store::create_or_refresh(deps, tenant_id, &sid, ttl).await?;
-            Ok::<_, BenchError>(())
+            let session = match shared::session::store::create_or_refresh(
+                deps, tenant_id, &sid, ttl,
+            )
+            .await?
+            {
+                Upsert::Live(s) | Upsert::Replaced { session: s, .. } => s,
+            };
+            let claims = ticket::Claims {
+                tenant: tenant_id.clone(),
+                session: sid,
+                nonce: session.nonce.unwrap_or_default(),
+                expires_at: ttl,
+                subject: None,
+            };
+            Ok::<_, BenchError>(ticket::mint(keys, &claims))
         }
     }))
     .await?;
+    let mut deps = deps;
+    deps.vars = deps
+        .vars
+        .with_overrides([(ticket::KEYS_VAR, keys.to_json())]);
     if p.accuracy {
         // The per-minute limits are fixed one-minute windows: start the test early in a minute, so
         // it does not straddle a boundary (where a fresh window would legitimately admit more).
@@ -107,6 +131,7 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
         connect: connect::init(&deps).await?,
         disconnect: disconnect::init(&deps).await?,
         deps,
+        tickets,
         tenant: p.key.clone(),
         authorizer_event: parse("authorizer/connect-request.json", AUTHORIZER_EVENT)?,
         connect_event: parse("connect/connect.json", CONNECT_EVENT)?,
@@ -115,11 +140,17 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
 }
 
 impl WebsocketHandlers {
+    /// The sample authorizer event for `session` (`s{i}`), its ticket in the subprotocol list as
+    /// a browser sends it.
     fn authorizer_event(
         &self,
         session: &str,
+        i: usize,
     ) -> Result<ApiGatewayCustomAuthorizerRequestTypeRequest, BenchError> {
         let mut v = self.authorizer_event.clone();
+        let protocols = format!("{}, {}", ticket::SUBPROTOCOL, self.tickets[i]);
+        v["headers"]["Sec-WebSocket-Protocol"] = Value::String(protocols.clone());
+        v["multiValueHeaders"]["Sec-WebSocket-Protocol"] = serde_json::json!([protocols]);
         v["queryStringParameters"] =
             serde_json::json!({ "tenantId": self.tenant, "sessionId": session });
         v["multiValueQueryStringParameters"] =
@@ -154,12 +185,13 @@ impl WebsocketHandlers {
     }
 
     async fn once(&self, worker: usize, seq: u64) -> Result<Decision, BenchError> {
-        let session = format!("s{}", worker % SESSIONS);
+        let i = worker % SESSIONS;
+        let session = format!("s{i}");
         let cid = format!("bench{seq}=");
         let auth = authorizer::handle(
             &self.deps,
             &self.authorizer,
-            self.authorizer_event(&session)?,
+            self.authorizer_event(&session, i)?,
         )
         .await?;
         if let authorizer::Decision::Deny(reason) = authorizer::decision(&auth) {

@@ -11,9 +11,11 @@
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::connect::{Admission, Hints};
 use shared::admission::verdict::{self, Verdict};
+use shared::admission::Request;
 use shared::admission::{context, respond};
 use shared::function::{self, Tenancy};
 use shared::tenant::TenantCache;
+use shared::ticket::{self, fingerprint, presented};
 use shared::Deps;
 
 /// `TURNSTILE_TENANT_CACHE_SECS`: used only when the authorizer context lacks the limits.
@@ -56,30 +58,53 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let answer = match verdict::connect(deps, &t, &sid, &cid, &limits, &state.hints).await {
+    let nonce = context::nonce(&event.request_context.authorizer.fields);
+    let request = Request {
+        deps,
+        t: &t,
+        sid: &sid,
+        cid: &cid,
+        limits: &limits,
+        nonce: nonce.as_deref(),
+    };
+    let session = fingerprint(sid.as_str());
+    let mut answer = match verdict::connect(request, &state.hints).await {
         Verdict::Decided(Admission::Admitted | Admission::AlreadyAdmitted) => {
-            respond::message(200, format!("connected to session {sid}"))
+            respond::message(200, format!("connected to session #{session}"))
         }
         // A shadow tenant's would-refuse (logged and metered by `verdict`): admitted.
         Verdict::Shadow {
             admitted: Admission::Admitted | Admission::AlreadyAdmitted,
             ..
-        } => respond::message(200, format!("connected to session {sid}")),
+        } => respond::message(200, format!("connected to session #{session}")),
         Verdict::Decided(Admission::Refused { limit, refusal }) => {
-            tracing::info!(tenant = %t, session = %sid, limit = limit.name(), "connect refused");
+            tracing::info!(tenant = %t, session = %session, limit = limit.name(), "connect refused");
             refusal.to_http()
         }
         Verdict::FailedOpen(_) => respond::message(
             200,
-            format!("connected to session {sid} (unaccounted: the limiter is unavailable)"),
+            format!("connected to session #{session} (unaccounted: the limiter is unavailable)"),
         ),
         // A key outside the tenant (the key guard): a logged 500, never a panic.
         Verdict::FailedClosed(e @ shared::Error::CrossTenantKey(_)) => respond::guard_refusal(e)?,
         Verdict::FailedClosed(e) => respond::unavailable(&e),
+        // A shadow tenant's session at the hard ceiling (MAX_CONNECTIONS_PER_SESSION): refused
+        // even in shadow mode, with the ceiling's answer.
+        Verdict::Shadow {
+            admitted: Admission::Refused { refusal, .. },
+            ..
+        } => refusal.to_http(),
         Verdict::Decided(Admission::NoSession) | Verdict::Shadow { .. } => respond::message(
             404,
-            format!("session {sid} of tenant {t} does not exist or has expired"),
+            format!("session #{session} of tenant {t} does not exist, has expired, or is not the one the ticket was issued for"),
         ),
     };
+    // A client that offered the `turnstile` subprotocol must get it back, or the browser drops
+    // the socket; the credential it also offered is never echoed.
+    if answer.status < 300 && presented::offers_subprotocol(&event.headers) {
+        answer
+            .headers
+            .push(("Sec-WebSocket-Protocol", ticket::SUBPROTOCOL.to_string()));
+    }
     Ok(respond::websocket(&answer))
 }

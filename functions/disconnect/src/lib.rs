@@ -54,7 +54,7 @@ pub async fn handle(
         // A key outside the tenant (the key guard): a logged 500, never a panic.
         Err(e) => return Ok(respond::websocket(&respond::guard_refusal(e)?)),
     };
-    tracing::info!(tenant = %t, session = %sid, connection = %cid, released, "disconnect");
+    tracing::info!(tenant = %t, session = %shared::ticket::fingerprint(sid.as_str()), connection = %cid, released, "disconnect");
     let text = if released {
         "released"
     } else {

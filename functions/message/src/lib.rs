@@ -154,7 +154,7 @@ async fn answer(
                 let (gateway, endpoint) = (&state.gateway, &endpoint);
                 async move { (c, gateway.post(endpoint, c, data).await) }
             });
-            let results = futures::future::join_all(sends).await;
+            let results = shared::gateway::bounded(sends).await;
             let mut gone = Vec::new();
             let mut failed = 0;
             for (c, r) in results {
@@ -169,7 +169,7 @@ async fn answer(
             }
             if !gone.is_empty() {
                 // Not released here: one 410 does not prove the socket is gone for good.
-                tracing::info!(tenant = %t, session = %sid, ?gone, "recipients answered 410");
+                tracing::info!(tenant = %t, session = %shared::ticket::fingerprint(sid.as_str()), ?gone, "recipients answered 410");
             }
             Ok(respond::websocket(&respond::json_answer(
                 200,

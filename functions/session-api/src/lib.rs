@@ -1,29 +1,33 @@
-//! The session HTTP API (HTTP API, payload v2; seed 003 steps 1-2 and 8):
+//! The session HTTP API (HTTP API, payload v2; seed 003 steps 1-2 and 8, decision 2100):
 //!
 //! - `PUT /session?tenantId=&sessionId=` creates the session or refreshes it
-//!   (`sessionTTL = now + tenant.sessionTTL`) and returns it. A stored session that had expired
-//!   without DynamoDB deleting it yet is replaced: its stale connections are closed, and the ones
-//!   whose close succeeded released.
-//!   The ids may also come in a JSON body `{"tenantId": "...", "sessionId": "..."}`.
+//!   (`sessionTTL = now + tenant.sessionTTL`) and returns it with a **connect ticket** (for tenants
+//!   whose `connectAuth` is `ticket`, the default). Without a `sessionId` a new one with 128 random
+//!   bits is made. A stored session that had expired without DynamoDB deleting it yet is replaced
+//!   (a new `sessionNonce`, so old tickets stop working): its stale connections are closed, and the
+//!   ones whose close succeeded released. The ids (and an optional `subject`, the user the ticket
+//!   is for) may also come in a JSON body.
+//! - `POST /session/ticket?tenantId=&sessionId=` returns a fresh ticket for a live session.
 //! - `GET /session?...` returns the session with its connections (404 if missing or expired).
-//! - `DELETE /session?...` deletes it, closes its connections and releases the capacity of those
-//!   whose close succeeded (an id answering 410 is left to the reconciler: decision 0306).
+//! - `DELETE /session?...` deletes it (its tickets with it), closes its connections and releases
+//!   the capacity of those whose close succeeded (an id answering 410 is left to the reconciler:
+//!   decision 0306).
 //!
 //! Bad input never reaches DynamoDB: missing or malformed ids → 400 naming the parameter; a body
 //! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
-//! Budget: PUT 2 calls with a cold tenant cache (1 warm); GET 1; DELETE 1 + 1 UpdateItem (the tenant's
-//! count) when the session had connections; plus one Management API DELETE per closed connection.
+//! Budget: PUT 2 calls with a cold tenant cache (1 warm); POST ticket 1 GetItem (+1 cold tenant);
+//! GET 1; DELETE 1 + 1 UpdateItem (the tenant's count) when the session had connections; plus one
+//! Management API DELETE per closed connection. Minting a ticket makes no call.
 //!
-//! **Whose tenant** (`TURNSTILE_SESSION_API_AUTH`, docs/session-api-auth.md). With `jwt` the
-//! caller's tenant is the `TURNSTILE_SESSION_TENANT_CLAIM` claim (default `tenantId`) that API
-//! Gateway's JWT authorizer passes in `requestContext.authorizer.jwt.claims`; with `iam` and
-//! `TURNSTILE_SESSION_IAM_BINDING=role-session-name` it is the role session name of the caller's
-//! assumed-role ARN (`requestContext.authorizer.iam.userArn`). A request naming another tenant (query
-//! or body) is refused with 403 problem+json before any DynamoDB call; one naming none acts for the
-//! caller's tenant; a caller without a usable claim or session name is refused with 403 (it is
-//! authenticated — API Gateway already answered 401 to a missing or invalid token — but bound to no
-//! tenant). With `none` (the default, and `iam` without a binding) the tenant is the one named: for
-//! trusted callers only.
+//! **Whose tenant** (docs/session-api-auth.md). JWT claims always bind: a request carrying them
+//! (`requestContext.authorizer.jwt.claims`) acts only for the tenant in its
+//! `TURNSTILE_SESSION_TENANT_CLAIM` claim, whatever `TURNSTILE_SESSION_API_AUTH` says. Otherwise
+//! `jwt` refuses (no claims: the route's authorizer is missing); `iam` binds the caller's role
+//! session name, checked against the role `TURNSTILE_SESSION_IAM_ROLE_ARN` names, unless
+//! `TURNSTILE_SESSION_IAM_BINDING=any-tenant` says by name that IAM callers are trusted with every
+//! tenant; `none` (trusted callers only, named explicitly: there is no default) takes the tenant
+//! the request names. A request naming another tenant is refused with 403 problem+json before any
+//! DynamoDB call; one naming none acts for the caller's tenant.
 
 use std::time::Duration;
 
@@ -37,15 +41,18 @@ use shared::gateway::{self, Delivery};
 use shared::ids::{SessionId, TenantId};
 use shared::refusal::HttpAnswer;
 use shared::session::store::{self, Upsert};
-use shared::tenant::TenantCache;
+use shared::session::Session;
+use shared::tenant::{ConnectAuth, TenantCache};
+use shared::ticket::source::{KeyConfig, KeySource};
+use shared::ticket::{self, fingerprint, KeySet};
 use shared::Deps;
 
-/// `TURNSTILE_SESSION_API_AUTH`: how the session API learns its caller's tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `TURNSTILE_SESSION_API_AUTH`: how the session API learns its caller's tenant. Required: the
+/// permissive choice exists only when named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
-    /// `none` (default): the tenant named in the request is trusted. For callers that are trusted
-    /// with every tenant (the local stack, a private backend).
-    #[default]
+    /// `none`: a request without JWT claims acts for the tenant it names. For callers trusted with
+    /// every tenant (the local stack, a private backend).
     None,
     /// `iam`: API Gateway checked a SigV4 signature; the tenant binding is
     /// `TURNSTILE_SESSION_IAM_BINDING`.
@@ -54,39 +61,54 @@ pub enum Auth {
     Jwt,
 }
 
+/// The role whose session names are tenant ids (`TURNSTILE_SESSION_IAM_ROLE_ARN`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerRole {
+    pub account: String,
+    /// The role's name (its path is not part of an assumed-role ARN).
+    pub name: String,
+}
+
 /// `TURNSTILE_SESSION_IAM_BINDING`: how an IAM caller is bound to a tenant. API Gateway passes no
 /// principal tags to the function (`requestContext.authorizer.iam` has `accessKey`, `accountId`,
 /// `callerId`, `cognitoIdentity`, `principalOrgId`, `userArn`, `userId`), so the binding is read
 /// from the caller's ARN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IamBinding {
-    /// `none` (default): any caller IAM lets through acts for the tenant it names.
-    #[default]
-    None,
-    /// `role-session-name`: the caller must be an assumed role; its session name is its tenant (the
-    /// role's trust policy pins the session name, e.g. `sts:RoleSessionName` =
+    /// `role-session-name` (default): the caller must be a session of [`CallerRole`]; its session
+    /// name is its tenant (the role's trust policy pins it: `sts:RoleSessionName` =
     /// `${aws:PrincipalTag/tenantId}`).
-    RoleSessionName,
+    RoleSessionName(CallerRole),
+    /// `any-tenant`: any caller IAM lets through acts for the tenant it names.
+    AnyTenant,
 }
 
 pub const AUTH_VAR: &str = "TURNSTILE_SESSION_API_AUTH";
 pub const TENANT_CLAIM_VAR: &str = "TURNSTILE_SESSION_TENANT_CLAIM";
 pub const IAM_BINDING_VAR: &str = "TURNSTILE_SESSION_IAM_BINDING";
+pub const IAM_ROLE_VAR: &str = "TURNSTILE_SESSION_IAM_ROLE_ARN";
+/// Seconds a connect ticket lives (default 60, at most 3600).
+pub const TICKET_TTL_VAR: &str = "TURNSTILE_TICKET_TTL_SECS";
 /// The claim read by default (Cognito user pools: `custom:tenantId`).
 pub const DEFAULT_TENANT_CLAIM: &str = "tenantId";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// `TURNSTILE_TENANT_CACHE_SECS` (default 60).
     pub tenant_cache: Duration,
     /// `TURNSTILE_MANAGEMENT_ENDPOINT` (required): where connections are closed.
     pub management_endpoint: String,
-    /// `TURNSTILE_SESSION_API_AUTH`: `none` (default), `iam` or `jwt`, any case.
+    /// `TURNSTILE_SESSION_API_AUTH` (required): `none`, `iam` or `jwt`, any case.
     pub auth: Auth,
     /// `TURNSTILE_SESSION_TENANT_CLAIM` (default `tenantId`): the JWT claim naming the tenant.
     pub tenant_claim: String,
-    /// `TURNSTILE_SESSION_IAM_BINDING`: `none` (default) or `role-session-name`.
-    pub iam_binding: IamBinding,
+    /// `TURNSTILE_SESSION_IAM_BINDING` (`role-session-name`, the default, with
+    /// `TURNSTILE_SESSION_IAM_ROLE_ARN`; or `any-tenant`). Read only with `iam`.
+    pub iam_binding: Option<IamBinding>,
+    /// `TURNSTILE_TICKET_TTL_SECS` (default 60).
+    pub ticket_ttl: Duration,
+    /// The keys tickets are signed with.
+    pub tickets: KeyConfig,
 }
 
 fn invalid(var: &str, value: String, reason: &str) -> ConfigError {
@@ -97,10 +119,36 @@ fn invalid(var: &str, value: String, reason: &str) -> ConfigError {
     }
 }
 
+/// `(account, role name)` of `arn:{partition}:iam::{account}:role/{path/}{name}`.
+fn role_arn(arn: &str) -> Option<CallerRole> {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    if parts.len() != 6 || parts[0] != "arn" || parts[2] != "iam" {
+        return None;
+    }
+    let account = parts[4];
+    if account.len() != 12 || !account.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let name = parts[5].strip_prefix("role/")?.rsplit('/').next()?;
+    (!name.is_empty()).then(|| CallerRole {
+        account: account.to_string(),
+        name: name.to_string(),
+    })
+}
+
 impl Config {
     pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
+        let management_endpoint = gateway::required_endpoint(vars)?;
         let auth = match vars.get(AUTH_VAR) {
-            None => Auth::None,
+            None => {
+                return Err(ConfigError::Missing {
+                    var: AUTH_VAR.into(),
+                    hint: "jwt (a JWT authorizer on the routes), iam (SigV4, bound by \
+                           TURNSTILE_SESSION_IAM_BINDING), or none (callers trusted with every \
+                           tenant)"
+                        .into(),
+                })
+            }
             Some(v) => match v.to_ascii_lowercase().as_str() {
                 "none" => Auth::None,
                 "iam" => Auth::Iam,
@@ -119,27 +167,64 @@ impl Config {
                 "expected a claim name without spaces (e.g. tenantId or custom:tenantId)",
             ));
         }
-        let iam_binding = match vars.get(IAM_BINDING_VAR) {
-            None => IamBinding::None,
-            Some(v) => match v.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
-                "none" => IamBinding::None,
-                "rolesessionname" => IamBinding::RoleSessionName,
-                _ => {
-                    return Err(invalid(
-                        IAM_BINDING_VAR,
-                        v,
-                        "expected none or role-session-name",
-                    ))
-                }
-            },
-        };
+        // Read in every mode (a stack's template sets them whatever the mode), used with `iam`.
+        let binding = iam_binding(vars, auth == Auth::Iam)?;
+        let iam_binding = (auth == Auth::Iam).then_some(binding).flatten();
+        let ticket_ttl = vars.secs_or(TICKET_TTL_VAR, ticket::DEFAULT_TTL)?;
+        if ticket_ttl.is_zero() || ticket_ttl > ticket::MAX_TTL {
+            return Err(invalid(
+                TICKET_TTL_VAR,
+                ticket_ttl.as_secs().to_string(),
+                "expected 1 to 3600 seconds (a ticket is a bearer grant: keep it short)",
+            ));
+        }
         Ok(Config {
             tenant_cache: TenantCache::ttl_from_vars(vars)?,
-            management_endpoint: gateway::required_endpoint(vars)?,
+            management_endpoint,
             auth,
             tenant_claim,
             iam_binding,
+            ticket_ttl,
+            tickets: KeyConfig::from_vars(vars)?,
         })
+    }
+}
+
+/// The IAM binding the variables name; `None` for `role-session-name` without a role when the mode
+/// is not `iam` (`required`: it is, and the role must be named).
+fn iam_binding(vars: &Vars, required: bool) -> Result<Option<IamBinding>, ConfigError> {
+    let named = vars.string_or(IAM_BINDING_VAR, "role-session-name");
+    let role = vars.get(IAM_ROLE_VAR).filter(|r| !r.is_empty());
+    match named.to_ascii_lowercase().replace('_', "-").as_str() {
+        "any-tenant" => Ok(Some(IamBinding::AnyTenant)),
+        "role-session-name" => match role {
+            Some(arn) => role_arn(&arn)
+                .map(|r| Some(IamBinding::RoleSessionName(r)))
+                .ok_or_else(|| {
+                    invalid(
+                        IAM_ROLE_VAR,
+                        arn,
+                        "expected an IAM role ARN (arn:aws:iam::123456789012:role/name)",
+                    )
+                }),
+            None if required => Err(ConfigError::Missing {
+                var: IAM_ROLE_VAR.into(),
+                hint: "the ARN of the role whose session names are tenant ids (the template's \
+                       SessionCallerRole), or TURNSTILE_SESSION_IAM_BINDING=any-tenant"
+                    .into(),
+            }),
+            None => Ok(None),
+        },
+        "none" => Err(invalid(
+            IAM_BINDING_VAR,
+            named,
+            "`none` was renamed: say any-tenant to let every IAM caller act for any tenant",
+        )),
+        _ => Err(invalid(
+            IAM_BINDING_VAR,
+            named,
+            "expected role-session-name or any-tenant",
+        )),
     }
 }
 
@@ -150,14 +235,18 @@ pub struct State {
     /// How callers are bound to tenants (from [`Config`]).
     pub auth: Auth,
     pub tenant_claim: String,
-    pub iam_binding: IamBinding,
+    pub iam_binding: Option<IamBinding>,
     /// Where the connections of a deleted or replaced session are closed.
     pub connections: Connections,
     pub tenancy: Tenancy,
+    /// The keys connect tickets are signed with, and how long a ticket lives.
+    pub tickets: KeySource,
+    pub ticket_ttl: Duration,
 }
 
 /// What `main.rs`, the local stack and the tests run: [`Config`] from `deps.vars`, the Management
-/// API client, and tenant-scoped credentials when `TENANT_ROLE_ARN` is set.
+/// API client, the ticket keys (read once here), and tenant-scoped credentials when
+/// `TENANT_ROLE_ARN` is set.
 pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
     let config = Config::from_vars(&deps.vars)?;
     Ok(State {
@@ -167,13 +256,30 @@ pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
         connections: Connections::new(deps, &config.management_endpoint).await,
         tenancy: Tenancy::from_deps(deps).await?,
         tenant_claim: config.tenant_claim,
+        tickets: KeySource::new(config.tickets, &deps.vars, deps.clock.now()).await?,
+        ticket_ttl: config.ticket_ttl,
     })
 }
 
-/// The route: `/session`, also under a stage prefix (`/prod/session`).
-pub fn is_session_path(path: &str) -> bool {
+/// The two resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/session`: PUT, GET, DELETE.
+    Session,
+    /// `/session/ticket`: POST.
+    Ticket,
+}
+
+/// The route of a path, also under a stage prefix (`/prod/session`).
+pub fn route(path: &str) -> Option<Route> {
     let p = path.trim_end_matches('/');
-    p == "/session" || p.ends_with("/session")
+    if p == "/session/ticket" || p.ends_with("/session/ticket") {
+        Some(Route::Ticket)
+    } else if p == "/session" || p.ends_with("/session") {
+        Some(Route::Session)
+    } else {
+        None
+    }
 }
 
 /// The tenant the caller is bound to, `None` when it may name any (see the module docs), or the
@@ -183,36 +289,50 @@ pub fn caller_tenant(
     event: &ApiGatewayV2httpRequest,
 ) -> Result<Option<TenantId>, HttpAnswer> {
     let authorizer = event.request_context.authorizer.as_ref();
-    match (state.auth, state.iam_binding) {
-        (Auth::None, _) | (Auth::Iam, IamBinding::None) => Ok(None),
-        (Auth::Jwt, _) => {
-            let claim = &state.tenant_claim;
-            let Some(claims) = authorizer.and_then(|a| a.jwt.as_ref()).map(|j| &j.claims) else {
-                return Err(respond::forbidden(format!(
-                    "the request carries no JWT claims (is the route's JWT authorizer attached?); \
-                     the caller's tenant comes from its {claim} claim"
-                )));
+    let claim = &state.tenant_claim;
+    // JWT claims bind in every mode: a route with a JWT authorizer never acts for another tenant.
+    if let Some(claims) = authorizer.and_then(|a| a.jwt.as_ref()).map(|j| &j.claims) {
+        let Some(value) = claims.get(claim.as_str()) else {
+            return Err(respond::forbidden(format!(
+                "the token has no {claim} claim, so it is bound to no tenant"
+            )));
+        };
+        return TenantId::parse(value).map(Some).map_err(|e| {
+            respond::forbidden(format!("the token's {claim} claim is not a tenant id: {e}"))
+        });
+    }
+    match (state.auth, &state.iam_binding) {
+        (Auth::None, _) => Ok(None),
+        (Auth::Jwt, _) => Err(respond::forbidden(format!(
+            "the request carries no JWT claims (is the route's JWT authorizer attached?); \
+             the caller's tenant comes from its {claim} claim"
+        ))),
+        (Auth::Iam, binding) => {
+            let Some(iam) = authorizer.and_then(|a| a.iam.as_ref()) else {
+                return Err(respond::forbidden(
+                    "the request carries no IAM identity (is the route's AWS_IAM authorization \
+                     attached?)",
+                ));
             };
-            let Some(value) = claims.get(claim.as_str()) else {
-                return Err(respond::forbidden(format!(
-                    "the token has no {claim} claim, so it is bound to no tenant"
-                )));
+            let role = match binding {
+                Some(IamBinding::RoleSessionName(role)) => role,
+                Some(IamBinding::AnyTenant) | None => return Ok(None),
             };
-            TenantId::parse(value).map(Some).map_err(|e| {
-                respond::forbidden(format!("the token's {claim} claim is not a tenant id: {e}"))
-            })
-        }
-        (Auth::Iam, IamBinding::RoleSessionName) => {
-            let arn = authorizer
-                .and_then(|a| a.iam.as_ref())
-                .and_then(|i| i.user_arn.as_deref())
-                .unwrap_or("");
-            let Some(session) = assumed_role_session(arn) else {
+            let arn = iam.user_arn.as_deref().unwrap_or("");
+            let Some((account, name, session)) = assumed_role(arn) else {
                 return Err(respond::forbidden(format!(
                     "the caller ({arn:?}) is not an assumed role: with {IAM_BINDING_VAR}=\
-                     role-session-name the tenant is the caller's role session name"
+                     role-session-name the tenant is the session name of role {}",
+                    role.name
                 )));
             };
+            if account != role.account || name != role.name {
+                return Err(respond::forbidden(format!(
+                    "the caller is a session of role {name} in account {account}; only sessions \
+                     of role {} in account {} are bound to a tenant by their name",
+                    role.name, role.account
+                )));
+            }
             TenantId::parse(session).map(Some).map_err(|e| {
                 respond::forbidden(format!(
                     "the caller's role session name is not a tenant id: {e}"
@@ -222,28 +342,40 @@ pub fn caller_tenant(
     }
 }
 
-/// `SessionName` of `arn:{partition}:sts::{account}:assumed-role/{RoleName}/{SessionName}`.
-fn assumed_role_session(arn: &str) -> Option<&str> {
+/// `(account, RoleName, SessionName)` of
+/// `arn:{partition}:sts::{account}:assumed-role/{RoleName}/{SessionName}`.
+fn assumed_role(arn: &str) -> Option<(&str, &str, &str)> {
     let parts: Vec<&str> = arn.splitn(6, ':').collect();
     if parts.len() != 6 || parts[0] != "arn" || parts[2] != "sts" {
         return None;
     }
     let rest = parts[5].strip_prefix("assumed-role/")?;
     let (role, session) = rest.split_once('/')?;
-    (!role.is_empty() && !session.is_empty() && !session.contains('/')).then_some(session)
+    (!role.is_empty() && !session.is_empty() && !session.contains('/'))
+        .then_some((parts[4], role, session))
 }
 
-/// The tenant and session the request acts on. `bound` is the caller's tenant (see
-/// [`caller_tenant`]): it fills a missing `tenantId`, and a different one is refused with 403.
-/// Public so it is fuzzed without DynamoDB (tests/integration/fuzz.rs).
-pub fn ids(
+/// What a request names: the tenant, the session (absent: `PUT` makes one), and the subject a
+/// ticket is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub tenant: TenantId,
+    pub session: Option<SessionId>,
+    pub subject: Option<String>,
+}
+
+/// The [`Target`] of a request. `bound` is the caller's tenant (see [`caller_tenant`]): it fills a
+/// missing `tenantId`, and a different one is refused with 403. Public so it is fuzzed without
+/// DynamoDB (tests/integration/fuzz.rs).
+pub fn target(
     event: &ApiGatewayV2httpRequest,
     bound: Option<&TenantId>,
     claim: &str,
-) -> Result<(TenantId, SessionId), HttpAnswer> {
+) -> Result<Target, HttpAnswer> {
     let q = &event.query_string_parameters;
     let mut t = q.first("tenantId").map(str::to_string);
     let mut s = q.first("sessionId").map(str::to_string);
+    let mut subject = q.first("subject").map(str::to_string);
     if let Some(body) = event.body.as_deref().filter(|b| !b.trim().is_empty()) {
         let v: Value = serde_json::from_str(body).map_err(|e| {
             respond::message(400, format!("the request body is not valid JSON: {e}"))
@@ -263,6 +395,7 @@ pub fn ids(
         };
         t = t.or(field("tenantId")?);
         s = s.or(field("sessionId")?);
+        subject = subject.or(field("subject")?);
     }
     let bad = |e: shared::ids::IdError| respond::message(400, e.to_string());
     let tenant = match (t.as_deref(), bound) {
@@ -277,7 +410,18 @@ pub fn ids(
             named
         }
     };
-    Ok((tenant, SessionId::parse_opt(s.as_deref()).map_err(bad)?))
+    if let Some(subject) = &subject {
+        ticket::check_subject(subject).map_err(|e| respond::message(400, e))?;
+    }
+    Ok(Target {
+        tenant,
+        session: s
+            .as_deref()
+            .map(SessionId::parse)
+            .transpose()
+            .map_err(bad)?,
+        subject,
+    })
 }
 
 pub async fn handle(
@@ -303,16 +447,21 @@ async fn answer(
         .clone()
         .or_else(|| event.request_context.http.path.clone())
         .unwrap_or_default();
-    if !is_session_path(&path) {
+    let Some(route) = route(&path) else {
         return Ok(respond::message(
             404,
-            format!("no route for {path}; try /session"),
+            format!("no route for {path}; try /session or /session/ticket"),
         ));
-    }
+    };
     let method = event.request_context.http.method.clone();
-    if ![Method::PUT, Method::GET, Method::DELETE].contains(&method) {
-        let mut a = respond::message(405, format!("{method} is not allowed on /session"));
-        a.headers.push(("Allow", "PUT, GET, DELETE".into()));
+    let allowed: &[Method] = match route {
+        Route::Session => &[Method::PUT, Method::GET, Method::DELETE],
+        Route::Ticket => &[Method::POST],
+    };
+    if !allowed.contains(&method) {
+        let mut a = respond::message(405, format!("{method} is not allowed on {path}"));
+        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+        a.headers.push(("Allow", names.join(", ")));
         return Ok(a);
     }
     let bound = match caller_tenant(state, event) {
@@ -322,18 +471,31 @@ async fn answer(
             return Ok(refused);
         }
     };
-    let claim = match state.auth {
-        Auth::Jwt => format!("{} claim", state.tenant_claim),
-        _ => "role session name".to_string(),
+    let has_claims = event
+        .request_context
+        .authorizer
+        .as_ref()
+        .is_some_and(|a| a.jwt.is_some());
+    let claim = if has_claims {
+        format!("{} claim", state.tenant_claim)
+    } else {
+        "role session name".to_string()
     };
-    let (t, sid) = match ids(event, bound.as_ref(), &claim) {
-        Ok(ids) => ids,
+    let target = match target(event, bound.as_ref(), &claim) {
+        Ok(target) => target,
         Err(a) => return Ok(a),
     };
+    let t = target.tenant.clone();
     let scoped = state.tenancy.deps(deps, &t).await?;
     let deps: &Deps = &scoped;
     if method == Method::PUT {
-        put(deps, state, &t, &sid).await
+        return put(deps, state, target).await;
+    }
+    let Some(sid) = target.session.clone() else {
+        return Ok(respond::message(400, "sessionId is missing"));
+    };
+    if method == Method::POST {
+        ticket_for(deps, state, &target, &sid).await
     } else if method == Method::GET {
         let now = deps.clock.now().as_secs();
         match store::get(deps, &t, &sid).await? {
@@ -349,25 +511,109 @@ fn not_found(t: &TenantId, sid: &SessionId) -> HttpAnswer {
     respond::message(404, format!("session {sid} of tenant {t} does not exist"))
 }
 
-async fn put(
+/// The session as the API returns it, with a fresh ticket when the tenant connects with tickets.
+fn with_ticket(
     deps: &Deps,
     state: &State,
-    t: &TenantId,
-    sid: &SessionId,
-) -> Result<HttpAnswer, shared::Error> {
+    keys: &KeySet,
+    session: &Session,
+    auth: ConnectAuth,
+    subject: Option<String>,
+) -> Result<Value, shared::Error> {
+    let mut v = json!(session);
+    v["connectAuth"] = json!(auth.as_str());
+    if auth != ConnectAuth::Ticket {
+        return Ok(v);
+    }
+    let Some(nonce) = session.nonce.clone() else {
+        return Err(shared::Error::Other(format!(
+            "session {} has no sessionNonce after a write that sets it",
+            fingerprint(&session.session_id)
+        )));
+    };
+    let expires_at = deps
+        .clock
+        .now()
+        .as_secs()
+        .saturating_add(state.ticket_ttl.as_secs() as i64);
+    let claims = ticket::Claims {
+        tenant: TenantId::parse(&session.tenant_id)?,
+        session: SessionId::parse(&session.session_id)?,
+        nonce,
+        expires_at,
+        subject,
+    };
+    v["ticket"] = json!(ticket::mint(keys, &claims));
+    v["ticketExpiresAt"] = json!(expires_at);
+    Ok(v)
+}
+
+async fn put(deps: &Deps, state: &State, target: Target) -> Result<HttpAnswer, shared::Error> {
+    let t = &target.tenant;
     let Some(tenant) = state.tenants.get(deps, t).await? else {
         return Ok(respond::message(404, format!("tenant {t} does not exist")));
     };
+    let keys = state.tickets.keys(deps.clock.now()).await?;
+    let sid = match target.session {
+        Some(sid) => sid,
+        None => shared::session::new_id()?,
+    };
     let ttl_secs = i64::try_from(tenant.limits.session_ttl).unwrap_or(i64::MAX / 4);
     let ttl = deps.clock.now().as_secs().saturating_add(ttl_secs);
-    match store::create_or_refresh(deps, t, sid, ttl).await? {
-        Upsert::Live(s) => Ok(respond::json_answer(200, &json!(s))),
+    let session = match store::create_or_refresh(deps, t, &sid, ttl).await? {
+        Upsert::Live(s) => s,
         Upsert::Replaced { session, stale } => {
             let closed = close_and_release(deps, state, t, &stale).await?;
-            tracing::info!(tenant = %t, session = %sid, closed, "replaced an expired session");
-            Ok(respond::json_answer(200, &json!(session)))
+            let fp = fingerprint(sid.as_str());
+            tracing::info!(tenant = %t, session = %fp, closed, "replaced an expired session");
+            session
         }
+    };
+    let auth = tenant.limits.connect_auth;
+    let body = with_ticket(deps, state, &keys, &session, auth, target.subject)?;
+    Ok(respond::json_answer(200, &body))
+}
+
+/// `POST /session/ticket`: 1 GetItem (strongly consistent), +1 with a cold tenant cache.
+async fn ticket_for(
+    deps: &Deps,
+    state: &State,
+    target: &Target,
+    sid: &SessionId,
+) -> Result<HttpAnswer, shared::Error> {
+    let t = &target.tenant;
+    let Some(tenant) = state.tenants.get(deps, t).await? else {
+        return Ok(respond::message(404, format!("tenant {t} does not exist")));
+    };
+    let auth = tenant.limits.connect_auth;
+    if auth != ConnectAuth::Ticket {
+        return Ok(respond::message(
+            409,
+            format!("tenant {t} connects with connectAuth={auth}, not with tickets"),
+        ));
     }
+    let now = deps.clock.now();
+    let session = match store::get(deps, t, sid).await? {
+        Some(s) if !s.is_expired(now.as_secs()) => s,
+        _ => return Ok(not_found(t, sid)),
+    };
+    if session.nonce.is_none() {
+        return Ok(respond::message(
+            409,
+            format!(
+                "session {sid} was created before connect tickets; PUT /session refreshes it \
+                 and returns a ticket"
+            ),
+        ));
+    }
+    let keys = state.tickets.keys(now).await?;
+    let mut body = with_ticket(deps, state, &keys, &session, auth, target.subject.clone())?;
+    if let Value::Object(m) = &mut body {
+        m.retain(|k, _| {
+            ["tenantId", "sessionId", "ticket", "ticketExpiresAt"].contains(&k.as_str())
+        });
+    }
+    Ok(respond::json_answer(200, &body))
 }
 
 async fn delete(
@@ -432,9 +678,12 @@ mod tests {
     #[test]
     fn the_session_name_is_read_only_from_assumed_role_arns() {
         let ok = "arn:aws:sts::123456789012:assumed-role/session-api-caller/tenant-a";
-        assert_eq!(assumed_role_session(ok), Some("tenant-a"));
+        assert_eq!(
+            assumed_role(ok),
+            Some(("123456789012", "session-api-caller", "tenant-a"))
+        );
         let china = "arn:aws-cn:sts::123456789012:assumed-role/r/t.1";
-        assert_eq!(assumed_role_session(china), Some("t.1"));
+        assert_eq!(assumed_role(china).map(|a| a.2), Some("t.1"));
         for not in [
             "",
             "arn:aws:iam::123456789012:user/ops",
@@ -444,7 +693,26 @@ mod tests {
             "arn:aws:sts::123456789012:assumed-role/r",
             "arn:aws:sts::123456789012:assumed-role//t",
         ] {
-            assert_eq!(assumed_role_session(not), None, "{not}");
+            assert_eq!(assumed_role(not), None, "{not}");
         }
+    }
+
+    #[test]
+    fn the_caller_role_is_read_from_a_role_arn_without_its_path() {
+        let r = role_arn("arn:aws:iam::123456789012:role/svc/session-caller").unwrap();
+        assert_eq!(
+            (r.account.as_str(), r.name.as_str()),
+            ("123456789012", "session-caller")
+        );
+        assert!(role_arn("arn:aws:iam::1234:role/x").is_none());
+        assert!(role_arn("arn:aws:sts::123456789012:assumed-role/x/y").is_none());
+    }
+
+    #[test]
+    fn routes_are_the_session_and_its_ticket() {
+        assert_eq!(route("/session"), Some(Route::Session));
+        assert_eq!(route("/prod/session/"), Some(Route::Session));
+        assert_eq!(route("/session/ticket"), Some(Route::Ticket));
+        assert_eq!(route("/sessions"), None);
     }
 }

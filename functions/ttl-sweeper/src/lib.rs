@@ -87,7 +87,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         };
         let ok = match released {
             Ok(swept) => {
-                tracing::info!(tenant = %t, session = %sid, ?swept, connections = ids.len(), "expired session swept");
+                tracing::info!(tenant = %t, session = %shared::ticket::fingerprint(sid.as_str()), ?swept, connections = ids.len(), "expired session swept");
                 let Connections { gateway, endpoint } = &state.connections;
                 gateway.close_all(endpoint, &ids).await.is_empty()
             }

@@ -288,9 +288,11 @@ pub async fn admit_hinted(r: Request<'_>, hints: &Hints) -> Result<Admission> {
 }
 
 /// Step 2 for a held reservation, then the undo when step 2 certainly did not apply: refused by
-/// its condition, or given up (the join deadline, or no decision after [`MAX_ATTEMPTS`]: every
-/// attempt before either was refused, so none applied). An error of the session write itself
-/// (its outcome unknown) keeps the reservation: a count one too high, repaired by `reconcile`.
+/// its condition, refused by DynamoDB before applying (`Error::DynamoRejected`: throttled,
+/// invalid — a session item at the 400 KB limit —, denied, no table), or given up (the join
+/// deadline, or no decision after [`MAX_ATTEMPTS`]: every attempt before either was refused, so
+/// none applied). Any other error of the session write (a timeout, a lost answer: its outcome
+/// unknown) keeps the reservation: a count one too high, repaired by `reconcile`.
 pub async fn complete(
     r: Request<'_>,
     hints: &Hints,

@@ -11,6 +11,42 @@ use crate::tenant::{attr as tattr, Limits};
 
 pub const TENANT_ID: &str = "tenantId";
 pub const SESSION_ID: &str = "sessionId";
+/// The session incarnation a connect ticket named (`$connect` joins only that one).
+pub const SESSION_NONCE: &str = "sessionNonce";
+/// Who the connect ticket or token was issued to, when it says.
+pub const SUBJECT: &str = "subject";
+/// How the connection was authenticated (`ticket`, `jwt` or `none`).
+pub const CONNECT_AUTH: &str = "connectAuth";
+
+/// What the authorizer verified about who connects: added to the context of an Allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub method: crate::tenant::ConnectAuth,
+    pub nonce: Option<String>,
+    pub subject: Option<String>,
+}
+
+impl Grant {
+    /// Adds the grant's fields to an Allow's context.
+    pub fn add_to(&self, context: &mut Value) {
+        let Value::Object(m) = context else { return };
+        m.insert(
+            CONNECT_AUTH.into(),
+            Value::String(self.method.as_str().into()),
+        );
+        if let Some(n) = &self.nonce {
+            m.insert(SESSION_NONCE.into(), Value::String(n.clone()));
+        }
+        if let Some(s) = &self.subject {
+            m.insert(SUBJECT.into(), Value::String(s.clone()));
+        }
+    }
+}
+
+/// The session nonce a `$connect` event's context carries.
+pub fn nonce(fields: &HashMap<String, Value>) -> Option<String> {
+    text(fields, SESSION_NONCE)
+}
 
 /// The context an Allow carries.
 pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
@@ -82,6 +118,8 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         rate_algorithm: named(fields, tattr::RATE_ALGORITHM)?,
         enforcement: named(fields, tattr::ENFORCEMENT)?,
         on_failure: named(fields, tattr::ON_FAILURE)?,
+        // How the tenant authenticates connects matters only to the authorizer, which read the row.
+        connect_auth: Default::default(),
         connection_shards: match fields.get(tattr::CONNECTION_SHARDS) {
             None => 1,
             Some(_) => number(fields, tattr::CONNECTION_SHARDS)?,

@@ -115,7 +115,10 @@ pub async fn count(r: Request<'_>, hint: &MinuteHint) -> Result<MessageAdmission
         }
     }
     Err(Error::contended(
-        format!("counting a message on {t}/{sid}"),
+        format!(
+            "counting a message on {t}/#{}",
+            crate::ticket::fingerprint(sid.as_str())
+        ),
         ATTEMPTS,
     ))
 }

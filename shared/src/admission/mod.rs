@@ -20,6 +20,7 @@ pub mod message;
 pub mod precheck;
 #[cfg(feature = "gateway")]
 pub mod reconcile;
+#[cfg(feature = "gateway")]
 mod reconcile_shards;
 pub mod release;
 pub mod respond;
@@ -44,6 +45,10 @@ pub struct Request<'a> {
     pub sid: &'a crate::ids::SessionId,
     pub cid: &'a crate::ids::ConnectionId,
     pub limits: &'a Limits,
+    /// The `sessionNonce` the connect ticket named (authorizer context): `$connect` joins only that
+    /// incarnation of the session, so a ticket never joins a session deleted and re-created under
+    /// the same id after the authorizer read it (decision 2100). `None`: any.
+    pub nonce: Option<&'a str>,
 }
 
 /// How long a client refused for an open-connection cap is told to wait: the cap has no reset time

@@ -27,16 +27,20 @@ pub enum Precheck {
     Allow,
     NoSession,
     Expired,
+    /// The session was deleted and re-created since the ticket was minted (its nonce differs).
+    Replaced,
     OverLimit(Limit),
 }
 
 /// 1 BatchGetItem (strongly consistent); unprocessed keys are asked again (at most 2 more calls)
-/// and, if still unprocessed, not checked here (`$connect` checks everything again).
+/// and, if still unprocessed, not checked here (`$connect` checks everything again). `nonce`: the
+/// `sessionNonce` a connect ticket names, which the session row must still hold.
 pub async fn check(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     limits: &Limits,
+    nonce: Option<&str>,
 ) -> Result<Precheck> {
     let now = deps.clock.now();
     let m = MinuteWindow::at(now).start;
@@ -71,6 +75,12 @@ pub async fn check(
         };
         if item::num(session, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
             return Ok(Precheck::Expired);
+        }
+        let held = session
+            .get(sattr::SESSION_NONCE)
+            .and_then(|v| v.as_s().ok());
+        if nonce.is_some_and(|n| held.map(String::as_str) != Some(n)) {
+            return Ok(Precheck::Replaced);
         }
         Some(session)
     };

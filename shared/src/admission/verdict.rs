@@ -75,29 +75,16 @@ fn meter(path: Path, outcome: Outcome, limit: Option<Limit>, t: &TenantId, start
 }
 
 fn would_refuse(path: Path, limit: Limit, t: &TenantId, sid: &SessionId, started: Instant) {
-    tracing::info!(tenant = %t, session = %sid, limit = limit.name(), path = path.as_str(), "shadow: would refuse");
+    tracing::info!(tenant = %t, session = %crate::ticket::fingerprint(sid.as_str()), limit = limit.name(), path = path.as_str(), "shadow: would refuse");
     meter(path, Outcome::ShadowRefused, Some(limit), t, started);
 }
 
 /// `$connect` under the tenant's policy: [`connect::admit_hinted`] (its calls and units); for a
 /// shadow tenant's would-refuse, 2 more `UpdateItem` (2 WCU) that admit it with the caps lifted.
-pub async fn connect(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    cid: &ConnectionId,
-    limits: &Limits,
-    hints: &Hints,
-) -> Verdict<Admission> {
+pub async fn connect(r: Request<'_>, hints: &Hints) -> Verdict<Admission> {
+    let (t, sid, limits) = (r.t, r.sid, r.limits);
     let started = Instant::now();
     let path = Path::Connect;
-    let r = Request {
-        deps,
-        t,
-        sid,
-        cid,
-        limits,
-    };
     let decided = match connect::admit_hinted(r, hints).await {
         Ok(a) => a,
         Err(e) => return failed(path, e, limits, t, started),
@@ -105,8 +92,9 @@ pub async fn connect(
     match decided {
         Admission::Refused { limit, refusal } if limits.enforcement == Enforcement::Shadow => {
             would_refuse(path, limit, t, sid, started);
+            // Shadow lifts every cap but the session's ceiling: its ids live in one item.
             let lifted = Limits {
-                connections_per_session: LIFTED,
+                connections_per_session: crate::tenant::MAX_CONNECTIONS_PER_SESSION,
                 tenant_connections: LIFTED,
                 session_per_minute: LIFTED,
                 tenant_per_minute: LIFTED,
@@ -155,6 +143,7 @@ pub async fn message(
         sid,
         cid,
         limits,
+        nonce: None,
     };
     let counted = match message::count(r, hint).await {
         Ok(c) => c,

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use crate::dynamo::item::Item;
 use crate::dynamo::retry::{self, Backoff};
-use crate::error::{Error, Result};
+use crate::error::{error_chain, Error, Result};
 use crate::Deps;
 
 /// Throttled attempts of an at-most-once write before giving up (each one a counted call).
@@ -138,8 +138,24 @@ pub async fn update(
                 {
                     Backoff::TRANSACTION.wait(attempt).await;
                 }
+                other if retry::certainly_not_applied(other.code()) => {
+                    let code = other.code().unwrap_or_default().to_string();
+                    return Err(Error::DynamoRejected {
+                        operation: "UpdateItem",
+                        code,
+                        message: error_chain(&SdkError::ServiceError(se)),
+                    });
+                }
                 _ => return Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
             },
+            // Never sent: the request could not be built.
+            Err(e @ SdkError::ConstructionFailure(_)) => {
+                return Err(Error::DynamoRejected {
+                    operation: "UpdateItem",
+                    code: "ConstructionFailure".into(),
+                    message: error_chain(&e),
+                })
+            }
             Err(e) => return Err(Error::dynamo("UpdateItem", e)),
         }
     }

@@ -63,6 +63,25 @@ impl Backoff {
     }
 }
 
+/// Error codes with which DynamoDB refuses a request before applying any of it: throttling, a
+/// request it cannot take (`ValidationException`: an item over 400 KB, a bad expression), missing
+/// permission, a missing table or index, a full item collection. A lost answer, a timeout or an
+/// internal error may have applied; these never did.
+pub fn certainly_not_applied(code: Option<&str>) -> bool {
+    is_throttle(code)
+        || matches!(
+            code,
+            Some(
+                "ValidationException"
+                    | "AccessDeniedException"
+                    | "ResourceNotFoundException"
+                    | "ItemCollectionSizeLimitExceededException"
+                    | "UnrecognizedClientException"
+                    | "MissingAuthenticationTokenException"
+            )
+        )
+}
+
 /// Throttling *exceptions* of a single call (the SDK has already retried them with its own
 /// backoff): `ThrottlingException`, `ProvisionedThroughputExceededException`,
 /// `RequestLimitExceeded`.

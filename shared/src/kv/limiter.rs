@@ -72,6 +72,15 @@ pub enum KvError {
     ShadowInBatch(String),
     #[error("no lease {0}")]
     LeaseNotFound(String),
+    /// An acquire under a lease id that already holds another estimate on this bucket (or a lease
+    /// held elsewhere): never granted, since nothing would be spent for it.
+    #[error("lease {lease} on {bucket} already holds {held}, not the {asked} asked for")]
+    LeaseMismatch {
+        lease: String,
+        bucket: String,
+        held: u64,
+        asked: u64,
+    },
     /// The lease's deadline had passed: its amount was returned to the bucket.
     #[error("lease {0} has expired; its amount was returned")]
     LeaseExpired(String),
@@ -269,7 +278,10 @@ impl Limiter {
             Op::Spend => SpendPlan::spend(rate, now, cost, hint),
             Op::Refund => SpendPlan::refund(rate, now, cost, hint),
         };
-        let plan = plan.map_err(|e| (e.into(), false))?.with_state(state);
+        let mut plan = plan.map_err(|e| (e.into(), false))?.with_state(state);
+        if op == Op::Refund {
+            plan = plan.with_refund_id(write::RefundId::fresh());
+        }
         match self.write_key(key, plan).await {
             Ok(Wrote::Admitted(d)) => Ok(Self::outcome_at(bucket, key, rate, d)),
             Ok(Wrote::Refused(d, version)) => {
@@ -288,10 +300,29 @@ impl Limiter {
     /// `plan`'s conditional write on the item `key`, again under the right case while the guess
     /// is wrong (up to [`MAX_ATTEMPTS`] writes, never a read). A failure says whether DynamoDB
     /// throttled the write.
+    ///
+    /// A refund (it carries a [`RefundId`](write::RefundId)) is sent without the SDK's retries,
+    /// which would send it again after a lost answer and so give the cost back twice: its own
+    /// resends (a throttle, a conflict, or an answer that may have been lost: a 5xx or a timeout,
+    /// up to [`SDK_ATTEMPTS`](crate::dynamo::SDK_ATTEMPTS) sends as the SDK's) carry the same id,
+    /// and the old item of a failed condition tells whether an earlier send applied.
     async fn write_key(&self, key: &str, mut plan: SpendPlan) -> Result<Wrote, (KvError, bool)> {
         let target = Target::bucket(&self.table, key, self.ttl_margin);
-        for _ in 0..MAX_ATTEMPTS {
-            match plan.update_item(&self.client, &target).send().await {
+        // Whether a send of this refund id may have applied without our hearing of it.
+        let mut unsure = false;
+        let mut resends = 0;
+        let mut writes = 0;
+        while writes < MAX_ATTEMPTS {
+            writes += 1;
+            let req = plan.update_item(&self.client, &target);
+            let sent = if plan.refund_id.is_some() {
+                let once = aws_sdk_dynamodb::config::Builder::default()
+                    .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled());
+                req.customize().config_override(once).send().await
+            } else {
+                req.send().await
+            };
+            match sent {
                 Ok(out) => {
                     let new_tat = match plan.case {
                         Case::RefundToFull => Some(plan.now),
@@ -308,7 +339,29 @@ impl Limiter {
                         UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                         _ => None,
                     };
-                    self.remember(key, write::stored_tat(old.as_ref(), write::attr::TAT));
+                    let stored = write::stored_tat(old.as_ref(), write::attr::TAT);
+                    self.remember(key, stored);
+                    if let Some(id) = plan.refund_id {
+                        match write::RefundId::stored(old.as_ref()) {
+                            // Applied by an earlier send whose answer was lost.
+                            Some(s) if s == id => {
+                                return Ok(Wrote::Admitted(plan.admitted(stored, None)))
+                            }
+                            // A later refund came in after a send we never heard back from: it may
+                            // have applied, so it is not sent again (never given back twice).
+                            Some(s) if s > id && unsure => {
+                                tracing::warn!(
+                                    bucket = key,
+                                    "refund answer lost, another refund since: counted as applied"
+                                );
+                                return Ok(Wrote::Admitted(plan.admitted(stored, None)));
+                            }
+                            // Not applied: a later id got there first; this one goes after it.
+                            Some(s) if s > id => plan.refund_id = Some(write::RefundId::after(s)),
+                            // A smaller id (or none) is still there: no send of ours applied.
+                            _ => unsure = false,
+                        }
+                    }
                     match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
                         Next::Refused(d) => {
                             let version = old.as_ref().and_then(|i| num(i, write::attr::VERSION));
@@ -318,6 +371,16 @@ impl Limiter {
                     }
                 }
                 Err(e) => {
+                    let again = plan.refund_id.and(resend(&e));
+                    if let Some(maybe_applied) =
+                        again.filter(|_| resends + 1 < crate::dynamo::SDK_ATTEMPTS)
+                    {
+                        unsure |= maybe_applied;
+                        resends += 1;
+                        writes -= 1;
+                        Backoff::TRANSACTION.wait(resends).await;
+                        continue;
+                    }
                     let throttled = retry::is_throttle(e.code());
                     return Err((crate::Error::dynamo("UpdateItem", e).into(), throttled));
                 }
@@ -371,9 +434,12 @@ impl Limiter {
     }
 
     /// Gives `cost` tokens back to a bucket, never above its burst. Refused (not allowed) when the
-    /// bucket is already full.
+    /// bucket is already full. Applied at most once, even when an answer is lost and the write is
+    /// sent again (decision 0601); an error after such a loss may still mean it was applied, so a
+    /// caller does not repeat it (a repeat is a new refund).
     ///
-    /// DynamoDB calls: **1** `UpdateItem` warm or when refused; **≤ 2** cold.
+    /// DynamoDB calls: **1** `UpdateItem` warm or when refused; **≤ 2** cold; +1 per lost answer,
+    /// and +1 behind another process's later refund id.
     pub async fn refund(
         &self,
         name: &str,
@@ -419,6 +485,28 @@ impl Limiter {
         self.remember(key, None);
         self.pending.forget(key);
         Ok(())
+    }
+}
+
+/// Whether a refund whose send failed with `e` may be sent again, and if so whether that send may
+/// have been applied (`Some(true)`: a 5xx, a timeout, a connection lost after sending) or surely
+/// was not (`Some(false)`: throttled, or a transaction held the item). `None`: do not resend.
+fn resend(e: &SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>) -> Option<bool> {
+    match e {
+        SdkError::ServiceError(se) => {
+            let code = se.err().code();
+            if retry::is_throttle(code) || txn::is_conflict(code) {
+                Some(false)
+            } else if se.raw().status().is_server_error() {
+                Some(true)
+            } else {
+                None
+            }
+        }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            Some(true)
+        }
+        _ => None,
     }
 }
 

@@ -16,6 +16,9 @@
 //! write fails, DynamoDB returns the old item (`ReturnValuesOnConditionCheckFailure::ALL_OLD`), and
 //! [`SpendPlan::on_condition_failed`] decides from it: a denial (no further call) or a retry under
 //! the right case (one more call, still no read).
+//!
+//! A refund can carry a [`RefundId`]: its write then also requires the bucket's `refundId` to be
+//! smaller and sets it, so sending it again after a lost answer never refunds twice.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -51,6 +54,9 @@ pub mod attr {
     pub const BURST: &str = "burst";
     pub const COUNT: &str = "count";
     pub const PERIOD_NS: &str = "periodNs";
+    /// The largest [`RefundId`](super::RefundId) applied: a refund's write requires a smaller one
+    /// and sets its own, so it applies at most once however often it is sent.
+    pub const REFUND_ID: &str = "refundId";
 }
 
 /// Where a bucket lives: table, key, and the names of its TAT and TTL attributes.
@@ -128,8 +134,57 @@ pub struct SpendPlan {
     pub rate: Rate,
     pub now: Timestamp,
     pub cost: u64,
+    /// How far the write moves the TAT, in nanoseconds: `cost × EI`, or a refund's span
+    /// ([`SpendPlan::refund_span`]).
+    pub inc: i64,
     pub case: Case,
     pub state: Option<StateWrite>,
+    /// A refund sent as itself again after a lost answer must not apply twice: its id, recorded
+    /// by the write ([`attr::REFUND_ID`]). `None` where something else makes the write apply once
+    /// (a lease's refund: the lease item's condition in the same transaction).
+    pub refund_id: Option<RefundId>,
+}
+
+/// A refund's id (issue 22 item 11a). The bucket keeps the largest applied (`refundId`) and a
+/// refund's write requires a smaller one, so a write resent after a lost answer fails its
+/// condition instead of refunding again, and the old item it gets back tells: its own id there,
+/// it was applied. Ids only grow, so no later write can make a resend apply (an id kept only as
+/// "the last one" could be overwritten by another refund in between).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RefundId(pub i128);
+
+/// Random digits below the wall-clock part of a [`RefundId`].
+const REFUND_ID_SPREAD: i128 = 1_000_000_000;
+
+impl RefundId {
+    /// Wall-clock nanoseconds × 10⁹ plus 9 random digits: unique in practice, and a later refund
+    /// mostly carries a larger id (one that does not is sent once more, [`RefundId::after`]). Real
+    /// time on purpose: the id orders refunds, it decides nothing about the bucket.
+    pub fn fresh() -> Self {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let wall = i128::try_from(wall).unwrap_or(0);
+        let spread = i128::from(fastrand::u64(0..REFUND_ID_SPREAD as u64));
+        RefundId(wall.saturating_mul(REFUND_ID_SPREAD).saturating_add(spread))
+    }
+
+    /// A fresh id above `stored`, for a refund that lost the order to a later one.
+    pub fn after(stored: RefundId) -> Self {
+        let fresh = RefundId::fresh();
+        let next = stored
+            .0
+            .saturating_add(1 + fresh.0.rem_euclid(REFUND_ID_SPREAD));
+        RefundId(fresh.0.max(next))
+    }
+
+    /// The id an item carries (`None`: no refund yet, or not a number).
+    pub fn stored(item: Option<&Item>) -> Option<Self> {
+        match item?.get(attr::REFUND_ID)? {
+            AttributeValue::N(v) => v.trim().parse().ok().map(RefundId),
+            _ => None,
+        }
+    }
 }
 
 /// What to do after a failed condition.
@@ -173,6 +228,23 @@ impl SpendPlan {
     ) -> Result<Self, RateError> {
         gcra::refund(&rate, None, now, cost)?;
         let inc = gcra::increment_nanos(&rate, cost);
+        Ok(SpendPlan::refund_by(rate, now, cost, inc, hint))
+    }
+
+    /// A refund of `span` of the TAT rather than whole tokens (a lease gives back only what the
+    /// refill has not, decision 1501), betting on the case the hint implies. `span` > 0.
+    pub fn refund_span(
+        rate: Rate,
+        now: Timestamp,
+        span: Duration,
+        hint: Option<Timestamp>,
+    ) -> Self {
+        let inc = crate::clock::duration_nanos(span).max(1);
+        let ei = rate.emission_interval_nanos().max(1);
+        SpendPlan::refund_by(rate, now, u64::try_from(inc / ei).unwrap_or(0), inc, hint)
+    }
+
+    fn refund_by(rate: Rate, now: Timestamp, cost: u64, inc: i64, hint: Option<Timestamp>) -> Self {
         let case = match hint {
             Some(t)
                 if t.as_nanos() > now.as_nanos()
@@ -182,7 +254,10 @@ impl SpendPlan {
             }
             _ => Case::RefundPartial,
         };
-        Ok(SpendPlan::betting(rate, now, cost, case))
+        SpendPlan {
+            inc,
+            ..SpendPlan::betting(rate, now, cost, case)
+        }
     }
 
     fn betting(rate: Rate, now: Timestamp, cost: u64, case: Case) -> Self {
@@ -190,8 +265,10 @@ impl SpendPlan {
             rate,
             now,
             cost,
+            inc: gcra::increment_nanos(&rate, cost),
             case,
             state: None,
+            refund_id: None,
         }
     }
 
@@ -200,8 +277,20 @@ impl SpendPlan {
         self
     }
 
-    fn is_refund(&self) -> bool {
+    /// Makes a refund's write apply at most once ([`RefundId`]).
+    pub fn with_refund_id(mut self, id: RefundId) -> Self {
+        self.refund_id = Some(id);
+        self
+    }
+
+    pub fn is_refund(&self) -> bool {
         matches!(self.case, Case::RefundPartial | Case::RefundToFull)
+    }
+
+    /// This refund's decision against the TAT `old`.
+    fn give_back(&self, old: Option<Timestamp>) -> Decision {
+        let span = Duration::from_nanos(u64::try_from(self.inc).unwrap_or(0));
+        gcra::refund_span(&self.rate, old, self.now, span)
     }
 
     /// The decision for a write that succeeded. `new_tat` is the TAT DynamoDB returned
@@ -209,7 +298,7 @@ impl SpendPlan {
     /// and the decision of a draining spend is computed from `hint` (exact when no other writer
     /// touched the bucket since the hint was taken; the admission itself is exact regardless).
     pub fn admitted(&self, new_tat: Option<Timestamp>, hint: Option<Timestamp>) -> Decision {
-        let inc = gcra::increment_nanos(&self.rate, self.cost);
+        let inc = self.inc;
         let now = self.now.as_nanos();
         let old = match self.case {
             Case::Idle => None,
@@ -235,7 +324,7 @@ impl SpendPlan {
         };
         // Cost was validated when the plan was made, so the arithmetic cannot fail.
         let d = if self.is_refund() {
-            gcra::refund(&self.rate, old, self.now, self.cost)
+            Ok(self.give_back(old))
         } else {
             gcra::spend(&self.rate, old, self.now, self.cost)
         };
@@ -253,22 +342,18 @@ impl SpendPlan {
         let old = stored_tat(old_item, tat_attr);
         let now = self.now.as_nanos();
         if self.is_refund() {
-            let d = gcra::refund(&self.rate, old, self.now, self.cost);
-            return match d {
-                Ok(d) if !d.allowed => Next::Refused(d),
-                Ok(_) => {
-                    let inc = gcra::increment_nanos(&self.rate, self.cost);
-                    let case = match old {
-                        Some(t) if t.as_nanos() < now.saturating_add(inc) => Case::RefundToFull,
-                        _ => Case::RefundPartial,
-                    };
-                    Next::Retry(SpendPlan {
-                        case,
-                        ..self.clone()
-                    })
-                }
-                Err(_) => Next::Refused(self.admitted(None, None)),
+            let d = self.give_back(old);
+            if !d.allowed {
+                return Next::Refused(d);
+            }
+            let case = match old {
+                Some(t) if t.as_nanos() < now.saturating_add(self.inc) => Case::RefundToFull,
+                _ => Case::RefundPartial,
             };
+            return Next::Retry(SpendPlan {
+                case,
+                ..self.clone()
+            });
         }
         match gcra::spend(&self.rate, old, self.now, self.cost) {
             Ok(d) if !d.allowed => Next::Refused(d),

@@ -27,6 +27,10 @@ pub mod attr {
     /// The tenant's `connectionShards` when a connection last joined (only when above 1): a
     /// release finds the counter shard of each id from it (decision 1502).
     pub const CONNECTION_SHARDS: &str = "connShards";
+    /// Random, fixed when the row is created (and when an expired row is replaced): connect
+    /// tickets name it, so a ticket does not survive its session's delete or re-create (decision
+    /// 2100). Not returned by the API.
+    pub const SESSION_NONCE: &str = "sessionNonce";
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -39,6 +43,13 @@ pub fn table(name: &str) -> TableDef {
         ttl_attribute: Some(attr::SESSION_TTL),
         stream: Some("NEW_AND_OLD_IMAGES"),
     }
+}
+
+/// A new session id for `PUT /session` without one: 128 random bits as 22 base64url characters,
+/// so a session's name cannot be guessed (a caller's own ids are names, not secrets).
+pub fn new_id() -> crate::Result<crate::ids::SessionId> {
+    let token = crate::ticket::random_token(16).map_err(|e| crate::Error::Other(e.to_string()))?;
+    Ok(crate::ids::SessionId::parse(&token)?)
 }
 
 /// A session as the API returns it.
@@ -55,6 +66,9 @@ pub struct Session {
     /// Counter shards its connections were counted on (1: the tenant's one counter).
     #[serde(skip)]
     pub connection_shards: u64,
+    /// `sessionNonce` (absent on rows written before tickets existed, until their next refresh).
+    #[serde(skip)]
+    pub nonce: Option<String>,
 }
 
 impl Session {

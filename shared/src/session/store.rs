@@ -39,6 +39,7 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
         session_ttl: item::opt_number_i64(it, table, attr::SESSION_TTL)?.unwrap_or(0),
         connection_ids,
         connection_shards: connection_shards(it),
+        nonce: item::opt_str(it, table, attr::SESSION_NONCE)?,
     })
 }
 
@@ -53,8 +54,14 @@ pub enum Upsert {
     Replaced { session: Session, stale: Session },
 }
 
-/// Creates the session or refreshes its TTL to `ttl` (epoch seconds). 1 UpdateItem in the common
-/// path; an expired-but-not-deleted session costs 1 more (a conditional PutItem replacing it).
+/// A fresh `sessionNonce` (128 random bits).
+fn new_nonce() -> Result<String> {
+    crate::ticket::random_token(16).map_err(|e| Error::Other(e.to_string()))
+}
+
+/// Creates the session or refreshes its TTL to `ttl` (epoch seconds); a new row gets its
+/// `sessionNonce`, a live one keeps it. 1 UpdateItem in the common path; an
+/// expired-but-not-deleted session costs 1 more (a conditional PutItem replacing it).
 pub async fn create_or_refresh(
     deps: &Deps,
     t: &TenantId,
@@ -68,11 +75,13 @@ pub async fn create_or_refresh(
         .update_item()
         .table_name(table)
         .set_key(Some(key(t, sid)))
-        .update_expression("SET #ttl = :ttl")
+        .update_expression("SET #ttl = :ttl, #nonce = if_not_exists(#nonce, :nonce)")
         .condition_expression("attribute_not_exists(#sid) OR #ttl > :now")
         .expression_attribute_names("#ttl", attr::SESSION_TTL)
         .expression_attribute_names("#sid", attr::SESSION_ID)
+        .expression_attribute_names("#nonce", attr::SESSION_NONCE)
         .expression_attribute_values(":ttl", n(ttl))
+        .expression_attribute_values(":nonce", s(new_nonce()?))
         .expression_attribute_values(":now", n(now))
         .return_values(ReturnValue::AllNew)
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -89,13 +98,15 @@ pub async fn create_or_refresh(
                 let seen = from_item(table, &old)?;
                 // The ids to release come from the replaced item itself (`ALL_OLD` of the put),
                 // not from this earlier image: a disconnect in between already released its own.
-                let stale = replace_expired(deps, t, sid, ttl, &seen).await?;
+                let nonce = new_nonce()?;
+                let stale = replace_expired(deps, t, sid, ttl, &nonce, &seen).await?;
                 let session = Session {
                     tenant_id: t.to_string(),
                     session_id: sid.to_string(),
                     session_ttl: ttl,
                     connection_ids: vec![],
                     connection_shards: 1,
+                    nonce: Some(nonce),
                 };
                 Ok(Upsert::Replaced { session, stale })
             }
@@ -112,10 +123,12 @@ async fn replace_expired(
     t: &TenantId,
     sid: &SessionId,
     ttl: i64,
+    nonce: &str,
     stale: &Session,
 ) -> Result<Session> {
     let mut it = key(t, sid);
     it.insert(attr::SESSION_TTL.to_string(), n(ttl));
+    it.insert(attr::SESSION_NONCE.to_string(), s(nonce));
     let out = deps
         .dynamo
         .put_item()

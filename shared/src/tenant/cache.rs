@@ -1,6 +1,9 @@
 //! A bounded-time, in-memory cache of tenant rows, so a warm authorizer spends no call on the tenant.
-//! Only found tenants are cached: a tenant created a moment ago is seen on the next call, and a
-//! deleted or changed one within the configured time (`TURNSTILE_TENANT_CACHE_SECS`).
+//! Found tenants are kept for the configured time (`TURNSTILE_TENANT_CACHE_SECS`: a deleted or
+//! changed one is seen within it). Ids found to name no tenant are kept apart, briefly
+//! ([`MISSING_TTL`]) and in a bounded set of their own: a flood of made-up ids costs one GetItem per
+//! id per few seconds, never evicts a real tenant, and a tenant created a moment ago is seen within
+//! seconds.
 
 use std::time::Duration;
 
@@ -17,11 +20,15 @@ pub const CACHE_SECS_VAR: &str = "TURNSTILE_TENANT_CACHE_SECS";
 pub const DEFAULT_CACHE_SECS: u64 = 60;
 /// Entries kept at most; beyond it the cache is cleared (cheap, and bounds memory under id floods).
 const MAX_ENTRIES: usize = 10_000;
+/// How long an id is remembered to name no tenant (at most the cache's own time).
+pub const MISSING_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
 pub struct TenantCache {
     ttl: Duration,
     entries: Cache<TenantId, Tenant>,
+    /// Ids that named no tenant when read; separate, so they never push a real tenant out.
+    missing: Cache<TenantId, ()>,
 }
 
 impl TenantCache {
@@ -29,6 +36,7 @@ impl TenantCache {
         TenantCache {
             ttl,
             entries: Cache::new(MAX_ENTRIES, WhenFull::Clear),
+            missing: Cache::new(MAX_ENTRIES, WhenFull::Clear),
         }
     }
 
@@ -47,9 +55,17 @@ impl TenantCache {
         if let Some(t) = self.entries.fresh(id, now) {
             return Ok(Some(t));
         }
+        if self.missing.fresh(id, now).is_some() {
+            return Ok(None);
+        }
         let found = store::get(deps, id).await?;
-        if let Some(t) = &found {
-            self.insert(t.clone(), now);
+        match &found {
+            Some(t) => self.insert(t.clone(), now),
+            None if !self.ttl.is_zero() => {
+                let until = now.plus(MISSING_TTL.min(self.ttl));
+                self.missing.insert_until(id.clone(), (), now, until);
+            }
+            None => {}
         }
         Ok(found)
     }

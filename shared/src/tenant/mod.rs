@@ -12,7 +12,7 @@ use crate::table::{KeyAttr, TableDef, TableKind};
 pub use window::WindowAlgorithm;
 
 pub use cache::TenantCache;
-pub use policy::{Enforcement, OnFailure};
+pub use policy::{ConnectAuth, Enforcement, OnFailure};
 
 /// Attribute names, as seed 003 and the AWS sample write them.
 pub mod attr {
@@ -33,10 +33,16 @@ pub mod attr {
     /// Items the tenant's open-connection count is spread over (absent or 1: the one `{tenant}`
     /// counter; decision 1502).
     pub const CONNECTION_SHARDS: &str = "connectionShards";
+    /// `ticket` (default), `jwt` or `none` ([`super::ConnectAuth`]).
+    pub const CONNECT_AUTH: &str = "connectAuth";
 }
 
 /// The most counter shards a tenant may have (one BatchGetItem reads them all).
 pub const MAX_CONNECTION_SHARDS: u64 = 100;
+/// The most connections one session may hold, in every mode (shadow included): a session keeps its
+/// connection ids in one item, and 10,000 ids of API Gateway's 16 characters are ~160 KB, well
+/// inside DynamoDB's 400 KB item limit with the session's other attributes (issue 22).
+pub const MAX_CONNECTIONS_PER_SESSION: u64 = 10_000;
 
 fn one() -> u64 {
     1
@@ -92,6 +98,9 @@ pub struct Limits {
     /// Counter items the open connections are spread over (`connectionShards`; 1 by default).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub connection_shards: u64,
+    /// What a `$connect` must present (`connectAuth`; a ticket by default).
+    #[serde(default)]
+    pub connect_auth: ConnectAuth,
 }
 
 impl Limits {
@@ -116,7 +125,14 @@ impl Limits {
             enforcement: Enforcement::Enforce,
             on_failure: OnFailure::Closed,
             connection_shards: 1,
+            connect_auth: ConnectAuth::Ticket,
         }
+    }
+
+    /// The same limits with another connect authentication.
+    pub const fn with_connect_auth(mut self, a: ConnectAuth) -> Limits {
+        self.connect_auth = a;
+        self
     }
 
     /// The same limits with the open-connection count spread over `n` items (decision 1502).
@@ -143,10 +159,19 @@ impl Limits {
         self
     }
 
-    /// Whether `connectionShards` fits the limits: 1 to [`MAX_CONNECTION_SHARDS`], and no more than
+    /// Whether the limits can be stored and kept: `connectionsPerSession` at most
+    /// [`MAX_CONNECTIONS_PER_SESSION`]; `connectionShards` 1 to [`MAX_CONNECTION_SHARDS`], and no more than
     /// `tenantConnections` or `tenantPerMinute` (each shard needs a share of at least one of both;
     /// a limit of 0 blocks the tenant whatever the shards). Decision 1502.
     pub fn check_shards(&self) -> Result<(), String> {
+        if self.connections_per_session > MAX_CONNECTIONS_PER_SESSION {
+            return Err(format!(
+                "{} = {} is above the ceiling of {MAX_CONNECTIONS_PER_SESSION}: a session keeps \
+                 its connection ids in one item, which DynamoDB limits to 400 KB",
+                attr::CONNECTIONS_PER_SESSION,
+                self.connections_per_session
+            ));
+        }
         let n = self.connection_shards;
         if !(1..=MAX_CONNECTION_SHARDS).contains(&n) {
             return Err(format!(
@@ -208,5 +233,10 @@ mod tests {
             .check_shards()
             .unwrap_err()
             .contains("tenantPerMinute"));
+        let huge = Limits::example(60, 5, MAX_CONNECTIONS_PER_SESSION + 1, 10, 200, 60);
+        assert!(huge
+            .check_shards()
+            .unwrap_err()
+            .contains("ceiling of 10000"));
     }
 }

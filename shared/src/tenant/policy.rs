@@ -25,6 +25,19 @@ pub enum OnFailure {
     Open,
 }
 
+/// `connectAuth`: what a `$connect` must present for this tenant (decision 2100). `ticket`
+/// (default, also for rows written before the attribute existed): a connect ticket from the session
+/// API; `jwt`: an OIDC token whose tenant claim is the tenant; `none`: nothing — anyone who knows a
+/// session's id joins it (seed 003's behaviour, insecure, only when named).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectAuth {
+    #[default]
+    Ticket,
+    Jwt,
+    None,
+}
+
 macro_rules! named {
     ($t:ident, $what:literal, $($v:ident => $s:literal),+) => {
         impl $t {
@@ -52,6 +65,7 @@ macro_rules! named {
 
 named!(Enforcement, "an enforcement (enforce or shadow)", Enforce => "enforce", Shadow => "shadow");
 named!(OnFailure, "a failure policy (closed or open)", Closed => "closed", Open => "open");
+named!(ConnectAuth, "a connect authentication (ticket, jwt or none)", Ticket => "ticket", Jwt => "jwt", None => "none");
 
 #[cfg(test)]
 mod tests {
@@ -68,5 +82,8 @@ mod tests {
             .unwrap_err()
             .contains("enforce or shadow"));
         assert!("fail".parse::<OnFailure>().is_err());
+        assert_eq!(ConnectAuth::default(), ConnectAuth::Ticket);
+        assert_eq!("none".parse(), Ok(ConnectAuth::None));
+        assert!("off".parse::<ConnectAuth>().is_err());
     }
 }

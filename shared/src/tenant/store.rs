@@ -43,6 +43,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             enforcement: named(table, it, attr::ENFORCEMENT)?,
             on_failure: named(table, it, attr::ON_FAILURE)?,
             connection_shards: opt(attr::CONNECTION_SHARDS, 1)?,
+            connect_auth: named(table, it, attr::CONNECT_AUTH)?,
         },
     };
     tenant
@@ -55,8 +56,9 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
     Ok(tenant)
 }
 
-/// A named setting (`rateAlgorithm`, `enforcement`, `onFailure`): absent means its default (rows
-/// written before the attribute existed keep their behaviour: fixed, enforce, closed); an unknown
+/// A named setting (`rateAlgorithm`, `enforcement`, `onFailure`, `connectAuth`): absent means its
+/// default (rows written before the attribute existed: fixed, enforce, closed, and a connect
+/// ticket — the secure choice, not seed 003's anonymous connect); an unknown
 /// value makes the row malformed.
 fn named<T: FromStr<Err = String> + Default>(
     table: &str,
@@ -107,6 +109,7 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         (attr::RATE_ALGORITHM, l.rate_algorithm.as_str()),
         (attr::ENFORCEMENT, l.enforcement.as_str()),
         (attr::ON_FAILURE, l.on_failure.as_str()),
+        (attr::CONNECT_AUTH, l.connect_auth.as_str()),
     ] {
         it.insert(name.to_string(), AttributeValue::S(value.to_string()));
     }

@@ -13,6 +13,12 @@ use crate::dynamo::item::{self, n, s};
 use crate::error::{Error, Result};
 use crate::session::{attr as sattr, store as sstore};
 
+fn nonce_of(it: &crate::dynamo::item::Item) -> Option<&str> {
+    it.get(sattr::SESSION_NONCE)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+}
+
 /// Step 2: adds `cid` to the session, counted against the session's caps. Sent at most once per
 /// attempt (no SDK retry: a committed write retried would look like a repeated `$connect`).
 /// `Admission::Admitted` when it joined; any other answer means the reservation must be undone.
@@ -47,7 +53,10 @@ pub(super) async fn join_inner(
             .max(deps.clock.now().since(reservation.at));
         if waited > JOIN_DEADLINE {
             return Ok(Joined::GaveUp(Error::TimedOut {
-                what: format!("joining {cid} to {t}/{sid} before the join deadline"),
+                what: format!(
+                    "joining {cid} to {t}/#{} before the join deadline",
+                    crate::ticket::fingerprint(sid.as_str())
+                ),
                 after: JOIN_DEADLINE,
             }));
         }
@@ -68,12 +77,25 @@ pub(super) async fn join_inner(
         minute.write(&mut p, &SESSION_MINUTE);
         p.add.push("#ids :cidset".into());
         p.set.push("#ttl = :ttl".into());
+        if let Some(nonce) = r.nonce {
+            p.name("#nonce", sattr::SESSION_NONCE);
+            p.value(":nonce", s(nonce));
+            p.conditions.push("#nonce = :nonce".into());
+        }
         if limits.connection_shards > 1 {
             p.name("#nsh", sattr::CONNECTION_SHARDS);
             p.value(":nsh", n(limits.connection_shards));
             p.set.push("#nsh = :nsh".into());
         }
-        match write::update_once(deps, &deps.tables.sessions, &key, &p).await? {
+        let written = match write::update_once(deps, &deps.tables.sessions, &key, &p).await {
+            Ok(w) => w,
+            // Refused by DynamoDB before it applied (throttled, invalid, denied, no table): the
+            // join certainly did not happen, so the reservation is given back (issue 22). Any other
+            // error may have applied: the reservation is kept and the reconciler repairs it.
+            Err(e @ Error::DynamoRejected { .. }) => return Ok(Joined::GaveUp(e)),
+            Err(e) => return Err(e),
+        };
+        match written {
             Written::Applied(_) => {
                 hints.set(&hint_key, after(&minute));
                 return Ok(Joined::Answer(Admission::Admitted));
@@ -85,6 +107,10 @@ pub(super) async fn join_inner(
                     return Ok(Joined::Answer(Admission::NoSession));
                 };
                 if item::num(o, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
+                    return Ok(Joined::Answer(Admission::NoSession));
+                }
+                // Another incarnation of the session than the ticket's: the ticket's is gone.
+                if r.nonce.is_some() && nonce_of(o) != r.nonce {
                     return Ok(Joined::Answer(Admission::NoSession));
                 }
                 let ids = item::string_set(o, sattr::CONNECTION_IDS);
@@ -116,7 +142,10 @@ pub(super) async fn join_inner(
         }
     }
     Ok(Joined::GaveUp(Error::contended(
-        format!("joining {cid} to {t}/{sid}"),
+        format!(
+            "joining {cid} to {t}/#{}",
+            crate::ticket::fingerprint(sid.as_str())
+        ),
         MAX_ATTEMPTS,
     )))
 }

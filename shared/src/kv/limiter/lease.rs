@@ -1,10 +1,14 @@
 //! Leases (issue 15, decision 1501): hold an estimated cost on a GCRA bucket, then adjust it to the
 //! real cost when it is known (LLM tokens), commit it, or let it expire and get the estimate back.
 //!
-//! A lease is an item `~lease:{leaseId}` in the buckets table (`leaseOf`, `amount`, `deadline`),
-//! written in the same `TransactWriteItems` as the bucket's spend or refund, so the bucket and the
-//! lease never disagree: a lease exists exactly when its amount is spent. Adjusting to an absolute
-//! amount is idempotent (a repeat finds the amount already there and writes nothing).
+//! A lease is an item `~lease:{n}:{bucket}:{leaseId}` in the buckets table (`leaseOf`, `amount`,
+//! `deadline`, `heldUntil`), written in the same `TransactWriteItems` as the bucket's spend or
+//! refund, so the bucket and the lease never disagree: a lease exists exactly when its amount is
+//! spent. Lease ids belong to their bucket: the same id on another bucket is another lease.
+//! Adjusting to an absolute amount is idempotent (a repeat finds the amount already there and writes
+//! nothing). A refund gives back only what the refill has not already returned (`heldUntil`).
+
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
@@ -19,6 +23,7 @@ mod lattr {
     pub const LEASE_OF: &str = "leaseOf";
     pub const AMOUNT: &str = "amount";
     pub const DEADLINE: &str = "deadline";
+    pub const HELD_UNTIL: &str = "heldUntil";
 }
 
 /// A held cost.
@@ -31,6 +36,10 @@ pub struct Lease {
     pub amount: u64,
     /// Epoch nanoseconds after which the lease expires and its amount is returned.
     pub deadline_ns: i64,
+    /// Epoch nanoseconds until which some of the lease's tokens are not yet refilled: the TAT of
+    /// a bucket that held only this lease. A refund gives back at most `heldUntil − now`, never
+    /// what the refill has already returned (decision 1501). Before it was recorded: `i64::MIN`.
+    pub held_until_ns: i64,
 }
 
 /// What a lease operation did.
@@ -41,8 +50,8 @@ pub struct LeaseOutcome {
     pub granted: bool,
     /// The lease after the operation (`None` once committed, released or expired).
     pub lease: Option<Lease>,
-    /// Tokens given back to the bucket by this operation (at most the burst; a refund never fills
-    /// the bucket past full, decision 0601).
+    /// Whole tokens given back to the bucket by this operation: at most what the refill has not
+    /// already returned, and never past full (decisions 1501, 0601).
     pub returned: u64,
     /// True when the operation had already been done (same lease id, same amount): nothing written.
     pub duplicate: bool,
@@ -63,18 +72,54 @@ enum Tx {
     LeaseChanged,
 }
 
-fn lease_key(lease_id: &str) -> String {
-    format!("{LEASE_PREFIX}{lease_id}")
+/// The lease item's key, `~lease:{n}:{bucket}:{leaseId}` with `n` the length of the bucket key: ids
+/// are scoped to their bucket (a lease id reused on another bucket is another lease there), and
+/// the length keeps a bucket id and a lease id that both contain `:` from meeting on one key.
+fn lease_key(bucket: &BucketKey, lease_id: &str) -> String {
+    let b = bucket.key();
+    format!("{LEASE_PREFIX}{}:{b}:{lease_id}", b.len())
+}
+
+/// The condition that the lease item is still as read (`#a` amount, `#u` heldUntil), and its
+/// values: a concurrent adjust changes one of them, and the loser reads again.
+fn unchanged(lease: &Lease) -> (String, HashMap<String, AttributeValue>) {
+    let values = HashMap::from([
+        (":old".to_string(), n(lease.amount)),
+        (":held".to_string(), n(lease.held_until_ns)),
+    ]);
+    if lease.held_until_ns == i64::MIN {
+        // Written before `heldUntil` (or since, as that same "nothing known outstanding").
+        let held = "(attribute_not_exists(#u) OR #u = :held)";
+        return (format!("#a = :old AND {held}"), values);
+    }
+    ("#a = :old AND #u = :held".into(), values)
+}
+
+/// How much of the TAT giving `tokens` of `lease` back may move at `now`: at most their whole
+/// increment, and at most `heldUntil − now`, the part of the lease the refill has not yet returned
+/// (decision 1501). `None` when that is nothing.
+fn outstanding(rate: &Rate, lease: &Lease, tokens: u64, now: Timestamp) -> Option<Duration> {
+    let all = i128::from(gcra::increment_nanos(rate, tokens));
+    let left = i128::from(lease.held_until_ns) - i128::from(now.as_nanos());
+    let span = all.min(left);
+    (span > 0).then(|| Duration::from_nanos(u64::try_from(span).unwrap_or(u64::MAX)))
+}
+
+/// The whole tokens in a span of `inc` nanoseconds of the TAT (what a refund reports as returned).
+fn whole_tokens(rate: &Rate, inc: i64) -> u64 {
+    u64::try_from(inc / rate.emission_interval_nanos().max(1)).unwrap_or(0)
 }
 
 impl Limiter {
     /// Holds `estimate` (≥ 1) tokens of `name`/`id` under `lease_id` until `now + ttl`.
     ///
     /// DynamoDB calls: **1** `TransactWriteItems` (the spend and the lease item: 4 WCU) when warm,
-    /// admitted or refused; ≤ 2 cold. A repeat with the same lease id returns the lease as it is
-    /// (+1 `GetItem`). On a sharded limit the lease is held on one shard, tried as a spend tries
-    /// them (2 random shards; a refusal costs 2 transactions); adjusting it up needs room on that
-    /// shard.
+    /// admitted or refused; ≤ 2 cold. A repeat (same bucket, id and estimate, before the deadline)
+    /// is the same grant, nothing spent twice (+1 `GetItem`); the id holding another estimate is
+    /// [`KvError::LeaseMismatch`], and one past its deadline is settled as a release and answered
+    /// [`KvError::LeaseExpired`]. On a sharded limit the lease is held on one shard, tried as a
+    /// spend tries them (2 random shards; a refusal costs 2 transactions); adjusting it up needs
+    /// room on that shard.
     pub async fn acquire_lease(
         &self,
         name: &str,
@@ -85,6 +130,7 @@ impl Limiter {
         now: Timestamp,
     ) -> Result<LeaseOutcome, KvError> {
         let at = self.lease_bucket(name, id, lease_id)?;
+        let lkey = lease_key(&at.bucket, lease_id);
         if estimate == 0 {
             return Err(KvError::ZeroCost);
         }
@@ -98,12 +144,14 @@ impl Limiter {
         let mut refused = None;
         for (key, rate) in candidates {
             let plan = SpendPlan::spend(rate, now, estimate, self.hint(&key))?;
+            let held_until = now.as_nanos().saturating_add(plan.inc);
             let put = Put::builder()
                 .table_name(&self.table)
-                .item(super::super::attr::BUCKET, s(lease_key(lease_id)))
+                .item(super::super::attr::BUCKET, s(lkey.clone()))
                 .item(lattr::LEASE_OF, s(key.clone()))
                 .item(lattr::AMOUNT, n(estimate))
                 .item(lattr::DEADLINE, n(deadline.as_nanos()))
+                .item(lattr::HELD_UNTIL, n(held_until))
                 .item(
                     super::super::attr::EXPIRES_AT,
                     n(deadline.plus(LEASE_KEEP).as_secs()),
@@ -122,6 +170,7 @@ impl Limiter {
                             bucket: key,
                             amount: estimate,
                             deadline_ns: deadline.as_nanos(),
+                            held_until_ns: held_until,
                         }),
                         returned: 0,
                         duplicate: false,
@@ -131,14 +180,7 @@ impl Limiter {
                 }
                 Tx::BucketRefused(d) => refused = Some(d),
                 Tx::LeaseChanged => {
-                    return Ok(LeaseOutcome {
-                        granted: true,
-                        lease: self.read_lease(lease_id).await?,
-                        returned: 0,
-                        duplicate: true,
-                        decision: None,
-                        exact: true,
-                    })
+                    return self.acquired_before(&at, lease_id, estimate, now).await
                 }
             }
         }
@@ -153,12 +195,13 @@ impl Limiter {
     }
 
     /// Sets the lease's amount to `amount` (the real cost): the difference is spent (refused, lease
-    /// unchanged, when the bucket has no room) or given back. Setting the amount it already has
-    /// writes nothing (`duplicate`). An expired lease is released instead (its amount returned) and
-    /// [`KvError::LeaseExpired`] is the answer.
+    /// unchanged, when the bucket has no room) or given back, as much of it as the refill has not
+    /// already returned. Setting the amount it already has writes nothing (`duplicate`). An
+    /// expired lease is released instead and [`KvError::LeaseExpired`] is the answer.
     ///
     /// DynamoDB calls: **1** strongly consistent `GetItem` (the lease) + **1** `TransactWriteItems`
-    /// (bucket and lease: 4 WCU); a duplicate costs only the `GetItem`.
+    /// (bucket and lease: 4 WCU; the lease alone, 2 WCU, when nothing is left to give back); a
+    /// duplicate costs only the `GetItem`.
     pub async fn adjust_lease(
         &self,
         name: &str,
@@ -170,9 +213,9 @@ impl Limiter {
         let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let lease = self
-                .read_lease(lease_id)
+                .read_lease(name, id, lease_id)
                 .await?
-                .ok_or_else(|| KvError::LeaseNotFound(lease_id.to_string()))?;
+                .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))?;
             let rate = Self::lease_rate(&at, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             if lease.deadline_ns <= now.as_nanos() {
@@ -189,36 +232,41 @@ impl Limiter {
                     exact: true,
                 });
             }
-            let update = Update::builder()
-                .table_name(&self.table)
-                .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
-                .update_expression("SET #a = :new")
-                .condition_expression("#a = :old AND #d > :now")
-                .expression_attribute_names("#a", lattr::AMOUNT)
-                .expression_attribute_names("#d", lattr::DEADLINE)
-                .expression_attribute_values(":new", n(amount))
-                .expression_attribute_values(":old", n(lease.amount))
-                .expression_attribute_values(":now", n(now.as_nanos()))
-                .build()
-                .map_err(|e| crate::Error::build_request("a lease update", e))?;
-            let item = || TransactWriteItem::builder().update(update.clone()).build();
             let key = lease.bucket.clone();
-            let (plan, returned) = if amount > lease.amount {
-                let more = amount - lease.amount;
-                (SpendPlan::spend(rate, now, more, self.hint(&key))?, 0)
+            // Up: spend the difference, the lease's own TAT moves on by it. Down: give back what
+            // is still outstanding of it (nothing once the refill has returned it all).
+            let (plan, held_until, mut returned) = if amount > lease.amount {
+                let more = SpendPlan::spend(rate, now, amount - lease.amount, self.hint(&key))?;
+                let until = lease
+                    .held_until_ns
+                    .max(now.as_nanos())
+                    .saturating_add(more.inc);
+                (Some(more), until, 0)
             } else {
-                // A lease may hold more than the burst (it grew as the bucket refilled); the bucket
-                // can take back at most its burst.
-                let back = (lease.amount - amount).min(rate.burst);
-                (SpendPlan::refund(rate, now, back, self.hint(&key))?, back)
+                match outstanding(&rate, &lease, lease.amount - amount, now) {
+                    Some(span) => {
+                        let back = SpendPlan::refund_span(rate, now, span, self.hint(&key));
+                        let until = lease.held_until_ns.saturating_sub(back.inc);
+                        let returned = whole_tokens(&rate, back.inc);
+                        (Some(back), until, returned)
+                    }
+                    None => (None, lease.held_until_ns, 0),
+                }
             };
-            let mut tx = self.lease_tx(&key, Some(plan), item()).await?;
-            if let (Tx::BucketRefused(_), true) = (&tx, returned > 0) {
+            let update = self.lease_update(&at, &lease, amount, held_until, now)?;
+            let item = || TransactWriteItem::builder().update(update.clone()).build();
+            let mut tx = self.lease_tx(&key, plan, item()).await?;
+            if let (Tx::BucketRefused(_), true) = (&tx, amount < lease.amount) {
                 // The bucket is full: nothing to give back into it, the lease still shrinks.
                 tx = self.lease_tx(&key, None, item()).await?;
+                returned = 0;
             }
             let before = lease.clone();
-            let after = Lease { amount, ..lease };
+            let after = Lease {
+                amount,
+                held_until_ns: held_until,
+                ..lease
+            };
             return Ok(match tx {
                 Tx::Done(d, exact) => LeaseOutcome {
                     granted: true,
@@ -241,22 +289,31 @@ impl Limiter {
                 Tx::LeaseChanged => continue,
             });
         }
-        Err(KvError::Contended(lease_key(lease_id)))
+        Err(KvError::Contended(lease_key(&at.bucket, lease_id)))
     }
 
     /// Ends a lease keeping its amount spent. DynamoDB calls: **1** `DeleteItem` (1 WCU).
-    pub async fn commit_lease(&self, lease_id: &str) -> Result<LeaseOutcome, KvError> {
+    pub async fn commit_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+    ) -> Result<LeaseOutcome, KvError> {
+        let at = self.lease_bucket(name, id, lease_id)?;
         let out = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
+            .key(
+                super::super::attr::BUCKET,
+                s(lease_key(&at.bucket, lease_id)),
+            )
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await
             .map_err(|e| crate::Error::dynamo("DeleteItem", e))?;
         if out.attributes().is_none() {
-            return Err(KvError::LeaseNotFound(lease_id.to_string()));
+            return Err(KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")));
         }
         Ok(LeaseOutcome {
             granted: true,
@@ -268,10 +325,12 @@ impl Limiter {
         })
     }
 
-    /// Ends a lease and gives its whole amount back (never above the burst): an explicit release,
-    /// and what expiry does. A lease already gone is a duplicate (nothing returned twice).
+    /// Ends a lease and gives back what of its amount the refill has not already returned
+    /// (decision 1501): an explicit release, and what expiry does. A lease already gone is a
+    /// duplicate (nothing returned twice).
     ///
-    /// DynamoDB calls: **1** `GetItem` + **1** `TransactWriteItems` (refund and delete: 4 WCU).
+    /// DynamoDB calls: **1** `GetItem` + **1** `TransactWriteItems` (refund and delete: 4 WCU; the
+    /// delete alone, 2 WCU, when nothing is left to give back).
     pub async fn release_lease(
         &self,
         name: &str,
@@ -281,7 +340,7 @@ impl Limiter {
     ) -> Result<LeaseOutcome, KvError> {
         let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
-            let Some(lease) = self.read_lease(lease_id).await? else {
+            let Some(lease) = self.read_lease(name, id, lease_id).await? else {
                 return Ok(LeaseOutcome {
                     granted: true,
                     lease: None,
@@ -291,26 +350,28 @@ impl Limiter {
                     exact: true,
                 });
             };
+            let (unchanged, values) = unchanged(&lease);
             let delete = Delete::builder()
                 .table_name(&self.table)
-                .key(super::super::attr::BUCKET, s(lease_key(lease_id)))
-                .condition_expression("#a = :old")
+                .key(
+                    super::super::attr::BUCKET,
+                    s(lease_key(&at.bucket, lease_id)),
+                )
+                .condition_expression(unchanged)
                 .expression_attribute_names("#a", lattr::AMOUNT)
-                .expression_attribute_values(":old", n(lease.amount))
+                .expression_attribute_names("#u", lattr::HELD_UNTIL)
+                .set_expression_attribute_values(Some(values))
                 .build()
                 .map_err(|e| crate::Error::build_request("a lease delete", e))?;
             let item = || TransactWriteItem::builder().delete(delete.clone()).build();
             let rate = Self::lease_rate(&at, &lease)
                 .ok_or_else(|| KvError::LeaseNotFound(format!("{lease_id} on {name}:{id}")))??;
             let key = lease.bucket.clone();
-            let back = lease.amount.min(rate.burst);
-            let plan = SpendPlan::refund(rate, now, back.max(1), self.hint(&key))?;
-            let mut tx = if lease.amount == 0 {
-                self.lease_tx(&key, None, item()).await?
-            } else {
-                self.lease_tx(&key, Some(plan), item()).await?
-            };
-            let mut returned = back;
+            // Only what the refill has not already returned goes back (decision 1501).
+            let plan = outstanding(&rate, &lease, lease.amount, now)
+                .map(|span| SpendPlan::refund_span(rate, now, span, self.hint(&key)));
+            let mut returned = plan.as_ref().map_or(0, |p| whole_tokens(&rate, p.inc));
+            let mut tx = self.lease_tx(&key, plan, item()).await?;
             if matches!(tx, Tx::BucketRefused(_)) {
                 tx = self.lease_tx(&key, None, item()).await?;
                 returned = 0;
@@ -329,19 +390,30 @@ impl Limiter {
                 Tx::LeaseChanged | Tx::BucketRefused(_) => continue,
             }
         }
-        Err(KvError::Contended(lease_key(lease_id)))
+        Err(KvError::Contended(lease_key(&at.bucket, lease_id)))
     }
 
-    /// The lease as stored (`None` when there is none). DynamoDB calls: **1** strongly consistent
-    /// `GetItem`.
-    pub async fn read_lease(&self, lease_id: &str) -> Result<Option<Lease>, KvError> {
-        let Some(item) = self.read(&lease_key(lease_id)).await? else {
+    /// The lease `lease_id` of `name`/`id` as stored (`None` when there is none). DynamoDB calls:
+    /// **1** strongly consistent `GetItem`.
+    pub async fn read_lease(
+        &self,
+        name: &str,
+        id: &str,
+        lease_id: &str,
+    ) -> Result<Option<Lease>, KvError> {
+        let at = self.lease_bucket(name, id, lease_id)?;
+        self.read_lease_at(&at, lease_id).await
+    }
+
+    async fn read_lease_at(&self, at: &Located, lease_id: &str) -> Result<Option<Lease>, KvError> {
+        let Some(item) = self.read(&lease_key(&at.bucket, lease_id)).await? else {
             return Ok(None);
         };
         let text = |k: &str| match item.get(k) {
             Some(AttributeValue::S(s)) => Some(s.clone()),
             _ => None,
         };
+        let held_until_ns = num(&item, lattr::HELD_UNTIL).unwrap_or(i64::MIN);
         let (Some(bucket), Some(amount), Some(deadline_ns)) = (
             text(lattr::LEASE_OF),
             num(&item, lattr::AMOUNT),
@@ -358,7 +430,79 @@ impl Limiter {
             bucket,
             amount: u64::try_from(amount).unwrap_or(0),
             deadline_ns,
+            held_until_ns,
         }))
+    }
+
+    /// The lease item's update to `amount` and `held_until`, if it is still as read and not past
+    /// its deadline.
+    fn lease_update(
+        &self,
+        at: &Located,
+        lease: &Lease,
+        amount: u64,
+        held_until: i64,
+        now: Timestamp,
+    ) -> Result<Update, KvError> {
+        let (unchanged, mut values) = unchanged(lease);
+        values.insert(":new".into(), n(amount));
+        values.insert(":until".into(), n(held_until));
+        values.insert(":now".into(), n(now.as_nanos()));
+        Ok(Update::builder()
+            .table_name(&self.table)
+            .key(
+                super::super::attr::BUCKET,
+                s(lease_key(&at.bucket, &lease.id)),
+            )
+            .update_expression("SET #a = :new, #u = :until")
+            .condition_expression(format!("{unchanged} AND #d > :now"))
+            .expression_attribute_names("#a", lattr::AMOUNT)
+            .expression_attribute_names("#u", lattr::HELD_UNTIL)
+            .expression_attribute_names("#d", lattr::DEADLINE)
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|e| crate::Error::build_request("a lease update", e))?)
+    }
+
+    /// An acquire found `lease_id` already held on this bucket: the same grant when it is this
+    /// request's (same estimate, before its deadline), else a clear error, never a grant of what
+    /// was not spent for it. DynamoDB calls: **1** `GetItem`; a lease past its deadline is settled
+    /// as [`release_lease`](Self::release_lease) does.
+    async fn acquired_before(
+        &self,
+        at: &Located,
+        lease_id: &str,
+        estimate: u64,
+        now: Timestamp,
+    ) -> Result<LeaseOutcome, KvError> {
+        let bucket = at.bucket.display_name();
+        // Gone since (committed or released meanwhile): its work is settled, so a late repeat of
+        // its acquire gets no new lease under the same id.
+        let lease = self
+            .read_lease_at(at, lease_id)
+            .await?
+            .ok_or_else(|| KvError::Contended(lease_key(&at.bucket, lease_id)))?;
+        if Self::lease_rate(at, &lease).is_none() || lease.amount != estimate {
+            return Err(KvError::LeaseMismatch {
+                lease: lease_id.to_string(),
+                bucket,
+                held: lease.amount,
+                asked: estimate,
+            });
+        }
+        if lease.deadline_ns <= now.as_nanos() {
+            let (name, id) = (&at.bucket.name, &at.bucket.id);
+            self.release_lease(name, id, lease_id, now).await?;
+            return Err(KvError::LeaseExpired(lease_id.to_string()));
+        }
+        Ok(LeaseOutcome {
+            granted: true,
+            lease: Some(lease),
+            returned: 0,
+            duplicate: true,
+            decision: None,
+            exact: true,
+        })
     }
 
     fn lease_bucket(&self, name: &str, id: &str, lease_id: &str) -> Result<Located, KvError> {

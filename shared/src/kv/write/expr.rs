@@ -49,7 +49,7 @@ impl SpendPlan {
     /// The condition and update for `target`.
     pub fn expression(&self, target: &Target) -> Expr {
         let now = self.now.as_nanos();
-        let inc = gcra::increment_nanos(&self.rate, self.cost);
+        let inc = self.inc;
         let mut names: HashMap<String, String> =
             HashMap::from([("#tat".to_string(), target.tat_attr.clone())]);
         let mut values: HashMap<String, AttributeValue> = HashMap::new();
@@ -83,6 +83,15 @@ impl SpendPlan {
                 set.push("#tat = :now".into());
                 "#tat > :now AND #tat < :floor".to_string()
             }
+        };
+        let condition = match (self.refund_id, self.is_refund()) {
+            (Some(id), true) => {
+                names.insert("#rid".into(), attr::REFUND_ID.to_string());
+                values.insert(":rid".into(), AttributeValue::N(id.0.to_string()));
+                set.push("#rid = :rid".into());
+                format!("({condition}) AND (attribute_not_exists(#rid) OR #rid < :rid)")
+            }
+            _ => condition,
         };
         if let Some(ttl) = &target.ttl_attr {
             // The TAT after this write is at most now + burst offset (the admit limit + inc), so
@@ -268,6 +277,17 @@ mod tests {
             );
             all_used(&case_plan.expression(&target));
         }
+        let once = SpendPlan::refund(rate(), now, 2, None)
+            .unwrap()
+            .with_refund_id(super::super::RefundId(77));
+        let e = once.expression(&target);
+        assert_eq!(
+            e.condition,
+            "(#tat >= :floor) AND (attribute_not_exists(#rid) OR #rid < :rid)"
+        );
+        assert!(e.update.contains("#rid = :rid"), "{}", e.update);
+        assert_eq!(e.values[":rid"], AttributeValue::N("77".into()));
+        all_used(&e);
         let e = idle.expression(&target);
         assert_eq!(e.condition, "attribute_not_exists(#tat) OR #tat <= :now");
         assert!(e.update.ends_with("REMOVE #ta"), "{}", e.update);

@@ -1,0 +1,441 @@
+//! Connect tickets (issue 21, decision 2100): who may join a session. Every bad ticket is refused by
+//! the authorizer with no DynamoDB write (most with no call at all); a good one admits within the
+//! unchanged budgets; rotation keeps both live keys and drops the retired one; sessions get random
+//! ids; no ticket or session id reaches a log in clear.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use authorizer::Decision;
+use shared::clock::Clock;
+use shared::ids::{SessionId, TenantId};
+use shared::tenant::ConnectAuth;
+use shared::ticket::{self, KeySet};
+use turnstile_bench::samples;
+
+use crate::ws_support::*;
+
+const T: &str = "tenant-1";
+
+fn denied(d: &Decision, needle: &str) -> bool {
+    matches!(d, Decision::Deny(reason) if reason.contains(needle))
+}
+
+/// Runs the authorizer on `query` and returns its decision and the calls it made, by operation.
+async fn authorize_query(
+    w: &World,
+    query: &[(&str, &str)],
+) -> (Decision, std::collections::BTreeMap<String, u64>, f64) {
+    w.env.counter.reset();
+    let r = authorizer::handle(w.deps(), &w.authorizer, authorizer_event(query))
+        .await
+        .unwrap();
+    (
+        authorizer::decision(&r),
+        w.env.counter.by_operation(),
+        w.env.counter.units().write,
+    )
+}
+
+fn claims(w: &World, t: &str, s: &str, nonce: &str, ttl: i64) -> ticket::Claims {
+    ticket::Claims {
+        tenant: TenantId::parse(t).unwrap(),
+        session: SessionId::parse(s).unwrap(),
+        nonce: nonce.into(),
+        expires_at: w.env.clock.now().as_secs() + ttl,
+        subject: None,
+    }
+}
+
+async fn nonce_of(w: &World, t: &str, s: &str) -> String {
+    w.session_nonce(t, s).await.expect("the session exists")
+}
+
+#[tokio::test]
+async fn every_bad_ticket_is_refused_with_no_write_and_most_with_no_call() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_tenant("tenant-2", SMALL).await;
+    w.put_session(T, "s1").await;
+    w.put_session(T, "s2").await;
+    w.put_session("tenant-2", "s1").await;
+    let keys = test_keys();
+    let nonce = nonce_of(&w, T, "s1").await;
+    let good = ticket::mint(&keys, &claims(&w, T, "s1", &nonce, 60));
+    let other_key = KeySet::generate("sample").unwrap();
+    let forged = ticket::mint(&other_key, &claims(&w, T, "s1", &nonce, 60));
+    let expired = ticket::mint(&keys, &claims(&w, T, "s1", &nonce, -30));
+    let other_session = w.ticket(T, "s2").await;
+    let other_tenant = w.ticket("tenant-2", "s1").await;
+    let retired_key = KeySet::generate("k9").unwrap();
+    let retired = ticket::mint(&retired_key, &claims(&w, T, "s1", &nonce, 60));
+    let mut tampered = good.clone();
+    tampered.replace_range(20..21, if &good[20..21] == "A" { "B" } else { "A" });
+    let ids = [("tenantId", T), ("sessionId", "s1")];
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (ids.to_vec(), "connects with a ticket"),
+        (
+            vec![ids[0], ids[1], ("ticket", "not-a-ticket")],
+            "malformed",
+        ),
+        (vec![ids[0], ids[1], ("ticket", "")], "malformed"),
+        (vec![ids[0], ids[1], ("ticket", &tampered)], "signature"),
+        (
+            vec![ids[0], ids[1], ("ticket", &expired)],
+            "expired 30 s ago",
+        ),
+        (vec![ids[0], ids[1], ("ticket", &forged)], "signature"),
+        (vec![ids[0], ids[1], ("ticket", &retired)], "\"k9\""),
+        (
+            vec![ids[0], ids[1], ("ticket", &other_session)],
+            "not the sessionId the query names",
+        ),
+        (
+            vec![ids[0], ids[1], ("ticket", &other_tenant)],
+            "not the tenantId the query names",
+        ),
+        (
+            vec![ids[0], ids[1], ("ticket", &good), ("token", "a.b.c")],
+            "2 credentials",
+        ),
+    ];
+    // Warm the tenant cache, so only a case's own calls are counted.
+    assert_eq!(w.authorize(T, "s1").await, Decision::Allow);
+    for (query, why) in &cases {
+        let (d, calls, wcu) = authorize_query(&w, query).await;
+        assert!(denied(&d, why), "{why}: {d:?}");
+        // Decided on the ticket (or its absence) and the cached tenant: no call, no unit.
+        assert!(calls.is_empty() && wcu == 0.0, "{why}: {calls:?} {wcu} WCU");
+    }
+    // Replayed after the session was deleted: the ticket verifies, the session read refuses it;
+    // and after a re-create under the same id, the new session's nonce refuses it.
+    let (status, _) = w
+        .session_call("DELETE", &[("tenantId", T), ("sessionId", "s1")], None)
+        .await;
+    assert_eq!(status, 200);
+    let replay = [ids[0], ids[1], ("ticket", good.as_str())];
+    let (d, calls, wcu) = authorize_query(&w, &replay).await;
+    assert!(denied(&d, "does not exist"), "{d:?}");
+    assert_eq!(calls, [("BatchGetItem".to_string(), 1)].into());
+    assert_eq!(wcu, 0.0);
+    w.put_session(T, "s1").await;
+    let (d, calls, wcu) = authorize_query(&w, &replay).await;
+    assert!(denied(&d, "was deleted since it was issued"), "{d:?}");
+    assert_eq!(calls, [("BatchGetItem".to_string(), 1)].into());
+    assert_eq!(wcu, 0.0);
+    // And $connect, given the old ticket's nonce (an authorizer that read the old row), refuses to
+    // join the new incarnation: nothing is left reserved.
+    let mut ev = ws_event("connect/connect.json", T, "s1", "c-old", Some(&SMALL));
+    ev.request_context
+        .authorizer
+        .fields
+        .insert("sessionNonce".into(), serde_json::json!(nonce));
+    let r = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
+    assert_eq!(r.status_code, 404, "{:?}", r.body);
+    assert_eq!(
+        w.count(T).await.unwrap_or(0),
+        0,
+        "the reservation was undone"
+    );
+    assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
+}
+
+#[tokio::test]
+async fn a_valid_ticket_admits_within_the_budgets_and_carries_its_subject() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    // PUT without a sessionId: a random id of 128 bits, and a ticket for it.
+    let (status, body) = w
+        .session_call("PUT", &[("tenantId", T)], Some(r#"{"subject":"user-42"}"#))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let sid = s["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(sid.len(), 22, "16 random bytes, base64url: {sid}");
+    assert_eq!(s["connectAuth"], "ticket");
+    let tk = s["ticket"].as_str().unwrap().to_string();
+    let exp = s["ticketExpiresAt"].as_i64().unwrap();
+    assert_eq!(exp, w.env.clock.now().as_secs() + 60);
+    // A second PUT without an id is another session.
+    let (_, again) = w.session_call("PUT", &[("tenantId", T)], None).await;
+    assert!(!again.contains(&sid));
+
+    // Authorizer: 1 GetItem (cold tenant) + 1 BatchGetItem, then 1 BatchGetItem warm; the ticket
+    // comes in the subprotocol list, as a browser sends it.
+    let mut ev = authorizer_event(&[]);
+    ev.headers.insert(
+        "sec-websocket-protocol",
+        format!("turnstile, {tk}").parse().unwrap(),
+    );
+    w.env.counter.reset();
+    let r = authorizer::handle(w.deps(), &w.authorizer, ev.clone())
+        .await
+        .unwrap();
+    assert_eq!(authorizer::decision(&r), Decision::Allow);
+    assert_eq!(
+        w.env.counter.total(),
+        2,
+        "{:?}",
+        w.env.counter.by_operation()
+    );
+    assert_eq!(r.context["subject"], "user-42");
+    assert_eq!(r.context["sessionId"], sid.as_str());
+    w.env.counter.reset();
+    let r = authorizer::handle(w.deps(), &w.authorizer, ev)
+        .await
+        .unwrap();
+    assert_eq!(authorizer::decision(&r), Decision::Allow);
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("BatchGetItem".to_string(), 1)].into()
+    );
+
+    // $connect with the authorizer's context: 2 UpdateItems, 2 WCU, and the subprotocol answered.
+    let mut ev = ws_event("connect/connect.json", T, &sid, "c1", Some(&SMALL));
+    ev.request_context.authorizer.fields = r
+        .context
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    w.env.counter.reset();
+    let c = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
+    assert_eq!(c.status_code, 200, "{:?}", c.body);
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("UpdateItem".to_string(), 2)].into()
+    );
+    assert_eq!(w.env.counter.units().write, 2.0);
+    assert_eq!(
+        c.headers
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok()),
+        Some("turnstile")
+    );
+
+    // POST /session/ticket: a fresh ticket for a live session (1 GetItem warm); 404 once deleted.
+    let post = session_event(
+        "POST",
+        "/session/ticket",
+        &[("tenantId", T), ("sessionId", &sid)],
+        None,
+    );
+    w.env.counter.reset();
+    let (status, body) = w.session_raw(post.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        w.env.counter.by_operation(),
+        [("GetItem".to_string(), 1)].into()
+    );
+    let fresh: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(ticket::verify(
+        &test_keys(),
+        fresh["ticket"].as_str().unwrap(),
+        w.env.clock.now().as_secs()
+    )
+    .is_ok());
+    let (status, _) = w
+        .session_call("DELETE", &[("tenantId", T), ("sessionId", &sid)], None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = w.session_raw(post).await;
+    assert_eq!(status, 404, "{body}");
+}
+
+#[tokio::test]
+async fn tenants_choose_their_connect_authentication() {
+    let w = World::new().await;
+    let open = SMALL.with_connect_auth(ConnectAuth::None);
+    let jwt = SMALL.with_connect_auth(ConnectAuth::Jwt);
+    w.put_tenant("open", open).await;
+    w.put_tenant("oidc", jwt).await;
+    w.put_session("open", "s1").await;
+    w.put_session("oidc", "s1").await;
+    // `none`: seed 003's anonymous connect, and a ticket is taken too.
+    let (d, _, _) = authorize_query(&w, &[("tenantId", "open"), ("sessionId", "s1")]).await;
+    assert_eq!(d, Decision::Allow);
+    assert_eq!(w.authorize("open", "s1").await, Decision::Allow);
+    // `jwt`: a ticket is not what this tenant takes; no token configured here is refused too.
+    assert!(denied(&w.authorize("oidc", "s1").await, "OIDC token"));
+    // The session API tells a ticket-less tenant's callers so, and mints no ticket for them.
+    let (status, body) = w
+        .session_call("PUT", &[("tenantId", "oidc"), ("sessionId", "s2")], None)
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#""connectAuth":"jwt""#) && !body.contains("ticket\""),
+        "{body}"
+    );
+    let post = session_event(
+        "POST",
+        "/session/ticket",
+        &[("tenantId", "oidc"), ("sessionId", "s2")],
+        None,
+    );
+    let (status, body) = w.session_raw(post).await;
+    assert_eq!(status, 409, "{body}");
+}
+
+/// Rotation through the key set's three steps, read from a Secrets Manager secret as deployed:
+/// each function re-reads it after its cache period, tickets of both live keys pass, the retired
+/// key's are refused, and the warm path reads the secret once per period, not per request.
+#[tokio::test]
+async fn key_rotation_admits_both_live_keys_and_refuses_the_retired_one() {
+    let w = World::new().await;
+    // Sessions that outlive the rotation's cache periods.
+    w.put_tenant(T, shared::tenant::Limits::example(60, 5, 2, 10, 86_400, 60))
+        .await;
+    w.put_session(T, "s1").await;
+    let sm = turnstile_local::secrets::SecretsManager::start(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        0,
+    )))
+    .await
+    .unwrap();
+    let old = KeySet::generate("k1").unwrap();
+    sm.put("keys", &old.to_json());
+    let sm_url = sm.url();
+    let deps = shared::Deps {
+        vars: shared::config::Vars::from_pairs([
+            ("TURNSTILE_TENANT_CACHE_SECS", "60"),
+            ("TURNSTILE_TICKET_KEYS_SECRET", "keys"),
+            ("TURNSTILE_TICKET_KEYS_CACHE_SECS", "300"),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", sm_url.as_str()),
+        ]),
+        ..w.deps().clone()
+    };
+    let auth = authorizer::init(&deps).await.unwrap();
+    assert_eq!(sm.reads(), 1, "read once at start-up");
+    let nonce = nonce_of(&w, T, "s1").await;
+    let decide = |keys: &KeySet| {
+        let tk = ticket::mint(keys, &claims(&w, T, "s1", &nonce, 3600));
+        let ev = authorizer_event(&[("ticket", &tk)]);
+        let (deps, auth) = (w.deps(), &auth);
+        async move { authorizer::decision(&authorizer::handle(deps, auth, ev).await.unwrap()) }
+    };
+    for _ in 0..20 {
+        assert_eq!(decide(&old).await, Decision::Allow);
+    }
+    assert_eq!(sm.reads(), 1, "the warm path reads no secret");
+    // Step 1: a new key staged (verifies; the old one still signs).
+    let staged = old.with_new_key().unwrap();
+    sm.put("keys", &staged.to_json());
+    let new_only = KeySet::new(vec![staged.get("k2").unwrap().clone()]).unwrap();
+    // Not yet re-read: the new key is unknown for up to one cache period.
+    assert!(denied(&decide(&new_only).await, "\"k2\""));
+    w.env.clock.advance(Duration::from_secs(301));
+    assert_eq!(decide(&new_only).await, Decision::Allow);
+    assert_eq!(sm.reads(), 2);
+    // Step 2: promoted (the new key signs; old tickets still pass).
+    let promoted = staged.promoted();
+    sm.put("keys", &promoted.to_json());
+    w.env.clock.advance(Duration::from_secs(301));
+    assert_eq!(decide(&promoted).await, Decision::Allow);
+    assert_eq!(decide(&old).await, Decision::Allow);
+    // Step 3: the old key retired: its tickets are refused, the new key's pass.
+    sm.put("keys", &promoted.retired().to_json());
+    w.env.clock.advance(Duration::from_secs(301));
+    assert!(denied(
+        &decide(&old).await,
+        "\"k1\", which is not a live key"
+    ));
+    assert_eq!(decide(&promoted).await, Decision::Allow);
+    // A failed re-read keeps the last set (logged) rather than refusing every ticket.
+    sm.put("keys", "not json");
+    w.env.clock.advance(Duration::from_secs(301));
+    assert_eq!(decide(&promoted).await, Decision::Allow);
+    // A missing secret fails the start-up, naming it.
+    let missing = shared::Deps {
+        vars: shared::config::Vars::from_pairs([
+            ("TURNSTILE_TICKET_KEYS_SECRET", "no-such-secret"),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", sm_url.as_str()),
+        ]),
+        ..deps.clone()
+    };
+    let err = authorizer::init(&missing).await.unwrap_err().to_string();
+    assert!(err.contains("no-such-secret"), "{err}");
+}
+
+/// A `tracing` writer into a buffer, for the log assertions below.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn neither_a_ticket_nor_a_session_id_is_logged_in_clear() {
+    let w = World::new().await;
+    w.put_tenant(
+        T,
+        SMALL.with_enforcement(shared::tenant::Enforcement::Shadow),
+    )
+    .await;
+    let sid = "secret-session-name-1";
+    w.put_session(T, sid).await;
+    let good = w.ticket(T, sid).await;
+    let forged = ticket::mint(
+        &KeySet::generate("sample").unwrap(),
+        &claims(&w, T, sid, "n", 60),
+    );
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    for tk in [good.as_str(), forged.as_str(), "tst1.x.y.z"] {
+        authorize_query(&w, &[("tenantId", T), ("sessionId", sid), ("ticket", tk)]).await;
+    }
+    authorize_query(&w, &[("tenantId", T), ("sessionId", sid)]).await;
+    for i in 0..3 {
+        w.connect(T, sid, &format!("c{i}"), &SMALL).await;
+    }
+    w.disconnect(T, sid, "c0").await;
+    w.session_call("DELETE", &[("tenantId", T), ("sessionId", sid)], None)
+        .await;
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("authorizer: deny"),
+        "the denials were logged: {text}"
+    );
+    assert!(text.contains(&ticket::fingerprint(sid)), "{text}");
+    for secret in [good.as_str(), forged.as_str(), sid] {
+        assert!(!text.contains(secret), "{secret:?} in the logs:\n{text}");
+    }
+    // The signature part alone neither.
+    assert!(!text.contains(good.rsplit('.').next().unwrap()));
+}
+
+/// The sample events' ticket verifies with the sample key set and names the sample session.
+#[test]
+fn the_sample_ticket_is_the_sample_sessions() {
+    let ev: aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest =
+        typed(sample("authorizer/connect-request.json"));
+    let p = ticket::presented::presented(&ev).unwrap();
+    let Some(ticket::Credential::Ticket(tk)) = p.credential else {
+        panic!("the sample carries a ticket: {p:?}");
+    };
+    let c = ticket::verify(&test_keys(), tk, 1_700_000_000).unwrap();
+    assert_eq!(
+        (c.tenant.as_str(), c.session.as_str(), c.nonce.as_str()),
+        (samples::TENANT, samples::SESSION, samples::NONCE)
+    );
+}
