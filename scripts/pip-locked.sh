@@ -20,12 +20,24 @@ command -v python3 >/dev/null || { echo "pip-locked: python3 is required" >&2; e
 echo "installing $req (hash-locked) into $venv" >&2
 rm -rf "$venv"
 python3 -m venv "$venv"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
-  --only-binary :all: -r "$req"; then
-  echo "pip-locked: $req did not install (a hash mismatch above means a file is not the one locked)" >&2
+  --only-binary :all: -r "$req" >"$log" 2>&1; then
+  cat "$log" >&2
   rm -rf "$venv"
+  if grep -q "DO NOT MATCH THE HASHES" "$log"; then
+    echo "pip-locked: REFUSED $req: a downloaded file's SHA-256 is not one the lock records (the" \
+      "file was altered, or the lock was); nothing was installed. Regenerate the lock with" \
+      "scripts/pip-lock.sh only after checking why." >&2
+  elif grep -q "Hashes are required" "$log"; then
+    echo "pip-locked: REFUSED $req: a requirement has no --hash; locks come from scripts/pip-lock.sh" >&2
+  else
+    echo "pip-locked: $req did not install (see pip's output above)" >&2
+  fi
   exit 1
 fi
+cat "$log" >&2
 if ! problems=$("$venv/bin/pip" check --disable-pip-version-check 2>&1); then
   echo "$problems" >&2
   echo "pip-locked: $req misses a dependency of a package it pins; regenerate it (scripts/pip-lock.sh)" >&2

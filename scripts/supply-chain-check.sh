@@ -101,8 +101,8 @@ if [ -n "$probe" ] && [ -n "$needy" ]; then
   last=${probe: -1}; [ "$last" = 0 ] && other=1 || other=0
   printf 'turnstile-probe==1.0 \\\n    --hash=sha256:%s%s\n' "${probe%?}" "$other" >"$tmp/tampered.txt"
   # (what must refuse, its lock, what pip says)
-  for case in "a tampered hash|$tmp/tampered.txt|DO NOT MATCH THE HASHES" \
-              "a lock without hashes|unhashed|Hashes are required" \
+  for case in "a tampered hash|$tmp/tampered.txt|pip-locked: REFUSED $tmp/tampered.txt: a downloaded file's SHA-256" \
+              "a lock without hashes|unhashed|pip-locked: REFUSED $tmp/unhashed.txt: a requirement has no --hash" \
               "a dependency the lock does not pin|unpinned|which is not installed"; do
     IFS='|' read -r what lock expect <<<"$case"
     case "$lock" in
@@ -112,7 +112,7 @@ if [ -n "$probe" ] && [ -n "$needy" ]; then
     esac
     if locked "$tmp/venv-bad" "$lock" >"$tmp/bad.log" 2>&1; then
       bad "pip-locked.sh installed $what"
-    elif ! grep -q "$expect" "$tmp/bad.log"; then
+    elif ! grep -qF "$expect" "$tmp/bad.log"; then
       bad "pip-locked.sh failed on $what, but not saying \"$expect\":"; cat "$tmp/bad.log" >&2
     elif [ -e "$tmp/venv-bad" ]; then
       bad "pip-locked.sh left a venv behind after refusing $what"
