@@ -95,14 +95,12 @@ cold_bin_dir="$(profile_dir "$cold_profile")"
 # --- peers' virtualenvs (each peer its own: rate-limiter-py 0.3.0 pins botocore 1.13) ------------
 ready_peers=()
 begin peer-install
+# Each venv from its hash-locked requirements (every package pinned with its files' SHA-256; a venv
+# whose lock is unchanged is reused), by scripts/pip-locked.sh.
 for p in $peers; do
   venv="$root/bench/peers/.venv-$p"; req="$root/bench/peers/requirements-$p.txt"
-  want=$(sha256sum "$req" | cut -d' ' -f1)
-  if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$want" ]; then ready_peers+=("$p"); continue; fi
-  say "installing peer $p into $venv"
-  rm -rf "$venv"
-  if python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >"$out/pip-$p.log" 2>&1; then
-    echo "$want" >"$venv/.installed"; ready_peers+=("$p")
+  if scripts/pip-locked.sh "$venv" "$req" >"$out/pip-$p.log" 2>&1; then
+    ready_peers+=("$p")
   else
     skipped[$p]="its pip install failed (see bench/out/$mode/pip-$p.log)"; say "peer $p: ${skipped[$p]}"
   fi

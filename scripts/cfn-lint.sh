@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# Lints template.yaml (or the files given) with cfn-lint, pinned, installed on first use into a venv
-# under .tools/ (ignored by git). Fails on any error or warning; informational findings are printed
-# but do not fail. Used by `make test` and `make cfn-lint`.
+# Lints template.yaml (or the files given) with cfn-lint, pinned with every dependency's hashes
+# (scripts/requirements/cfn-lint.txt, from cfn-lint.in) and installed on first use into a venv under
+# .tools/ (ignored by git) by scripts/pip-locked.sh. Fails on any error or warning; informational
+# findings are printed but do not fail. Used by `make test` and `make cfn-lint`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CFN_LINT_VERSION="${CFN_LINT_VERSION:-1.58.0}"
-VENV=".tools/cfn-lint-${CFN_LINT_VERSION}"
-
-if [ ! -x "$VENV/bin/cfn-lint" ]; then
-    command -v python3 >/dev/null || { echo "cfn-lint.sh: python3 is required" >&2; exit 1; }
-    echo "installing cfn-lint ${CFN_LINT_VERSION} into ${VENV}"
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "cfn-lint==${CFN_LINT_VERSION}"
-fi
+VENV=".tools/cfn-lint"
+scripts/pip-locked.sh "$VENV" scripts/requirements/cfn-lint.txt
 
 [ $# -gt 0 ] || set -- template.yaml
 echo "cfn-lint $("$VENV/bin/cfn-lint" --version | awk '{print $2}') on $*"

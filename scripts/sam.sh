@@ -1,24 +1,15 @@
 #!/usr/bin/env bash
-# Runs the AWS SAM CLI with cargo-lambda (and the zig linker it uses) on PATH, all pinned and installed on
-# first use into one venv under .tools/ (ignored by git): `scripts/sam.sh build ...`, `scripts/sam.sh
-# validate --lint`. `scripts/sam.sh --install-only` just installs. Nothing else is installed by hand; a
-# fresh machine needs python3 (with venv) and cargo. Used by `make test` (scripts/sam-check.sh).
+# Runs the AWS SAM CLI with cargo-lambda (and the zig linker it uses) on PATH, all pinned with every
+# dependency's hashes (scripts/requirements/sam.txt, from sam.in: aws-sam-cli 1.170.0, cargo-lambda
+# 1.9.2, ziglang 0.15.2) and installed on first use into one venv under .tools/ (ignored by git) by
+# scripts/pip-locked.sh: `scripts/sam.sh build ...`, `scripts/sam.sh validate --lint`.
+# `scripts/sam.sh --install-only` just installs. Nothing else is installed by hand; a fresh machine
+# needs python3 (with venv) and cargo. Used by `make test` (scripts/sam-check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SAM_CLI_VERSION="${SAM_CLI_VERSION:-1.170.0}"
-CARGO_LAMBDA_VERSION="${CARGO_LAMBDA_VERSION:-1.9.2}"
-ZIGLANG_VERSION="${ZIGLANG_VERSION:-0.15.2}"
-VENV=".tools/sam-${SAM_CLI_VERSION}-cl${CARGO_LAMBDA_VERSION}-zig${ZIGLANG_VERSION}"
-
-if [ ! -x "$VENV/bin/sam" ] || [ ! -x "$VENV/bin/cargo-lambda" ]; then
-    command -v python3 >/dev/null || { echo "sam.sh: python3 is required" >&2; exit 1; }
-    echo "installing aws-sam-cli ${SAM_CLI_VERSION}, cargo-lambda ${CARGO_LAMBDA_VERSION}, ziglang ${ZIGLANG_VERSION} into ${VENV}" >&2
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-        "aws-sam-cli==${SAM_CLI_VERSION}" "cargo-lambda==${CARGO_LAMBDA_VERSION}" "ziglang==${ZIGLANG_VERSION}"
-fi
+VENV=".tools/sam"
+scripts/pip-locked.sh "$VENV" scripts/requirements/sam.txt
 
 # cargo-lambda finds zig through the ziglang module of the python on PATH; SAM finds cargo-lambda on PATH.
 export PATH="$PWD/$VENV/bin:$PATH"

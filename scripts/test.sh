@@ -42,6 +42,9 @@ status=0
 run() { step "$*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "FAILED ($rc): $*"; [ $status -ne 0 ] || status=$rc; }; }
 
 run cargo fmt --all -- --check
+# Offline: the locks pin every Python package with hashes, and a tampered hash, an unlocked
+# dependency or a tampered DynamoDB Local jar is refused (issue 22, item 7).
+run scripts/supply-chain-check.sh
 run scripts/cfn-lint.sh
 run cargo clippy --workspace --all-targets --locked -- -D warnings
 run cargo test --workspace --locked

@@ -49,6 +49,7 @@ pub async fn seed(client: &Client, tables: TableNames) -> Result<shared::Deps, B
         style: AttributeStyle::default(),
         clock: shared::clock::system(),
         vars: shared::config::Vars::from_pairs::<&str, &str>([]),
+        function: None,
     };
     seed_rows(&deps).await?;
     Ok(deps)

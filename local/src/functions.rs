@@ -52,14 +52,16 @@ impl LocalFunctions {
             ),
             None => None,
         };
+        // Each as its `main.rs` names it (`serve`): the name picks its tenant session policy.
+        let named = |name| deps.clone().for_function(name);
         Ok(Arc::new(LocalFunctions {
-            authorizer: authorizer::init(&deps).await?,
-            connect: connect::init(&deps).await?,
-            disconnect: disconnect::init(&deps).await?,
-            message: message::init(&deps).await?,
-            session: session_api::init(&deps).await?,
-            sweeper: ttl_sweeper::init(&deps).await?,
-            reconciler: reconciler::init(&deps).await?,
+            authorizer: authorizer::init(&named("authorizer")).await?,
+            connect: connect::init(&named("connect")).await?,
+            disconnect: disconnect::init(&named("disconnect")).await?,
+            message: message::init(&named("message")).await?,
+            session: session_api::init(&named("session-api")).await?,
+            sweeper: ttl_sweeper::init(&named("ttl-sweeper")).await?,
+            reconciler: reconciler::init(&named("reconciler")).await?,
             remover,
             metrics,
             deps,

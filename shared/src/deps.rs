@@ -20,6 +20,10 @@ pub struct Deps {
     pub style: AttributeStyle,
     pub clock: SharedClock,
     pub vars: Vars,
+    /// The function this process serves, by crate name (`function::serve` sets it): its tenant
+    /// credentials' session policy is looked up by it (`isolation::policy`). `None` for the CLI, the
+    /// benchmarks and most tests.
+    pub function: Option<&'static str>,
 }
 
 impl Deps {
@@ -45,7 +49,16 @@ impl Deps {
             style,
             clock: clock::system(),
             vars,
+            function: None,
         })
+    }
+
+    /// These `Deps` as function `name`'s (its crate name, as in `template.yaml`'s `Binary`).
+    pub fn for_function(self, name: &'static str) -> Self {
+        Deps {
+            function: Some(name),
+            ..self
+        }
     }
 
     /// Against a DynamoDB Local endpoint with explicit names and clock (tests, local stack, benchmarks).
@@ -61,6 +74,7 @@ impl Deps {
             style: AttributeStyle::default(),
             clock,
             vars: Vars::from_pairs::<&str, &str>([]),
+            function: None,
         }
     }
 }

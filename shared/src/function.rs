@@ -34,7 +34,8 @@ pub struct Tenancy {
 }
 
 impl Tenancy {
-    /// From `TENANT_ROLE_ARN` in `deps.vars` ([`TenantClients::from_deps`]): once per process.
+    /// From `TENANT_ROLE_ARN` in `deps.vars` ([`TenantClients::from_deps`]): once per process. With
+    /// a role, `deps.function` picks the session policy (set by [`serve`] from the crate's name).
     pub async fn from_deps(deps: &Deps) -> Result<Self> {
         Ok(TenantClients::from_deps(deps).await?.into())
     }
@@ -116,9 +117,11 @@ impl Connections {
 }
 
 /// A function's whole `main`: Lambda's default tracing subscriber, the EMF metrics recorder
-/// (docs/operations.md), `Deps::from_env`, the crate's `init`, then every invocation runs
-/// `handler` inside [`Metrics::invocation`](crate::telemetry::metrics::Metrics::invocation) (cold
-/// start and result counted, metrics flushed at its end).
+/// (docs/operations.md), `Deps::from_env` for function `name` (its crate name, which picks the
+/// session policy of its tenant credentials: `isolation::policy`), the crate's `init`, then every
+/// invocation runs `handler` inside
+/// [`Metrics::invocation`](crate::telemetry::metrics::Metrics::invocation) (cold start and result
+/// counted, metrics flushed at its end).
 #[cfg(feature = "lambda")]
 pub async fn serve<S, E, R, Er>(
     name: &'static str,
@@ -137,7 +140,7 @@ where
     // compiler's layout recursion limit (128) in the functions' `main`, and whether they do depends
     // on the order rustc happens to compute layouts in. A box ends the nesting: computing the layout
     // of `Pin<Box<F>>` does not need `F`'s. One box per await at start, one per invocation.
-    let deps = Box::pin(Deps::from_env()).await?;
+    let deps = Box::pin(Deps::from_env()).await?.for_function(name);
     let state = Box::pin(init(&deps)).await?;
     Box::pin(lambda_runtime::run(service_fn(|event: LambdaEvent<E>| {
         let (deps, state, handler) = (&deps, &state, &handler);

@@ -13,10 +13,16 @@
 //!    tag or matching `{tag}:*`, so a bug that skips guard 1 still cannot reach another tenant.
 //!    Without `TENANT_ROLE_ARN` the execution role's client is returned (local runs, tests, and stacks
 //!    deployed with `TenantIsolation=Disabled`); guard 1 still applies.
+//! 3. **Per function**, with the role: each `AssumeRole` carries the function's session policy
+//!    ([`policy`], decision 2202), so its tenant credentials allow only its own DynamoDB actions on
+//!    its own tables (the intersection with the role's union of every function's actions).
 //!
 //! Cost: the first use of a tenant in a process, and one use per ~55 minutes after, makes one STS
 //! `AssumeRole` call; every other use makes none (credentials are cached per tenant until
-//! [`REFRESH_BEFORE_EXPIRY`] before they expire). See docs/decisions/0701-tenant-scoped-credentials.md.
+//! [`REFRESH_BEFORE_EXPIRY`] before they expire). See docs/decisions/0701-tenant-scoped-credentials.md
+//! and 2202-least-privilege-sessions.md.
+
+pub mod policy;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -149,6 +155,8 @@ struct Inner {
 struct Assume {
     sts: aws_sdk_sts::Client,
     role_arn: String,
+    /// The function's session policy ([`policy`]), sent with every `AssumeRole`.
+    policy: String,
     cache: Cache<TenantId, Client>,
 }
 
@@ -173,11 +181,13 @@ impl TenantClients {
     }
 
     /// Each tenant gets a client like `base` (same endpoint, region, interceptors) but signed with
-    /// credentials from `AssumeRole` on `role_arn` tagged with the tenant.
+    /// credentials from `AssumeRole` on `role_arn` tagged with the tenant and limited by `policy`
+    /// (a session policy: the function's own actions, [`policy::session_policy_for`]).
     pub fn assuming(
         base: Client,
         sts: aws_sdk_sts::Client,
         role_arn: impl Into<String>,
+        policy: impl Into<String>,
         clock: SharedClock,
     ) -> Self {
         TenantClients {
@@ -187,40 +197,47 @@ impl TenantClients {
                 assume: Some(Assume {
                     sts,
                     role_arn: role_arn.into(),
+                    policy: policy.into(),
                     cache: Cache::new(MAX_CACHED_TENANTS, WhenFull::EvictSoonestExpiring),
                 }),
             }),
         }
     }
 
-    /// From `TENANT_ROLE_ARN` (via [`IsolationConfig`]); the STS client comes from `sdk` (the
-    /// execution role's credentials and region).
-    pub fn from_config(
-        config: &IsolationConfig,
-        sdk: &aws_config::SdkConfig,
-        base: Client,
-        clock: SharedClock,
-    ) -> Self {
-        match &config.tenant_role_arn {
-            None => Self::execution_role(base, clock),
-            Some(arn) => Self::assuming(base, aws_sdk_sts::Client::new(sdk), arn, clock),
+    /// For a function's [`Deps`](crate::Deps): reads `TENANT_ROLE_ARN` from `deps.vars`; with a role,
+    /// STS uses the SDK's default configuration (the execution role's credentials, `AWS_REGION`)
+    /// and every `AssumeRole` carries the session policy of `deps.function` (an error when the
+    /// process names no tenant-facing function). Call once at start-up, next to `Deps::from_env`.
+    pub async fn from_deps(deps: &crate::Deps) -> Result<Self> {
+        let config = IsolationConfig::from_vars(&deps.vars)?;
+        if config.tenant_role_arn.is_none() {
+            return Ok(Self::execution_role(
+                deps.dynamo.clone(),
+                deps.clock.clone(),
+            ));
         }
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .load()
+            .await;
+        Self::from_deps_with(deps, &sdk)
     }
 
-    /// For a function's [`Deps`](crate::Deps): reads `TENANT_ROLE_ARN` from `deps.vars`; with a role,
-    /// STS uses the SDK's default configuration (the execution role's credentials, `AWS_REGION`).
-    /// Call once at start-up, next to `Deps::from_env`.
-    pub async fn from_deps(deps: &crate::Deps) -> Result<Self> {
+    /// [`from_deps`](Self::from_deps) with the STS client built from `sdk` (the tests' fake STS).
+    pub fn from_deps_with(deps: &crate::Deps, sdk: &aws_config::SdkConfig) -> Result<Self> {
         let config = IsolationConfig::from_vars(&deps.vars)?;
         let base = deps.dynamo.clone();
         let clock = deps.clock.clone();
-        Ok(match &config.tenant_role_arn {
+        Ok(match config.tenant_role_arn {
             None => Self::execution_role(base, clock),
             Some(arn) => {
-                let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .load()
-                    .await;
-                Self::assuming(base, aws_sdk_sts::Client::new(&sdk), arn, clock)
+                let region = base.config().region().map(|r| r.as_ref().to_string());
+                let policy = policy::session_policy_for(
+                    deps.function,
+                    &deps.tables,
+                    &arn,
+                    region.as_deref(),
+                )?;
+                Self::assuming(base, aws_sdk_sts::Client::new(sdk), arn, policy, clock)
             }
         })
     }
@@ -228,6 +245,11 @@ impl TenantClients {
     /// The assumed role, or `None` when the execution role is used.
     pub fn role_arn(&self) -> Option<&str> {
         self.inner.assume.as_ref().map(|a| a.role_arn.as_str())
+    }
+
+    /// The session policy sent with each `AssumeRole`, or `None` when the execution role is used.
+    pub fn session_policy(&self) -> Option<&str> {
+        self.inner.assume.as_ref().map(|a| a.policy.as_str())
     }
 
     /// The client for `tenant`. With a tenant role: cached credentials if still fresh, else one STS
@@ -277,6 +299,8 @@ impl TenantClients {
             .role_session_name(session_name(tenant))
             .duration_seconds(SESSION_DURATION.as_secs() as i32)
             .tags(tag)
+            // The function's own actions: the credentials get the intersection with the role's.
+            .policy(&assume.policy)
             // A transitive tag survives role chaining and cannot be replaced by a later AssumeRole.
             .transitive_tag_keys(TENANT_TAG)
             .send()

@@ -2,7 +2,8 @@
 //! records each AssumeRole request and answers with made-up credentials), and the clients it yields
 //! write to DynamoDB Local. Shows the AssumeRole request's shape, the per-tenant cache and its
 //! refresh on the manual clock, that the scoped credentials are the ones that sign DynamoDB calls,
-//! and that the key guard refuses another tenant's key with either kind of credentials.
+//! that each function's AssumeRole carries its own session policy (decision 2202), and that the key
+//! guard refuses another tenant's key with either kind of credentials.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,10 +19,12 @@ use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterce
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
-use shared::clock::{Clock, SharedClock};
+use serde_json::Value;
+use shared::clock::Clock;
 use shared::ids::TenantId;
+use shared::isolation::policy::TENANT_ACCESS;
 use shared::isolation::{
-    IsolationConfig, TenantClients, REFRESH_BEFORE_EXPIRY, SESSION_DURATION, TENANT_TAG,
+    TenantClients, REFRESH_BEFORE_EXPIRY, SESSION_DURATION, TENANT_ROLE_ARN_VAR, TENANT_TAG,
 };
 use shared::table::TableKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -204,6 +207,37 @@ fn t(s: &str) -> TenantId {
     TenantId::parse(s).unwrap()
 }
 
+/// `deps` as function `function`'s with `TENANT_ROLE_ARN` set and DynamoDB calls through `client`:
+/// what `serve` and the template give a deployed function with `TenantIsolation=Enabled`.
+fn isolated(deps: &shared::Deps, client: &Client, function: &'static str) -> shared::Deps {
+    shared::Deps {
+        dynamo: client.clone(),
+        vars: deps.vars.with_overrides([(TENANT_ROLE_ARN_VAR, ROLE)]),
+        ..deps.clone()
+    }
+    .for_function(function)
+}
+
+/// A session policy as (table name -> its actions), checking its shape: Version, Allow statements
+/// without conditions, one table ARN each in this test's region and account.
+fn policy_tables(policy: &str) -> BTreeMap<String, Vec<String>> {
+    let p: Value = serde_json::from_str(policy).unwrap();
+    assert_eq!(p["Version"], "2012-10-17");
+    let mut out = BTreeMap::new();
+    for s in p["Statement"].as_array().unwrap() {
+        assert_eq!(s["Effect"], "Allow", "{policy}");
+        assert!(s.get("Condition").is_none(), "{policy}");
+        let arn = s["Resource"].as_str().unwrap();
+        let table = arn
+            .strip_prefix("arn:aws:dynamodb:us-east-1:123456789012:table/")
+            .unwrap_or_else(|| panic!("{arn}"));
+        let actions = s["Action"].as_array().unwrap();
+        let actions = actions.iter().map(|a| a.as_str().unwrap().to_string());
+        out.insert(table.to_string(), actions.collect());
+    }
+    out
+}
+
 /// A counters-table client on DynamoDB Local that also records signing keys.
 async fn counters_env() -> (TestEnv, Client, SigningKeys) {
     let env = TestEnv::new(&[TableKind::Counters]).await;
@@ -233,10 +267,14 @@ async fn put_counter(client: &Client, table: &str, key: &str) {
 async fn without_a_tenant_role_the_execution_role_is_used_and_the_guard_still_applies() {
     let (env, base, keys) = counters_env().await;
     let sts = FakeSts::start().await;
-    let clock: SharedClock = Arc::new(env.clock.clone());
-    let clients =
-        TenantClients::from_config(&IsolationConfig::default(), &sts.sdk_config(), base, clock);
+    let deps = shared::Deps {
+        dynamo: base,
+        ..env.deps.clone()
+    }
+    .for_function("connect");
+    let clients = TenantClients::from_deps_with(&deps, &sts.sdk_config()).unwrap();
     assert_eq!(clients.role_arn(), None);
+    assert_eq!(clients.session_policy(), None);
     let ab = clients.for_tenant(&t("ab")).await.unwrap();
 
     let err = ab.key("abc:minute:1").unwrap_err();
@@ -264,14 +302,12 @@ async fn without_a_tenant_role_the_execution_role_is_used_and_the_guard_still_ap
 async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_near_expiry() {
     let (env, base, keys) = counters_env().await;
     let sts = FakeSts::start().await;
-    let clock: SharedClock = Arc::new(env.clock.clone());
-    let config = IsolationConfig {
-        tenant_role_arn: Some(ROLE.into()),
-    };
-    let clients = TenantClients::from_config(&config, &sts.sdk_config(), base, clock);
+    // The sweeper: its session policy allows PutItem and UpdateItem on counters, nothing else.
+    let deps = isolated(&env.deps, &base, "ttl-sweeper");
+    let clients = TenantClients::from_deps_with(&deps, &sts.sdk_config()).unwrap();
     assert_eq!(clients.role_arn(), Some(ROLE));
 
-    // First use of a tenant: one AssumeRole, tagged with the tenant.
+    // First use of a tenant: one AssumeRole, tagged with the tenant, with the function's policy.
     let ab = clients.for_tenant(&t("ab")).await.unwrap();
     let requests = sts.requests();
     assert_eq!(requests.len(), 1);
@@ -286,6 +322,17 @@ async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_nea
     assert!(
         !r.contains_key("Tags.member.2.Key"),
         "only the tenant tag: {r:?}"
+    );
+    let policy = r.get("Policy").expect("a session policy is sent");
+    assert_eq!(Some(policy.as_str()), clients.session_policy());
+    assert_eq!(
+        policy_tables(policy),
+        [(
+            env.deps.tables.counters.clone(),
+            vec!["dynamodb:PutItem".into(), "dynamodb:UpdateItem".into()]
+        )]
+        .into(),
+        "the sweeper's own actions on its own table"
     );
 
     // Its DynamoDB calls are signed with the tenant credentials, through the same interceptors.
@@ -308,6 +355,11 @@ async fn with_a_tenant_role_each_tenant_gets_tagged_credentials_cached_until_nea
     let abc = clients.for_tenant(&t("abc")).await.unwrap();
     assert_eq!(sts.requests().len(), 2);
     assert_eq!(sts.requests()[1]["Tags.member.1.Value"], "abc");
+    assert_eq!(
+        sts.requests()[1]["Policy"],
+        *policy,
+        "one policy for every tenant"
+    );
     put_counter(again.client(), &env.deps.tables.counters, "ab:minute:2").await;
     put_counter(
         abc.client(),
@@ -360,34 +412,64 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         dynamo: base.clone(),
         ..w.deps().clone()
     };
-    let clock: SharedClock = Arc::new(w.env.clock.clone());
-    let config = IsolationConfig {
-        tenant_role_arn: Some(ROLE.into()),
-    };
-    let tc = TenantClients::from_config(&config, &sts.sdk_config(), base, clock);
-    // Each function as its `init` builds it, but with the fake STS's tenant clients.
+    // Each function as its `init` builds it, but with tenant clients on the fake STS, each sending
+    // its own session policy (`serve` names the function; `Tenancy::from_deps` reads the name).
     let fd = w.function_deps(&[]);
-    let tenancy = || Tenancy::from(tc.clone());
+    let mut policy_of: BTreeMap<&str, String> = BTreeMap::new();
+    let mut tenancy = |function: &'static str| {
+        let deps = isolated(w.deps(), &base, function);
+        let clients = TenantClients::from_deps_with(&deps, &sts.sdk_config()).unwrap();
+        policy_of.insert(function, clients.session_policy().unwrap().to_string());
+        Tenancy::from(clients)
+    };
     let sessions = session_api::State {
-        tenancy: tenancy(),
+        tenancy: tenancy("session-api"),
         ..session_api::init(&fd).await.unwrap()
     };
     let auth = authorizer::State {
-        tenancy: tenancy(),
+        tenancy: tenancy("authorizer"),
         ..authorizer::init(&fd).await.unwrap()
     };
     let conn = connect::State {
-        tenancy: tenancy(),
+        tenancy: tenancy("connect"),
         ..connect::init(&fd).await.unwrap()
     };
     let msg = message::State {
-        tenancy: tenancy(),
+        tenancy: tenancy("message"),
         ..message::init(&fd).await.unwrap()
     };
-    let disc = disconnect::State { tenancy: tenancy() };
+    let disc = disconnect::State {
+        tenancy: tenancy("disconnect"),
+    };
     let sweeper = ttl_sweeper::State {
-        tenancy: tenancy(),
+        tenancy: tenancy("ttl-sweeper"),
         ..ttl_sweeper::init(&fd).await.unwrap()
+    };
+    // Request n (from 1) of the fake STS: (tenant tag, the function whose policy it carries).
+    let assumed = || -> Vec<(String, &str)> {
+        sts.requests()
+            .iter()
+            .map(|r| {
+                let policy = r
+                    .get("Policy")
+                    .expect("every AssumeRole sends a session policy");
+                let function = policy_of
+                    .iter()
+                    .find(|(_, p)| *p == policy)
+                    .map(|(f, _)| *f)
+                    .unwrap_or_else(|| panic!("a policy of no function: {policy}"));
+                (r["Tags.member.1.Value"].clone(), function)
+            })
+            .collect()
+    };
+    // The access key ids STS issued for `tenant` (ASIAFAKE{n} answers request n).
+    let keys_of = |tenant: &str| -> Vec<String> {
+        assumed()
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, _))| t == tenant)
+            .map(|(i, _)| format!("ASIAFAKE{}", i + 1))
+            .collect()
     };
 
     // (what, DynamoDB calls) for tenant "ab": the budgets of each handler's docs.
@@ -401,14 +483,32 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     let r = session_api::handle(&deps, &sessions, put).await.unwrap();
     assert_eq!(r.status_code, 200);
     assert_eq!(w.env.counter.total(), 2, "PUT, cold tenant cache");
-    assert_eq!(sts.requests().len(), 1, "first use of tenant ab");
-    assert_eq!(sts.requests()[0]["Tags.member.1.Value"], "ab");
+    assert_eq!(
+        assumed(),
+        [("ab".to_string(), "session-api")],
+        "first use of ab"
+    );
 
     w.env.counter.reset();
     let ev = w.authorizer_event("ab", "s1").await;
     let r = authorizer::handle(&deps, &auth, ev).await.unwrap();
     assert_eq!(authorizer::decision(&r), authorizer::Decision::Allow);
     assert_eq!(w.env.counter.total(), 2, "authorizer, cold tenant cache");
+    assert_eq!(
+        assumed()[1],
+        ("ab".to_string(), "authorizer"),
+        "its own AssumeRole"
+    );
+    let authorizer_actions: Vec<String> = policy_tables(&policy_of["authorizer"])
+        .into_values()
+        .flatten()
+        .collect();
+    assert_eq!(
+        authorizer_actions,
+        ["dynamodb:BatchGetItem", "dynamodb:BatchGetItem"],
+        "the authorizer's tenant credentials only read (the precheck; its tenant-row read is the \
+         execution role's)"
+    );
 
     let cid = "L0SM9cOFvHcCIhw=";
     w.env.counter.reset();
@@ -427,18 +527,38 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         [("UpdateItem".to_string(), 5)].into(),
         "connect 2, message 1, disconnect 2"
     );
-    assert_eq!(sts.requests().len(), 1, "ab's credentials are cached");
+    let functions: Vec<&str> = assumed().iter().map(|(_, f)| *f).collect();
+    assert_eq!(
+        functions,
+        [
+            "session-api",
+            "authorizer",
+            "connect",
+            "message",
+            "disconnect"
+        ],
+        "one AssumeRole per function for ab, each with its own policy"
+    );
     // Every call signed by ab's credentials, but the authorizer's (cold) read of the tenant row,
     // which is the execution role's: it comes before any AssumeRole (issue 22).
+    let ab_keys = keys_of("ab");
     let signed = keys.all();
     assert_eq!(
-        signed.iter().filter(|k| *k != "ASIAFAKE1").count(),
+        signed.iter().filter(|k| !ab_keys.contains(k)).count(),
         1,
-        "{signed:?}"
+        "every call but one signed by ab's credentials ({ab_keys:?}): {signed:?}"
     );
     assert_eq!(
         signed[2], "local",
         "the authorizer's tenant read: {signed:?}"
+    );
+    let ev = w.authorizer_event("ab", "s1").await;
+    let r = authorizer::handle(&deps, &auth, ev).await.unwrap();
+    assert_eq!(authorizer::decision(&r), authorizer::Decision::Allow);
+    assert_eq!(
+        sts.requests().len(),
+        5,
+        "ab's credentials are cached per function"
     );
 
     // Another tenant: its own AssumeRole, its own credentials; the sweeper scopes per record.
@@ -482,14 +602,62 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         "the sweep's tombstone, then the count"
     );
     assert_eq!(w.count("abc").await, Some(0), "abc's connection released");
-    let requests = sts.requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(requests[1]["Tags.member.1.Value"], "abc");
+    assert_eq!(
+        assumed()[5..],
+        [
+            ("abc".to_string(), "session-api"),
+            ("abc".to_string(), "connect"),
+            ("abc".to_string(), "ttl-sweeper")
+        ]
+    );
+    let abc_keys = keys_of("abc");
     assert!(
-        keys.all()[n..].iter().all(|k| k == "ASIAFAKE2"),
-        "every call signed by abc's credentials: {:?}",
+        keys.all()[n..].iter().all(|k| abc_keys.contains(k)),
+        "every call signed by abc's credentials ({abc_keys:?}): {:?}",
         keys.all()
     );
+}
+
+/// Every tenant-facing function's AssumeRole carries its session policy: exactly its line of
+/// `TENANT_ACCESS` on this stack's tables (the template test holds those lines equal to the
+/// execution roles' grants). A process that names no function does not start with a tenant role.
+#[tokio::test]
+async fn each_functions_assume_role_sends_its_own_session_policy() {
+    let (env, base, _) = counters_env().await;
+    let sts = FakeSts::start().await;
+    for (n, access) in TENANT_ACCESS.iter().enumerate() {
+        let deps = isolated(&env.deps, &base, access.function);
+        let clients = TenantClients::from_deps_with(&deps, &sts.sdk_config()).unwrap();
+        clients.for_tenant(&t("ab")).await.unwrap();
+        let requests = sts.requests();
+        assert_eq!(requests.len(), n + 1);
+        let sent = requests[n].get("Policy").map(String::as_str);
+        assert_eq!(sent, clients.session_policy(), "{}", access.function);
+        let want: BTreeMap<String, Vec<String>> = access
+            .tables
+            .iter()
+            .map(|(kind, actions)| {
+                let names = &env.deps.tables;
+                let table = match kind {
+                    TableKind::Tenants => &names.tenants,
+                    TableKind::Sessions => &names.sessions,
+                    TableKind::Counters => &names.counters,
+                    other => panic!("{other:?} is not a tenant table"),
+                };
+                (
+                    table.clone(),
+                    actions.iter().map(|a| a.to_string()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(policy_tables(sent.unwrap()), want, "{}", access.function);
+    }
+    let nameless = shared::Deps {
+        function: None,
+        ..isolated(&env.deps, &base, "connect")
+    };
+    let err = TenantClients::from_deps_with(&nameless, &sts.sdk_config()).unwrap_err();
+    assert!(err.to_string().contains("names no function"), "{err}");
 }
 
 /// Issue 22, item 1: anonymous `$connect`s naming made-up tenants never reach STS. The authorizer
@@ -506,13 +674,10 @@ async fn a_flood_of_unknown_tenants_makes_no_sts_call_and_evicts_no_credentials(
     w.put_tenant("real", SMALL).await;
     w.put_session("real", "s1").await;
     let sts = FakeSts::start().await;
-    let clock: SharedClock = Arc::new(w.env.clock.clone());
-    let config = IsolationConfig {
-        tenant_role_arn: Some(ROLE.into()),
-    };
-    let tc = TenantClients::from_config(&config, &sts.sdk_config(), w.deps().dynamo.clone(), clock);
+    let deps = isolated(w.deps(), &w.deps().dynamo, "authorizer");
+    let tc = TenantClients::from_deps_with(&deps, &sts.sdk_config()).unwrap();
     let auth = authorizer::State {
-        tenancy: Tenancy::from(tc.clone()),
+        tenancy: Tenancy::from(tc),
         ..authorizer::init(&w.function_deps(&[])).await.unwrap()
     };
     let decide = |ev| async {

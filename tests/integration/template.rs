@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use shared::catalog::catalog;
 use shared::config::Vars;
 use shared::ids::TenantId;
-use shared::isolation::{key_in_tenant, IsolationConfig, TENANT_ROLE_ARN_VAR};
+use shared::isolation::{key_in_tenant, IsolationConfig, TenantClients, TENANT_ROLE_ARN_VAR};
 use shared::table::{AttrType, AttributeStyle, TableKind, TableNames};
 
 // ------------------------------------------------------------------------------------------------
@@ -574,6 +574,45 @@ impl<'t> Stack<'t> {
             }
         }
         out
+    }
+}
+
+impl Stack<'_> {
+    /// The DynamoDB actions (stream reads aside) a function's execution role grants, by resource.
+    fn dynamo_grants(&self, function_id: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for s in self.role_statements(function_id) {
+            let actions: Vec<String> = strings(&s["Action"])
+                .into_iter()
+                .filter(|a| a.starts_with("dynamodb:") && !STREAM_ACTIONS.contains(&a.as_str()))
+                .collect();
+            for r in strings(&s["Resource"]) {
+                if !actions.is_empty() {
+                    granted
+                        .entry(r)
+                        .or_default()
+                        .extend(actions.iter().cloned());
+                }
+            }
+        }
+        granted
+    }
+
+    /// What `TenantRole` grants, by table (every statement under the one leading-key condition).
+    fn tenant_role_grants(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let role = self
+            .eval(&self.resource("TenantRole")["Properties"])
+            .unwrap();
+        let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for s in role["Policies"][0]["PolicyDocument"]["Statement"]
+            .as_array()
+            .unwrap()
+        {
+            for r in strings(&s["Resource"]) {
+                granted.entry(r).or_default().extend(strings(&s["Action"]));
+            }
+        }
+        granted
     }
 }
 
@@ -1193,19 +1232,7 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
         let tenants_arn = arn(Some(TableKind::Tenants));
         // What TenantRole grants, per table (by leading key).
         let role_actions: BTreeMap<String, BTreeSet<String>> = if isolated {
-            let role = stack
-                .eval(&stack.resource("TenantRole")["Properties"])
-                .unwrap();
-            let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for s in role["Policies"][0]["PolicyDocument"]["Statement"]
-                .as_array()
-                .unwrap()
-            {
-                for r in strings(&s["Resource"]) {
-                    granted.entry(r).or_default().extend(strings(&s["Action"]));
-                }
-            }
-            granted
+            stack.tenant_role_grants()
         } else {
             assert!(
                 !stack.exists("TenantRole"),
@@ -1221,21 +1248,7 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 let e = need.entry(arn(kind)).or_default();
                 e.extend(actions.iter().map(|a| a.to_string()));
             }
-            let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for s in stack.role_statements(&id) {
-                let actions: Vec<String> = strings(&s["Action"])
-                    .into_iter()
-                    .filter(|a| a.starts_with("dynamodb:") && !STREAM_ACTIONS.contains(&a.as_str()))
-                    .collect();
-                for r in strings(&s["Resource"]) {
-                    if !actions.is_empty() {
-                        granted
-                            .entry(r)
-                            .or_default()
-                            .extend(actions.iter().cloned());
-                    }
-                }
-            }
+            let granted = stack.dynamo_grants(&id);
             if isolated {
                 // Tenant rows only through TenantRole, which must allow all of it — except a Scan
                 // (the reconciler listing tenants), which has no leading key for TenantRole to
@@ -1273,6 +1286,195 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 "{variant}: TenantRole grants, table by table, exactly what the functions do on \
                  tenant rows (left: the role, right: the union of the functions' actions)"
             );
+        }
+    }
+}
+
+/// A session policy as (resource -> actions), with its shape checked: Allow statements only, no
+/// condition (the role holds the leading-key one), no wildcard, no `Not*` element.
+fn session_policy_grants(policy: &str, ctx: &str) -> BTreeMap<String, BTreeSet<String>> {
+    assert!(
+        policy.chars().count() <= shared::isolation::policy::MAX_SESSION_POLICY_CHARS,
+        "{ctx}: STS refuses a session policy over 2048 characters"
+    );
+    let p: Value = serde_json::from_str(policy).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert_eq!(p["Version"], "2012-10-17", "{ctx}");
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in p["Statement"].as_array().unwrap() {
+        let keys: BTreeSet<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["Action", "Effect", "Resource"].into(), "{ctx}: {s}");
+        assert_eq!(s["Effect"], "Allow", "{ctx}");
+        let actions = strings(&s["Action"]);
+        assert!(actions.iter().all(|a| !a.contains('*')), "{ctx}: {s}");
+        for r in strings(&s["Resource"]) {
+            assert!(!r.contains('*'), "{ctx}: {r}");
+            out.entry(r).or_default().extend(actions.iter().cloned());
+        }
+    }
+    out
+}
+
+/// The session policy function `function` sends with its AssumeRole, built as its process builds
+/// it: `Deps` from its environment in the template, named as `serve` names it (its crate).
+fn session_policy_of(stack: &Stack, function: &'static str) -> Option<String> {
+    let env = stack.environment(&stack.function_id(function));
+    let vars = Vars::from_pairs(env);
+    let mut deps = shared::Deps::local(
+        "http://127.0.0.1:9",
+        TableNames::from_vars(&vars).unwrap(),
+        shared::clock::system(),
+        None,
+    );
+    assert_eq!(
+        deps.dynamo.config().region().map(|r| r.to_string()),
+        Some(REGION.to_string()),
+        "the template stack's region"
+    );
+    deps.vars = vars;
+    let sdk = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .build();
+    let clients = TenantClients::from_deps_with(&deps.for_function(function), &sdk)
+        .unwrap_or_else(|e| panic!("{function}: {e}"));
+    clients.session_policy().map(str::to_string)
+}
+
+/// With `TenantIsolation=Enabled` a function's tenant credentials allow what `TenantRole` allows
+/// *and* its session policy allows (decision 2202). Per function, that must be exactly what its
+/// execution role is granted on the tenant tables with `TenantIsolation=Disabled` (which
+/// `dynamo_actions_are_exactly_what_each_function_does` holds to the model of the code), less what
+/// stays on the execution role (the reconciler's Scan, the authorizer's tenant-row read); and the
+/// policy itself names exactly that, nothing the role lacks.
+#[test]
+fn tenant_credentials_allow_exactly_what_each_function_does() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        if !stack.condition("IsolationOn") {
+            continue;
+        }
+        let mut without = params.clone();
+        without.push(("TenantIsolation", "Disabled"));
+        let without = Stack::new(&t, &without);
+        let env = stack.environment(&stack.function_id("connect"));
+        let names = TableNames::from_vars(&Vars::from_pairs(env)).unwrap();
+        let tenant_tables: BTreeSet<String> = [&names.tenants, &names.sessions, &names.counters]
+            .iter()
+            .map(|n| arn_of_table(n))
+            .collect();
+        let role = stack.tenant_role_grants();
+        for function in TENANT_FUNCTIONS {
+            let ctx = format!("{variant}: {function}");
+            let mut own = without.dynamo_grants(&without.function_id(function));
+            own.retain(|table, _| tenant_tables.contains(table));
+            // Made with the execution role even under isolation: the reconciler's Scan, the
+            // authorizer's tenant-row read.
+            let tenants_arn = arn_of_table(&names.tenants);
+            for (table, actions) in own.iter_mut() {
+                actions.retain(|a| {
+                    a != "dynamodb:Scan" && !unscoped_read(function, table, &tenants_arn, a)
+                });
+            }
+            own.retain(|_, actions| !actions.is_empty());
+
+            let policy = session_policy_of(&stack, function);
+            // What the tenant credentials allow: the role, cut down by the session policy if any.
+            let allowed: BTreeMap<String, BTreeSet<String>> = match &policy {
+                None => role.clone(),
+                Some(p) => {
+                    let session = session_policy_grants(p, &ctx);
+                    assert_eq!(
+                        session, own,
+                        "{ctx}: the session policy (left) vs the execution role without isolation"
+                    );
+                    role.iter()
+                        .map(|(table, actions)| {
+                            let s = session.get(table).cloned().unwrap_or_default();
+                            (table.clone(), actions.intersection(&s).cloned().collect())
+                        })
+                        .filter(|(_, a): &(String, BTreeSet<String>)| !a.is_empty())
+                        .collect()
+                }
+            };
+            assert_eq!(
+                allowed, own,
+                "{ctx}: what its tenant credentials allow (left) vs what its execution role is \
+                 granted without isolation (right)"
+            );
+        }
+    }
+}
+
+/// `serve`'s name is the key of a function's session policy: each `main.rs` passes its crate's
+/// name, the tenant-facing functions (and only they) have a line in `TENANT_ACCESS`, and those
+/// are the functions the template gives `TENANT_ROLE_ARN`.
+#[test]
+fn each_function_serves_under_its_crate_name_which_keys_its_tenant_access() {
+    use shared::isolation::policy::{tenant_access, TENANT_ACCESS};
+    let t = load_template();
+    let stack = Stack::new(&t, &[]);
+    for (id, function) in stack.functions() {
+        let dir = root().join("functions").join(&function);
+        let main = std::fs::read_to_string(dir.join("src/main.rs")).unwrap();
+        let served: Vec<&str> = main
+            .split("shared::function::serve(\"")
+            .skip(1)
+            .map(|rest| rest.split('"').next().unwrap())
+            .collect();
+        assert_eq!(
+            served,
+            [function.as_str()],
+            "{id}: functions/{function}/src/main.rs"
+        );
+        let tenant_fn = TENANT_FUNCTIONS.contains(&function.as_str());
+        assert_eq!(tenant_access(&function).is_some(), tenant_fn, "{function}");
+        assert_eq!(
+            stack.environment(&id).contains_key(TENANT_ROLE_ARN_VAR),
+            tenant_fn,
+            "{function}"
+        );
+    }
+    assert_eq!(TENANT_ACCESS.len(), TENANT_FUNCTIONS.len());
+}
+
+/// `execute-api:ManageConnections` names the HTTP method in its resource
+/// (`{api}/{stage}/{METHOD}/@connections/*`): each function may use only the methods it calls —
+/// `Gateway::post` (POST), `close` / `close_each` / `close_all` (DELETE), `is_live` (GET).
+#[test]
+fn manage_connections_allows_only_the_methods_each_function_calls() {
+    let methods = |function: &str| -> &[&str] {
+        match function {
+            // the echo, refusals and fan-out; closes a sender whose tenant or session is gone
+            "message" => &["DELETE", "POST"],
+            // DELETE /session and the replacement of an expired session close its sockets
+            "session-api" => &["DELETE"],
+            // a TTL-deleted session's sockets are closed
+            "ttl-sweeper" => &["DELETE"],
+            // probes whether a counted connection is still open
+            "reconciler" => &["GET"],
+            _ => &[],
+        }
+    };
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let stage = &stack.params["WebSocketStageName"];
+        for (id, function) in stack.functions() {
+            let mut granted: BTreeSet<String> = BTreeSet::new();
+            for s in stack.role_statements(&id) {
+                if strings(&s["Action"]).contains(&"execute-api:ManageConnections".to_string()) {
+                    granted.extend(strings(&s["Resource"]));
+                }
+            }
+            let want: BTreeSet<String> = methods(&function)
+                .iter()
+                .map(|m| {
+                    format!(
+                        "arn:aws:execute-api:{REGION}:{ACCOUNT}:ref-WebSocketApi/{stage}/{m}/@connections/*"
+                    )
+                })
+                .collect();
+            assert_eq!(granted, want, "{variant}: {function}'s ManageConnections");
         }
     }
 }

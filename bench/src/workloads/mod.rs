@@ -27,6 +27,7 @@ pub fn deps(ctx: &BenchCtx) -> Deps {
         style: AttributeStyle::default(),
         clock: shared::clock::system(),
         vars: Vars::from_pairs::<&str, &str>([]),
+        function: None,
     }
 }
 
