@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make dev`: the whole suite on this machine. Installs DynamoDB Local if missing, starts it (in memory;
+# `make dev`: the whole suite on this machine. Installs DynamoDB Local and the dashboard's charting
+# library if missing, starts DynamoDB Local (in memory;
 # `--persist` or DYNAMODB_LOCAL_PERSIST=1 keeps data in .dynamodb/), builds the CLI, and runs
 # `turnstile dev` (tables, demo tenants, WebSocket + HTTP + @connections + stream bridge + EventBridge).
 # Ctrl-C stops the stack and DynamoDB Local.
@@ -24,6 +25,10 @@ command -v cargo >/dev/null || { echo "make dev: cargo is required (https://rust
 echo "==> building the turnstile CLI" >&2
 cargo build --quiet -p turnstile-cli
 target="${CARGO_TARGET_DIR:-target}"
+
+# The dashboard's charting library (npm ci into local/dashboard/node_modules, once); without it the
+# dashboard still serves its tables and says what is missing.
+scripts/dashboard-assets.sh || echo "make dev: the dashboard will show no charts (see above)" >&2
 
 scripts/dynamodb-local.sh start "${persist[@]}"
 trap 'scripts/dynamodb-local.sh stop' EXIT

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: installs what is missing (DynamoDB Local; cfn-lint, aws-sam-cli and cargo-lambda into
-# .tools/ via python3 -m venv), starts a private DynamoDB Local, runs every check, and stops DynamoDB
-# Local even when a step fails.
+# `make test`: installs what is missing (DynamoDB Local; the dashboard's charting library; cfn-lint,
+# aws-sam-cli and cargo-lambda into .tools/ via python3 -m venv), starts a private DynamoDB Local,
+# runs every check, and stops DynamoDB Local even when a step fails.
 # Exit status: the first failing step's, else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,11 @@ step "Chromium for the dashboard test"
 TURNSTILE_TEST_CHROMEDRIVER=$(scripts/chromium.sh)
 export TURNSTILE_TEST_CHROMEDRIVER
 echo "chromedriver: $TURNSTILE_TEST_CHROMEDRIVER"
+
+# The dashboard's charting library, which its browser test loads (npm ci, pinned by
+# local/dashboard/package-lock.json; nothing when already installed).
+step "Dashboard charting library"
+scripts/dashboard-assets.sh || { echo "FAILED: scripts/dashboard-assets.sh"; exit 1; }
 
 step "DynamoDB Local (ports $DYNAMODB_LOCAL_PORT and $DYNAMODB_LOCAL_TTL_PORT)"
 ttl_ddb() { DYNAMODB_LOCAL_PORT="$DYNAMODB_LOCAL_TTL_PORT" scripts/dynamodb-local.sh "$@"; }

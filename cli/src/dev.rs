@@ -52,6 +52,10 @@ pub struct Args {
     /// e.g. `devbox:3000`): every other request is refused (DNS rebinding).
     #[arg(long, env = "TURNSTILE_DEV_ALLOWED_HOSTS", value_delimiter = ',')]
     allowed_hosts: Vec<String>,
+    /// The npm packages the dashboard's charting library is served from (default: the checkout's
+    /// local/dashboard/node_modules, filled by scripts/dashboard-assets.sh).
+    #[arg(long, env = "TURNSTILE_DEV_DASHBOARD_ASSETS")]
+    dashboard_assets: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -141,6 +145,12 @@ pub async fn run(args: Args) -> Result<()> {
     cfg.rules = rules.clone();
     cfg.dashboard = Some(deps.clone());
     cfg.allowed_hosts = args.allowed_hosts.clone();
+    if let Some(dir) = &args.dashboard_assets {
+        cfg.dashboard_assets = dir.clone();
+    }
+    if let Some(why) = turnstile_local::dashboard::assets::missing(&cfg.dashboard_assets) {
+        tracing::warn!("{why}; the dashboard shows tables without charts");
+    }
     let clock = deps.clock.clone();
     let mut build_error = None;
     let stack = Stack::start(cfg, clock, async |eps| {
@@ -170,7 +180,7 @@ pub async fn run(args: Args) -> Result<()> {
         r#"
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
-  Dashboard       {http}/   (live: tenants, sessions, counters, buckets, last decisions)
+  Dashboard       {http}/   (live: decisions per second, connections against caps, bucket levels)
   WebSocket API   {ws}/   (a connect ticket: ?ticket=.. or the subprotocol list "turnstile, <ticket>")
   @connections    {mgmt}/@connections/{{id}}
   Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})

@@ -38,6 +38,9 @@ pub struct StackConfig {
     /// `Host` values answered besides the bound address and the loopback names
     /// (`TURNSTILE_DEV_ALLOWED_HOSTS`; [`crate::host_check`]).
     pub allowed_hosts: Vec<String>,
+    /// The installed npm packages the dashboard's charting library is served from
+    /// (`TURNSTILE_DEV_DASHBOARD_ASSETS`; [`dashboard::assets`]).
+    pub dashboard_assets: std::path::PathBuf,
 }
 
 impl StackConfig {
@@ -55,6 +58,7 @@ impl StackConfig {
             region: "us-east-1".into(),
             dashboard: None,
             allowed_hosts: Vec::new(),
+            dashboard_assets: dashboard::assets::default_dir(),
         }
     }
 }
@@ -155,11 +159,13 @@ impl Stack {
             &cfg.region,
             &endpoints.http_addr.to_string(),
         )
-        .merge(dashboard::router(
-            cfg.dashboard.clone(),
-            decisions.clone(),
-            live.clone(),
-        ));
+        .merge(dashboard::router(dashboard::Dashboard {
+            deps: cfg.dashboard.clone(),
+            log: decisions.clone(),
+            live: live.clone(),
+            clock: clock.clone(),
+            assets: cfg.dashboard_assets.clone(),
+        }));
         tasks.push(serve(
             http_listener,
             http_app,

@@ -55,6 +55,12 @@ impl Local {
         Self::start_in(TestEnv::new(&KINDS).await, &[]).await
     }
 
+    /// [`Local::start_without_ttl`] with more tables (the dashboard's key-value and token buckets).
+    pub(crate) async fn start_with_tables(more: &[TableKind]) -> Local {
+        let kinds: Vec<TableKind> = KINDS.iter().chain(more).copied().collect();
+        Self::start_in(TestEnv::new(&kinds).await, &[]).await
+    }
+
     async fn start_in(env: TestEnv, vars: &[(&str, &str)]) -> Local {
         let mut deps = env.deps.clone();
         deps.clock = shared::clock::system();
@@ -224,7 +230,7 @@ pub(crate) fn refused_status(e: &tungstenite::Error) -> Option<u16> {
 }
 
 /// The next text frame within `secs`, or `None` when the socket closed or nothing came.
-async fn next_text(ws: &mut Socket, secs: u64) -> Option<String> {
+pub(crate) async fn next_text(ws: &mut Socket, secs: u64) -> Option<String> {
     let deadline = tokio::time::sleep(Duration::from_secs(secs));
     tokio::pin!(deadline);
     loop {
@@ -608,7 +614,14 @@ async fn requests_addressed_to_another_host_are_refused() {
     let local_name: &'static str = Box::leak(format!("localhost:{}", http.port()).into_boxed_str());
     assert_eq!(status(http, own, "/dashboard/state").await, "200");
     assert_eq!(status(http, local_name, "/dashboard/state").await, "200");
-    for path in ["/dashboard/state", "/session?tenantId=a&sessionId=s", "/"] {
+    assert_eq!(status(http, own, "/dashboard/decisions").await, "200");
+    for path in [
+        "/dashboard/state",
+        "/dashboard/decisions",
+        "/dashboard/chart.js",
+        "/session?tenantId=a&sessionId=s",
+        "/",
+    ] {
         assert_eq!(
             status(http, "rebound.example:3000", path).await,
             "403",

@@ -318,13 +318,19 @@ pub async fn handle(
                  (a session of that id now is another one)"
             ),
         )),
-        Precheck::OverLimit(limit) => Ok(deny(
-            &resource,
-            format!(
-                "over {} ({}) for tenant {t} session #{session}",
-                limit.name(),
-                limit.cap(&limits)
-            ),
-        )),
+        Precheck::OverLimit(limit) => {
+            let mut r = deny(
+                &resource,
+                format!(
+                    "over {} ({}) for tenant {t} session #{session}",
+                    limit.name(),
+                    limit.cap(&limits)
+                ),
+            );
+            // The limit by name too, for whoever reads the Deny (the local dashboard's chart
+            // colours refusals by it); API Gateway passes a Deny's context nowhere.
+            r.context["limit"] = json!(limit.name());
+            Ok(r)
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The last decisions the local stack saw, for the dashboard: every function invocation that goes
-//! through [`Invoke`] is summarised (function, tenant, session, connection, outcome, reason) into a
-//! bounded ring. Nothing here changes what the functions answer: [`Recorded`] passes the event and
+//! through [`Invoke`] is summarised (function, tenant, session, connection, outcome, the limit that
+//! refused, reason) into a bounded ring, and admissions and refusals are counted per second in a
+//! [`Series`]. Nothing here changes what the functions answer: [`Recorded`] passes the event and
 //! the answer through untouched.
 
 use std::collections::VecDeque;
@@ -10,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 use shared::clock::SharedClock;
 
+use super::series::{Points, Series, DENIED};
 use crate::lambda::{Invoke, InvokeError, InvokeFuture};
 
 /// How many decisions the dashboard keeps (the oldest go first).
@@ -36,15 +38,33 @@ pub struct Decision {
     /// The HTTP status a client saw, where there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// The limit that refused, by its tenant-row name (`connectionsPerSession`): the 429 body's
+    /// violated policy, or the authorizer Deny's `limit`. `None` when no limit said no.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
     /// Why, in the function's own words (the Deny's reason, the 429 body), shortened.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
 }
 
-/// A bounded, shared log of decisions.
+impl Decision {
+    /// Whether the decision is one of the chart's: an admission by `$connect` or `$default`, or a
+    /// refusal by any function. The authorizer's Allow is only a pre-check (`$connect` decides
+    /// next), so counting it too would show every admitted connect twice.
+    fn charted(&self) -> Option<Option<&str>> {
+        match self.outcome {
+            "admitted" if ADMITTING.contains(&self.function.as_str()) => Some(None),
+            "refused" => Some(Some(self.limit.as_deref().unwrap_or(DENIED))),
+            _ => None,
+        }
+    }
+}
+
+/// A bounded, shared log of decisions, and their counts per second.
 #[derive(Debug, Default)]
 pub struct DecisionLog {
     inner: Mutex<(u64, VecDeque<Decision>)>,
+    series: Mutex<Series>,
 }
 
 impl DecisionLog {
@@ -52,7 +72,11 @@ impl DecisionLog {
         Arc::new(DecisionLog::default())
     }
 
-    fn push(&self, mut d: Decision) {
+    /// Logs `d`, made at epoch second `at`.
+    fn push(&self, mut d: Decision, at: i64) {
+        if let (Some(refused_by), Ok(mut series)) = (d.charted(), self.series.lock()) {
+            series.record(at, d.tenant_id.as_deref(), refused_by);
+        }
         if let Ok(mut g) = self.inner.lock() {
             g.0 += 1;
             d.seq = g.0;
@@ -69,6 +93,14 @@ impl DecisionLog {
             .lock()
             .map(|g| g.1.iter().rev().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Admissions and refusals per second over the last five minutes up to `now` (epoch seconds).
+    pub fn per_second(&self, now: i64) -> Points {
+        self.series
+            .lock()
+            .map(|s| s.points(now))
+            .unwrap_or_else(|_| Series::default().points(now))
     }
 }
 
@@ -90,8 +122,11 @@ impl Invoke for Recorded {
         Box::pin(async move {
             let ids = Ids::of(&event);
             let result = self.inner.invoke(function, event).await;
-            let at = self.clock.now().to_rfc3339();
-            self.log.push(summarise(function, ids, at, &result));
+            let now = self.clock.now();
+            self.log.push(
+                summarise(function, ids, now.to_rfc3339(), &result),
+                now.as_secs(),
+            );
             result
         })
     }
@@ -138,14 +173,20 @@ fn shorten(s: &str) -> String {
     }
 }
 
-/// The body's `message`/`reason`/`detail` when it is JSON, else the body itself.
-fn body_reason(resp: &Value) -> String {
+/// The response body, and its JSON when it is JSON.
+fn body(resp: &Value) -> (String, Option<Value>) {
     let body = match &resp["body"] {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
         other => other.to_string(),
     };
-    let parsed: Option<Value> = serde_json::from_str(&body).ok();
+    let parsed = serde_json::from_str(&body).ok();
+    (body, parsed)
+}
+
+/// The body's `message`/`reason`/`detail` when it is JSON, else the body itself.
+fn body_reason(resp: &Value) -> String {
+    let (body, parsed) = body(resp);
     let field = parsed.as_ref().and_then(|v| {
         ["detail", "reason", "message", "title"]
             .iter()
@@ -154,12 +195,19 @@ fn body_reason(resp: &Value) -> String {
     shorten(&field.unwrap_or(body))
 }
 
+/// The limit a 429's problem+json names (`violated-policies`, `shared::refusal`).
+fn body_limit(resp: &Value) -> Option<String> {
+    let (_, parsed) = body(resp);
+    parsed?["violated-policies"][0].as_str().map(shorten)
+}
+
 fn summarise(
     function: &str,
     ids: Ids,
     at: String,
     result: &Result<Value, InvokeError>,
 ) -> Decision {
+    let mut limit = None;
     let (outcome, status, reason) = match result {
         Err(e) => ("error", None, shorten(&e.to_string())),
         Ok(resp) if resp.get("policyDocument").is_some() => {
@@ -167,6 +215,7 @@ fn summarise(
                 ("admitted", None, String::new())
             } else {
                 let reason = resp["context"]["reason"].as_str().unwrap_or("denied");
+                limit = resp["context"]["limit"].as_str().map(shorten);
                 ("refused", Some(403), shorten(reason))
             }
         }
@@ -186,6 +235,9 @@ fn summarise(
                 } else {
                     String::new()
                 };
+                if code == 429 {
+                    limit = body_limit(resp);
+                }
                 (outcome, Some(code), reason)
             }
             // Async events (stream batches, EventBridge, schedules): failures are listed.
@@ -208,6 +260,7 @@ fn summarise(
         connection_id: ids.connection,
         outcome,
         status,
+        limit,
         reason,
     }
 }
@@ -226,11 +279,12 @@ mod tests {
         let event = json!({"requestContext": {"connectionId": "c1"},
             "queryStringParameters": {"tenantId": "acme", "sessionId": "s1"}});
         let resp = ok(json!({"statusCode": 429,
-            "body": "{\"detail\":\"tenantConnections: 2 of 2 open\"}"}));
+            "body": "{\"detail\":\"tenantConnections: 2 of 2 open\",\"violated-policies\":[\"tenantConnections\"]}"}));
         let d = summarise("connect", Ids::of(&event), "t".into(), &resp);
         assert_eq!(d.outcome, "refused");
         assert_eq!(d.status, Some(429));
         assert_eq!(d.reason, "tenantConnections: 2 of 2 open");
+        assert_eq!(d.limit.as_deref(), Some("tenantConnections"));
         assert_eq!(d.tenant_id.as_deref(), Some("acme"));
         assert_eq!(d.session_id.as_deref(), Some("s1"));
         assert_eq!(d.connection_id.as_deref(), Some("c1"));
@@ -244,9 +298,15 @@ mod tests {
         );
         let d = summarise("authorizer", Ids::of(&json!({})), "t".into(), &deny);
         assert_eq!(
-            (d.outcome, d.reason.as_str()),
-            ("refused", "session expired")
+            (d.outcome, d.reason.as_str(), d.limit.as_deref()),
+            ("refused", "session expired", None)
         );
+        let over = ok(
+            json!({"policyDocument": {"Statement": [{"Effect": "Deny"}]},
+            "context": {"reason": "over connectionsPerSession (1)", "limit": "connectionsPerSession"}}),
+        );
+        let o = summarise("authorizer", Ids::of(&json!({})), "t".into(), &over);
+        assert_eq!(o.limit.as_deref(), Some("connectionsPerSession"));
         let allow = ok(
             json!({"policyDocument": {"Statement": [{"Effect": "Allow"}]},
             "context": {"tenantId": "acme"}}),
@@ -285,17 +345,50 @@ mod tests {
     fn the_log_keeps_the_newest_and_numbers_them() {
         let log = DecisionLog::default();
         for i in 0..(KEPT + 5) {
-            log.push(summarise(
-                "message",
-                Ids::of(&json!({})),
-                i.to_string(),
-                &ok(json!({"statusCode": 200})),
-            ));
+            log.push(
+                summarise(
+                    "message",
+                    Ids::of(&json!({})),
+                    i.to_string(),
+                    &ok(json!({"statusCode": 200})),
+                ),
+                7,
+            );
         }
         let recent = log.recent();
         assert_eq!(recent.len(), KEPT);
         assert_eq!(recent[0].seq, (KEPT + 5) as u64);
         assert_eq!(recent[0].at, (KEPT + 4).to_string());
         assert!(shorten(&"x".repeat(1000)).chars().count() == REASON_CHARS + 1);
+    }
+
+    /// One admitted connect is one admission on the chart (its authorizer Allow is not counted);
+    /// a refusal counts under its limit, or under "denied" when it names none.
+    #[test]
+    fn the_chart_counts_admissions_once_and_refusals_by_limit() {
+        let log = DecisionLog::default();
+        let event = json!({"queryStringParameters": {"tenantId": "acme"}});
+        let allow = json!({"policyDocument": {"Statement": [{"Effect": "Allow"}]}});
+        let deny = json!({"policyDocument": {"Statement": [{"Effect": "Deny"}]},
+            "context": {"reason": "no ticket"}});
+        let too_many = json!({"statusCode": 429,
+            "body": "{\"violated-policies\":[\"messagesPerMinute\"]}"});
+        for (function, resp) in [
+            ("authorizer", allow),
+            ("connect", json!({"statusCode": 200})),
+            ("message", too_many),
+            ("authorizer", deny),
+            ("session-api", json!({"statusCode": 200})),
+        ] {
+            let d = summarise(function, Ids::of(&event), "t".into(), &ok(resp));
+            log.push(d, 50);
+        }
+        let p = log.per_second(50);
+        assert_eq!(p.points.len(), 1, "{p:?}");
+        assert_eq!(p.points[0].tenant, "acme");
+        assert_eq!(p.points[0].admitted, 1);
+        assert_eq!(p.points[0].refused["messagesPerMinute"], 1);
+        assert_eq!(p.points[0].refused[DENIED], 1);
+        assert_eq!(log.recent().len(), 5);
     }
 }

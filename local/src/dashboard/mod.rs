@@ -1,16 +1,21 @@
-//! The local dashboard (`turnstile dev`, `http://127.0.0.1:3000/`): one static page that polls
-//! `GET /dashboard/state` once a second and shows, live, the tenants and their limits, sessions with
-//! their sockets, the per-minute and open-connection counters, the key-value buckets, and the last
-//! decisions with their reason.
+//! The local dashboard (`turnstile dev`, `http://127.0.0.1:3000/`): one static page that draws,
+//! live, decisions per second over the last five minutes (admitted, and refused by limit), open
+//! connections against each tenant's and each session's cap, each key-value bucket's and each
+//! fungible bucket's level now, refusals by reason, and the last decisions.
 //!
-//! Local only: the page reads the tables with Scans (bounded, [`snapshot::ROWS`] per table), which
-//! is fine against DynamoDB Local and would be wasteful on a production table; nothing of it is
-//! deployed. The decisions come from [`decisions::Recorded`], which sees every function invocation
-//! of the local stack.
+//! The page polls two routes once a second: `GET /dashboard/decisions` (the per-second counts the
+//! stack keeps in memory, [`series`]) and `GET /dashboard/state` (the tables, read with bounded
+//! Scans by [`snapshot`] and turned into numbers by [`view`]). Scans are fine against DynamoDB
+//! Local and would be wasteful on a production table; nothing of this is deployed. Its charting
+//! library is served from disk ([`assets`]).
 
+pub mod assets;
 pub mod decisions;
+pub mod series;
 pub mod snapshot;
+pub mod view;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -19,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+use shared::clock::SharedClock;
 use shared::Deps;
 
 use crate::websocket::LiveConnections;
@@ -27,20 +33,27 @@ pub use decisions::{Decision, DecisionLog, Recorded};
 /// The page itself: plain HTML, CSS and JavaScript, no build step.
 const PAGE: &str = include_str!("page.html");
 
+/// What the dashboard routes read.
 #[derive(Clone)]
-struct DashState {
-    deps: Option<Deps>,
-    log: Arc<DecisionLog>,
-    live: Arc<LiveConnections>,
+pub struct Dashboard {
+    /// Where the tables are read; `None` shows only the decisions and live sockets.
+    pub deps: Option<Deps>,
+    pub log: Arc<DecisionLog>,
+    pub live: Arc<LiveConnections>,
+    pub clock: SharedClock,
+    /// The installed npm packages the charting library is served from ([`assets`]).
+    pub assets: PathBuf,
 }
 
-/// `GET /` (the page) and `GET /dashboard/state` (JSON). Without `deps` the tables are not read and
-/// the state says so; decisions and live sockets are still shown.
-pub fn router(deps: Option<Deps>, log: Arc<DecisionLog>, live: Arc<LiveConnections>) -> Router {
+/// `GET /` (the page), `/dashboard/state` and `/dashboard/decisions` (JSON), and the charting
+/// library.
+pub fn router(dash: Dashboard) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/dashboard/state", get(state))
-        .with_state(DashState { deps, log, live })
+        .route("/dashboard/decisions", get(per_second))
+        .route(assets::ROUTE, get(library))
+        .with_state(Arc::new(dash))
 }
 
 async fn page() -> Response {
@@ -54,17 +67,29 @@ async fn page() -> Response {
         .into_response()
 }
 
-async fn state(State(st): State<DashState>) -> Response {
-    let live = st.live.ids();
-    let decisions = st.log.recent();
-    let tables = match &st.deps {
+async fn library(State(d): State<Arc<Dashboard>>) -> Response {
+    assets::serve(&d.assets).await
+}
+
+async fn per_second(State(d): State<Arc<Dashboard>>) -> Response {
+    let points = d.log.per_second(d.clock.now().as_secs());
+    ([(header::CACHE_CONTROL, "no-store")], Json(points)).into_response()
+}
+
+async fn state(State(d): State<Arc<Dashboard>>) -> Response {
+    let now = d.clock.now();
+    let live = d.live.ids();
+    let decisions = d.log.recent();
+    let library = assets::missing(&d.assets);
+    let tables = match &d.deps {
         Some(deps) => match snapshot::read(deps).await {
-            Ok(t) => serde_json::to_value(t).unwrap_or_default(),
+            Ok(s) => serde_json::to_value(view::build(&s, now)).unwrap_or_default(),
             Err(e) => {
                 tracing::warn!(error = %e, "dashboard: cannot read the tables");
                 return (
                     StatusCode::BAD_GATEWAY,
-                    Json(json!({ "error": e.to_string(), "decisions": decisions, "liveSockets": live })),
+                    Json(json!({ "error": e.to_string(), "decisions": decisions,
+                        "liveSockets": live, "now": now.as_millis(), "library": library })),
                 )
                     .into_response();
             }
@@ -73,7 +98,10 @@ async fn state(State(st): State<DashState>) -> Response {
     };
     (
         [(header::CACHE_CONTROL, "no-store")],
-        Json(json!({ "tables": tables, "decisions": decisions, "liveSockets": live })),
+        Json(
+            json!({ "view": tables, "decisions": decisions, "liveSockets": live,
+            "now": now.as_millis(), "library": library }),
+        ),
     )
         .into_response()
 }
