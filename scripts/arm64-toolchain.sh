@@ -25,6 +25,7 @@ TARGET=aarch64-unknown-linux-gnu
 RUST_WEB_VERSION="${RUST_WEB_VERSION:-1.96.0+dfsg1-*}"
 CROSS_GCC_VERSION="${CROSS_GCC_VERSION:-4:12.2.0-*}"
 CROSS_LIBC_VERSION="${CROSS_LIBC_VERSION:-2.36-*}"
+CROSS_GCC_LIB_VERSION="${CROSS_GCC_LIB_VERSION:-12.2.0-*}"
 QEMU_VERSION="${QEMU_VERSION:-1:7.2+dfsg-*}"
 SYSROOT=/usr/aarch64-linux-gnu
 
@@ -75,13 +76,17 @@ way=$(which_way)
 cmd="${1:-}"
 [ $# -eq 0 ] || shift
 runner=()
-[ "$(uname -m)" = aarch64 ] || runner=(qemu-aarch64 -L "$SYSROOT")
+# The guest's libraries come from the cross sysroot, named on LD_LIBRARY_PATH too: with Debian's
+# arm64 architecture added, /etc/ld.so.cache also lists the multiarch libc6:arm64, and the sysroot's
+# loader with that (different build's) libc hangs in the first pthread_create.
+[ "$(uname -m)" = aarch64 ] || runner=(qemu-aarch64 -L "$SYSROOT" -E "LD_LIBRARY_PATH=$SYSROOT/lib")
 case "$cmd" in
     which)
         echo "$way"
         ;;
     runner)
-        [ ${#runner[@]} -eq 0 ] || apt_install "qemu-user=$QEMU_VERSION" "libc6-arm64-cross=$CROSS_LIBC_VERSION"
+        [ ${#runner[@]} -eq 0 ] || apt_install "qemu-user=$QEMU_VERSION" "libc6-arm64-cross=$CROSS_LIBC_VERSION" \
+            "libgcc-s1-arm64-cross=$CROSS_GCC_LIB_VERSION"
         echo "${runner[*]}"
         ;;
     exec)
