@@ -4,10 +4,11 @@
 #   rustup  - the active rustup toolchain has the aarch64-unknown-linux-gnu target (a machine with
 #             internet: `rustup target add aarch64-unknown-linux-gnu`). `sam build` then links with
 #             cargo-lambda's Zig as it does for any user; nothing else is needed to build.
-#   debian  - otherwise (this CI machine: rustup cannot fetch targets, Debian's archive is reachable):
-#             Debian's rustc-web/cargo-web with its aarch64 standard library, linked by Debian's
-#             aarch64 cross gcc against glibc 2.36's cross headers (symbols stay at or below 2.34, the
-#             glibc of provided.al2023; scripts/artifact-check.py checks every artifact).
+#   debian  - otherwise (a machine that reaches only the package registries, as CI here: rustup cannot
+#             fetch targets, Debian's archive is reachable): Debian's rustc-web/cargo-web with its
+#             aarch64 standard library, linked by Debian's aarch64 cross gcc against glibc 2.36's cross
+#             libraries. Lambda's provided.al2023 has glibc 2.34: scripts/artifact-check.py fails any
+#             artifact that needs a newer symbol (today's need at most GLIBC_2.34).
 # On a host that is not aarch64 the artifacts are started under qemu-user with Debian's aarch64 glibc
 # (the runner); both ways install it.
 #
@@ -69,7 +70,8 @@ apt_install() {
         dpkg --add-architecture arm64
     fi
     "${apt[@]}" update >&2
-    DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >&2
+    # --no-remove: never take a package away to make room (e.g. Debian's older `rustc`); stop instead.
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-remove --no-install-recommends "${missing[@]}" >&2
 }
 
 way=$(which_way)
@@ -99,7 +101,7 @@ case "$cmd" in
             "libstd-rust-web-dev:arm64=$RUST_WEB_VERSION" \
             "gcc-aarch64-linux-gnu=$CROSS_GCC_VERSION" "libc6-dev-arm64-cross=$CROSS_LIBC_VERSION"
         # Debian's cargo and rustc first on PATH (SAM and cargo-lambda call `cargo` by name), without
-        # moving anything else: a directory of two links, under .tools/ (ignored by git).
+        # moving anything else: a directory of three links, under .tools/ (ignored by git).
         bin="$(cd "$(dirname "$0")/.." && pwd)/.tools/arm64-debian/bin"
         mkdir -p "$bin"
         ln -sf /usr/bin/cargo "$bin/cargo"

@@ -178,6 +178,8 @@ def self_test():
         "ScriptFunction": (b"#!/bin/sh\necho hello\n", "unreadable as an ELF (not an ELF file)"),
     }
     real = real_cross_compiled()
+    host = real_host_x86_64()
+    real.update(host)
     cases.update(real)
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,10 +216,27 @@ def self_test():
     if failed:
         print("artifact-check self-test FAILED:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1
-    extra = f", {len(real)} from aarch64-linux-gnu-gcc" if real else " (no aarch64-linux-gnu-gcc: crafted ELFs only)"
+    gcc = len(real) - len(host)
+    extra = f", {gcc} linked by aarch64-linux-gnu-gcc" if gcc else " (no aarch64-linux-gnu-gcc here)"
+    extra += ", this host's x86_64 `true`" if host else ""
     wrong = sum(r is not None for _, r in cases.values())
     print(f"artifact-check self-test: {wrong} wrong artifacts refused, each named; the good ones pass{extra}")
     return 0
+
+
+def real_host_x86_64():
+    """This host's own `true` when it is an x86_64 ELF: a real binary of the wrong architecture."""
+    path = shutil.which("true")
+    if not path:
+        return {}
+    with open(os.path.realpath(path), "rb") as f:
+        data = f.read()
+    try:
+        if elf_facts(data)[0] != "x86_64":
+            return {}
+    except (NotElf, struct.error, IndexError, ValueError):
+        return {}
+    return {"RealX86Function": (data, "is an ELF for x86_64, the function is arm64")}
 
 
 def real_cross_compiled():
