@@ -5,14 +5,21 @@ SHELL := /bin/bash
 DYNAMODB_LOCAL_PORT ?= 8000
 export DYNAMODB_LOCAL_PORT
 
-.PHONY: test dev lint cfn-lint unit ddb-start ddb-stop build release clean help bench bench-smoke
+.PHONY: test dev lint cfn-lint unit ddb-start ddb-stop build release sam-check clean help bench bench-smoke
+
+# The Lambda architecture `make sam-check` builds and starts: template.yaml's default, or x86_64 when
+# given on the command line (`make sam-check ARCH=x86_64`; an ARCH in the environment is not ours).
+ifneq ($(origin ARCH),command line)
+ARCH := arm64
+endif
 
 help:
 	@echo "make test   - install DynamoDB Local if missing, start it, run fmt/clippy/tests, stop it"
 	@echo "make dev    - run the whole suite locally (WebSocket + HTTP + DynamoDB Local)"
 	@echo "make lint   - cargo fmt --check and clippy"
 	@echo "make cfn-lint - lint template.yaml with cfn-lint (installed into .tools/ on first use)"
-	@echo "make release- sam build of every Lambda function (x86_64, with sizes) and the CLI release build"
+	@echo "make sam-check [ARCH=x86_64] - sam build (arm64 by default), artifact checks, each artifact on its samples"
+	@echo "make release- sam build of every Lambda function for arm64 and x86_64 (checked, with sizes) and the CLI release build"
 	@echo "make bench  - full benchmark beside the peers (own DynamoDB Local) -> BENCHMARKS.md, bench/results.json"
 	@echo "make bench-smoke - a few decisions per workload; asserts 0 over-admission and calls/decision"
 
@@ -45,9 +52,19 @@ bench:
 bench-smoke:
 	@scripts/bench.sh smoke
 
-# The deployable artifacts as `sam build` makes them (x86_64 here; see docs/deploying.md), with sizes.
+# The deploy step of `make test` on its own, for ARCH (arm64, template.yaml's default, or x86_64), with
+# its own DynamoDB Local on $(DYNAMODB_LOCAL_PORT) (stopped afterwards when this started it).
+sam-check:
+	@scripts/dynamodb-local.sh start
+	@TURNSTILE_TEST_DYNAMODB=http://127.0.0.1:$(DYNAMODB_LOCAL_PORT) scripts/sam-check.sh --arch $(ARCH); \
+	  rc=$$?; scripts/dynamodb-local.sh stop; exit $$rc
+
+# The deployable artifacts as `sam build` makes them, both architectures, checked and with sizes (not
+# started: `make test` starts the arm64 ones, `make sam-check ARCH=x86_64` the x86_64 ones); see
+# docs/deploying.md. arm64 last: .aws-sam/build then holds what `sam deploy` (Architecture=arm64) expects.
 release:
-	@scripts/sam-check.sh --no-invoke
+	@scripts/sam-check.sh --arch x86_64 --no-invoke
+	@scripts/sam-check.sh --arch arm64 --no-invoke
 	cargo build --release --locked -p turnstile-cli
 
 clean:

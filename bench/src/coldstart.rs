@@ -291,12 +291,14 @@ pub async fn cold_start_once(
     extra_env: &[(String, String)],
     limit: Duration,
 ) -> Result<Run, BenchError> {
-    invoke_once(binary, function, event, extra_env, limit, None).await
+    invoke_once(&[], binary, function, event, extra_env, limit, None).await
 }
 
 /// [`cold_start_once`], the process's stderr (its logs) appended to `log` when given: the check of
-/// the `sam build` artifacts shows them when an answer is wrong.
+/// the `sam build` artifacts shows them when an answer is wrong. A non-empty `runner` starts the
+/// binary through that command (`qemu-aarch64 -L <sysroot>`: the arm64 artifacts on an x86_64 host).
 pub async fn invoke_once(
+    runner: &[String],
     binary: &Path,
     function: &str,
     event: &[u8],
@@ -327,7 +329,14 @@ pub async fn invoke_once(
         }
     });
 
-    let mut cmd = tokio::process::Command::new(binary);
+    let mut cmd = match runner.split_first() {
+        Some((program, args)) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args).arg(binary);
+            c
+        }
+        None => tokio::process::Command::new(binary),
+    };
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
@@ -356,9 +365,10 @@ pub async fn invoke_once(
         })
         .kill_on_drop(true);
     let t0 = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| BenchError::io(format!("starting {}", binary.display()), e))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        let through = runner.iter().map(|a| format!("{a} ")).collect::<String>();
+        BenchError::io(format!("starting {through}{}", binary.display()), e)
+    })?;
 
     let mut init = None;
     let mut result = None;

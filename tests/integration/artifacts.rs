@@ -10,7 +10,10 @@
 //! Offline differences, on purpose: `TenantIsolation=Disabled` (no STS here to assume the tenant
 //! role), the Management API is a local recorder, and the reconciler's grace is its minimum (15 s).
 //! Ignored in the plain `cargo test` run: `scripts/sam-check.sh` runs it after `sam build` with
-//! `TURNSTILE_SAM_BUILD_DIR` set.
+//! `TURNSTILE_SAM_BUILD_DIR` set, and `TURNSTILE_ARTIFACT_RUNNER` (e.g. `qemu-aarch64 -L
+//! /usr/aarch64-linux-gnu`) when the artifacts are for another architecture than this host's
+//! (issue 24: the arm64 default, started under qemu-user on x86_64). Times under emulation say only
+//! that a sample finished within its `Timeout`; they are not performance numbers.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -240,6 +243,16 @@ fn sample_events(function: &str) -> Vec<String> {
     names
 }
 
+/// The command that starts a foreign-architecture artifact here (`TURNSTILE_ARTIFACT_RUNNER`, split
+/// on spaces); empty: the artifact runs directly.
+fn runner() -> Vec<String> {
+    std::env::var("TURNSTILE_ARTIFACT_RUNNER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
 /// One artifact against all its samples, on tables of its own; the failures, if any.
 async fn check_function(build_dir: &Path, function_id: &str, binary: &str) -> Vec<String> {
     let fail = |event: &str, msg: String| format!("{binary} ({function_id}) on {event}: {msg}");
@@ -314,9 +327,17 @@ async fn check_function(build_dir: &Path, function_id: &str, binary: &str) -> Ve
         api.clear();
         let body = std::fs::read(root().join("events").join(binary).join(&event)).unwrap();
         let started = Instant::now();
-        let run = coldstart::invoke_once(&bootstrap, binary, &body, &env_pairs, limit, Some(&log))
-            .await
-            .unwrap_or_else(|e| panic!("{binary}: {e}"));
+        let run = coldstart::invoke_once(
+            &runner(),
+            &bootstrap,
+            binary,
+            &body,
+            &env_pairs,
+            limit,
+            Some(&log),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{binary}: {e}"));
         let ms = started.elapsed().as_millis();
         let answer = run.posted.as_deref().unwrap_or("");
         let verdict = match run.outcome {
@@ -357,6 +378,13 @@ async fn every_built_artifact_answers_its_sample_events_as_the_handler_tests_exp
         assert!(
             root().join("events").join(f).join(e).is_file(),
             "EXPECTED names {f}/{e}"
+        );
+    }
+    let runner = runner();
+    if !runner.is_empty() {
+        println!(
+            "artifacts started through `{}`: the times below are emulation, not performance numbers",
+            runner.join(" ")
         );
     }
     // Each function on its own tables, all at once (the reconciler's two graces set the pace).
