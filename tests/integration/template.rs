@@ -205,13 +205,17 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
                 ],
             ),
         ],
-        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token an
-        // UpdateItem of the ledger item and a DeleteItem of the row.
+        // NonFungibleLimiter::remove_by_resource_id: PutItem of the ended marker, Query the
+        // resource index, then per token an UpdateItem of the ledger item and a DeleteItem of the row.
         "token-remover" => vec![
             (None, &["dynamodb:Query"]),
             (
                 Some(NonFungibleTokens),
-                &["dynamodb:DeleteItem", "dynamodb:UpdateItem"],
+                &[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                ],
             ),
         ],
         other => panic!("no DynamoDB action model for function {other}: add it here"),
