@@ -44,6 +44,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             on_failure: named(table, it, attr::ON_FAILURE)?,
             connection_shards: opt(attr::CONNECTION_SHARDS, 1)?,
             connect_auth: named(table, it, attr::CONNECT_AUTH)?,
+            max_sessions: opt(attr::MAX_SESSIONS, super::DEFAULT_MAX_SESSIONS)?,
         },
     };
     tenant
@@ -101,7 +102,8 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         .check_shards()
         .map_err(Error::InvalidArgument)?;
     let mut it = key(&tenant.tenant_id);
-    for (name, value) in tenant.limits.fields() {
+    let fields = tenant.limits.fields().into_iter();
+    for (name, value) in fields.chain([(attr::MAX_SESSIONS, tenant.limits.max_sessions)]) {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
     }
     let l = &tenant.limits;
