@@ -25,6 +25,7 @@ mod ws_gcra;
 mod ws_message;
 mod ws_reconcile;
 mod ws_session_api;
+mod ws_session_cap;
 mod ws_shards;
 mod ws_support;
 mod ws_sweeper;

@@ -28,8 +28,8 @@ use aws_lambda_events::apigw::{
 use futures::future::{try_join_all, BoxFuture};
 use serde_json::Value;
 use shared::admission::respond;
-use shared::ids::{SessionId, TenantId};
 use shared::admission::sessions::{self, Opened};
+use shared::ids::{SessionId, TenantId};
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
 use shared::ticket::{self, KeySet};
@@ -99,7 +99,9 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
             let session = match sessions::open(deps, tenant_id, &sid, ttl, cap, false).await? {
                 Opened::Live(s) | Opened::Replaced { session: s, .. } => s,
                 Opened::Full { cap } => {
-                    return Err(BenchError::Other(format!("{cap} sessions: the tenant is full")))
+                    return Err(BenchError::Other(format!(
+                        "{cap} sessions: the tenant is full"
+                    )))
                 }
             };
             let claims = ticket::Claims {

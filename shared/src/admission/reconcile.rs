@@ -50,6 +50,7 @@ use crate::session::attr as sattr;
 use crate::Deps;
 
 mod report;
+mod sessions;
 pub use report::{Outcome, Report, TenantReport};
 
 /// Management API probes in flight at once.
@@ -168,12 +169,13 @@ pub(super) struct Snapshot {
     pub repairs: Option<i64>,
 }
 
-async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
+/// One counter item (`{tenant}`, or `{tenant}:sessions`) as a snapshot: 1 GetItem.
+pub(super) async fn read_item(deps: &Deps, key: &str) -> Result<Snapshot> {
     let out = deps
         .dynamo
         .get_item()
         .table_name(&deps.tables.counters)
-        .key(cattr::KEY, s(keys::tenant_connections(t)?))
+        .key(cattr::KEY, s(key))
         .consistent_read(true)
         .send()
         .await
@@ -193,7 +195,7 @@ async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
 /// tenant's shards (1 BatchGetItem), keeping each shard's `relTotal` for the repair's conditions.
 async fn read_snapshot(w: &mut Work) -> Result<Snapshot> {
     if w.shards <= 1 {
-        return read_counter(&w.deps, &w.tenant).await;
+        return read_item(&w.deps, &keys::tenant_connections(&w.tenant)?).await;
     }
     let (snap, released) = super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
     w.released = released;
@@ -212,7 +214,7 @@ pub(super) fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was:
     }
 }
 
-fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
+pub(super) fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
     u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }
 
@@ -226,6 +228,8 @@ struct Work {
     before: Snapshot,
     /// Phase 2's read of the counter.
     read: Snapshot,
+    /// Phase 2's read of the session count, just before the truth.
+    sessions_read: Snapshot,
     truth_at: i64,
     done: bool,
     /// The tenant's `connectionShards` (1: the one `{tenant}` item).
@@ -243,6 +247,7 @@ impl Work {
             candidates: vec![],
             before: Snapshot::default(),
             read: Snapshot::default(),
+            sessions_read: Snapshot::default(),
             truth_at: 0,
             done: false,
             shards,
@@ -311,15 +316,7 @@ where
     };
     let mut work = Vec::with_capacity(tenants.len());
     for (t, shards) in tenants {
-        let report = TenantReport {
-            tenant_id: t.to_string(),
-            counted: None,
-            truth: 0,
-            stale_released: vec![],
-            probe_errors: 0,
-            in_flight: 0,
-            outcome: Outcome::Consistent,
-        };
+        let report = TenantReport::new(t.to_string());
         let scoped_deps = scoped(t.clone()).await;
         let shards = match (&scoped_deps, shards) {
             (_, Some(n)) => Ok(n),
@@ -369,9 +366,20 @@ where
             skip(w, format!("releasing or reading the count: {e}"));
             continue;
         }
-        match sessions(&w.deps, &w.tenant, w.shards).await {
+        match sessions::read(&w.deps, &w.tenant).await {
+            Ok(snap) => {
+                w.sessions_read = snap;
+                w.report.sessions_counted = snap.count;
+            }
+            Err(e) => {
+                skip(w, format!("reading the session count: {e}"));
+                continue;
+            }
+        }
+        match self::sessions(&w.deps, &w.tenant, w.shards).await {
             Ok(ss) => {
                 w.truth_at = w.deps.clock.now().as_millis();
+                w.report.sessions_truth = ss.len() as u64;
                 let mut t = truth_of(&ss);
                 // A dry run released nothing: count its stale ids out as a real run would.
                 if options.dry_run {
@@ -398,6 +406,14 @@ where
                 reason: format!("repairing the count: {e}"),
             },
         };
+        let (t, read, truth) = (&w.tenant, w.sessions_read, w.report.sessions_truth);
+        w.report.sessions =
+            match sessions::repair(&w.deps, t, read, truth, w.truth_at, options.dry_run).await {
+                Ok(o) => o,
+                Err(e) => Outcome::Skipped {
+                    reason: format!("repairing the session count: {e}"),
+                },
+            };
         tracing::info!(tenant = %w.tenant, report = ?w.report, "reconciled");
     }
     Ok(Report {
@@ -497,6 +513,9 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
 
 fn skip(w: &mut Work, reason: String) {
     tracing::warn!(tenant = %w.tenant, %reason, "reconcile skipped a tenant");
+    w.report.sessions = Outcome::Skipped {
+        reason: reason.clone(),
+    };
     w.report.outcome = Outcome::Skipped { reason };
     w.done = true;
 }
@@ -539,20 +558,22 @@ mod tests {
         ]);
         assert_eq!(truth_of(&ss), 3);
         let r = TenantReport {
-            tenant_id: "acme".into(),
             counted: Some(5),
             truth: 3,
             stale_released: vec!["x".into()],
-            probe_errors: 0,
-            in_flight: 0,
             outcome: Outcome::Repaired { from: 5, to: 3 },
+            sessions_counted: Some(2),
+            sessions_truth: 2,
+            ..TenantReport::new("acme".into())
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"tenantId": "acme", "counted": 5, "truth": 3,
                 "staleReleased": ["x"], "probeErrors": 0, "inFlight": 0,
-                "outcome": "repaired", "from": 5, "to": 3})
+                "outcome": "repaired", "from": 5, "to": 3,
+                "sessionsCounted": 2, "sessionsTruth": 2,
+                "sessions": {"outcome": "consistent"}})
         );
     }
 }

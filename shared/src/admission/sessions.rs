@@ -12,7 +12,7 @@
 //! | `PUT` naming a session that does not exist | 1 UpdateItem (refused) + 1 TransactWriteItems | 5 |
 //! | `PUT` refreshing a live session | 1 UpdateItem, as before | 1 |
 //! | `PUT` over an expired row | 1 UpdateItem + 1 PutItem, as before (one session replaces another) | 2 |
-//! | `PUT` refused by the cap | 1 TransactWriteItems (cancelled) | 2 |
+//! | `PUT` refused by the cap | 1 TransactWriteItems (cancelled) | 4 as metered (a cancelled transaction charged in full) |
 //! | `DELETE` | + 1 UpdateItem (the count) | + 1 |
 //! | TTL sweep of a session | + 1 UpdateItem; + 1 PutItem (the tombstone) when it held no connection | + 1 or 2 |
 

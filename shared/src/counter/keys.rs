@@ -72,7 +72,11 @@ mod tests {
         let ab = TenantId::parse("ab").unwrap();
         assert_ne!(tenant_connections(&ab)?, tenant_connections(&t)?);
         // Every format passes the key guard (and so TenantRole's LeadingKeys condition).
-        for key in [tenant_connections(&ab)?, swept(&ab, &s, "e")?, sessions(&ab)?] {
+        for key in [
+            tenant_connections(&ab)?,
+            swept(&ab, &s, "e")?,
+            sessions(&ab)?,
+        ] {
             crate::isolation::check_key(&ab, &key).unwrap();
         }
         Ok(())

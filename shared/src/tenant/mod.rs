@@ -280,6 +280,9 @@ mod tests {
             .contains("ceiling of 10000"));
         let many = l.with_max_sessions(MAX_SESSIONS_CEILING + 1);
         assert!(many.check_shards().unwrap_err().contains("maxSessions"));
-        assert!(l.with_max_sessions(MAX_SESSIONS_CEILING).check_shards().is_ok());
+        assert!(l
+            .with_max_sessions(MAX_SESSIONS_CEILING)
+            .check_shards()
+            .is_ok());
     }
 }
