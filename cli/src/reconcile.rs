@@ -55,6 +55,7 @@ pub async fn run(args: Args) -> Result<()> {
         tenant: args.tenant,
         dry_run: args.dry_run,
         grace,
+        budget: reconcile::Budget::for_grace(grace),
     };
     let report = reconcile::run(&deps, &options, probe.as_ref(), |_| {
         let d = deps.clone();

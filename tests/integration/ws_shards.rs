@@ -227,6 +227,7 @@ async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {
                 tenant: Some(T.parse().unwrap()),
                 dry_run: false,
                 grace: Duration::from_millis(20),
+                budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
             },
             None,
             |_| async { Ok(w.deps().clone()) },
@@ -431,6 +432,7 @@ where
         tenant: Some(T.parse().unwrap()),
         dry_run: false,
         grace: Duration::ZERO,
+        budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
     };
     let scoped = |_| async { Ok(w.deps().clone()) };
     reconcile::run_paced(w.deps(), &options, None, scoped, pause)

@@ -504,6 +504,7 @@ where
         tenant: Some(tenant.clone()),
         dry_run,
         grace,
+        budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
     };
     let scoped = deps.clone();
     let scoped = |_| {

@@ -99,6 +99,7 @@ pub fn options(event: &Value, grace: Duration) -> Result<Options, String> {
         tenant,
         dry_run,
         grace,
+        budget: reconcile::Budget::for_grace(grace),
     })
 }
 
@@ -112,6 +113,7 @@ fn meter(report: &Report) {
             Outcome::Repaired { .. } | Outcome::WouldRepair { .. } => "repaired",
             Outcome::Busy => "busy",
             Outcome::Skipped { .. } => "skipped",
+            Outcome::Deferred => "deferred",
         };
         catalogue::work(Worker::Reconciler, result, 1);
         catalogue::work(

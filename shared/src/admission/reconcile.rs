@@ -49,12 +49,13 @@ use crate::ids::{SessionId, TenantId};
 use crate::session::attr as sattr;
 use crate::Deps;
 
+pub mod budget;
+mod probe;
 mod report;
 mod sessions;
+mod start;
+pub use budget::{Budget, MAX_GRACE};
 pub use report::{Outcome, Report, TenantReport};
-
-/// Management API probes in flight at once.
-const PROBES_IN_FLIGHT: usize = 32;
 
 /// Default grace between the phases: longer than any `$connect` or release can be half-way.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -68,8 +69,18 @@ pub const MIN_GRACE: Duration = Duration::from_secs(15);
 pub const REPAIR_ATTEMPTS: u32 = 4;
 
 /// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
-/// (a grace of 0 repairs a connect half-way through down to below the truth).
+/// (a grace of 0 repairs a connect half-way through down to below the truth); at most
+/// [`MAX_GRACE`], or two graces leave the run too little of its function's timeout to finish.
 pub fn check_grace(grace: Duration) -> std::result::Result<Duration, String> {
+    if grace > MAX_GRACE {
+        return Err(format!(
+            "the reconcile grace must be at most {} s, not {} s: a run waits two graces inside \
+             the reconciler's {} s timeout and needs the rest for its work",
+            MAX_GRACE.as_secs(),
+            grace.as_secs_f64(),
+            budget::FUNCTION_TIMEOUT.as_secs()
+        ));
+    }
     if grace < MIN_GRACE {
         Err(format!(
             "the reconcile grace must be at least {} s (the handlers' {} s timeout plus a margin), \
@@ -93,6 +104,8 @@ pub struct Options {
     /// Time between the phases (see the module docs). Not checked here (tests use short ones):
     /// the entry points validate configured values with [`check_grace`].
     pub grace: Duration,
+    /// The run's and each tenant's time ([`Budget::for_grace`] for a scheduled run).
+    pub budget: Budget,
 }
 
 /// Where the Management API is, to find gone sockets; `None` skips probing.
@@ -129,33 +142,6 @@ async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, 
 
 fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
     sessions.values().flatten().collect::<BTreeSet<_>>().len() as u64
-}
-
-/// Ids (with their session) whose socket the Management API says is gone, and how many probes
-/// failed (those ids are taken as live: a failed probe proves nothing).
-async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> (Vec<(String, String)>, u64) {
-    use futures::stream::{self, StreamExt};
-    let checks = stream::iter(ids.into_iter().map(|(sid, cid)| async move {
-        let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
-        (sid, cid, live)
-    }))
-    .buffer_unordered(PROBES_IN_FLIGHT)
-    .collect::<Vec<_>>()
-    .await;
-    let mut out = Vec::new();
-    let mut errors = 0;
-    for (sid, cid, live) in checks {
-        match live {
-            Ok(true) => {}
-            Ok(false) => out.push((sid, cid)),
-            Err(e) => {
-                errors += 1;
-                tracing::warn!(connection = %cid, error = %e, "probe failed; taken as live");
-            }
-        }
-    }
-    out.sort();
-    (out, errors)
 }
 
 /// What one read of the tenant's counter showed.
@@ -300,7 +286,8 @@ where
     PFut: Future<Output = ()>,
 {
     // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
-    // with its own credentials).
+    // with its own credentials); every tenant starts after the last run's cursor.
+    let every = options.tenant.is_none();
     let tenants: Vec<(TenantId, Option<u64>)> = match &options.tenant {
         Some(t) => vec![(t.clone(), None)],
         None => {
@@ -309,60 +296,47 @@ where
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
             }
             let shards = |t: &crate::tenant::Tenant| Some(t.limits.connection_shards);
-            all.iter()
+            let all = all
+                .iter()
                 .map(|t| (t.tenant_id.clone(), shards(t)))
-                .collect()
+                .collect();
+            let after = budget::read(deps).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "no reconcile cursor: starting from the first tenant");
+                None
+            });
+            budget::rotate(all, |(t, _)| t, after.as_deref())
         }
     };
+
+    // Phase 1: the counter before, and a probe of every id of every session, tenant after tenant
+    // while the run's budget lasts; the others wait for the next run.
+    let started = deps.clock.now();
     let mut work = Vec::with_capacity(tenants.len());
+    let mut deferred = Vec::new();
     for (t, shards) in tenants {
-        let report = TenantReport::new(t.to_string());
-        let scoped_deps = scoped(t.clone()).await;
-        let shards = match (&scoped_deps, shards) {
-            (_, Some(n)) => Ok(n),
-            (Ok(d), None) => crate::tenant::store::get(d, &t)
-                .await
-                .map(|r| r.map_or(1, |r| r.limits.connection_shards)),
-            (Err(_), None) => Ok(1),
-        };
-        let mut w = Work::new(t, deps.clone(), report, *shards.as_ref().unwrap_or(&1));
-        match (scoped_deps, shards) {
-            (Err(e), _) => skip(&mut w, format!("no tenant credentials: {e}")),
-            (Ok(_), Err(e)) => skip(&mut w, format!("reading the tenant row: {e}")),
-            (Ok(d), Ok(_)) => w.deps = d,
+        if every && !options.budget.takes_more(deps.clock.now().since(started)) {
+            let mut r = TenantReport::new(t.to_string());
+            (r.outcome, r.sessions) = (Outcome::Deferred, Outcome::Deferred);
+            deferred.push(r);
+            continue;
+        }
+        let mut w = start::prepare(deps, t, shards, &scoped).await;
+        if !w.done {
+            start::before(&mut w, probe, options.budget.tenant).await;
         }
         work.push(w);
     }
-
-    // Phase 1: the counter before, and a probe of every id of every session.
-    for w in work.iter_mut().filter(|w| !w.done) {
-        match read_snapshot(w).await {
-            Ok(snap) => w.before = snap,
-            Err(e) => {
-                skip(w, format!("reading the count: {e}"));
-                continue;
-            }
-        }
-        if let Some(p) = probe {
-            match sessions(&w.deps, &w.tenant, w.shards).await {
-                Ok(ss) => {
-                    let ids = ss
-                        .into_iter()
-                        .flat_map(|(sid, cids)| cids.into_iter().map(move |c| (sid.clone(), c)))
-                        .collect();
-                    let (candidates, errors) = gone(p, ids).await;
-                    w.candidates = candidates;
-                    w.report.probe_errors += errors;
-                }
-                Err(e) => skip(w, format!("reading the sessions: {e}")),
-            }
+    if let (true, false, Some(last)) = (every, options.dry_run, work.last()) {
+        // Written now, so a run stopped later still moves the next one on.
+        if let Err(e) = budget::write(deps, &last.tenant).await {
+            tracing::warn!(error = %e, "the reconcile cursor was not written");
         }
     }
     pause(Pause::AfterProbe).await;
 
     // Phase 2: release what is still gone, then read the count and, right after, the truth.
     for w in work.iter_mut().filter(|w| !w.done) {
-        if let Err(e) = release_and_read(w, probe, options.dry_run).await {
+        if let Err(e) = release_and_read(w, probe, options.dry_run, options.budget.tenant).await {
             skip(w, format!("releasing or reading the count: {e}"));
             continue;
         }
@@ -416,11 +390,14 @@ where
             };
         tracing::info!(tenant = %w.tenant, report = ?w.report, "reconciled");
     }
+    let mut tenants: Vec<TenantReport> = work.into_iter().map(|w| w.report).collect();
+    tenants.extend(deferred);
+    tenants.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
     Ok(Report {
         dry_run: options.dry_run,
         probed: probe.is_some(),
         grace_ms: u64::try_from(options.grace.as_millis()).unwrap_or(u64::MAX),
-        tenants: work.into_iter().map(|w| w.report).collect(),
+        tenants,
     })
 }
 
@@ -520,10 +497,18 @@ fn skip(w: &mut Work, reason: String) {
     w.done = true;
 }
 
-async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool) -> Result<()> {
+async fn release_and_read(
+    w: &mut Work,
+    probe: Option<&Probe<'_>>,
+    dry_run: bool,
+    budget: Duration,
+) -> Result<()> {
     if let (Some(p), false) = (probe, w.candidates.is_empty()) {
-        let (still, errors) = gone(p, std::mem::take(&mut w.candidates)).await;
+        let until = w.deps.clock.now().plus(budget);
+        let ids = std::mem::take(&mut w.candidates);
+        let (still, errors, unprobed) = probe::gone(p, &w.deps, until, ids).await;
         w.report.probe_errors += errors;
+        w.report.unprobed += unprobed;
         let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (sid, cid) in still {
             by_session.entry(sid).or_default().push(cid);
@@ -570,7 +555,7 @@ mod tests {
         assert_eq!(
             v,
             serde_json::json!({"tenantId": "acme", "counted": 5, "truth": 3,
-                "staleReleased": ["x"], "probeErrors": 0, "inFlight": 0,
+                "staleReleased": ["x"], "probeErrors": 0, "unprobed": 0, "inFlight": 0,
                 "outcome": "repaired", "from": 5, "to": 3,
                 "sessionsCounted": 2, "sessionsTruth": 2,
                 "sessions": {"outcome": "consistent"}})

@@ -145,6 +145,9 @@ pub async fn delete(deps: &Deps, id: &TenantId) -> Result<bool> {
     Ok(out.attributes().is_some())
 }
 
+/// Keys of the tenant table starting with this are not tenants (ids cannot hold it).
+pub const RESERVED: char = '~';
+
 /// Every tenant (Scan, one call per 1 MB page), sorted by id. Rows that do not parse are reported in
 /// the second list rather than failing the whole listing.
 pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
@@ -152,6 +155,13 @@ pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     let mut bad = Vec::new();
     let scan = deps.dynamo.scan().table_name(&deps.tables.tenants);
     pages::scan(scan, |it| {
+        // Items whose key starts with `~` (never a tenant id) are not tenants: the reconciler's
+        // cursor (`admission::reconcile::budget`).
+        if let Some(AttributeValue::S(id)) = it.get(attr::TENANT_ID) {
+            if id.starts_with(RESERVED) {
+                return Ok(());
+            }
+        }
         match from_item(&deps.tables.tenants, it) {
             Ok(t) => tenants.push(t),
             Err(e) => bad.push(e.to_string()),

@@ -17,6 +17,9 @@ pub enum Outcome {
     Busy,
     /// Not checked, and why.
     Skipped { reason: String },
+    /// Not reached: the run's budget was spent on the tenants before it; the next run starts with
+    /// it (issue 22 item 13).
+    Deferred,
 }
 
 /// One tenant's result.
@@ -32,6 +35,8 @@ pub struct TenantReport {
     pub stale_released: Vec<String>,
     /// Probes that failed (neither live nor gone): those ids were treated as live.
     pub probe_errors: u64,
+    /// Ids not probed because the tenant's probing budget ran out (taken as live this run).
+    pub unprobed: u64,
     /// The bound on reservations and releases in flight at the read (phase 2).
     pub in_flight: u64,
     #[serde(flatten)]
@@ -54,6 +59,7 @@ impl TenantReport {
             truth: 0,
             stale_released: vec![],
             probe_errors: 0,
+            unprobed: 0,
             in_flight: 0,
             outcome: Outcome::Consistent,
             sessions_counted: None,
