@@ -162,3 +162,36 @@ async fn a_grace_above_the_maximum_is_refused_at_start() {
     assert!(reconcile::check_grace(Duration::from_secs(61)).is_err());
     assert!(reconcile::check_grace(Duration::from_secs(60)).is_ok());
 }
+
+/// A tenant with more ids than one run's probes reach: each run starts probing where the last one
+/// stopped (`probeFrom` on `{tenant}:sessions`), so a gone socket late in the order is found and
+/// released within `⌈ids / probed per run⌉` runs (it never was when every run began at the first id).
+#[tokio::test]
+async fn probing_continues_where_the_last_run_stopped() {
+    let w = World::new().await;
+    busy_tenant(&w, "a-busy", 24).await;
+    // The last id in probing order (session s2: c16 to c23).
+    w.recorder.mark_gone("a-busy-c23");
+    let budget = Budget {
+        run: Duration::from_secs(60),
+        tenant: Duration::from_secs(5),
+    };
+    let mut released_in = None;
+    for run in 1..=8 {
+        let report = run_all(&w, budget).await;
+        let r = outcome(&report, "a-busy");
+        eprintln!(
+            "run {run}: unprobed {}, stale released {:?}",
+            r.unprobed, r.stale_released
+        );
+        assert!(r.unprobed > 0, "more ids than one budget probes: {r:?}");
+        if r.stale_released == ["a-busy-c23"] {
+            released_in = Some(run);
+            break;
+        }
+    }
+    // About 4 probes a run over 24 ids: the last id within 6 runs, 7 with the wrap.
+    let run = released_in.expect("the gone socket was released");
+    assert!(run <= 7, "{run}");
+    assert_eq!(w.count("a-busy").await, Some(23));
+}

@@ -31,6 +31,12 @@
 //! release landing between the last read and the write, at most [`REPAIR_ATTEMPTS`]), plus 2
 //! Management API calls per gone candidate and 2 UpdateItem per session with gone ids. A sharded
 //! tenant (decision 1502): 3 BatchGetItem and at most 1 TransactWriteItems of its N shards instead.
+//! The session count (decision 2204, `sessions`): 2 GetItem, at most 1 UpdateItem. With probing,
+//! 1 GetItem of where the probes start, and 1 UpdateItem when that moves (`probe`).
+//!
+//! A run fits its function (decision 2205, [`budget`]): the grace is at most [`MAX_GRACE`], each
+//! tenant's probes have a time budget, tenants are taken while the run's budget lasts (the rest are
+//! `Deferred`), and a run over every tenant starts after the last one the previous run took.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -322,7 +328,7 @@ where
         }
         let mut w = start::prepare(deps, t, shards, &scoped).await;
         if !w.done {
-            start::before(&mut w, probe, options.budget.tenant).await;
+            start::before(&mut w, probe, options.budget.tenant, options.dry_run).await;
         }
         work.push(w);
     }

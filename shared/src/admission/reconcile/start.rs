@@ -39,8 +39,14 @@ where
     w
 }
 
-/// Phase 1 for one tenant: the counter before, and a probe of its ids for at most `budget`.
-pub(super) async fn before(w: &mut Work, probe: Option<&Probe<'_>>, budget: Duration) {
+/// Phase 1 for one tenant: the counter before, and a probe of its ids for at most `budget`,
+/// starting where the last cut-short probing stopped (`dry_run`: without recording where it stops).
+pub(super) async fn before(
+    w: &mut Work,
+    probe: Option<&Probe<'_>>,
+    budget: Duration,
+    dry_run: bool,
+) {
     match read_snapshot(w).await {
         Ok(snap) => w.before = snap,
         Err(e) => return skip(w, format!("reading the count: {e}")),
@@ -50,15 +56,32 @@ pub(super) async fn before(w: &mut Work, probe: Option<&Probe<'_>>, budget: Dura
     };
     match sessions(&w.deps, &w.tenant, w.shards).await {
         Ok(ss) => {
-            let ids = ss
+            let ids: Vec<(String, String)> = ss
                 .into_iter()
                 .flat_map(|(sid, cids)| cids.into_iter().map(move |c| (sid.clone(), c)))
                 .collect();
+            let was = probe::position(&w.deps, &w.tenant).await;
+            let ids = probe::from_position(ids, was.as_deref());
+            // Probes start in this order, and none after the budget: the unprobed are a suffix.
+            let next = |unprobed: u64| {
+                let first = ids.len().saturating_sub(unprobed as usize);
+                (unprobed > 0)
+                    .then(|| ids.get(first).map(probe::position_of))
+                    .flatten()
+            };
             let until = w.deps.clock.now().plus(budget);
-            let (candidates, errors, unprobed) = probe::gone(p, &w.deps, until, ids).await;
+            let (candidates, errors, unprobed) = probe::gone(p, &w.deps, until, ids.clone()).await;
             w.candidates = candidates;
             w.report.probe_errors += errors;
             w.report.unprobed += unprobed;
+            if !dry_run {
+                let next = next(unprobed);
+                if let Err(e) =
+                    probe::keep_position(&w.deps, &w.tenant, was.as_deref(), next.as_deref()).await
+                {
+                    tracing::warn!(tenant = %w.tenant, error = %e, "probe position not kept");
+                }
+            }
         }
         Err(e) => skip(w, format!("reading the sessions: {e}")),
     }
