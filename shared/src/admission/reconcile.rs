@@ -465,33 +465,45 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
             // A release (or another repair) landed since the read: read again.
             continue;
         }
-        let mut p = parts;
-        unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", read.repairs);
-        p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
-        p.value(":one", n(1)).value(":at", n(w.truth_at));
-        p.set.push("#ta = :at".into());
-        p.add.push("#v :one".into());
-        p.add.push("#rp :one".into());
-        let key = Item::from([(
-            cattr::KEY.to_string(),
-            s(keys::tenant_connections(&w.tenant)?),
-        )]);
-        match write::update(
-            &w.deps,
-            &w.deps.tables.counters,
+        let key = keys::tenant_connections(&w.tenant)?;
+        if stamp_repair(&w.deps, &key, parts, read.repairs, w.truth_at).await? {
+            return Ok(Outcome::Repaired { from, to: to_u });
+        }
+        // A release (or anything, when quiet) landed since the read: read again.
+    }
+    Ok(Outcome::Busy)
+}
+
+/// A repair's write on one counter item (`key`): `p` (the change and its conditions), plus
+/// `repairs` unchanged since the read (two reconcilers never repair the same thing), `truthAt`
+/// stamped, `ver` and `repairs` + 1. 1 UpdateItem, at most once. Whether it applied.
+pub(super) async fn stamp_repair(
+    deps: &Deps,
+    key: &str,
+    mut p: Parts,
+    repairs: Option<i64>,
+    truth_at: i64,
+) -> Result<bool> {
+    unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", repairs);
+    p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
+    p.value(":one", n(1)).value(":at", n(truth_at));
+    p.set.push("#ta = :at".into());
+    p.add.push("#v :one".into());
+    p.add.push("#rp :one".into());
+    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
+    let table = &deps.tables.counters;
+    Ok(matches!(
+        write::update(
+            deps,
+            table,
             &key,
             &p,
             ReturnValue::None,
-            Retries::AtMostOnce,
+            Retries::AtMostOnce
         )
-        .await?
-        {
-            Written::Applied(_) => return Ok(Outcome::Repaired { from, to: to_u }),
-            // A release (or anything, when quiet) landed since the read: read again.
-            Written::Refused(_) => continue,
-        }
-    }
-    Ok(Outcome::Busy)
+        .await?,
+        Written::Applied(_)
+    ))
 }
 
 fn skip(w: &mut Work, reason: String) {

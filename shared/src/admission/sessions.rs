@@ -16,9 +16,7 @@
 //! | `DELETE` | + 1 UpdateItem (the count) | + 1 |
 //! | TTL sweep of a session | + 1 UpdateItem; + 1 PutItem (the tombstone) when it held no connection | + 1 or 2 |
 
-use aws_sdk_dynamodb::types::{
-    Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
 use super::connect::count_move;
 use super::write::Parts;
@@ -119,17 +117,7 @@ fn count_item(deps: &Deps, t: &TenantId, cap: u64) -> Result<TransactWriteItem> 
     p.conditions
         .push("attribute_not_exists(#c) OR #c < :cap".into());
     let key = Item::from([(cattr::KEY.to_string(), s(keys::sessions(t)?))]);
-    let update = Update::builder()
-        .table_name(&deps.tables.counters)
-        .set_key(Some(key))
-        .set_condition_expression(p.condition())
-        .update_expression(p.update())
-        .set_expression_attribute_names(Some(p.names))
-        .set_expression_attribute_values(Some(p.values))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None)
-        .build()
-        .map_err(|e| Error::build_request("a session count", e))?;
-    Ok(TransactWriteItem::builder().update(update).build())
+    p.transact_update(&deps.tables.counters, key, "a session count")
 }
 
 /// The new row, only if no row has this id.

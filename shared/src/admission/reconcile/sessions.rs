@@ -11,12 +11,10 @@
 //!
 //! Cost per tenant: 2 GetItem, at most 1 UpdateItem per attempt ([`super::REPAIR_ATTEMPTS`]).
 
-use aws_sdk_dynamodb::types::ReturnValue;
-
-use super::{grew, read_item, unchanged, Outcome, Snapshot, REPAIR_ATTEMPTS};
-use crate::admission::write::{self, Parts, Retries, Written};
+use super::{grew, read_item, stamp_repair, unchanged, Outcome, Snapshot, REPAIR_ATTEMPTS};
+use crate::admission::write::Parts;
 use crate::counter::{attr as cattr, keys};
-use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::item::n;
 use crate::error::Result;
 use crate::ids::TenantId;
 use crate::Deps;
@@ -38,7 +36,7 @@ pub(super) async fn repair(
 ) -> Result<Outcome> {
     let truth = i64::try_from(truth).unwrap_or(i64::MAX);
     let c = read.count.unwrap_or(0);
-    let key = Item::from([(cattr::KEY.to_string(), s(keys::sessions(t)?))]);
+    let key = keys::sessions(t)?;
     for _ in 0..REPAIR_ATTEMPTS {
         let now = self::read(deps, t).await?;
         if now.repairs != read.repairs {
@@ -75,27 +73,10 @@ pub(super) async fn repair(
         if dry_run {
             return Ok(Outcome::WouldRepair { from, to: to_u });
         }
-        unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", read.repairs);
-        p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
-        p.value(":one", n(1)).value(":at", n(truth_at));
-        p.set.push("#ta = :at".into());
-        p.add.push("#v :one".into());
-        p.add.push("#rp :one".into());
-        let table = &deps.tables.counters;
-        match write::update(
-            deps,
-            table,
-            &key,
-            &p,
-            ReturnValue::None,
-            Retries::AtMostOnce,
-        )
-        .await?
-        {
-            Written::Applied(_) => return Ok(Outcome::Repaired { from, to: to_u }),
-            // A give-back (or, when quiet, anything) landed since the read: read again.
-            Written::Refused(_) => continue,
+        if stamp_repair(deps, &key, p, read.repairs, truth_at).await? {
+            return Ok(Outcome::Repaired { from, to: to_u });
         }
+        // A give-back (or, when quiet, anything) landed since the read: read again.
     }
     Ok(Outcome::Busy)
 }
