@@ -1083,11 +1083,13 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
     let sessions: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
     let ttl = clock.now().as_secs() + 3600;
     for s in &sessions {
-        shared::session::store::create_or_refresh(
+        shared::admission::sessions::open(
             &deps,
             &T.parse().unwrap(),
             &s.parse().unwrap(),
             ttl,
+            limits.max_sessions,
+            false,
         )
         .await
         .unwrap();

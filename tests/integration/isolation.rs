@@ -482,7 +482,11 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     w.env.counter.reset();
     let r = session_api::handle(&deps, &sessions, put).await.unwrap();
     assert_eq!(r.status_code, 200);
-    assert_eq!(w.env.counter.total(), 2, "PUT, cold tenant cache");
+    assert_eq!(
+        w.env.counter.total(),
+        3,
+        "PUT, cold tenant cache: the tenant row, the refresh (no row), the create's transaction"
+    );
     assert_eq!(
         assumed(),
         [("ab".to_string(), "session-api")],
@@ -548,8 +552,9 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         1,
         "every call but one signed by ab's credentials ({ab_keys:?}): {signed:?}"
     );
+    // (after the session API's 3 calls)
     assert_eq!(
-        signed[2], "local",
+        signed[3], "local",
         "the authorizer's tenant read: {signed:?}"
     );
     let ev = w.authorizer_event("ab", "s1").await;
@@ -598,8 +603,8 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
-        "the sweep's tombstone, then the count"
+        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 2)].into(),
+        "the sweep's tombstone, then the session count and the connections' count"
     );
     assert_eq!(w.count("abc").await, Some(0), "abc's connection released");
     assert_eq!(

@@ -32,7 +32,10 @@ async fn connect_admits_and_disconnect_releases_in_two_writes_each() {
     let s = w.session(T, "s1").await.unwrap();
     assert_eq!(s.connection_ids, vec!["conn-A=".to_string()]);
     // Everything lives on the two items: no other counter row.
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
 
     w.env.counter.reset();
     let r = w.disconnect(T, "s1", "conn-A=").await;
@@ -213,7 +216,10 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     let mut ok: Vec<String> = admitted.iter().map(|(_, c, _)| c.clone()).collect();
     ok.sort();
     assert_eq!(held, ok);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
 }
 
 #[tokio::test]
@@ -298,7 +304,10 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
     assert_eq!(w.tenant_minute_count(T).await, 1);
     assert_eq!(w.session_minute_count(T, "a").await, 1);
     // The windows live on the two items (no per-minute rows, nothing for TTL to sweep up).
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     assert_eq!(w.count(T).await, Some(8));
 }
 
@@ -351,7 +360,10 @@ async fn connect_to_a_missing_or_expired_session_is_refused_without_writing() {
     // The tenant's reservations were given back: no capacity held, no minute spent.
     assert_eq!(w.count(T).await, Some(0));
     assert_eq!(w.tenant_minute_count(T).await, 0);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
 }
 

@@ -227,6 +227,7 @@ async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {
                 tenant: Some(T.parse().unwrap()),
                 dry_run: false,
                 grace: Duration::from_millis(20),
+                budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
             },
             None,
             |_| async { Ok(w.deps().clone()) },
@@ -292,7 +293,10 @@ async fn an_unsharded_tenant_keeps_its_one_counter() {
     );
     assert_eq!(w.count(T).await, Some(1));
     assert_eq!(w.session_number(T, "s1", "connShards").await, None);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     assert_eq!(w.disconnect(T, "s1", "u=").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(0));
 }
@@ -428,6 +432,7 @@ where
         tenant: Some(T.parse().unwrap()),
         dry_run: false,
         grace: Duration::ZERO,
+        budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
     };
     let scoped = |_| async { Ok(w.deps().clone()) };
     reconcile::run_paced(w.deps(), &options, None, scoped, pause)

@@ -8,19 +8,6 @@ use crate::ws_support::*;
 
 const T: &str = "tenant-1";
 
-fn ttl_record(t: &str, s: &str, ids: &[&str], seq: &str) -> Value {
-    let mut v = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
-    v["eventID"] = json!(format!("ev-{seq}"));
-    v["dynamodb"]["SequenceNumber"] = json!(seq);
-    v["dynamodb"]["Keys"] = json!({"tenantId": {"S": t}, "sessionId": {"S": s}});
-    let mut img = json!({"tenantId": {"S": t}, "sessionId": {"S": s}, "sessionTTL": {"N": "1"}});
-    if !ids.is_empty() {
-        img["connectionIds"] = json!({"SS": ids});
-    }
-    v["dynamodb"]["OldImage"] = img;
-    v
-}
-
 /// Deletes a session row as DynamoDB's TTL does: no release (the stream record carries it).
 async fn delete_session_row(w: &World, t: &str, s: &str) {
     w.deps()
@@ -59,8 +46,8 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
-        "the sweep's tombstone, then the count"
+        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 2)].into(),
+        "the sweep's tombstone, then the session count and the connections' count"
     );
     assert_eq!(w.count(T).await, Some(1));
     let mut closed: Vec<String> = w

@@ -24,6 +24,7 @@ pub mod reconcile;
 mod reconcile_shards;
 pub mod release;
 pub mod respond;
+pub mod sessions;
 pub mod shards;
 pub mod verdict;
 pub mod write;
@@ -68,6 +69,9 @@ pub enum Limit {
     SessionPerMinute,
     #[serde(rename = "messagesPerMinute")]
     MessagesPerMinute,
+    /// Sessions the tenant holds (the session API's `PUT`; decision 2204).
+    #[serde(rename = "maxSessions")]
+    MaxSessions,
 }
 
 impl Limit {
@@ -78,6 +82,7 @@ impl Limit {
             Limit::TenantPerMinute => tattr::TENANT_PER_MINUTE,
             Limit::SessionPerMinute => tattr::SESSION_PER_MINUTE,
             Limit::MessagesPerMinute => tattr::MESSAGES_PER_MINUTE,
+            Limit::MaxSessions => tattr::MAX_SESSIONS,
         }
     }
 
@@ -88,6 +93,7 @@ impl Limit {
             Limit::TenantPerMinute => l.tenant_per_minute,
             Limit::SessionPerMinute => l.session_per_minute,
             Limit::MessagesPerMinute => l.messages_per_minute,
+            Limit::MaxSessions => l.session_cap(),
         }
     }
 
@@ -123,6 +129,9 @@ impl Limit {
             Limit::TenantPerMinute => format!("{who} opened {cap} connections this minute"),
             Limit::SessionPerMinute => format!("{who} opened {cap} connections this minute"),
             Limit::MessagesPerMinute => format!("{who} sent {cap} messages this minute"),
+            Limit::MaxSessions => format!(
+                "{who} holds {cap} sessions, its limit; delete one (or let one expire) first"
+            ),
         };
         Refusal::new(
             Usage {

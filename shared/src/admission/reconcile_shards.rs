@@ -6,8 +6,6 @@
 //! reconcilers never subtract the same leak). Only the sum matters (releases credit any shard),
 //! and lowering one shard's count keeps every `cᵢ ≤ sᵢ`.
 
-use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
-
 use super::reconcile::{unchanged, Snapshot};
 use super::shards;
 use super::write::Parts;
@@ -101,17 +99,7 @@ pub(super) async fn subtract(
             cattr::KEY.to_string(),
             s(keys::connection_shard(t, i as u64)?),
         )]);
-        let update = Update::builder()
-            .table_name(&deps.tables.counters)
-            .set_key(Some(key))
-            .set_condition_expression(p.condition())
-            .update_expression(p.update())
-            .set_expression_attribute_names(Some(p.names))
-            .set_expression_attribute_values(Some(p.values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None)
-            .build()
-            .map_err(|e| Error::build_request("a shard repair", e))?;
-        items.push(TransactWriteItem::builder().update(update).build());
+        items.push(p.transact_update(&deps.tables.counters, key, "a shard repair")?);
     }
     Ok(matches!(
         txn::send(&deps.dynamo, items).await?,

@@ -139,6 +139,15 @@ async fn release(
     Ok(all)
 }
 
+/// Gives back the tenant's unit of session count for one session row that is gone (decision
+/// 2204): `DELETE`, whose `DeleteItem` returned the row to this caller only, or a sweep (with its
+/// `truth_before`, as for connections). 1 `UpdateItem`, sent at most once, floored at 0. Whether it
+/// applied (a refusal leaves the count high: the safe side, for the reconciler).
+pub async fn session_ended(deps: &Deps, t: &TenantId, truth_before: Option<i64>) -> Result<bool> {
+    let key = keys::sessions(t)?;
+    decrement(deps, t, &key, 1, truth_before, true).await
+}
+
 /// What [`swept`] did with one TTL record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -151,11 +160,12 @@ pub enum Swept {
     Counted,
 }
 
-/// Releases the connections of a session DynamoDB deleted by TTL, once per stream record however
-/// often it is delivered: a tombstone `{tenant}:swept:{session}:{eventId}` is put first (1
-/// `PutItem`, conditional), then the count is decremented (1 `UpdateItem`) unless the reconciler's
-/// truth already left these connections out (`truthAt` at or after `deleted_at`, within
-/// [`TRUTH_MARGIN`]).
+/// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
+/// delivered: a tombstone `{tenant}:swept:{session}:{eventId}` is put first (1 `PutItem`,
+/// conditional), then the session count (1 `UpdateItem`; decision 2204) and the connections' count
+/// (1 `UpdateItem`, none without connections) are decremented, each unless the reconciler's truth
+/// already left this session out (its item's `truthAt` at or after `deleted_at`, within
+/// [`TRUTH_MARGIN`]). The return value is about the connections.
 pub async fn swept(
     deps: &Deps,
     t: &TenantId,
@@ -166,9 +176,6 @@ pub async fn swept(
     shards: u64,
 ) -> Result<Swept> {
     let released = ids.len() as u64;
-    if released == 0 {
-        return Ok(Swept::Released(0));
-    }
     let now = deps.clock.now();
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
@@ -200,6 +207,10 @@ pub async fn swept(
         Err(e) => return Err(Error::dynamo("PutItem", e)),
     }
     let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
+    session_ended(deps, t, Some(before)).await?;
+    if released == 0 {
+        return Ok(Swept::Released(0));
+    }
     let ids: Vec<&str> = ids.iter().map(ConnectionId::as_str).collect();
     Ok(if release(deps, t, &ids, shards, Some(before)).await? {
         Swept::Released(released)
