@@ -1,0 +1,161 @@
+//! Random fault schedules (issue 23, decision 2300): a seeded generator of operation schedules
+//! over the WebSocket admission paths, run against the real handlers and DynamoDB Local behind
+//! `turnstile-faultproxy`, with crashes (dropped futures) from the harness, and an oracle after
+//! every round. `cargo test -p turnstile-tests --test sim` runs the fixed budget (the seeds of
+//! [`BUDGET`]), the regression seeds and the mutation tests; `make soak SECONDS=N` runs the
+//! ignored `soak` test for as long as asked and writes its summary.
+
+#[allow(dead_code)]
+#[path = "../integration/ws_support.rs"]
+mod ws_support;
+
+mod oracle;
+mod run;
+mod schedule;
+
+use std::time::{Duration, Instant};
+
+use shared::mutation::Mutation;
+
+use run::{Sim, Totals};
+use schedule::{Schedule, Shape};
+
+/// Schedules per test run by `cargo test` (two tests: about 40-60 s each on a loaded 2-core
+/// machine; `make test` must stay within its 3 minutes for the simulation).
+const BUDGET: u64 = 12;
+
+/// Runs `seeds` in one world, printing every failing schedule with its violations.
+async fn run_seeds(mutation: Option<Mutation>, seeds: impl IntoIterator<Item = u64>) -> Totals {
+    let sim = Sim::new(mutation).await;
+    let shape = Shape::default();
+    let mut totals = Totals::default();
+    for seed in seeds {
+        let sch = Schedule::generate(seed, &shape);
+        let out = sim.run(&sch).await;
+        if !out.violations.is_empty() {
+            eprintln!("SIM violation(s) with seed {seed}:\n{sch}");
+            for v in &out.violations {
+                eprintln!("  VIOLATION {v}");
+            }
+        }
+        totals.add(&out);
+    }
+    totals
+}
+
+fn report(name: &str, t: &Totals) {
+    eprintln!(
+        "SIM {name}: {} schedules, {} steps, {} DynamoDB calls, faults {:?}, {} violations",
+        t.schedules,
+        t.steps,
+        t.calls,
+        t.faults,
+        t.violations.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_seeds_find_no_violation_a() {
+    let t = run_seeds(None, 0..BUDGET / 2).await;
+    report("seeds 0..", &t);
+    assert!(t.violations.is_empty(), "{:#?}", t.violations);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_seeds_find_no_violation_b() {
+    let t = run_seeds(None, BUDGET / 2..BUDGET).await;
+    report("seeds ..", &t);
+    assert!(t.violations.is_empty(), "{:#?}", t.violations);
+}
+
+/// `make soak SECONDS=N`: schedules from `TURNSTILE_SIM_FIRST_SEED` (default 1000) on, until
+/// `TURNSTILE_SIM_SECONDS` have passed; the summary goes to `TURNSTILE_SIM_SUMMARY` (default
+/// `target/sim-soak.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the soak: `make soak SECONDS=N`"]
+async fn soak() {
+    let secs: u64 = std::env::var("TURNSTILE_SIM_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let first: u64 = std::env::var("TURNSTILE_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    let path = std::env::var("TURNSTILE_SIM_SUMMARY")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/sim-soak.md").into());
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let sim = Sim::new(None).await;
+    let shape = Shape::default();
+    let mut totals = Totals::default();
+    let mut seed = first;
+    while Instant::now() < deadline {
+        let sch = Schedule::generate(seed, &shape);
+        let began = Instant::now();
+        let out = sim.run(&sch).await;
+        eprintln!(
+            "SIM seed {seed}: {} steps, {:?}, {} violations, {:.1} s",
+            out.steps,
+            out.faults,
+            out.violations.len(),
+            began.elapsed().as_secs_f64()
+        );
+        if !out.violations.is_empty() {
+            eprintln!("SIM violation(s) with seed {seed}:\n{sch}");
+            for v in &out.violations {
+                eprintln!("  VIOLATION {v}");
+            }
+        }
+        totals.add(&out);
+        seed += 1;
+    }
+    let took = start.elapsed();
+    let faults: Vec<String> = totals
+        .faults
+        .iter()
+        .map(|(k, v)| format!("| {k} | {v} |"))
+        .collect();
+    let summary = format!(
+        "# Simulation soak\n\nSeeds {first}..{seed} in {:.0} s: **{} schedules, {} steps, {} DynamoDB \
+         calls, {} violations**.\n\nFaults injected (rounds, or steps for crashes):\n\n| fault | \
+         count |\n|---|---|\n{}\n\nViolations:\n\n{}\n",
+        took.as_secs_f64(),
+        totals.schedules,
+        totals.steps,
+        totals.calls,
+        totals.violations.len(),
+        faults.join("\n"),
+        if totals.violations.is_empty() {
+            "none".to_string()
+        } else {
+            totals
+                .violations
+                .iter()
+                .map(|v| format!("- {v}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    );
+    std::fs::write(&path, &summary).expect("writing the soak summary");
+    eprintln!("{summary}\n(written to {path})");
+    assert!(totals.violations.is_empty(), "{:#?}", totals.violations);
+}
+
+/// One seed, printed with its outcome (`TURNSTILE_SIM_SEED=n cargo test -p turnstile-tests --test
+/// sim one_seed -- --ignored --nocapture`): how a failing seed is replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "replays TURNSTILE_SIM_SEED"]
+async fn one_seed() {
+    let seed: u64 = std::env::var("TURNSTILE_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let sim = Sim::new(None).await;
+    let sch = Schedule::generate(seed, &Shape::default());
+    eprintln!("{sch}");
+    let started = Instant::now();
+    let out = sim.run(&sch).await;
+    eprintln!("{out:#?} in {:?}", started.elapsed());
+    assert!(out.violations.is_empty());
+}
