@@ -100,10 +100,12 @@ impl Seen {
     /// The largest value of `f` over the caps in effect at any time in `[from, to]`.
     fn max_cap(&self, t: usize, from: Timestamp, to: Timestamp, f: fn(&Caps) -> u64) -> u64 {
         let Some(h) = self.caps.get(&t) else { return 0 };
-        let before = h.iter().filter(|(at, _)| *at <= from).last();
+        // The caps in effect when `from` began, and every change up to `to` (changes at the same
+        // instant are all in effect: steps of one round read the model's caps at different times).
+        let before = h.iter().filter(|(at, _)| *at < from).last();
         before
             .into_iter()
-            .chain(h.iter().filter(|(at, _)| *at > from && *at <= to))
+            .chain(h.iter().filter(|(at, _)| *at >= from && *at <= to))
             .map(|(_, c)| f(c))
             .max()
             .unwrap_or(0)

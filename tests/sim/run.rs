@@ -164,22 +164,15 @@ impl Sim {
         self.proxy.set_policy(p);
     }
 
-    /// Waits until every request the proxy took has been answered (or is stalled for good): a
-    /// dropped step's request may still be on its way to DynamoDB Local.
-    async fn settle(&self) {
-        for _ in 0..100 {
-            let s = self.proxy.stats();
-            let done = s.forwarded
-                + s.upstream_errors
-                + s.throttled
-                + s.conflicts
-                + s.conflict_exceptions
-                + s.refused
-                + s.stalled;
-            if done >= s.requests {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// Lets requests of dropped steps land: a crashed step's request may still be on its way to
+    /// DynamoDB Local (held by the round's delay, if any). Stalled requests never land.
+    async fn settle(&self, fault: Fault, crashed: bool) {
+        let delay = match fault {
+            Fault::Delay(ms) => u64::from(ms),
+            _ => 0,
+        };
+        if crashed || delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay + 150)).await;
         }
     }
 
@@ -238,9 +231,11 @@ impl Sim {
                     }
                 }
             });
+            let crashes_before = run.lock().unwrap().crashes;
             join_all(lanes).await;
             self.set_fault(Fault::None);
-            self.settle().await;
+            let crashed = run.lock().unwrap().crashes > crashes_before;
+            self.settle(round.fault, crashed).await;
             let cp = self.checkpoint(sch, &tenants).await;
             let r = run.lock().unwrap();
             oracle.check(i, &cp, &r.seen, &r.caps);
@@ -248,7 +243,6 @@ impl Sim {
         // The end: every queued record delivered until acknowledged (the event source retries),
         // then a reconciler run with nothing in flight, after which every count is the truth.
         self.set_fault(Fault::None);
-        self.settle().await;
         let pending: Vec<Record> = std::mem::take(&mut run.lock().unwrap().queue);
         for rec in pending {
             let r = ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, rec.event).await;
