@@ -159,3 +159,107 @@ async fn one_seed() {
     eprintln!("{out:#?} in {:?}", started.elapsed());
     assert!(out.violations.is_empty());
 }
+
+/// The shape each mutation's test draws from: the paths and faults that reach its defect often.
+fn mutation_shape(m: Mutation) -> Shape {
+    let base = Shape::default();
+    match m {
+        Mutation::UndoAfterJoin | Mutation::ShardOverShare => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            ..base
+        },
+        Mutation::SweepWithoutTombstone => Shape {
+            fault_pct: 0,
+            reconcile_pct: 0,
+            ..base
+        },
+        Mutation::ReconcileWithoutGrace => Shape {
+            fault_pct: 100,
+            crash_pct: 0,
+            reconcile_pct: 100,
+            ..base
+        },
+        Mutation::RetriedDecrement => Shape {
+            fault_pct: 100,
+            crash_pct: 0,
+            ..base
+        },
+    }
+}
+
+/// Runs `seeds` with `m` switched on until one finds a violation: that seed and what it found.
+async fn hunt(m: Mutation, seeds: impl IntoIterator<Item = u64>) -> Option<(u64, Vec<String>)> {
+    let sim = Sim::new(Some(m)).await;
+    let shape = mutation_shape(m);
+    for seed in seeds {
+        let sch = Schedule::generate(seed, &shape);
+        let out = sim.run(&sch).await;
+        if !out.violations.is_empty() {
+            eprintln!("SIM mutation {m:?} caught by seed {seed}: {:#?}", out.violations);
+            return Some((seed, out.violations));
+        }
+    }
+    None
+}
+
+/// Each mutation's seed (first tried) and how many more seeds its test may try: the simulation
+/// is not deterministic (decision 2300), so a test tries its recorded seed, then the next ones.
+const MUTATION_SEEDS: u64 = 8;
+
+async fn caught(m: Mutation, seed: u64, what: &str) {
+    let found = hunt(m, seed..seed + MUTATION_SEEDS).await;
+    let (_, violations) = found.unwrap_or_else(|| {
+        panic!("mutation {m:?} was not caught by seeds {seed}..{}", seed + MUTATION_SEEDS)
+    });
+    assert!(
+        violations.iter().any(|v| v.contains(what)),
+        "mutation {m:?}: expected a violation about {what:?}, got {violations:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_undo_after_join_is_caught() {
+    caught(Mutation::UndoAfterJoin, 0, "capacity released twice").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_sweep_without_tombstone_is_caught() {
+    caught(Mutation::SweepWithoutTombstone, 0, "capacity released twice").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_shard_over_share_is_caught() {
+    caught(Mutation::ShardOverShare, 0, "over-admission").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_reconcile_without_grace_is_caught() {
+    caught(Mutation::ReconcileWithoutGrace, 0, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_retried_decrement_is_caught() {
+    caught(Mutation::RetriedDecrement, 0, "capacity released twice").await;
+}
+
+/// Finds each mutation's first catching seed from `TURNSTILE_SIM_FIRST_SEED` (for the table in
+/// docs/testing.md): `cargo test -p turnstile-tests --test sim mutation_seeds -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints each mutation's first catching seed"]
+async fn mutation_seeds() {
+    let first: u64 = std::env::var("TURNSTILE_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for m in Mutation::ALL {
+        let started = Instant::now();
+        let found = hunt(m, first..first + 40).await;
+        eprintln!(
+            "SIM MUTATION {m:?}: {:?} in {:.1} s",
+            found.map(|f| f.0),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}

@@ -71,7 +71,6 @@ pub struct Sim {
     pub proxy: FaultProxy,
     /// Unproxied, for the oracle's reads and DynamoDB's own TTL deletions.
     pub direct: aws_sdk_dynamodb::Client,
-    pub mutation: Option<Mutation>,
 }
 
 /// A TTL stream record waiting for (re)delivery.
@@ -107,12 +106,7 @@ impl Sim {
         if let Some(m) = mutation {
             shared::mutation::enable(&w.env.deps.tables.counters, m);
         }
-        Sim {
-            w,
-            proxy,
-            direct,
-            mutation,
-        }
+        Sim { w, proxy, direct }
     }
 
     fn tenant(&self, s: &Schedule, t: usize) -> TenantId {

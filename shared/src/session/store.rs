@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
@@ -61,13 +62,40 @@ fn new_nonce() -> Result<String> {
 
 /// Creates the session or refreshes its TTL to `ttl` (epoch seconds); a new row gets its
 /// `sessionNonce`, a live one keeps it. 1 UpdateItem in the common path; an
-/// expired-but-not-deleted session costs 1 more (a conditional PutItem replacing it).
+/// expired-but-not-deleted session costs 1 more (a conditional PutItem replacing it), and each
+/// replacement lost to a concurrent writer one round more (at most [`REPLACE_ATTEMPTS`]).
 pub async fn create_or_refresh(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     ttl: i64,
 ) -> Result<Upsert> {
+    // A replacement loses its race when another PUT replaced (or refreshed, or someone deleted)
+    // the expired row in between: the row is then live or gone, and the next attempt refreshes
+    // or creates it. Each lost race means another writer changed the row, so this ends.
+    for _ in 1..REPLACE_ATTEMPTS {
+        if let Some(u) = upsert_once(deps, t, sid, ttl).await? {
+            return Ok(u);
+        }
+    }
+    upsert_once(deps, t, sid, ttl).await?.ok_or_else(|| {
+        Error::Other(format!(
+            "session {sid} of tenant {t}: its expired row kept changing during {REPLACE_ATTEMPTS} attempts"
+        ))
+    })
+}
+
+/// Attempts of [`create_or_refresh`] whose replacement of an expired row lost a race.
+const REPLACE_ATTEMPTS: u32 = 4;
+
+/// One refresh-or-create, and the replacement of an expired row; `None` when that replacement
+/// found the row changed (found by the fault-schedule simulation, decision 2300).
+async fn upsert_once(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+) -> Result<Option<Upsert>> {
     let now = deps.clock.now().as_secs();
     let table = &deps.tables.sessions;
     let res = deps
@@ -90,7 +118,7 @@ pub async fn create_or_refresh(
     match res {
         Ok(out) => {
             let it = out.attributes().cloned().unwrap_or_default();
-            Ok(Upsert::Live(from_item(table, &it)?))
+            Ok(Some(Upsert::Live(from_item(table, &it)?)))
         }
         Err(SdkError::ServiceError(se)) => match se.err() {
             UpdateItemError::ConditionalCheckFailedException(e) => {
@@ -99,7 +127,9 @@ pub async fn create_or_refresh(
                 // The ids to release come from the replaced item itself (`ALL_OLD` of the put),
                 // not from this earlier image: a disconnect in between already released its own.
                 let nonce = new_nonce()?;
-                let stale = replace_expired(deps, t, sid, ttl, &nonce, &seen).await?;
+                let Some(stale) = replace_expired(deps, t, sid, ttl, &nonce, &seen).await? else {
+                    return Ok(None);
+                };
                 let session = Session {
                     tenant_id: t.to_string(),
                     session_id: sid.to_string(),
@@ -108,7 +138,7 @@ pub async fn create_or_refresh(
                     connection_shards: 1,
                     nonce: Some(nonce),
                 };
-                Ok(Upsert::Replaced { session, stale })
+                Ok(Some(Upsert::Replaced { session, stale }))
             }
             _ => Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
         },
@@ -117,7 +147,8 @@ pub async fn create_or_refresh(
 }
 
 /// Replaces the expired row with a fresh one, only if it is still the same expired row (same TTL),
-/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then.
+/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then;
+/// `None` when the row is no longer that expired one (replaced, refreshed or deleted meanwhile).
 async fn replace_expired(
     deps: &Deps,
     t: &TenantId,
@@ -125,7 +156,7 @@ async fn replace_expired(
     ttl: i64,
     nonce: &str,
     stale: &Session,
-) -> Result<Session> {
+) -> Result<Option<Session>> {
     let mut it = key(t, sid);
     it.insert(attr::SESSION_TTL.to_string(), n(ttl));
     it.insert(attr::SESSION_NONCE.to_string(), s(nonce));
@@ -139,15 +170,23 @@ async fn replace_expired(
         .expression_attribute_values(":old", n(stale.session_ttl))
         .return_values(ReturnValue::AllOld)
         .send()
-        .await
-        .map_err(|e| Error::dynamo("PutItem", e))?;
+        .await;
+    let out = match out {
+        Ok(out) => out,
+        Err(SdkError::ServiceError(se))
+            if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(Error::dynamo("PutItem", e)),
+    };
     match out.attributes() {
-        Some(old) => from_item(&deps.tables.sessions, old),
+        Some(old) => from_item(&deps.tables.sessions, old).map(Some),
         // Cannot happen (the condition needs the row); releasing nothing is the safe side.
-        None => Ok(Session {
+        None => Ok(Some(Session {
             connection_ids: vec![],
             ..stale.clone()
-        }),
+        })),
     }
 }
 
