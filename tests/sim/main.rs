@@ -142,8 +142,10 @@ async fn soak() {
     assert!(totals.violations.is_empty(), "{:#?}", totals.violations);
 }
 
-/// One seed, printed with its outcome (`TURNSTILE_SIM_SEED=n cargo test -p turnstile-tests --test
-/// sim one_seed -- --ignored --nocapture`): how a failing seed is replayed.
+/// One seed, printed with its outcome: how a failing seed is replayed.
+/// `TURNSTILE_SIM_SEED=n cargo test -p turnstile-tests --test sim one_seed -- --ignored --nocapture`;
+/// `TURNSTILE_SIM_MUTATION=RetriedDecrement` draws from that mutation's shape and switches it on
+/// (`TURNSTILE_SIM_MUTATE=0`: the shape only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "replays TURNSTILE_SIM_SEED"]
 async fn one_seed() {
@@ -151,8 +153,13 @@ async fn one_seed() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let sim = Sim::new(None).await;
-    let sch = Schedule::generate(seed, &Shape::default());
+    let m = std::env::var("TURNSTILE_SIM_MUTATION")
+        .ok()
+        .and_then(|name| Mutation::ALL.into_iter().find(|m| format!("{m:?}") == name));
+    let shape = m.map(mutation_shape).unwrap_or_default();
+    let on = std::env::var("TURNSTILE_SIM_MUTATE").map_or(true, |v| v != "0");
+    let sim = Sim::new(m.filter(|_| on)).await;
+    let sch = Schedule::generate(seed, &shape);
     eprintln!("{sch}");
     let started = Instant::now();
     let out = sim.run(&sch).await;
@@ -170,20 +177,26 @@ fn mutation_shape(m: Mutation) -> Shape {
             reconcile_pct: 0,
             ..base
         },
+        // Sessions that expire within the schedule, their records delivered twice.
         Mutation::SweepWithoutTombstone => Shape {
             fault_pct: 0,
             reconcile_pct: 0,
+            session_ttl: (5, 20),
             ..base
         },
+        // A `$connect` slowed by the proxy is half-way while the reconciler reads.
         Mutation::ReconcileWithoutGrace => Shape {
             fault_pct: 100,
             crash_pct: 0,
             reconcile_pct: 100,
+            only_fault: Some(schedule::Fault::Delay(150)),
             ..base
         },
         Mutation::RetriedDecrement => Shape {
             fault_pct: 100,
             crash_pct: 0,
+            only_fault: Some(schedule::Fault::LoseUpdateAnswers(2)),
+            session_ttl: (5, 20),
             ..base
         },
     }
@@ -255,7 +268,7 @@ async fn mutation_seeds() {
         .unwrap_or(0);
     for m in Mutation::ALL {
         let started = Instant::now();
-        let found = hunt(m, first..first + 40).await;
+        let found = hunt(m, first..first + 20).await;
         eprintln!(
             "SIM MUTATION {m:?}: {:?} in {:.1} s",
             found.map(|f| f.0),

@@ -149,6 +149,10 @@ impl Sim {
             }
             Fault::Delay(ms) => p.delay = Some(Duration::from_millis(u64::from(ms))),
             Fault::LoseAnswers(n) => p.lose_answers = u64::from(n),
+            Fault::LoseUpdateAnswers(n) => {
+                p.lose_answers = u64::from(n);
+                p.only = vec!["UpdateItem".into()];
+            }
             Fault::Conflicts => p.conflicts = true,
             Fault::StallUpdates => {
                 p.stall = true;
@@ -261,7 +265,10 @@ impl Sim {
         }
         let cp = self.checkpoint(sch, &tenants).await;
         {
-            let r = run.lock().unwrap();
+            let mut r = run.lock().unwrap();
+            // The end is a round of its own: the last round's answers are checked already.
+            let now = self.w.env.clock.now();
+            r.seen.round_start(sch.rounds.len(), now, false);
             oracle.check(sch.rounds.len(), &cp, &r.seen, &r.caps);
             oracle.exact(&cp);
             out.crashes = r.crashes;

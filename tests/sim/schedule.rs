@@ -16,6 +16,8 @@ pub enum Fault {
     Delay(u16),
     /// The next n requests are applied and answered 500 (the answer lost).
     LoseAnswers(u8),
+    /// The same for the next n `UpdateItem`s only (counts and session sets).
+    LoseUpdateAnswers(u8),
     /// Overlapping writes cancelled as `TransactionConflict`.
     Conflicts,
     /// `UpdateItem`s never answered (the client's timeout ends them).
@@ -28,7 +30,7 @@ impl Fault {
             Fault::None => "none",
             Fault::Throttle(_) => "throttle",
             Fault::Delay(_) => "delay",
-            Fault::LoseAnswers(_) => "lost-answer",
+            Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
             Fault::StallUpdates => "stall",
         }
@@ -131,6 +133,10 @@ pub struct Shape {
     pub crash_pct: u32,
     /// Percent of schedules with a reconciler run mid-schedule.
     pub reconcile_pct: u32,
+    /// Every faulted round gets this fault (a mutation's test aims at its defect).
+    pub only_fault: Option<Fault>,
+    /// Sessions' TTL in seconds (short ones expire within a schedule).
+    pub session_ttl: (u64, u64),
 }
 
 impl Default for Shape {
@@ -142,6 +148,8 @@ impl Default for Shape {
             fault_pct: 40,
             crash_pct: 8,
             reconcile_pct: 35,
+            only_fault: None,
+            session_ttl: (60, 240),
         }
     }
 }
@@ -167,7 +175,7 @@ impl Schedule {
                     caps: caps(&mut rng, shards),
                     shards,
                     gcra: rng.u32(0..4) == 0,
-                    session_ttl: rng.u64(60..=240),
+                    session_ttl: rng.u64(shape.session_ttl.0..=shape.session_ttl.1),
                 }
             })
             .collect();
@@ -182,13 +190,18 @@ impl Schedule {
             let fault = if r == 0 || rng.u32(0..100) >= shape.fault_pct {
                 Fault::None
             } else {
-                match rng.u32(0..6) {
+                match rng.u32(0..7) {
                     0 => Fault::Throttle(rng.u8(20..=70)),
                     1 => Fault::Delay(rng.u16(20..=120)),
                     2 => Fault::LoseAnswers(rng.u8(1..=4)),
-                    3 | 4 => Fault::Conflicts,
+                    3 => Fault::LoseUpdateAnswers(rng.u8(1..=4)),
+                    4 | 5 => Fault::Conflicts,
                     _ => Fault::StallUpdates,
                 }
+            };
+            let fault = match (fault, shape.only_fault) {
+                (Fault::None, _) | (_, None) => fault,
+                (_, Some(f)) => f,
             };
             let advance = match rng.u32(0..10) {
                 0..=3 => 0,
