@@ -20,15 +20,21 @@ pub enum Mutation {
     ReconcileWithoutGrace,
     /// A decrement is sent with the SDK's retries (a lost answer applies it twice).
     RetriedDecrement,
+    /// `$connect`'s session write admits one past `connectionsPerSession`.
+    SessionOverCap,
+    /// `$default` admits one message past `messagesPerMinute` (an off-by-one in the check).
+    MessageOffByOne,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::UndoAfterJoin,
         Mutation::SweepWithoutTombstone,
         Mutation::ShardOverShare,
         Mutation::ReconcileWithoutGrace,
         Mutation::RetriedDecrement,
+        Mutation::SessionOverCap,
+        Mutation::MessageOffByOne,
     ];
 }
 

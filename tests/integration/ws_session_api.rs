@@ -189,7 +189,11 @@ async fn concurrent_puts_over_an_expired_session_all_succeed() {
     for (status, body) in &answers {
         assert_eq!(*status, 200, "{body}");
     }
-    assert_eq!(w.count(T).await, Some(0), "the stale connection released once");
+    assert_eq!(
+        w.count(T).await,
+        Some(0),
+        "the stale connection released once"
+    );
     assert_eq!(w.api.received_by("DELETE").len(), 1, "closed once");
 }
 

@@ -171,7 +171,14 @@ async fn one_seed() {
 fn mutation_shape(m: Mutation) -> Shape {
     let base = Shape::default();
     match m {
-        Mutation::UndoAfterJoin | Mutation::ShardOverShare => Shape {
+        Mutation::MessageOffByOne => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            message_pct: 50,
+            ..base
+        },
+        Mutation::UndoAfterJoin | Mutation::ShardOverShare | Mutation::SessionOverCap => Shape {
             fault_pct: 0,
             crash_pct: 0,
             reconcile_pct: 0,
@@ -182,6 +189,7 @@ fn mutation_shape(m: Mutation) -> Shape {
             fault_pct: 0,
             reconcile_pct: 0,
             session_ttl: (5, 20),
+            ttl_pct: 30,
             ..base
         },
         // A `$connect` slowed by the proxy is half-way while the reconciler reads.
@@ -195,8 +203,11 @@ fn mutation_shape(m: Mutation) -> Shape {
         Mutation::RetriedDecrement => Shape {
             fault_pct: 100,
             crash_pct: 0,
-            only_fault: Some(schedule::Fault::LoseUpdateAnswers(2)),
+            // Sweeps (a tombstone PutItem, then the decrement: the round's first UpdateItems).
+            only_fault: Some(schedule::Fault::LoseUpdateAnswers(3)),
             session_ttl: (5, 20),
+            ttl_pct: 40,
+            max_lanes: 2,
             ..base
         },
     }
@@ -210,7 +221,10 @@ async fn hunt(m: Mutation, seeds: impl IntoIterator<Item = u64>) -> Option<(u64,
         let sch = Schedule::generate(seed, &shape);
         let out = sim.run(&sch).await;
         if !out.violations.is_empty() {
-            eprintln!("SIM mutation {m:?} caught by seed {seed}: {:#?}", out.violations);
+            eprintln!(
+                "SIM mutation {m:?} caught by seed {seed}: {:#?}",
+                out.violations
+            );
             return Some((seed, out.violations));
         }
     }
@@ -224,7 +238,10 @@ const MUTATION_SEEDS: u64 = 8;
 async fn caught(m: Mutation, seed: u64, what: &str) {
     let found = hunt(m, seed..seed + MUTATION_SEEDS).await;
     let (_, violations) = found.unwrap_or_else(|| {
-        panic!("mutation {m:?} was not caught by seeds {seed}..{}", seed + MUTATION_SEEDS)
+        panic!(
+            "mutation {m:?} was not caught by seeds {seed}..{}",
+            seed + MUTATION_SEEDS
+        )
     });
     assert!(
         violations.iter().any(|v| v.contains(what)),
@@ -239,7 +256,12 @@ async fn mutation_undo_after_join_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_sweep_without_tombstone_is_caught() {
-    caught(Mutation::SweepWithoutTombstone, 0, "capacity released twice").await;
+    caught(
+        Mutation::SweepWithoutTombstone,
+        0,
+        "capacity released twice",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,11 +270,27 @@ async fn mutation_shard_over_share_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_session_over_cap_is_caught() {
+    caught(Mutation::SessionOverCap, 0, "over-admission: session").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_message_off_by_one_is_caught() {
+    caught(Mutation::MessageOffByOne, 0, "messagesPerMinute").await;
+}
+
+/// Not caught within the make-test budget (decision 2300): the reconciler must read while a
+/// `$connect` is between its writes, which these shapes reach in fewer than 1 of 20 schedules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not caught within the make-test budget: a hunt for the soak"]
 async fn mutation_reconcile_without_grace_is_caught() {
     caught(Mutation::ReconcileWithoutGrace, 0, "").await;
 }
 
+/// Not caught within the make-test budget (decision 2300): the lost answer must be a decrement's
+/// while the session write before it was answered, and another connection must hold the count up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not caught within the make-test budget: a hunt for the soak"]
 async fn mutation_retried_decrement_is_caught() {
     caught(Mutation::RetriedDecrement, 0, "capacity released twice").await;
 }

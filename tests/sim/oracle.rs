@@ -262,7 +262,10 @@ impl Oracle {
                 if let Some(v) = over_rate(&times, gcra, |a, b| {
                     seen.max_cap(i, a, b, |c| c.session_per_minute)
                 }) {
-                    self.violation(format!("round {round}: sessionPerMinute of {} of {t}: {v}", k.1));
+                    self.violation(format!(
+                        "round {round}: sessionPerMinute of {} of {t}: {v}",
+                        k.1
+                    ));
                 }
             }
             let keys: Vec<Key> = self.messages.keys().filter(|k| k.0 == i).cloned().collect();
@@ -271,7 +274,10 @@ impl Oracle {
                 if let Some(v) = over_rate(&self.messages[&k], false, |a, b| {
                     seen.max_cap(i, a, b, |c| c.messages_per_minute)
                 }) {
-                    self.violation(format!("round {round}: messagesPerMinute of {} of {t}: {v}", k.1));
+                    self.violation(format!(
+                        "round {round}: messagesPerMinute of {} of {t}: {v}",
+                        k.1
+                    ));
                 }
             }
         }
@@ -310,10 +316,14 @@ fn over_rate(
         }
         for (m, n) in per {
             let start = Timestamp::from_secs(m);
-            let end = start.plus(Duration::from_secs(60)).minus(Duration::from_nanos(1));
+            let end = start
+                .plus(Duration::from_secs(60))
+                .minus(Duration::from_nanos(1));
             let c = cap(start, end);
             if n > c {
-                return Some(format!("{n} admitted in the minute starting {start}, cap {c}"));
+                return Some(format!(
+                    "{n} admitted in the minute starting {start}, cap {c}"
+                ));
             }
         }
         return None;

@@ -183,7 +183,9 @@ impl Sim {
         };
         self.set_fault(Fault::None);
         self.w.env.counter.reset();
-        let tenants: Vec<TenantId> = (0..sch.tenants.len()).map(|t| self.tenant(sch, t)).collect();
+        let tenants: Vec<TenantId> = (0..sch.tenants.len())
+            .map(|t| self.tenant(sch, t))
+            .collect();
         for (t, spec) in tenants.iter().zip(&sch.tenants) {
             self.put_tenant(t, spec.limits(&spec.caps)).await;
         }
@@ -416,15 +418,22 @@ impl Sim {
                     let i = pick as usize % r.queue.len();
                     (i, r.queue[i].clone())
                 };
-                let res = ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, rec.1.event.clone()).await;
+                let res =
+                    ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, rec.1.event.clone())
+                        .await;
                 let mut r = run.lock().unwrap();
                 let ok = res.batch_item_failures.is_empty();
-                r.seen.answer(op, Answer::Status(if ok { 200 } else { 500 }));
+                r.seen
+                    .answer(op, Answer::Status(if ok { 200 } else { 500 }));
                 if ok && !again {
                     // Acknowledged: the event source stops delivering it (find it again: other
                     // lanes may have changed the queue meanwhile).
                     let id = rec.1.event.records[0].event_id.clone();
-                    if let Some(k) = r.queue.iter().position(|q| q.event.records[0].event_id == id) {
+                    if let Some(k) = r
+                        .queue
+                        .iter()
+                        .position(|q| q.event.records[0].event_id == id)
+                    {
                         r.queue.remove(k);
                     }
                 }
@@ -486,8 +495,10 @@ impl Sim {
         r.seen.churned(t_index(sch, t), &Self::sid(s));
         r.records += 1;
         let id = format!("sim-{:x}-{}", sch.seed, r.records);
-        let image: serde_json::Map<String, serde_json::Value> =
-            old.iter().map(|(k, v)| (k.clone(), stream_json(v))).collect();
+        let image: serde_json::Map<String, serde_json::Value> = old
+            .iter()
+            .map(|(k, v)| (k.clone(), stream_json(v)))
+            .collect();
         let keys = serde_json::json!({
             sattr::TENANT_ID: {"S": t.as_str()}, sattr::SESSION_ID: {"S": Self::sid(s)}
         });
@@ -508,7 +519,10 @@ impl Sim {
             },
             "eventSourceARN": "arn:aws:dynamodb:eu-west-1:123456789012:table/sim/stream/2024-01-01T00:00:00.000"
         }]});
-        serde_json::from_value(ev).ok()
+        match serde_json::from_value(ev) {
+            Ok(ev) => Some(ev),
+            Err(e) => panic!("the simulated stream record does not parse: {e}"),
+        }
     }
 
     /// What the oracle reads (unproxied, strongly consistent): each tenant's sessions and the sum
@@ -600,9 +614,12 @@ fn event(
 }
 
 fn skipped(r: &shared::admission::reconcile::Report) -> bool {
-    r.tenants
-        .iter()
-        .any(|t| matches!(t.outcome, shared::admission::reconcile::Outcome::Skipped { .. }))
+    r.tenants.iter().any(|t| {
+        matches!(
+            t.outcome,
+            shared::admission::reconcile::Outcome::Skipped { .. }
+        )
+    })
 }
 
 fn t_index(sch: &Schedule, t: &TenantId) -> usize {

@@ -40,26 +40,61 @@ impl Fault {
 /// One step of a lane. Tenants and sessions are indexes; connection ids are numbered per schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
-    PutSession { t: usize, s: usize },
-    DeleteSession { t: usize, s: usize },
+    PutSession {
+        t: usize,
+        s: usize,
+    },
+    DeleteSession {
+        t: usize,
+        s: usize,
+    },
     /// `$connect` of a new connection id, delivered twice when `twice` (at once, as a retried
     /// invocation).
-    Connect { t: usize, s: usize, c: u32, twice: bool },
+    Connect {
+        t: usize,
+        s: usize,
+        c: u32,
+        twice: bool,
+    },
     /// The client leaves; its `$disconnect` is delivered `times` times (0: never).
-    Leave { t: usize, s: usize, c: u32, times: u8 },
+    Leave {
+        t: usize,
+        s: usize,
+        c: u32,
+        times: u8,
+    },
     /// `$disconnect` delivered before its `$connect` finished (both at once); the client is gone.
-    DisconnectFirst { t: usize, s: usize, c: u32 },
-    Message { t: usize, s: usize, c: u32 },
+    DisconnectFirst {
+        t: usize,
+        s: usize,
+        c: u32,
+    },
+    Message {
+        t: usize,
+        s: usize,
+        c: u32,
+    },
     /// DynamoDB's TTL process deletes the session if its TTL has passed; the stream record is
     /// queued.
-    Expire { t: usize, s: usize },
+    Expire {
+        t: usize,
+        s: usize,
+    },
     /// Deliver a queued stream record (`pick` modulo the queue: out of order); kept for another
     /// delivery when `again`.
-    Deliver { pick: u32, again: bool },
+    Deliver {
+        pick: u32,
+        again: bool,
+    },
     /// A reconciler run over the tenant (its graces real, other lanes running meanwhile).
-    Reconcile { t: usize },
+    Reconcile {
+        t: usize,
+    },
     /// The tenant's limits change (caps only: its layout and algorithm stay).
-    Limits { t: usize, caps: Caps },
+    Limits {
+        t: usize,
+        caps: Caps,
+    },
 }
 
 /// A step with its harness fault: a Lambda "crash" (the future dropped) after this many ms.
@@ -137,6 +172,10 @@ pub struct Shape {
     pub only_fault: Option<Fault>,
     /// Sessions' TTL in seconds (short ones expire within a schedule).
     pub session_ttl: (u64, u64),
+    /// Percent of steps drawn as a TTL expiry or a record's delivery before the usual mix.
+    pub ttl_pct: u32,
+    /// Percent of steps drawn as a message from a connection of the schedule.
+    pub message_pct: u32,
 }
 
 impl Default for Shape {
@@ -150,6 +189,8 @@ impl Default for Shape {
             reconcile_pct: 35,
             only_fault: None,
             session_ttl: (60, 240),
+            ttl_pct: 0,
+            message_pct: 0,
         }
     }
 }
@@ -184,7 +225,8 @@ impl Schedule {
         // Connection ids generated so far, with their tenant and session.
         let mut conns: Vec<(usize, usize, u32)> = Vec::new();
         let n_rounds = rng.usize(shape.rounds.0..=shape.rounds.1);
-        let reconcile_round = (rng.u32(0..100) < shape.reconcile_pct).then(|| rng.usize(1..n_rounds));
+        let reconcile_round =
+            (rng.u32(0..100) < shape.reconcile_pct).then(|| rng.usize(1..n_rounds));
         let mut rounds = Vec::new();
         for r in 0..n_rounds {
             let fault = if r == 0 || rng.u32(0..100) >= shape.fault_pct {
@@ -225,9 +267,16 @@ impl Schedule {
                 for _ in 0..rng.usize(1..=shape.max_lanes) {
                     let steps = (0..rng.usize(1..=shape.max_steps))
                         .map(|_| {
-                            let op = op(&mut rng, &tenants, sessions, &mut conns, &mut next_c);
-                            let crash_ms = (rng.u32(0..100) < shape.crash_pct)
-                                .then(|| rng.u16(0..=40));
+                            let op = if rng.u32(0..100) < shape.ttl_pct {
+                                ttl_op(&mut rng, tenants.len(), sessions)
+                            } else if !conns.is_empty() && rng.u32(0..100) < shape.message_pct {
+                                let (t, s, c) = conns[rng.usize(0..conns.len())];
+                                Op::Message { t, s, c }
+                            } else {
+                                op(&mut rng, &tenants, sessions, &mut conns, &mut next_c)
+                            };
+                            let crash_ms =
+                                (rng.u32(0..100) < shape.crash_pct).then(|| rng.u16(0..=40));
                             Step { op, crash_ms }
                         })
                         .collect();
@@ -264,6 +313,20 @@ impl Schedule {
     }
 }
 
+fn ttl_op(rng: &mut fastrand::Rng, tenants: usize, sessions: usize) -> Op {
+    if rng.bool() {
+        Op::Expire {
+            t: rng.usize(0..tenants),
+            s: rng.usize(0..sessions),
+        }
+    } else {
+        Op::Deliver {
+            pick: rng.u32(..),
+            again: rng.bool(),
+        }
+    }
+}
+
 fn op(
     rng: &mut fastrand::Rng,
     tenants: &[TenantSpec],
@@ -288,7 +351,11 @@ fn op(
             c: fresh(conns),
             twice: rng.u32(0..8) == 0,
         },
-        30..=34 => Op::DisconnectFirst { t, s, c: fresh(conns) },
+        30..=34 => Op::DisconnectFirst {
+            t,
+            s,
+            c: fresh(conns),
+        },
         35..=52 => match old(rng, conns) {
             Some((t, s, c)) => Op::Leave {
                 t,
@@ -318,7 +385,11 @@ fn op(
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "schedule seed={} sessions/tenant={}", self.seed, self.sessions)?;
+        writeln!(
+            f,
+            "schedule seed={} sessions/tenant={}",
+            self.seed, self.sessions
+        )?;
         for (i, t) in self.tenants.iter().enumerate() {
             writeln!(f, "  tenant t{i}: {t:?}")?;
         }
