@@ -188,8 +188,8 @@ fn mutation_shape(m: Mutation) -> Shape {
         Mutation::SweepWithoutTombstone => Shape {
             fault_pct: 0,
             reconcile_pct: 0,
-            session_ttl: (5, 20),
-            ttl_pct: 30,
+            session_ttl: (5, 15),
+            ttl_pct: 50,
             ..base
         },
         // A `$connect` slowed by the proxy is half-way while the reconciler reads.
@@ -233,7 +233,7 @@ async fn hunt(m: Mutation, seeds: impl IntoIterator<Item = u64>) -> Option<(u64,
 
 /// Each mutation's seed (first tried) and how many more seeds its test may try: the simulation
 /// is not deterministic (decision 2300), so a test tries its recorded seed, then the next ones.
-const MUTATION_SEEDS: u64 = 8;
+const MUTATION_SEEDS: u64 = 16;
 
 async fn caught(m: Mutation, seed: u64, what: &str) {
     let found = hunt(m, seed..seed + MUTATION_SEEDS).await;
