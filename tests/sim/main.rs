@@ -258,7 +258,7 @@ async fn mutation_undo_after_join_is_caught() {
 async fn mutation_sweep_without_tombstone_is_caught() {
     caught(
         Mutation::SweepWithoutTombstone,
-        0,
+        12,
         "capacity released twice",
     )
     .await;
@@ -266,17 +266,17 @@ async fn mutation_sweep_without_tombstone_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_shard_over_share_is_caught() {
-    caught(Mutation::ShardOverShare, 0, "over-admission").await;
+    caught(Mutation::ShardOverShare, 1, "over-admission").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_session_over_cap_is_caught() {
-    caught(Mutation::SessionOverCap, 0, "over-admission: session").await;
+    caught(Mutation::SessionOverCap, 6, "over-admission: session").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_message_off_by_one_is_caught() {
-    caught(Mutation::MessageOffByOne, 0, "messagesPerMinute").await;
+    caught(Mutation::MessageOffByOne, 1, "messagesPerMinute").await;
 }
 
 /// Not caught within the make-test budget (decision 2300): the reconciler must read while a

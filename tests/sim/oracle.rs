@@ -102,7 +102,7 @@ impl Seen {
         let Some(h) = self.caps.get(&t) else { return 0 };
         // The caps in effect when `from` began, and every change up to `to` (changes at the same
         // instant are all in effect: steps of one round read the model's caps at different times).
-        let before = h.iter().filter(|(at, _)| *at < from).last();
+        let before = h.iter().rfind(|(at, _)| *at < from);
         before
             .into_iter()
             .chain(h.iter().filter(|(at, _)| *at >= from && *at <= to))
@@ -174,7 +174,8 @@ impl Oracle {
             };
             if !ok {
                 self.violation(format!(
-                    "round {round}: undocumented answer {a:?} to {op:?} (fault injected: {faulted})"
+                    "round {round}: undocumented answer {} to {op:?} (fault injected: {faulted})",
+                    a.describe()
                 ));
             }
         }

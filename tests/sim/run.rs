@@ -684,6 +684,14 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// The status, or the error's text (for a violation's message).
+    pub fn describe(&self) -> String {
+        match self {
+            Answer::Status(s) => s.to_string(),
+            Answer::Error(e) => format!("error: {e}"),
+        }
+    }
+
     pub fn status(&self) -> Option<i64> {
         match self {
             Answer::Status(s) => Some(*s),
