@@ -33,6 +33,7 @@ pub mod interleave;
 pub mod isolation;
 pub mod kv;
 pub mod limit;
+pub mod mutation;
 /// The `$connect` JWT verifier (the `oidc` feature).
 #[cfg(feature = "oidc")]
 pub mod oidc;

@@ -174,6 +174,34 @@ async fn put_over_an_expired_session_replaces_it_and_releases_its_stale_connecti
     assert_eq!(w.count(T).await, Some(1));
 }
 
+/// Found by the fault-schedule simulation (decision 2300; seed 0 of the sweep mutation's shape):
+/// concurrent `PUT /session`s over one expired session. All but one lose the replacement's
+/// condition (the row is no longer the expired one); each must then refresh the fresh row, not
+/// answer 500. Exactly one replacement happened: the stale connection is released once.
+#[tokio::test]
+async fn concurrent_puts_over_an_expired_session_all_succeed() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "stale", &SMALL).await.status_code, 200);
+    w.env
+        .clock
+        .advance(Duration::from_secs(SMALL.session_ttl + 5));
+    let answers = futures::future::join_all(
+        (0..6).map(|_| w.session_call("PUT", &[("tenantId", T), ("sessionId", "s1")], None)),
+    )
+    .await;
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{body}");
+    }
+    assert_eq!(
+        w.count(T).await,
+        Some(0),
+        "the stale connection released once"
+    );
+    assert_eq!(w.api.received_by("DELETE").len(), 1, "closed once");
+}
+
 /// Every bad input is a precise 4xx naming the problem, and never reaches DynamoDB.
 #[tokio::test]
 async fn bad_input_is_a_precise_4xx() {

@@ -291,6 +291,7 @@ where
     P: FnMut(Pause) -> PFut,
     PFut: Future<Output = ()>,
 {
+    let no_grace = crate::mutation::active(deps, crate::mutation::Mutation::ReconcileWithoutGrace);
     // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
     // with its own credentials); every tenant starts after the last run's cursor.
     let every = options.tenant.is_none();
@@ -338,7 +339,9 @@ where
             tracing::warn!(error = %e, "the reconcile cursor was not written");
         }
     }
-    pause(Pause::AfterProbe).await;
+    if !no_grace {
+        pause(Pause::AfterProbe).await;
+    }
 
     // Phase 2: release what is still gone, then read the count and, right after, the truth.
     for w in work.iter_mut().filter(|w| !w.done) {
@@ -376,7 +379,9 @@ where
             Err(e) => skip(w, format!("reading the truth: {e}")),
         }
     }
-    pause(Pause::AfterRead).await;
+    if !no_grace {
+        pause(Pause::AfterRead).await;
+    }
 
     // Phase 3: repair what is provably leaked.
     for w in work.iter_mut().filter(|w| !w.done) {

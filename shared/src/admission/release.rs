@@ -188,6 +188,7 @@ pub async fn swept(
         ),
     ]);
     tomb.retain(|_, v| !matches!(v, AttributeValue::S(s) if s.is_empty()));
+    let skip = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
     let put = deps
         .dynamo
         .put_item()
@@ -199,6 +200,7 @@ pub async fn swept(
         .await;
     match put {
         Ok(_) => {}
+        Err(_) if skip => {}
         Err(SdkError::ServiceError(se))
             if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
         {
@@ -243,7 +245,21 @@ async fn decrement(
         p.conditions
             .push("attribute_not_exists(#ta) OR #ta < :before".into());
     }
-    match write::update_once(deps, &deps.tables.counters, &key, &p).await? {
+    let retries = if crate::mutation::active(deps, crate::mutation::Mutation::RetriedDecrement) {
+        Retries::Sdk
+    } else {
+        Retries::AtMostOnce
+    };
+    let written = write::update(
+        deps,
+        &deps.tables.counters,
+        &key,
+        &p,
+        ReturnValue::None,
+        retries,
+    )
+    .await?;
+    match written {
         Written::Applied(_) => Ok(true),
         Written::Refused(old) => {
             let count = old.as_ref().and_then(|o| item::num(o, cattr::ITEM_COUNT));

@@ -65,7 +65,13 @@ pub async fn open(
                     // The ids to release come from the replaced item itself (`ALL_OLD` of the
                     // put), not from this earlier image: a disconnect in between released its own.
                     let nonce = sstore::new_nonce()?;
-                    let stale = sstore::replace_expired(deps, t, sid, ttl, &nonce, &seen).await?;
+                    let Some(stale) =
+                        sstore::replace_expired(deps, t, sid, ttl, &nonce, &seen).await?
+                    else {
+                        // Another PUT replaced it (or it was refreshed or deleted) meanwhile:
+                        // the row is live or gone now, so the next round refreshes or creates.
+                        continue;
+                    };
                     let session = sstore::fresh(t, sid, ttl, nonce);
                     return Ok(Opened::Replaced { session, stale });
                 }

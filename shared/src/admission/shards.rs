@@ -80,12 +80,16 @@ pub(super) fn has_room(
 }
 
 /// Shard `i` of a tenant of `limits` (n > 1).
-fn counter(t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+    let over = u64::from(crate::mutation::active(
+        deps,
+        crate::mutation::Mutation::ShardOverShare,
+    ));
     let n = u32::try_from(limits.connection_shards).unwrap_or(1);
     let i32_ = u32::try_from(i).unwrap_or(0);
     Ok(Counter {
         key: keys::connection_shard(t, i)?,
-        cap: share(limits.tenant_connections, n, i32_),
+        cap: share(limits.tenant_connections, n, i32_) + over,
         minute_cap: share(limits.tenant_per_minute, n, i32_),
         sharded: true,
     })
@@ -105,7 +109,7 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
     } = ask;
     let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
     let first = fastrand::u64(0..n);
-    let mut answer = match connect::reserve_on(ask, &counter(t, limits, first)?).await? {
+    let mut answer = match connect::reserve_on(ask, &counter(deps, t, limits, first)?).await? {
         Ok(r) => return Ok(Ok(r)),
         Err(a) => a,
     };
@@ -116,7 +120,7 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
         let mut room = Vec::new();
         for i in 0..n {
             let Some(old) = rows.get(&i) else { continue };
-            let on = counter(t, limits, i)?;
+            let on = counter(deps, t, limits, i)?;
             let count = old
                 .as_ref()
                 .and_then(|o| item::num(o, cattr::ITEM_COUNT))

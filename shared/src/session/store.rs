@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
@@ -121,8 +122,10 @@ pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session 
 }
 
 /// Replaces the expired row with a fresh one, only if it is still the same expired row (same TTL),
-/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then. One
-/// session replaces another: the tenant's session count does not move. 1 PutItem.
+/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then;
+/// `None` when the row is no longer that expired one (replaced, refreshed or deleted meanwhile: a
+/// race found by the fault-schedule simulation, decision 2300). One session replaces another: the
+/// tenant's session count does not move. 1 PutItem.
 pub async fn replace_expired(
     deps: &Deps,
     t: &TenantId,
@@ -130,9 +133,9 @@ pub async fn replace_expired(
     ttl: i64,
     nonce: &str,
     stale: &Session,
-) -> Result<Session> {
+) -> Result<Option<Session>> {
     let it = new_row(t, sid, ttl, nonce);
-    let out = deps
+    let sent = deps
         .dynamo
         .put_item()
         .table_name(&deps.tables.sessions)
@@ -142,15 +145,25 @@ pub async fn replace_expired(
         .expression_attribute_values(":old", n(stale.session_ttl))
         .return_values(ReturnValue::AllOld)
         .send()
-        .await
-        .map_err(|e| Error::dynamo("PutItem", e))?;
+        .await;
+    let out = match sent {
+        Ok(out) => out,
+        Err(e) if matches!(
+            e.as_service_error(),
+            Some(PutItemError::ConditionalCheckFailedException(_))
+        ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(Error::dynamo("PutItem", e)),
+    };
     match out.attributes() {
-        Some(old) => from_item(&deps.tables.sessions, old),
+        Some(old) => from_item(&deps.tables.sessions, old).map(Some),
         // Cannot happen (the condition needs the row); releasing nothing is the safe side.
-        None => Ok(Session {
+        None => Ok(Some(Session {
             connection_ids: vec![],
             ..stale.clone()
-        }),
+        })),
     }
 }
 
