@@ -148,10 +148,11 @@ pub async fn replace_expired(
         .await;
     let out = match sent {
         Ok(out) => out,
-        Err(e) if matches!(
-            e.as_service_error(),
-            Some(PutItemError::ConditionalCheckFailedException(_))
-        ) =>
+        Err(e)
+            if matches!(
+                e.as_service_error(),
+                Some(PutItemError::ConditionalCheckFailedException(_))
+            ) =>
         {
             return Ok(None)
         }
