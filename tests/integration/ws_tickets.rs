@@ -395,6 +395,14 @@ async fn neither_a_ticket_nor_a_session_id_is_logged_in_clear() {
         &KeySet::generate("sample").unwrap(),
         &claims(&w, T, sid, "n", 60),
     );
+    // Each log call site registers itself with `tracing` the first time it runs; one first run
+    // on another test's thread while this test installs its subscriber can leave a site's
+    // interest cached as "never" (seen: the denials missing from the capture). Running the
+    // authorizer's paths once before installing the subscriber registers their sites here, and
+    // installing it then rebuilds every registered site's interest.
+    for tk in [good.as_str(), forged.as_str(), "tst1.x.y.z"] {
+        authorize_query(&w, &[("tenantId", T), ("sessionId", sid), ("ticket", tk)]).await;
+    }
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
