@@ -79,7 +79,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
                     &stream::record_id(r),
                     stream::deleted_at(r),
                     &released,
-                    stream::recorded_shards(r),
+                    &stream::charges(r),
                 )
                 .await
             }

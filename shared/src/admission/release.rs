@@ -26,7 +26,7 @@ use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, n, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::{attr as sattr, store as sstore, Charges};
 use crate::Deps;
 
 /// How long a sweep's tombstone outlives its record: DynamoDB Streams keep records 24 hours.
@@ -72,12 +72,18 @@ pub async fn from_session(
     );
     p.conditions.push("attribute_exists(#sid)".into());
     p.delete.push("#ids :gone".into());
+    // Each id's charge record leaves with it (read back from the old image).
+    for (i, c) in cids.iter().enumerate() {
+        let name = format!("#chg{i}");
+        p.name(&name, &crate::session::charge_attr(c.as_str()));
+        p.remove.push(name);
+    }
     let old = match write::update(
         deps,
         &deps.tables.sessions,
         &sstore::key(t, sid),
         &p,
-        // All of it: `connShards` (decision 1502) says which counter shard each id is on.
+        // All of it: each id's `chg:{cid}` says which counter it was charged on (decision 2204).
         ReturnValue::AllOld,
         Retries::Sdk,
     )
@@ -93,48 +99,57 @@ pub async fn from_session(
         .map(ConnectionId::as_str)
         .filter(|c| was.iter().any(|w| w == c))
         .collect();
-    release(deps, t, &removed, shards::of_item(&old), None).await?;
+    release(deps, t, &removed, &sstore::charges(&old), None).await?;
     Ok(removed.len() as u64)
 }
 
 /// Decrements the tenant's count for the connections `released` that left a session the caller
-/// deleted or replaced (it holds the old image, and its `connShards`: `shards`). 1 `UpdateItem`
-/// (one per shard touched when sharded); none when nothing was released.
+/// deleted or replaced (it holds the old image, and where each was charged: `charges`). 1
+/// `UpdateItem` per counter charged; none when nothing was released.
 pub async fn left_session(
     deps: &Deps,
     t: &TenantId,
     released: &[ConnectionId],
-    shards: u64,
+    charges: &Charges,
 ) -> Result<()> {
     let ids: Vec<&str> = released.iter().map(ConnectionId::as_str).collect();
-    release(deps, t, &ids, shards, None).await?;
+    release(deps, t, &ids, charges, None).await?;
     Ok(())
 }
 
-/// Decrements the count for `ids`: `{tenant}` by their number, or, for a sharded tenant, each
-/// shard by the ids hashing to it (decision 1502). Whether every decrement applied.
+/// The counter item a connection's release decrements: the one its `chg:{cid}` names (decision
+/// 2204), or, for a connection that joined before that record existed, `{tenant}` or the shard
+/// its id hashes to among the session's `connShards` (decision 1502). `(key, floored)`: only
+/// `{tenant}` keeps its floor at zero.
+pub fn target(t: &TenantId, cid: &str, charges: &Charges) -> Result<(String, bool)> {
+    let shard = match charges.recorded.get(cid) {
+        Some(&i) if i == crate::session::TENANT_COUNTER => None,
+        Some(&i) => Some(u64::try_from(i).unwrap_or(0)),
+        None if charges.shards <= 1 => None,
+        None => Some(shards::shard_of(cid, charges.shards)),
+    };
+    Ok(match shard {
+        None => (keys::tenant_connections(t)?, true),
+        Some(i) => (keys::connection_shard(t, i)?, false),
+    })
+}
+
+/// Decrements the count for `ids`, each on the counter it was charged on ([`target`]): 1
+/// `UpdateItem` per counter. Whether every decrement applied.
 async fn release(
     deps: &Deps,
     t: &TenantId,
     ids: &[&str],
-    shards: u64,
+    charges: &Charges,
     truth_before: Option<i64>,
 ) -> Result<bool> {
-    if ids.is_empty() {
-        return Ok(true);
-    }
-    if shards <= 1 {
-        let key = keys::tenant_connections(t)?;
-        return decrement(deps, t, &key, ids.len() as u64, truth_before, true).await;
-    }
-    let mut per: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut per: std::collections::BTreeMap<(String, bool), u64> = Default::default();
     for c in ids {
-        *per.entry(shards::shard_of(c, shards)).or_default() += 1;
+        *per.entry(target(t, c, charges)?).or_default() += 1;
     }
     let mut all = true;
-    for (i, k) in per {
-        let key = keys::connection_shard(t, i)?;
-        all &= decrement(deps, t, &key, k, truth_before, false).await?;
+    for ((key, floored), k) in per {
+        all &= decrement(deps, t, &key, k, truth_before, floored).await?;
     }
     Ok(all)
 }
@@ -163,7 +178,7 @@ pub async fn swept(
     event_id: &str,
     deleted_at: Timestamp,
     ids: &[ConnectionId],
-    shards: u64,
+    charges: &Charges,
 ) -> Result<Swept> {
     let released = ids.len() as u64;
     if released == 0 {
@@ -201,7 +216,7 @@ pub async fn swept(
     }
     let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
     let ids: Vec<&str> = ids.iter().map(ConnectionId::as_str).collect();
-    Ok(if release(deps, t, &ids, shards, Some(before)).await? {
+    Ok(if release(deps, t, &ids, charges, Some(before)).await? {
         Swept::Released(released)
     } else {
         Swept::Counted

@@ -57,6 +57,9 @@ pub struct Counter {
     pub minute_cap: u64,
     /// A shard: no settling waits (another shard is tried instead) and no floor at zero.
     pub sharded: bool,
+    /// What a connection charged here records (`chg:{cid}`): the shard, or
+    /// `session::TENANT_COUNTER`.
+    pub index: i64,
 }
 
 /// Whether a counter item read as `old` has room for one connection under `on`'s caps at `now`
@@ -88,6 +91,7 @@ fn counter(t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
         cap: share(limits.tenant_connections, n, i32_),
         minute_cap: share(limits.tenant_per_minute, n, i32_),
         sharded: true,
+        index: i64::from(i32_),
     })
 }
 
@@ -116,6 +120,11 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
         let mut room = Vec::new();
         for i in 0..n {
             let Some(old) = rows.get(&i) else { continue };
+            if let Some(layout) = connect::fenced(old.as_ref(), n) {
+                ask.relayout
+                    .store(layout, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Err(answer));
+            }
             let on = counter(t, limits, i)?;
             let count = old
                 .as_ref()
@@ -197,6 +206,64 @@ pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
         .flatten()
         .filter_map(|it| item::num(it, cattr::ITEM_COUNT))
         .sum())
+}
+
+/// The counter items of a layout of `n` shards: `{tenant}` when `n` is 1, else its shards.
+fn layout_keys(t: &TenantId, n: u64) -> Result<Vec<String>> {
+    if n <= 1 {
+        return Ok(vec![keys::tenant_connections(t)?]);
+    }
+    (0..n.min(MAX_CONNECTION_SHARDS))
+        .map(|i| Ok(keys::connection_shard(t, i)?))
+        .collect()
+}
+
+/// Fences a reshard of `t` from `from` to `to` shards (decision 2204), before the tenant row is
+/// changed: every counter item of the old layout gets `layout = to` in one write (a
+/// `TransactWriteItems` of up to 100 updates, so no old item admits once any refuses), then
+/// every item of the new layout that is not one of those. From then on a step 1 planned on an
+/// older row is refused by the first item it tries and planned again on `to`: two layouts never
+/// admit side by side, whatever the authorizers' caches hold. 1 call when `from` is 1, otherwise
+/// 1 `TransactWriteItems`; plus 1 for the new layout's other items.
+pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> {
+    if from == to {
+        return Ok(());
+    }
+    let old = layout_keys(t, from)?;
+    let new: Vec<String> = layout_keys(t, to)?
+        .into_iter()
+        .filter(|k| !old.contains(k))
+        .collect();
+    for group in [old, new] {
+        let mut items = Vec::with_capacity(group.len());
+        for k in group {
+            let update = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&deps.tables.counters)
+                .key(cattr::KEY, s(k))
+                .update_expression("SET #lay = :lay")
+                .expression_attribute_names("#lay", cattr::LAYOUT)
+                .expression_attribute_values(":lay", item::n(to))
+                .build()
+                .map_err(|e| Error::build_request("a layout fence", e))?;
+            items.push(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(update)
+                    .build(),
+            );
+        }
+        if items.is_empty() {
+            continue;
+        }
+        match crate::dynamo::txn::send(&deps.dynamo, items).await? {
+            crate::dynamo::txn::Outcome::Committed => {}
+            crate::dynamo::txn::Outcome::Cancelled(r) => {
+                return Err(Error::Other(format!(
+                    "fencing the counters of tenant {t} for {to} shard(s) was cancelled: {r:?}"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

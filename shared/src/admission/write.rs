@@ -29,6 +29,7 @@ pub struct Parts {
     pub set: Vec<String>,
     pub add: Vec<String>,
     pub delete: Vec<String>,
+    pub remove: Vec<String>,
     pub names: HashMap<String, String>,
     pub values: HashMap<String, AttributeValue>,
 }
@@ -64,6 +65,9 @@ impl Parts {
         }
         if !self.delete.is_empty() {
             u.push(format!("DELETE {}", self.delete.join(", ")));
+        }
+        if !self.remove.is_empty() {
+            u.push(format!("REMOVE {}", self.remove.join(", ")));
         }
         u.join(" ")
     }
