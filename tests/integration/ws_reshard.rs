@@ -215,3 +215,62 @@ async fn one_to_four_with_a_stale_authorizer_never_admits_past_the_cap() {
     let report = reconcile(&w).await;
     assert_eq!(report.tenants[0].outcome, Outcome::Consistent, "{report:?}");
 }
+
+/// A fenced tenant whose counters are wrong both ways (`{tenant}` 3 too high from units never
+/// given back, shard 2 two below its truth from releases that went to it but were charged
+/// elsewhere, as main's hash rule did): one reconcile sets every counter to its truth — up and
+/// down, never below the connections each holds — and a second finds it consistent.
+#[tokio::test]
+async fn the_reconciler_repairs_a_resharded_tenant_both_ways() {
+    let w = World::new().await;
+    w.put_tenant(T, limits(1)).await;
+    w.put_session(T, "s1").await;
+    reshard(&w, 1, 4).await;
+    for i in 0..3 {
+        assert_eq!(fresh(&w, "s1", &format!("k{i}="), &limits(4)).await, 200);
+    }
+    let before = counters(&w).await;
+    let set = |key: String, v: i64| {
+        let deps = w.deps().clone();
+        async move {
+            deps.dynamo
+                .update_item()
+                .table_name(&deps.tables.counters)
+                .key("key", aws_sdk_dynamodb::types::AttributeValue::S(key))
+                .update_expression("ADD itemCount :v")
+                .expression_attribute_values(
+                    ":v",
+                    aws_sdk_dynamodb::types::AttributeValue::N(v.to_string()),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    set(T.to_string(), 3).await;
+    set(format!("{T}:shard:2"), -2).await;
+    let report = reconcile(&w).await;
+    let total_before = total(&before);
+    assert_eq!(
+        report.tenants[0].outcome,
+        Outcome::Repaired {
+            from: total_before + 1,
+            to: total_before as u64
+        },
+        "{report:?}"
+    );
+    assert_eq!(
+        counters(&w).await,
+        before,
+        "every counter back to its truth"
+    );
+    let again = reconcile(&w).await;
+    assert_eq!(again.tenants[0].outcome, Outcome::Consistent, "{again:?}");
+    for i in 0..3 {
+        assert_eq!(
+            w.disconnect(T, "s1", &format!("k{i}=")).await.status_code,
+            200
+        );
+    }
+    assert!(counters(&w).await.iter().all(|(_, n)| *n == 0));
+}

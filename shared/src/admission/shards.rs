@@ -209,7 +209,7 @@ pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
 }
 
 /// The counter items of a layout of `n` shards: `{tenant}` when `n` is 1, else its shards.
-fn layout_keys(t: &TenantId, n: u64) -> Result<Vec<String>> {
+pub(crate) fn layout_keys(t: &TenantId, n: u64) -> Result<Vec<String>> {
     if n <= 1 {
         return Ok(vec![keys::tenant_connections(t)?]);
     }
@@ -240,9 +240,11 @@ pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> 
             let update = aws_sdk_dynamodb::types::Update::builder()
                 .table_name(&deps.tables.counters)
                 .key(cattr::KEY, s(k))
-                .update_expression("SET #lay = :lay")
+                .update_expression("SET #lay = :lay, #span = :span")
                 .expression_attribute_names("#lay", cattr::LAYOUT)
+                .expression_attribute_names("#span", cattr::LAYOUT_SPAN)
                 .expression_attribute_values(":lay", item::n(to))
+                .expression_attribute_values(":span", item::n(from.max(to)))
                 .build()
                 .map_err(|e| Error::build_request("a layout fence", e))?;
             items.push(

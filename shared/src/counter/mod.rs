@@ -42,6 +42,9 @@ pub mod attr {
     /// force. Step 1 is conditioned on it (absent, or equal to the layout the connect believes),
     /// so a process holding an older tenant row cannot charge a retired layout (decision 2204).
     pub const LAYOUT: &str = "layout";
+    /// On the fenced items: the most shards either layout of the last reshard had, so the
+    /// reconciler knows which counters may still hold connections (decision 2204).
+    pub const LAYOUT_SPAN: &str = "layoutSpan";
 }
 
 pub fn table(name: &str) -> TableDef {
