@@ -24,6 +24,7 @@ mod ws_authorizer;
 mod ws_gcra;
 mod ws_message;
 mod ws_reconcile;
+mod ws_release_once;
 mod ws_reshard;
 mod ws_session_api;
 mod ws_shards;

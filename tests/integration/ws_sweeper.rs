@@ -59,8 +59,8 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
-        "the sweep's tombstone, then the count"
+        [("TransactWriteItems".to_string(), 1)].into(),
+        "the sweep's tombstone and the count in one transaction (decision 2204)"
     );
     assert_eq!(w.count(T).await, Some(1));
     let mut closed: Vec<String> = w

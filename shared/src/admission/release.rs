@@ -14,9 +14,7 @@
 //! reconciler repairs — never too low. Costs: a disconnect 2 `UpdateItem` (2 WCU), 1 when nothing
 //! was released.
 
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem, Update};
 
 use super::connect::count_move;
 use super::shards;
@@ -24,6 +22,7 @@ use super::write::{self, Parts, Retries, Written};
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, n, s, Item};
+use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
 use crate::session::{attr as sattr, store as sstore, Charges};
@@ -51,56 +50,97 @@ pub async fn disconnect(
     Ok(from_session(deps, t, sid, std::slice::from_ref(cid)).await? == 1)
 }
 
-/// Removes `cids` from the session's `connectionIds` and decrements the tenant's count by the
-/// number this call removed (the others were not members: released already, or never admitted).
-/// 1 `UpdateItem`, plus 1 when something was removed.
+/// Removes `cids` from the session's `connectionIds` and decrements the tenant's count for each
+/// this call removed (the others were not members: released already, or never admitted), one id
+/// at a time ([`one_from_session`]).
 pub async fn from_session(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     cids: &[ConnectionId],
 ) -> Result<u64> {
-    if cids.is_empty() {
-        return Ok(0);
+    let mut released = 0;
+    for cid in cids {
+        released += u64::from(one_from_session(deps, t, sid, cid).await?);
     }
+    Ok(released)
+}
+
+/// A random request token (64 bits, hex): the same in every SDK retry of one request.
+fn request_token() -> String {
+    format!("{:016x}", fastrand::u64(..))
+}
+
+/// Takes `cid` out of its session and, when this call took it, decrements the counter it was
+/// charged on — exactly once even when the SDK retries the session write after a lost answer
+/// (decision 2204). The write is conditioned on `contains(connectionIds, cid) OR rel:{cid} = tok`
+/// and sets `rel:{cid} = tok` (this call's token): a retry whose first attempt applied passes on
+/// its own token and is answered with an old image showing it, while a removal by anyone else
+/// leaves another token (or none) and refuses. Then, at once, the decrement (sent at most once)
+/// and the cleanup of `rel:{cid}` and `chg:{cid}` (conditioned on the token). 3 `UpdateItem`
+/// when released; 1 when it was not a member or the session is gone.
+async fn one_from_session(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    cid: &ConnectionId,
+) -> Result<bool> {
+    let token = request_token();
+    let rel = crate::session::release_attr(cid.as_str());
     let mut p = Parts::default();
     p.name("#ids", sattr::CONNECTION_IDS)
-        .name("#sid", sattr::SESSION_ID);
-    p.value(
-        ":gone",
-        AttributeValue::Ss(cids.iter().map(|c| c.to_string()).collect()),
-    );
+        .name("#sid", sattr::SESSION_ID)
+        .name("#rel", &rel);
+    p.value(":gone", AttributeValue::Ss(vec![cid.to_string()]))
+        .value(":cid", s(cid.as_str()))
+        .value(":tok", s(&token));
     p.conditions.push("attribute_exists(#sid)".into());
+    p.conditions
+        .push("contains(#ids, :cid) OR #rel = :tok".into());
     p.delete.push("#ids :gone".into());
-    // Each id's charge record leaves with it (read back from the old image).
-    for (i, c) in cids.iter().enumerate() {
-        let name = format!("#chg{i}");
-        p.name(&name, &crate::session::charge_attr(c.as_str()));
-        p.remove.push(name);
-    }
+    p.set.push("#rel = :tok".into());
+    let key = sstore::key(t, sid);
     let old = match write::update(
         deps,
         &deps.tables.sessions,
-        &sstore::key(t, sid),
+        &key,
         &p,
-        // All of it: each id's `chg:{cid}` says which counter it was charged on (decision 2204).
+        // All of it: `chg:{cid}` says which counter the id was charged on (decision 2204).
         ReturnValue::AllOld,
         Retries::Sdk,
     )
     .await?
     {
         Written::Applied(old) => old,
-        // The session is gone: whoever deleted it released its connections.
-        Written::Refused(_) => return Ok(0),
+        // Gone from the set (someone else released it) or the session is gone (whoever deleted
+        // it released its connections).
+        Written::Refused(_) => return Ok(false),
     };
-    let was = item::string_set(&old, sattr::CONNECTION_IDS);
-    let removed: Vec<&str> = cids
-        .iter()
-        .map(ConnectionId::as_str)
-        .filter(|c| was.iter().any(|w| w == c))
-        .collect();
-    release(deps, t, &removed, &sstore::charges(&old), None).await?;
-    Ok(removed.len() as u64)
+    let ids = [cid.as_str()];
+    let charges = sstore::charges(&old);
+    let mut clean = Parts::default();
+    clean
+        .name("#rel", &rel)
+        .name("#chg", &crate::session::charge_attr(cid.as_str()));
+    clean.value(":tok", s(&token));
+    clean.conditions.push("#rel = :tok".into());
+    clean.remove.push("#rel".into());
+    clean.remove.push("#chg".into());
+    let cleanup = write::update(
+        deps,
+        &deps.tables.sessions,
+        &key,
+        &clean,
+        ReturnValue::None,
+        Retries::Sdk,
+    );
+    let (released, cleaned) = futures::join!(release(deps, t, &ids, &charges, None), cleanup);
+    if let Err(e) = cleaned {
+        // Only a few bytes left on the session (its next DELETE or expiry takes them).
+        tracing::warn!(tenant = %t, error = %e, "cleaning a release's token failed");
+    }
+    released?;
+    Ok(true)
 }
 
 /// Decrements the tenant's count for the connections `released` that left a session the caller
@@ -196,31 +236,105 @@ pub async fn swept(
         ),
     ]);
     tomb.retain(|_, v| !matches!(v, AttributeValue::S(s) if s.is_empty()));
-    let put = deps
-        .dynamo
-        .put_item()
-        .table_name(&deps.tables.counters)
-        .set_item(Some(tomb))
-        .condition_expression("attribute_not_exists(#k)")
-        .expression_attribute_names("#k", cattr::KEY)
-        .send()
-        .await;
-    match put {
-        Ok(_) => {}
-        Err(SdkError::ServiceError(se))
-            if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-        {
-            return Ok(Swept::AlreadySwept)
-        }
-        Err(e) => return Err(Error::dynamo("PutItem", e)),
-    }
     let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
-    let ids: Vec<&str> = ids.iter().map(ConnectionId::as_str).collect();
-    Ok(if release(deps, t, &ids, charges, Some(before)).await? {
-        Swept::Released(released)
-    } else {
-        Swept::Counted
-    })
+    let mut per: std::collections::BTreeMap<(String, bool), u64> = Default::default();
+    for c in ids {
+        *per.entry(target(t, c.as_str(), charges)?).or_default() += 1;
+    }
+    // Counters whose truth already left this session out (refused for `truthAt`) drop out.
+    for _ in 0..SWEEP_ATTEMPTS {
+        let plan: Vec<((String, bool), u64)> = per.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        if plan.is_empty() {
+            return Ok(Swept::Counted);
+        }
+        let mut items = vec![TransactWriteItem::builder()
+            .put(
+                Put::builder()
+                    .table_name(&deps.tables.counters)
+                    .set_item(Some(tomb.clone()))
+                    .condition_expression("attribute_not_exists(#k)")
+                    .expression_attribute_names("#k", cattr::KEY)
+                    .build()
+                    .map_err(|e| Error::build_request("a sweep tombstone", e))?,
+            )
+            .build()];
+        for ((key, floored), k) in &plan {
+            let p = decrement_parts(*k, Some(before), *floored);
+            let update = Update::builder()
+                .table_name(&deps.tables.counters)
+                .key(cattr::KEY, s(key.clone()))
+                .set_condition_expression(p.condition())
+                .update_expression(p.update())
+                .set_expression_attribute_names(Some(p.names))
+                .set_expression_attribute_values(Some(p.values))
+                .build()
+                .map_err(|e| Error::build_request("a sweep decrement", e))?;
+            items.push(TransactWriteItem::builder().update(update).build());
+        }
+        // The same record and plan give the same token: a retry, or a redelivery within 10
+        // minutes, of a sweep that applied is answered as committed and applies nothing.
+        // Tokens are the account's: the table names this deployment's record apart.
+        let mut text = format!("{}|{event_id}", deps.tables.counters);
+        for ((key, _), k) in &plan {
+            text.push_str(&format!("|{key}={k}"));
+        }
+        let token = format!("{:016x}{:016x}", fnv(0, &text), fnv(1, &text));
+        match txn::send_with_token(&deps.dynamo, items, &token).await? {
+            txn::Outcome::Committed => {
+                let all = plan.len() == per.len();
+                return Ok(if all {
+                    Swept::Released(released)
+                } else {
+                    Swept::Counted
+                });
+            }
+            txn::Outcome::Cancelled(reasons) => {
+                if matches!(reasons.first(), Some(txn::Reason::ConditionFailed(_))) {
+                    return Ok(Swept::AlreadySwept);
+                }
+                for (((key, floored), _), r) in plan.iter().zip(reasons.iter().skip(1)) {
+                    if matches!(r, txn::Reason::ConditionFailed(_)) {
+                        tracing::warn!(tenant = %t, counter = %key, "sweep not decremented: counted by the reconciler's truth");
+                        per.remove(&(key.clone(), *floored));
+                    }
+                }
+            }
+        }
+    }
+    Err(Error::contended(
+        format!("sweeping a session of tenant {t}"),
+        SWEEP_ATTEMPTS,
+    ))
+}
+
+/// Transactions a sweep tries (conflicts, and counters dropping out for `truthAt`).
+const SWEEP_ATTEMPTS: u32 = 4;
+
+/// 64-bit FNV-1a of `text`, seeded: a stable token part (not `std`'s hasher, whose output may
+/// change between builds).
+fn fnv(seed: u64, text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The parts of a decrement of `k` (see [`decrement`]).
+fn decrement_parts(k: u64, truth_before: Option<i64>, floored: bool) -> Parts {
+    let mut p = Parts::default();
+    count_move(&mut p, -(k as i64));
+    if floored {
+        p.conditions.push("#c >= :size".into());
+    }
+    if let Some(before) = truth_before {
+        p.name("#ta", cattr::TRUTH_AT);
+        p.value(":before", n(before));
+        p.conditions
+            .push("attribute_not_exists(#ta) OR #ta < :before".into());
+    }
+    p
 }
 
 /// `ADD itemCount -k, ver 1` on `key` (`{tenant}`, or a shard), only while the count is at least
@@ -236,17 +350,7 @@ async fn decrement(
     floored: bool,
 ) -> Result<bool> {
     let key = Item::from([(cattr::KEY.to_string(), s(key))]);
-    let mut p = Parts::default();
-    count_move(&mut p, -(k as i64));
-    if floored {
-        p.conditions.push("#c >= :size".into());
-    }
-    if let Some(before) = truth_before {
-        p.name("#ta", cattr::TRUTH_AT);
-        p.value(":before", n(before));
-        p.conditions
-            .push("attribute_not_exists(#ta) OR #ta < :before".into());
-    }
+    let p = decrement_parts(k, truth_before, floored);
     match write::update_once(deps, &deps.tables.counters, &key, &p).await? {
         Written::Applied(_) => Ok(true),
         Written::Refused(old) => {

@@ -35,6 +35,10 @@ pub mod attr {
     /// shard, or [`super::TENANT_COUNTER`]), written by the join and removed by the release that
     /// takes the id out, so every release goes back where the unit was taken (decision 2204).
     pub const CHARGE_PREFIX: &str = "chg:";
+    /// `rel:{cid}`: the request token of the release that took `cid` out, until that release
+    /// has decremented (so the SDK's retry of its session write knows its own earlier attempt:
+    /// decision 2204).
+    pub const RELEASE_PREFIX: &str = "rel:";
 }
 
 /// The `chg:{cid}` value of a connection charged on the tenant's one `{tenant}` counter.
@@ -43,6 +47,11 @@ pub const TENANT_COUNTER: i64 = -1;
 /// The name of `cid`'s charge attribute on its session (`chg:{cid}`).
 pub fn charge_attr(cid: &str) -> String {
     format!("{}{cid}", attr::CHARGE_PREFIX)
+}
+
+/// The name of `cid`'s release-token attribute on its session (`rel:{cid}`).
+pub fn release_attr(cid: &str) -> String {
+    format!("{}{cid}", attr::RELEASE_PREFIX)
 }
 
 /// Where a session's connections were charged, as its item (or stream image) recorded it.
