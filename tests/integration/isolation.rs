@@ -524,8 +524,8 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert_eq!(r.status_code, 200, "{:?}", r.body);
     assert_eq!(
         w.env.counter.by_operation(),
-        [("UpdateItem".to_string(), 5)].into(),
-        "connect 2, message 1, disconnect 2"
+        [("UpdateItem".to_string(), 6)].into(),
+        "connect 2, message 1, disconnect 3 (decision 2204)"
     );
     let functions: Vec<&str> = assumed().iter().map(|(_, f)| *f).collect();
     assert_eq!(
