@@ -200,16 +200,7 @@ async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
         .send()
         .await
         .map_err(|e| Error::dynamo("GetItem", e))?;
-    let it = out.item();
-    let num = |a: &str| it.and_then(|i| item::num(i, a));
-    Ok(Snapshot {
-        count: num(cattr::ITEM_COUNT),
-        ver: num(cattr::VERSION),
-        reserved: num(cattr::RESERVED_TOTAL),
-        released: num(cattr::RELEASED_TOTAL),
-        repairs: num(cattr::REPAIRS),
-        span: num(cattr::LAYOUT_SPAN),
-    })
+    Ok(super::reconcile_shards::snapshot_of(out.item()))
 }
 
 /// The counter as one snapshot: the `{tenant}` item (1 GetItem), or the sums over a sharded

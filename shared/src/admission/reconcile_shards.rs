@@ -6,11 +6,9 @@
 //! reconcilers never subtract the same leak). Only the sum matters (releases credit any shard),
 //! and lowering one shard's count keeps every `cᵢ ≤ sᵢ`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use aws_sdk_dynamodb::types::{
-    KeysAndAttributes, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 
 use super::reconcile::{unchanged, Outcome, Snapshot};
 use super::shards;
@@ -159,17 +157,7 @@ pub(super) fn fenced(t: &TenantId, span: Option<i64>) -> Result<Option<Each>> {
 async fn read_keys(deps: &Deps, keys: &[String]) -> Result<BTreeMap<String, Snapshot>> {
     let mut out = BTreeMap::new();
     for chunk in keys.chunks(100) {
-        let wanted = chunk
-            .iter()
-            .map(|k| Item::from([(cattr::KEY.to_string(), s(k.clone()))]))
-            .collect();
-        let built = KeysAndAttributes::builder()
-            .set_keys(Some(wanted))
-            .consistent_read(true)
-            .build()
-            .map_err(|e| Error::build_request("BatchGetItem", e))?;
-        let request = HashMap::from([(deps.tables.counters.clone(), built)]);
-        let (rows, left) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
+        let (rows, left) = shards::read_counters(deps, chunk).await?;
         if left.values().any(|ka| !ka.keys().is_empty()) {
             return Err(Error::contended("reading a resharded tenant's counters", 3));
         }

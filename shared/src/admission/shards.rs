@@ -163,16 +163,10 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     let mut wanted = Vec::new();
     for i in 0..n {
         let k = keys::connection_shard(t, i)?;
-        wanted.push(Item::from([(cattr::KEY.to_string(), s(k.clone()))]));
+        wanted.push(k.clone());
         index.insert(k, i);
     }
-    let built = KeysAndAttributes::builder()
-        .set_keys(Some(wanted))
-        .consistent_read(true)
-        .build()
-        .map_err(|e| Error::build_request("BatchGetItem", e))?;
-    let request = HashMap::from([(deps.tables.counters.clone(), built)]);
-    let (rows, request) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
+    let (rows, request) = read_counters(deps, &wanted).await?;
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();
     for it in rows.get(&deps.tables.counters).into_iter().flatten() {
         if let Some(i) = it
@@ -195,6 +189,28 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
         }
     }
     Ok(out)
+}
+
+/// One strongly consistent `BatchGetItem` of these counter keys (≤ 100): the rows, and what
+/// DynamoDB left unprocessed after `batch_get`'s retries.
+pub(crate) async fn read_counters(
+    deps: &Deps,
+    keys: &[String],
+) -> Result<(
+    HashMap<String, Vec<Item>>,
+    HashMap<String, KeysAndAttributes>,
+)> {
+    let wanted = keys
+        .iter()
+        .map(|k| Item::from([(cattr::KEY.to_string(), s(k.clone()))]))
+        .collect();
+    let built = KeysAndAttributes::builder()
+        .set_keys(Some(wanted))
+        .consistent_read(true)
+        .build()
+        .map_err(|e| Error::build_request("BatchGetItem", e))?;
+    let request = HashMap::from([(deps.tables.counters.clone(), built)]);
+    crate::dynamo::batch_get(&deps.dynamo, request).await
 }
 
 /// The open connections counted over every shard (a sum of consistent reads, not one snapshot:
