@@ -598,8 +598,8 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
-        "the sweep's tombstone, then the count"
+        [("TransactWriteItems".to_string(), 1)].into(),
+        "the sweep's tombstone and the count in one transaction (decision 2204)"
     );
     assert_eq!(w.count("abc").await, Some(0), "abc's connection released");
     assert_eq!(

@@ -4,15 +4,15 @@
 //!
 //! | what removes the id | how the caller learns it | here |
 //! |---|---|---|
-//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds`, `ALL_OLD` | [`from_session`] |
+//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds` with a request token, `ALL_OLD` | [`from_session`] |
 //! | session `DELETE` | `DeleteItem`, `ALL_OLD` | [`left_session`] |
 //! | `PUT` over an expired session | `PutItem`, `ALL_OLD` | [`left_session`] |
-//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone) | [`swept`] |
+//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the decrement's transaction) | [`swept`] |
 //!
-//! The decrement comes second and is sent at most once (no SDK retry of an unknown outcome): a
-//! crash or timeout between the two leaves the count one too high — an under-admission that the
-//! reconciler repairs — never too low. Costs: a disconnect 2 `UpdateItem` (2 WCU), 1 when nothing
-//! was released.
+//! Each decrement goes to the counter the connection was charged on (`chg:{cid}`, decision 2204)
+//! and comes second, sent at most once (no SDK retry of an unknown outcome): a crash or timeout
+//! between the two leaves the count one too high — an under-admission that the reconciler repairs
+//! — never too low. Costs: a disconnect 3 `UpdateItem` (3 WCU), 1 when nothing was released.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem, Update};
 
@@ -38,7 +38,7 @@ pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(2 
 /// repair (the count stays high: the safe side). Decision 0306.
 pub const TRUTH_MARGIN: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Releases one connection (`$disconnect`). 2 `UpdateItem`; 1 when it had already been released,
+/// Releases one connection (`$disconnect`). 3 `UpdateItem`; 1 when it had already been released,
 /// never admitted, or its session is gone (whoever deleted the session released it). Returns
 /// whether this call released it.
 pub async fn disconnect(
@@ -207,10 +207,11 @@ pub enum Swept {
 }
 
 /// Releases the connections of a session DynamoDB deleted by TTL, once per stream record however
-/// often it is delivered: a tombstone `{tenant}:swept:{session}:{eventId}` is put first (1
-/// `PutItem`, conditional), then the count is decremented (1 `UpdateItem`) unless the reconciler's
-/// truth already left these connections out (`truthAt` at or after `deleted_at`, within
-/// [`TRUTH_MARGIN`]).
+/// often it is delivered and whatever stops the sweeper: the tombstone
+/// `{tenant}:swept:{session}:{eventId}` (conditional) and the decrement of each counter charged
+/// are one `TransactWriteItems` with a `ClientRequestToken` (a retry after a lost answer applies
+/// nothing twice: decision 2204). A counter whose reconciler truth already left these
+/// connections out (`truthAt` at or after `deleted_at`, within [`TRUTH_MARGIN`]) drops out.
 pub async fn swept(
     deps: &Deps,
     t: &TenantId,
