@@ -127,8 +127,9 @@ WORKLOAD_NOTES = {
     "fungible-get-token-per-account": "`fungible-get-token-per-account` (diagnostic): the same call, one bucket "
                                       "per task (warmed in set-up), so no two decisions race.",
     "reservation-create-token": "`reservation-create-token`: `get_reservation` then `create_token` on one "
-                                "coordinate: 3 `UpdateItem`s, no transaction (decision 0101): reserve in the coordinate's "
-                                "ledger under its capacity, then the token row, then its ledger entry. Nothing is "
+                                "coordinate: 3 `UpdateItem`s and 1 `GetItem`, no transaction (decision 0101): reserve in the "
+                                "coordinate's ledger under its capacity, then the token row, then at once its ledger "
+                                "entry and the read of the resource's ended marker (no write unit). Nothing is "
                                 "released during a run, so the ledger item grows (about 43 bytes per live "
                                 "reservation) and every write to it is billed by its size: the WCU column shows "
                                 "that cost, which a coordinate with a realistic capacity (tens) does not pay.",

@@ -75,7 +75,8 @@ pub async fn ensure_sample_session(deps: &shared::Deps) -> Result<(), BenchError
     let t = TenantId::parse(TENANT).map_err(bad)?;
     let sid = SessionId::parse(SESSION).map_err(bad)?;
     let ttl = deps.clock.now().as_secs() + 3600;
-    shared::session::store::create_or_refresh(deps, &t, &sid, ttl).await?;
+    let cap = shared::tenant::MAX_SESSIONS_CEILING;
+    shared::admission::sessions::open(deps, &t, &sid, ttl, cap, false).await?;
     deps.dynamo
         .update_item()
         .table_name(&deps.tables.sessions)

@@ -164,10 +164,10 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "reservation-create-token",
             title:
-                "Non-fungible get_reservation + create_token (3 single-item writes, no transaction)",
-            // 1 UpdateItem of the ledger for the reservation, then create_token's row and ledger
-            // entry (decision 0101).
-            expected_calls: Some(3.0),
+                "Non-fungible get_reservation + create_token (3 single-item writes and 1 read, no transaction)",
+            // 1 UpdateItem of the ledger for the reservation, then create_token's row, and at once
+            // its ledger entry and the ended-resource marker's read (decision 0101).
+            expected_calls: Some(4.0),
             races: false,
             single_call: false,
             accuracy: true,

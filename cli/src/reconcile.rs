@@ -1,7 +1,9 @@
-//! `turnstile reconcile [--tenant T] [--dry-run]`: repairs leaked open-connection counts (issue 12,
-//! defect 7) as the scheduled `reconciler` function does, and prints its report as JSON: per
-//! tenant the count read, the truth (connection ids in its sessions), the stale ids released, and
-//! `repaired` (from → to), `consistent`, `busy` (the count moved: run again) or `skipped` (why).
+//! `turnstile reconcile [--tenant T] [--dry-run]`: repairs leaked open-connection and session
+//! counts (issue 12 defect 7, decision 2204) as the scheduled `reconciler` function does, and
+//! prints its report as JSON: per tenant the count read, the truth (connection ids in its
+//! sessions), the stale ids released, and `repaired` (from → to), `consistent`, `busy` (the count
+//! moved: run again), `skipped` (why) or `deferred` (no time left this run; the next run over every
+//! tenant starts with it: decision 2205); the same for the session count under `sessions`.
 
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ pub struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Seconds between the phases; must exceed how long a $connect can be half-way (default 30,
-    /// at least 15; also TURNSTILE_RECONCILE_GRACE_SECS).
+    /// 15 to 60; also TURNSTILE_RECONCILE_GRACE_SECS).
     #[arg(long)]
     grace_secs: Option<u64>,
     /// The WebSocket API's Management API endpoint, to find gone sockets (default
@@ -55,6 +57,7 @@ pub async fn run(args: Args) -> Result<()> {
         tenant: args.tenant,
         dry_run: args.dry_run,
         grace,
+        budget: reconcile::Budget::for_grace(grace),
     };
     let report = reconcile::run(&deps, &options, probe.as_ref(), |_| {
         let d = deps.clone();

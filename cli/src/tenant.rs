@@ -62,6 +62,11 @@ enum Cmd {
         /// who knows or guesses a session id joins that session (seed 003's behaviour).
         #[arg(long, default_value = "ticket")]
         connect_auth: tenant::ConnectAuth,
+        /// Sessions the tenant may hold at once (0-1000000; default 10000): a session PUT past it
+        /// answers 429 naming maxSessions (decision 2204).
+        #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS,
+              value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
+        max_sessions: u64,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -94,6 +99,7 @@ pub async fn run(args: Args) -> Result<()> {
             connection_shards,
             reshard_drained,
             connect_auth,
+            max_sessions,
         } => {
             if connect_auth == tenant::ConnectAuth::None {
                 eprintln!(
@@ -115,6 +121,7 @@ pub async fn run(args: Args) -> Result<()> {
                     on_failure,
                     connection_shards,
                     connect_auth,
+                    max_sessions,
                 },
             };
             if let Some(old) = tenant::store::get(&deps, &t.tenant_id).await? {
@@ -128,7 +135,7 @@ pub async fn run(args: Args) -> Result<()> {
                     )));
                 }
                 // Fence the counters first: a process still holding the old row is refused by
-                // them and re-planned on the new layout (decision 2204).
+                // them and re-planned on the new layout (decision 2206).
                 shared::admission::shards::fence(&deps, &t.tenant_id, was, connection_shards)
                     .await?;
             }
@@ -216,5 +223,17 @@ mod tests {
         assert_eq!(shards(put(&["--connection-shards", "8"]).unwrap()), 8);
         assert!(put(&["--connection-shards", "0"]).is_err());
         assert!(put(&["--connection-shards", "101"]).is_err());
+    }
+
+    #[test]
+    fn max_sessions_defaults_and_is_bounded() {
+        let max = |w: Wrapper| match w.args.command {
+            Cmd::Put { max_sessions, .. } => max_sessions,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(max(put(&[]).unwrap()), tenant::DEFAULT_MAX_SESSIONS);
+        assert_eq!(max(put(&["--max-sessions", "0"]).unwrap()), 0);
+        assert_eq!(max(put(&["--max-sessions", "1000000"]).unwrap()), 1_000_000);
+        assert!(put(&["--max-sessions", "1000001"]).is_err());
     }
 }

@@ -6,7 +6,8 @@
 //! Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (table shapes), [`catalog`]
 //! (the one definition of every table), [`dynamo`] (clients, the call counter, the item codec,
 //! transactions, retries, pagination), [`cache`] (the one in-process cache), [`capacity`]
-//! (write/read units by DynamoDB's rules), [`ids`] (validated identifiers), [`ticket`] (connect
+//! (write/read units by DynamoDB's rules), [`ids`] (validated identifiers), [`interleave`] (points
+//! where tests force an order between two writes), [`ticket`] (connect
 //! tickets: who may join a session).
 
 pub mod admission;
@@ -28,9 +29,11 @@ pub mod fuzz;
 pub mod gateway;
 pub mod gcra;
 pub mod ids;
+pub mod interleave;
 pub mod isolation;
 pub mod kv;
 pub mod limit;
+pub mod mutation;
 /// The `$connect` JWT verifier (the `oidc` feature).
 #[cfg(feature = "oidc")]
 pub mod oidc;

@@ -1083,11 +1083,13 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
     let sessions: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
     let ttl = clock.now().as_secs() + 3600;
     for s in &sessions {
-        shared::session::store::create_or_refresh(
+        shared::admission::sessions::open(
             &deps,
             &T.parse().unwrap(),
             &s.parse().unwrap(),
             ttl,
+            limits.max_sessions,
+            false,
         )
         .await
         .unwrap();
@@ -1468,4 +1470,45 @@ async fn a_lost_lease_release_answer_is_not_refunded_twice() {
         "6 spent, the lease's 4 given back once (release answered {r:?})"
     );
     assert!(lim.read_lease("Slow", "l", "L").await.unwrap().is_none());
+}
+
+/// Issue 22 item 11b: a reservation's admission write applied and its answer was lost. The SDK
+/// re-sent the same write, whose condition (`attribute_not_exists` of the new entry, the ledger's
+/// size) then failed on what the first attempt wrote. Re-planning with a new id told a capacity-1
+/// caller `Limited` while its own entry held the slot, and gave a capacity-2 caller two entries for
+/// one reservation. The retry's failure shows our entry (ALL_OLD): the reservation is ours, once.
+#[tokio::test]
+async fn a_lost_reservation_answer_is_the_callers_reservation_once() {
+    let mut env = TestEnv::new(&[TableKind::NonFungibleTokens, TableKind::Limits]).await;
+    let proxy = proxied(&mut env, None).await;
+    let nf = NonFungibleLimiter::from_deps(&env.deps).unwrap();
+    for (account, capacity) in [("one", 1), ("two", 2)] {
+        // The ledger exists and is cached: the admission is one UpdateItem.
+        let warm = nf.get_reservation("emr", account, capacity).await.unwrap();
+        warm.delete().await.unwrap();
+        proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+        proxy.reset_stats();
+        let got = nf.get_reservation("emr", account, capacity).await;
+        assert_eq!(proxy.stats().answers_lost, 1, "{account}");
+        proxy.set_policy(Policy::passthrough());
+        let r = got.unwrap_or_else(|e| panic!("capacity {capacity}: the entry is ours: {e}"));
+        let held: Vec<String> = nf
+            .list("emr", account)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|row| row.live)
+            .map(|row| row.reservation_id)
+            .collect();
+        assert_eq!(
+            held,
+            vec![r.id.clone()],
+            "capacity {capacity}: one entry, ours"
+        );
+        // And it is a reservation like any other: it binds, and releasing it frees the capacity.
+        r.create_token("j-1").await.unwrap();
+        r.delete().await.unwrap();
+        let again = nf.get_reservation("emr", account, capacity).await.unwrap();
+        again.delete().await.unwrap();
+    }
 }

@@ -482,7 +482,11 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     w.env.counter.reset();
     let r = session_api::handle(&deps, &sessions, put).await.unwrap();
     assert_eq!(r.status_code, 200);
-    assert_eq!(w.env.counter.total(), 2, "PUT, cold tenant cache");
+    assert_eq!(
+        w.env.counter.total(),
+        3,
+        "PUT, cold tenant cache: the tenant row, the refresh (no row), the create's transaction"
+    );
     assert_eq!(
         assumed(),
         [("ab".to_string(), "session-api")],
@@ -525,7 +529,7 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert_eq!(
         w.env.counter.by_operation(),
         [("UpdateItem".to_string(), 6)].into(),
-        "connect 2, message 1, disconnect 3 (decision 2204)"
+        "connect 2, message 1, disconnect 3 (decision 2206)"
     );
     let functions: Vec<&str> = assumed().iter().map(|(_, f)| *f).collect();
     assert_eq!(
@@ -548,8 +552,9 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         1,
         "every call but one signed by ab's credentials ({ab_keys:?}): {signed:?}"
     );
+    // (after the session API's 3 calls)
     assert_eq!(
-        signed[2], "local",
+        signed[3], "local",
         "the authorizer's tenant read: {signed:?}"
     );
     let ev = w.authorizer_event("ab", "s1").await;
@@ -599,7 +604,7 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert_eq!(
         w.env.counter.by_operation(),
         [("TransactWriteItems".to_string(), 1)].into(),
-        "the sweep's tombstone and the count in one transaction (decision 2204)"
+        "the sweep's tombstone, the session count and the connections' count in one transaction (decision 2206)"
     );
     assert_eq!(w.count("abc").await, Some(0), "abc's connection released");
     assert_eq!(

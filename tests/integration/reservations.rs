@@ -63,7 +63,7 @@ async fn forty_concurrent_callers_get_exactly_the_capacity() {
     assert_eq!(live(&one, "cold").await, 3);
 }
 
-/// Decision 0101's budget, no transactions: reserve 1 UpdateItem (warm), create_token 2, delete 2.
+/// Decision 0101's budget, no transactions: reserve 1 UpdateItem (warm), create_token 3, delete 2.
 #[tokio::test]
 async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
     let env = TestEnv::new(&TABLES).await;
@@ -104,8 +104,8 @@ async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
     r.create_token("j-CLUSTER1").await.unwrap();
     assert_eq!(
         env.counter.by_operation(),
-        [("UpdateItem".to_string(), 2)].into(),
-        "create_token: the row, then the ledger entry"
+        [("GetItem".to_string(), 1), ("UpdateItem".to_string(), 2)].into(),
+        "create_token: the row, then the ledger entry and the ended-resource marker's read"
     );
     env.counter.reset();
     r2.delete().await.unwrap();
@@ -530,4 +530,43 @@ async fn a_bind_racing_a_delete_leaves_neither_capacity_nor_row() {
         .unwrap();
     assert_eq!(rows.items().len(), 1, "only the ledger item is left");
     assert_eq!(concurrent(vec![l; 30], "race", 20).await, 20);
+}
+
+/// A delete forced between a bind's two writes (row written, ledger entry not yet extended), not
+/// left to the scheduler: the delete releases the entry, the bind finds it gone, answers `Gone`
+/// and deletes the row it wrote. Nothing is held and no row is left.
+#[tokio::test]
+async fn a_delete_between_a_binds_two_writes_leaves_neither_capacity_nor_row() {
+    use futures::FutureExt;
+    use shared::interleave::{Interleave, Point};
+    use std::sync::{Arc, Mutex};
+    let env = TestEnv::new(&TABLES).await;
+    let plain = limiter(&env);
+    let r = plain.get_reservation("emr", "between", 1).await.unwrap();
+    let delete = Arc::new(Mutex::new(Some(r.clone())));
+    let l = limiter(&env).with_interleave(Interleave::with(move |p| {
+        let d = (p == Point::BindAfterRow)
+            .then(|| delete.lock().unwrap().take())
+            .flatten();
+        async move {
+            if let Some(d) = d {
+                d.delete().await.unwrap();
+            }
+        }
+        .boxed()
+    }));
+    let handle = l.reservation("emr", "between", &r.id).unwrap();
+    let err = handle.create_token("j-BETWEEN").await.unwrap_err();
+    assert!(matches!(err, ReservationError::Gone { .. }), "{err}");
+    assert!(plain.list("emr", "between").await.unwrap().is_empty());
+    let rows = env
+        .deps
+        .dynamo
+        .scan()
+        .table_name(&env.deps.tables.non_fungible_tokens)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rows.items().len(), 1, "only the ledger item is left");
+    assert!(plain.get_reservation("emr", "between", 1).await.is_ok());
 }

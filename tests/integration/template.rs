@@ -205,13 +205,17 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
                 ],
             ),
         ],
-        // NonFungibleLimiter::remove_by_resource_id: Query the resource index, then per token an
-        // UpdateItem of the ledger item and a DeleteItem of the row.
+        // NonFungibleLimiter::remove_by_resource_id: PutItem of the ended marker, Query the
+        // resource index, then per token an UpdateItem of the ledger item and a DeleteItem of the row.
         "token-remover" => vec![
             (None, &["dynamodb:Query"]),
             (
                 Some(NonFungibleTokens),
-                &["dynamodb:DeleteItem", "dynamodb:UpdateItem"],
+                &[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                ],
             ),
         ],
         other => panic!("no DynamoDB action model for function {other}: add it here"),
@@ -223,6 +227,13 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
 /// clients never reach STS (issue 22).
 fn unscoped_read(function: &str, table: &str, tenants_arn: &str, action: &str) -> bool {
     function == "authorizer" && table == tenants_arn && action == "dynamodb:GetItem"
+}
+
+/// The reconciler's cursor statement: every action under a `dynamodb:LeadingKeys` condition that
+/// names exactly the cursor's key (issue 22 item 13).
+fn is_cursor_statement(s: &Value) -> bool {
+    s["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+        == json!([shared::admission::reconcile::budget::CURSOR_KEY])
 }
 
 /// Stream reads (the sweeper's event source mapping), checked by their own test.
@@ -581,7 +592,12 @@ impl Stack<'_> {
     /// The DynamoDB actions (stream reads aside) a function's execution role grants, by resource.
     fn dynamo_grants(&self, function_id: &str) -> BTreeMap<String, BTreeSet<String>> {
         let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for s in self.role_statements(function_id) {
+        // The reconciler's cursor, confined to its one key, is checked on its own.
+        for s in self
+            .role_statements(function_id)
+            .into_iter()
+            .filter(|s| !is_cursor_statement(s))
+        {
             let actions: Vec<String> = strings(&s["Action"])
                 .into_iter()
                 .filter(|a| a.starts_with("dynamodb:") && !STREAM_ACTIONS.contains(&a.as_str()))
@@ -1142,6 +1158,10 @@ fn execution_roles_are_least_privilege() {
             let mut touched_tenant_tables = false;
             for s in &statements {
                 assert_eq!(s["Effect"], "Allow", "{ctx}");
+                if is_cursor_statement(s) {
+                    assert_eq!(function, "reconciler", "{ctx}: the reconcile cursor");
+                    continue;
+                }
                 let actions = strings(&s["Action"]);
                 let resources = strings(&s["Resource"]);
                 for a in &actions {
@@ -1199,6 +1219,41 @@ fn execution_roles_are_least_privilege() {
                 can_assume,
                 tenant_fn && isolated,
                 "{ctx}: assumes TenantRole"
+            );
+        }
+    }
+}
+
+/// Only the reconciler may touch its cursor, an item of the tenant table it reads and writes once a
+/// run (GetItem, PutItem), and nothing else through that statement, in every variant.
+#[test]
+fn the_reconcile_cursor_is_one_key_of_the_tenant_table() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let env = stack.environment(&stack.function_id("connect"));
+        let names = TableNames::from_vars(&Vars::from_pairs(env)).unwrap();
+        for (id, function) in stack.functions() {
+            let cursor: Vec<Value> = stack
+                .role_statements(&id)
+                .into_iter()
+                .filter(is_cursor_statement)
+                .collect();
+            let ctx = format!("{variant}: {function}");
+            if function != "reconciler" {
+                assert!(cursor.is_empty(), "{ctx}: the reconcile cursor");
+                continue;
+            }
+            assert_eq!(cursor.len(), 1, "{ctx}");
+            assert_eq!(
+                strings(&cursor[0]["Action"]),
+                ["dynamodb:GetItem", "dynamodb:PutItem"],
+                "{ctx}"
+            );
+            assert_eq!(
+                strings(&cursor[0]["Resource"]),
+                [arn_of_table(&names.tenants)],
+                "{ctx}"
             );
         }
     }

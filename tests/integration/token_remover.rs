@@ -6,7 +6,13 @@ use std::path::PathBuf;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use serde_json::{json, Value};
 use shared::config::Vars;
-use shared::reservation::NonFungibleLimiter;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use shared::interleave::{Interleave, Point};
+use shared::reservation::{NonFungibleLimiter, ReservationError, TokenRow};
 use shared::table::TableKind;
 use token_remover::{handle, Config, Outcome, Predicate, Processors, Remover, Test};
 use turnstile_tests::TestEnv;
@@ -190,10 +196,12 @@ async fn terminated_clusters_lose_their_tokens_and_release_capacity() {
         env.counter.by_operation(),
         [
             ("DeleteItem".to_string(), 1),
+            ("PutItem".to_string(), 1),
             ("Query".to_string(), 1),
             ("UpdateItem".to_string(), 1)
         ]
-        .into()
+        .into(),
+        "the ended marker, the index query, then the token's ledger entry and row"
     );
     let c = l
         .get_reservation("emr", "acct", 2)
@@ -272,4 +280,155 @@ async fn many_tokens_of_one_resource_are_found_across_pages() {
     for account in ["a", "b", "c", "d"] {
         assert!(l.get_reservation("emr", account, 1).await.is_ok());
     }
+}
+
+/// The cluster `emr-terminated.json` names.
+const CLUSTER: &str = "j-1YONHTCP3YZKC";
+
+/// Runs `work` once, the first time an operation reaches `point`.
+fn once_at(point: Point, work: BoxFuture<'static, ()>) -> Interleave {
+    let work = Arc::new(Mutex::new(Some(work)));
+    Interleave::with(move |p| {
+        let run = if p == point {
+            work.lock().unwrap().take()
+        } else {
+            None
+        };
+        async move {
+            if let Some(w) = run {
+                w.await;
+            }
+        }
+        .boxed()
+    })
+}
+
+/// The coordinate's live reservations and tokens, and every row the table holds for it.
+async fn held(l: &NonFungibleLimiter) -> Vec<TokenRow> {
+    l.list("emr", "acct")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.live)
+        .collect()
+}
+
+/// Issue 22 item 14: the cluster's TERMINATED event is handled before the bind (the caller was slow,
+/// or the index had not caught up). The remover found no token, and the bind then held a unit
+/// for the token's 8 hours with no event left to release it. Now the remover records the end first
+/// and the bind, reading it, releases its reservation: the capacity is free at once.
+#[tokio::test]
+async fn an_event_before_the_bind_leaves_the_capacity_free() {
+    let (env, remover, l) = setup().await;
+    let r = l.get_reservation("emr", "acct", 1).await.unwrap();
+    let out = handle(&remover, event("emr-terminated.json"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(out, Outcome::Removed { ref tokens, .. } if tokens.is_empty()),
+        "nothing bound yet: {out:?}"
+    );
+    env.counter.reset();
+    let err = r.create_token(CLUSTER).await.unwrap_err();
+    assert!(
+        matches!(err, ReservationError::ResourceEnded { ref resource_id, .. } if resource_id == CLUSTER),
+        "{err}"
+    );
+    let calls = env.counter.by_operation();
+    assert_eq!(
+        calls,
+        [
+            ("DeleteItem".to_string(), 1),
+            ("GetItem".to_string(), 1),
+            ("UpdateItem".to_string(), 3)
+        ]
+        .into(),
+        "the row, the ledger entry and the marker read; then the release: entry and row"
+    );
+    assert!(held(&l).await.is_empty(), "no unit held, no row left");
+    l.get_reservation("emr", "acct", 1)
+        .await
+        .expect("the unit is free again");
+
+    // Another cluster binds as always; the marker concerns its own cluster only.
+    let other = l.get_reservation("emr", "other", 1).await.unwrap();
+    other.create_token("j-OTHER").await.unwrap();
+
+    // The marker lasts one token lifetime; a bind after that is a new story.
+    env.clock.advance(Duration::from_secs(8 * 3600 + 1));
+    let late = l.get_reservation("emr", "late", 1).await.unwrap();
+    late.create_token(CLUSTER)
+        .await
+        .expect("the marker expired");
+}
+
+/// The remover's whole run forced between a bind's row write and its ledger write (the row is in
+/// the index, the entry still a reservation): the remover releases the entry and the bind, finding
+/// it gone, deletes its row. Nothing is held, nothing is left, whichever error the bind answers.
+#[tokio::test]
+async fn the_remover_between_a_binds_two_writes_leaves_neither_capacity_nor_row() {
+    let (env, remover, _) = setup().await;
+    let r_remover = remover.clone();
+    let l = NonFungibleLimiter::from_deps(&env.deps)
+        .unwrap()
+        .with_interleave(once_at(
+            Point::BindAfterRow,
+            async move {
+                let out = handle(&r_remover, event("emr-terminated.json"))
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(out, Outcome::Removed { ref tokens, .. } if tokens.len() == 1),
+                    "the row was in the index: {out:?}"
+                );
+            }
+            .boxed(),
+        ));
+    let r = l.get_reservation("emr", "acct", 1).await.unwrap();
+    let err = r.create_token(CLUSTER).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReservationError::Gone { .. } | ReservationError::ResourceEnded { .. }
+        ),
+        "{err}"
+    );
+    assert!(held(&l).await.is_empty(), "no unit held, no row left");
+    assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
+}
+
+/// A bind made entirely between the remover's marker and its index query (the event and the bind
+/// at once): the bind reads the marker and gives the unit back, and the query finds nothing left.
+#[tokio::test]
+async fn a_bind_between_the_marker_and_the_query_releases_itself() {
+    let (env, _, l) = setup().await;
+    let r = l.get_reservation("emr", "acct", 1).await.unwrap();
+    let answer = Arc::new(Mutex::new(None));
+    let seen = answer.clone();
+    let remover = Remover {
+        limiter: NonFungibleLimiter::from_deps(&env.deps)
+            .unwrap()
+            .with_interleave(once_at(
+                Point::RemoverAfterMarker,
+                async move {
+                    *seen.lock().unwrap() = Some(r.create_token(CLUSTER).await);
+                }
+                .boxed(),
+            )),
+        ..Remover::new(&env.deps, example_config())
+    };
+    let out = handle(&remover, event("emr-terminated.json"))
+        .await
+        .unwrap();
+    let bound = answer.lock().unwrap().take().expect("the bind ran");
+    assert!(
+        matches!(bound, Err(ReservationError::ResourceEnded { .. })),
+        "{bound:?}"
+    );
+    assert!(
+        matches!(out, Outcome::Removed { ref tokens, .. } if tokens.is_empty()),
+        "{out:?}"
+    );
+    assert!(held(&l).await.is_empty());
+    assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
 }

@@ -32,13 +32,16 @@ async fn connect_admits_and_disconnect_releases_in_two_writes_each() {
     let s = w.session(T, "s1").await.unwrap();
     assert_eq!(s.connection_ids, vec!["conn-A=".to_string()]);
     // Everything lives on the two items: no other counter row.
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
 
     w.env.counter.reset();
     let r = w.disconnect(T, "s1", "conn-A=").await;
     assert_eq!(r.status_code, 200);
     // The session write, then the decrement beside the cleanup of its release token (decision
-    // 2204: exactly once under the SDK's retries).
+    // 2206: exactly once under the SDK's retries).
     assert_eq!(
         w.env.counter.by_operation(),
         [("UpdateItem".to_string(), 3)].into(),
@@ -215,7 +218,10 @@ async fn fifty_concurrent_connects_admit_exactly_the_caps() {
     let mut ok: Vec<String> = admitted.iter().map(|(_, c, _)| c.clone()).collect();
     ok.sort();
     assert_eq!(held, ok);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
 }
 
 #[tokio::test]
@@ -300,7 +306,10 @@ async fn per_minute_caps_are_exact_under_concurrency_and_reset_next_minute() {
     assert_eq!(w.tenant_minute_count(T).await, 1);
     assert_eq!(w.session_minute_count(T, "a").await, 1);
     // The windows live on the two items (no per-minute rows, nothing for TTL to sweep up).
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     assert_eq!(w.count(T).await, Some(8));
 }
 
@@ -353,7 +362,10 @@ async fn connect_to_a_missing_or_expired_session_is_refused_without_writing() {
     // The tenant's reservations were given back: no capacity held, no minute spent.
     assert_eq!(w.count(T).await, Some(0));
     assert_eq!(w.tenant_minute_count(T).await, 0);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     assert!(w.session(T, "s1").await.unwrap().connection_ids.is_empty());
 }
 
@@ -619,7 +631,7 @@ async fn write_units_per_path_meet_the_targets() {
     w.env.counter.reset();
     assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);
     let disconnect = units(&w);
-    assert_eq!(disconnect, Units::write(3.0), "$disconnect (decision 2204)");
+    assert_eq!(disconnect, Units::write(3.0), "$disconnect (decision 2206)");
     // A repeated disconnect releases nothing: one write.
     w.env.counter.reset();
     assert_eq!(w.disconnect(T, "s1", "c1").await.status_code, 200);

@@ -73,7 +73,10 @@ async fn gcra_fifty_concurrent_connects_admit_exactly_the_tenant_rate() {
     let ei = 60 * S / 7;
     assert_eq!(tenant_tat(&w, T).await, Some(now.as_nanos() + 7 * ei));
     assert_eq!(w.counter_number(T, "connMinute").await, None);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     let mut held = 0;
     for s in ["a", "b", "c"] {
         held += w.session(T, s).await.unwrap().connection_ids.len();

@@ -179,41 +179,60 @@ async fn a_dry_run_reports_and_changes_nothing() {
     );
 }
 
-/// The grace is what keeps a half-way `$connect` counted: its reservation was made before the
-/// count was read, its session write lands during the grace, and the truth then includes it.
+/// The grace is what keeps a half-way `$connect` counted, in the order the proof is about (issue
+/// 22): the reservation lands after phase 1 read the counter and before the phase-2 read (so it is
+/// in `C` and in the growth of `resvTotal`), and the session write lands after the truth read (so
+/// the truth leaves it out). Each write happens inside the reconciler's own pause, not on a timer.
+/// Only `in_flight` keeps the repair from taking the connection's unit away.
 #[tokio::test]
 async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
     let w = World::new().await;
     w.put_tenant(T, LIMITS).await;
     w.put_session(T, "s1").await;
-    let reservation = reserve_only(&w, "s1").await;
-    assert_eq!(w.count(T).await, Some(1));
     let cid = ConnectionId::parse("in-flight").unwrap();
+    let reservation = std::cell::RefCell::new(None);
     let joined = std::cell::Cell::new(false);
     let (wr, res, c, j) = (&w, &reservation, &cid, &joined);
     let report = reconcile_paced(&w, |p| async move {
-        // Its session write lands inside the first grace, after the count was read.
-        if p == Pause::AfterProbe {
-            let req = shared::admission::Request {
-                deps: wr.deps(),
-                t: &tid(),
-                sid: &sid("s1"),
-                cid: c,
-                limits: &LIMITS,
-                nonce: None,
-            };
-            let a = admission::join(req, &Hints::default(), res).await.unwrap();
-            j.set(matches!(a, Admission::Admitted));
+        match p {
+            // Reserved between phase 1 (the counter before) and phase 2 (the read).
+            Pause::AfterProbe => {
+                *res.borrow_mut() = Some(reserve_only(wr, "s1").await);
+            }
+            // Joined after the truth read, before the repair.
+            Pause::AfterRead => {
+                let r = res
+                    .borrow_mut()
+                    .take()
+                    .expect("reserved in the first pause");
+                let req = shared::admission::Request {
+                    deps: wr.deps(),
+                    t: &tid(),
+                    sid: &sid("s1"),
+                    cid: c,
+                    limits: &LIMITS,
+                    nonce: None,
+                };
+                let a = admission::join(req, &Hints::default(), &r).await.unwrap();
+                j.set(matches!(a, Admission::Admitted));
+            }
         }
     })
     .await;
+    let r = &report.tenants[0];
     assert!(joined.get(), "the in-flight connect is admitted");
-    assert_eq!(report.tenants[0].outcome, Outcome::Consistent);
+    // The read counted the reservation (C = 1), the truth did not (T = 0): the one unit in flight
+    // (the reservation made since phase 1) is what keeps it.
+    assert_eq!((r.counted, r.truth, r.in_flight), (Some(1), 0, 1), "{r:?}");
+    assert_eq!(r.outcome, Outcome::Busy);
     assert_eq!(w.count(T).await, Some(1), "never below the connection");
     assert_eq!(
         w.session(T, "s1").await.unwrap().connection_ids,
         vec!["in-flight"]
     );
+    // At rest the next run finds the count exact.
+    let report = reconcile(&w, false, 0).await;
+    assert_eq!(report.tenants[0].outcome, Outcome::Consistent);
 
     // Without a grace the same race undercounts — why the grace must exceed a connect's deadline.
     let reservation = reserve_only(&w, "s1").await;

@@ -1,4 +1,4 @@
-//! Releases exactly once when DynamoDB's answers are lost (issue 22 item 11c, decision 2204): the
+//! Releases exactly once when DynamoDB's answers are lost (issue 22 item 11c, decision 2206): the
 //! SDK's retry of a write that applied must not be taken for "someone else released it", and a
 //! sweeper stopped between its tombstone and its decrement must still release once when the
 //! stream record comes again. Faults from `turnstile-faultproxy` (decision 0900).
@@ -47,6 +47,11 @@ fn expiry(w: &World, s: &str, ids: &[String], charges: serde_json::Value) -> Eve
     typed(json!({ "Records": [record] }))
 }
 
+/// The tenant's session count (decision 2204).
+fn sessions_key() -> String {
+    format!("{T}:sessions")
+}
+
 /// Two connections in `s1`, as the stream's old image would show them after a TTL deletion.
 async fn two_open(w: &World) -> (Vec<String>, serde_json::Value) {
     w.put_tenant(T, limits()).await;
@@ -55,6 +60,7 @@ async fn two_open(w: &World) -> (Vec<String>, serde_json::Value) {
         assert_eq!(w.connect(T, "s1", c, &limits()).await.status_code, 200);
     }
     assert_eq!(w.count(T).await, Some(2));
+    assert_eq!(w.count(&sessions_key()).await, Some(1));
     let ids = vec!["a=".to_string(), "b=".to_string()];
     let charges = json!({"chg:a=": {"N": "-1"}, "chg:b=": {"N": "-1"}});
     (ids, charges)
@@ -74,9 +80,15 @@ async fn a_sweep_whose_answer_is_lost_releases_exactly_once() {
     assert_eq!(proxy.stats().answers_lost, 1);
     proxy.set_policy(Policy::passthrough());
     assert_eq!(w.count(T).await, Some(0), "released once ({r:?})");
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(0),
+        "session given back"
+    );
     let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
     assert!(again.batch_item_failures.is_empty());
     assert_eq!(w.count(T).await, Some(0), "and never twice");
+    assert_eq!(w.count(&sessions_key()).await, Some(0));
 }
 
 /// The sweeper stops (its future dropped: a crash or a timeout) after its tombstone and before
@@ -100,9 +112,17 @@ async fn a_sweeper_stopped_between_tombstone_and_decrement_releases_once_on_rede
     let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
     assert!(again.batch_item_failures.is_empty(), "{again:?}");
     assert_eq!(w.count(T).await, Some(0), "released by the redelivery");
+    // The session count's unit is in the same transaction (decision 2206): a give-back sent
+    // after it would have been lost with the stop, and the redelivery found the tombstone.
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(0),
+        "session given back by the redelivery"
+    );
     let third = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
     assert!(third.batch_item_failures.is_empty());
     assert_eq!(w.count(T).await, Some(0), "exactly once");
+    assert_eq!(w.count(&sessions_key()).await, Some(0), "exactly once");
 }
 
 /// `$disconnect`'s session write applied but its answer was lost, and the SDK sent it again. On

@@ -17,9 +17,14 @@ async fn put_creates_then_refreshes_and_get_returns_the_connections() {
     w.env.counter.reset();
     let s = w.put_session(T, "s1").await;
     assert_eq!(
-        w.env.counter.total(),
-        2,
-        "cold tenant cache: GetItem + UpdateItem"
+        w.env.counter.by_operation(),
+        [
+            ("GetItem".to_string(), 1),
+            ("UpdateItem".to_string(), 1),
+            ("TransactWriteItems".to_string(), 1)
+        ]
+        .into(),
+        "cold tenant cache: GetItem, the refresh (no row yet), the create with the session count"
     );
     assert_eq!(s["tenantId"], T);
     assert_eq!(s["sessionId"], "s1");
@@ -64,8 +69,8 @@ async fn delete_closes_and_releases_every_connection() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         w.env.counter.total(),
-        2,
-        "DeleteItem + one UpdateItem on the tenant's count: {:?}",
+        3,
+        "DeleteItem + one UpdateItem on the session count + one on the connections': {:?}",
         w.env.counter.by_operation()
     );
     let closed: Vec<String> = w
@@ -93,14 +98,14 @@ async fn delete_closes_and_releases_every_connection() {
         .session_call("DELETE", &[("tenantId", T), ("sessionId", "s1")], None)
         .await;
     assert_eq!(status, 404);
-    // An empty session deletes in one call.
+    // An empty session: the DeleteItem and the session count's decrement.
     w.put_session(T, "empty").await;
     w.env.counter.reset();
     let (status, _) = w
         .session_call("DELETE", &[("tenantId", T), ("sessionId", "empty")], None)
         .await;
     assert_eq!(status, 200);
-    assert_eq!(w.env.counter.total(), 1);
+    assert_eq!(w.env.counter.total(), 2);
 }
 
 /// Review finding 2: sockets are closed first and only those whose close succeeded are released.
@@ -167,6 +172,34 @@ async fn put_over_an_expired_session_replaces_it_and_releases_its_stale_connecti
     assert_eq!(closed, vec!["stale"]);
     assert_eq!(w.connect(T, "s1", "fresh", &SMALL).await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));
+}
+
+/// Found by the fault-schedule simulation (decision 2300; seed 0 of the sweep mutation's shape):
+/// concurrent `PUT /session`s over one expired session. All but one lose the replacement's
+/// condition (the row is no longer the expired one); each must then refresh the fresh row, not
+/// answer 500. Exactly one replacement happened: the stale connection is released once.
+#[tokio::test]
+async fn concurrent_puts_over_an_expired_session_all_succeed() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "stale", &SMALL).await.status_code, 200);
+    w.env
+        .clock
+        .advance(Duration::from_secs(SMALL.session_ttl + 5));
+    let answers = futures::future::join_all(
+        (0..6).map(|_| w.session_call("PUT", &[("tenantId", T), ("sessionId", "s1")], None)),
+    )
+    .await;
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{body}");
+    }
+    assert_eq!(
+        w.count(T).await,
+        Some(0),
+        "the stale connection released once"
+    );
+    assert_eq!(w.api.received_by("DELETE").len(), 1, "closed once");
 }
 
 /// Every bad input is a precise 4xx naming the problem, and never reaches DynamoDB.
@@ -354,7 +387,8 @@ async fn bad_input_is_a_precise_4xx() {
         body: Some(r#"{"sessionId": "ignored-query-wins"}"#),
         status: 200,
         message: "\"s1\"",
-        calls: 2,
+        // The refresh finds no row; the create is one transaction with the session count.
+        calls: 3,
     });
     for c in &cases {
         w.env.counter.reset();
@@ -557,8 +591,8 @@ async fn a_jwt_caller_cannot_put_get_or_delete_another_tenants_session() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         w.env.counter.total(),
-        2,
-        "cold tenant cache: GetItem + UpdateItem"
+        3,
+        "cold tenant cache: GetItem + UpdateItem (no row) + TransactWriteItems (the create)"
     );
     let (status, body, _) = call(
         &w,

@@ -1,6 +1,6 @@
 //! Sharded tenant connection counters (issue 15 part 4, decision 1502) against DynamoDB Local:
 //! 64 concurrent connects never exceed the tenant cap and admit exactly it, every release path
-//! (disconnect, session DELETE, TTL sweep) decrements the shard it was charged on (decision 2204) so the shards sum
+//! (disconnect, session DELETE, TTL sweep) decrements the shard it was charged on (decision 2206) so the shards sum
 //! back to 0, the call/WCU cost of each path, and the reconciler refusing to "repair" a sharded
 //! tenant.
 
@@ -162,7 +162,7 @@ async fn sharded_paths_cost_what_the_decision_record_states() {
         .into()
     );
     assert_eq!(w.env.counter.units().write, 1.0);
-    // A disconnect: the session write, then the shard `a=` was charged on (decision 2204) beside
+    // A disconnect: the session write, then the shard `a=` was charged on (decision 2206) beside
     // the cleanup of the release's token.
     let charged = w.session_number(T, "s1", "chg:a=").await.unwrap();
     w.env.counter.reset();
@@ -185,7 +185,7 @@ async fn sharded_paths_cost_what_the_decision_record_states() {
 }
 
 /// Session DELETE and the TTL sweeper release each id on the shard it was charged on (its
-/// `chg:{cid}` on the session, decision 2204): the shards sum back to 0. The reconciler repairs leaked reservations
+/// `chg:{cid}` on the session, decision 2206): the shards sum back to 0. The reconciler repairs leaked reservations
 /// of a sharded tenant (one transaction over its shards) down to the truth, not below.
 #[tokio::test]
 async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {
@@ -229,6 +229,7 @@ async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {
                 tenant: Some(T.parse().unwrap()),
                 dry_run: false,
                 grace: Duration::from_millis(20),
+                budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
             },
             None,
             |_| async { Ok(w.deps().clone()) },
@@ -294,7 +295,10 @@ async fn an_unsharded_tenant_keeps_its_one_counter() {
     );
     assert_eq!(w.count(T).await, Some(1));
     assert_eq!(w.session_number(T, "s1", "connShards").await, None);
-    assert_eq!(w.counter_keys().await, vec![T.to_string()]);
+    assert_eq!(
+        w.counter_keys().await,
+        vec![T.to_string(), format!("{T}:sessions")]
+    );
     assert_eq!(w.disconnect(T, "s1", "u=").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(0));
 }
@@ -430,6 +434,7 @@ where
         tenant: Some(T.parse().unwrap()),
         dry_run: false,
         grace: Duration::ZERO,
+        budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
     };
     let scoped = |_| async { Ok(w.deps().clone()) };
     reconcile::run_paced(w.deps(), &options, None, scoped, pause)

@@ -40,6 +40,22 @@ pub fn sample(path: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", p.display()))
 }
 
+/// A TTL-deletion stream record (AWS's shape) of session `s` of tenant `t` holding `ids`; `seq`
+/// makes its sequence number and event id.
+pub fn ttl_record(t: &str, s: &str, ids: &[&str], seq: &str) -> Value {
+    let mut v = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
+    v["eventID"] = serde_json::json!(format!("ev-{seq}"));
+    v["dynamodb"]["SequenceNumber"] = serde_json::json!(seq);
+    v["dynamodb"]["Keys"] = serde_json::json!({"tenantId": {"S": t}, "sessionId": {"S": s}});
+    let mut img =
+        serde_json::json!({"tenantId": {"S": t}, "sessionId": {"S": s}, "sessionTTL": {"N": "1"}});
+    if !ids.is_empty() {
+        img["connectionIds"] = serde_json::json!({"SS": ids});
+    }
+    v["dynamodb"]["OldImage"] = img;
+    v
+}
+
 pub fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("sample event has the typed shape")
 }
@@ -488,6 +504,7 @@ where
         tenant: Some(tenant.clone()),
         dry_run,
         grace,
+        budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
     };
     let scoped = deps.clone();
     let scoped = |_| {

@@ -8,19 +8,6 @@ use crate::ws_support::*;
 
 const T: &str = "tenant-1";
 
-fn ttl_record(t: &str, s: &str, ids: &[&str], seq: &str) -> Value {
-    let mut v = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
-    v["eventID"] = json!(format!("ev-{seq}"));
-    v["dynamodb"]["SequenceNumber"] = json!(seq);
-    v["dynamodb"]["Keys"] = json!({"tenantId": {"S": t}, "sessionId": {"S": s}});
-    let mut img = json!({"tenantId": {"S": t}, "sessionId": {"S": s}, "sessionTTL": {"N": "1"}});
-    if !ids.is_empty() {
-        img["connectionIds"] = json!({"SS": ids});
-    }
-    v["dynamodb"]["OldImage"] = img;
-    v
-}
-
 /// Deletes a session row as DynamoDB's TTL does: no release (the stream record carries it).
 async fn delete_session_row(w: &World, t: &str, s: &str) {
     w.deps()
@@ -60,9 +47,16 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     assert_eq!(
         w.env.counter.by_operation(),
         [("TransactWriteItems".to_string(), 1)].into(),
-        "the sweep's tombstone and the count in one transaction (decision 2204)"
+        "the sweep's tombstone, the session count and the connections' count in one transaction (decision 2206)"
     );
+    assert_eq!(
+        w.env.counter.units().write,
+        6.0,
+        "3 items (tombstone, session count, `{{tenant}}`), 2 WCU each"
+    );
+    let sessions = format!("{T}:sessions");
     assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.count(&sessions).await, Some(1), "s1 given back, s2 held");
     let mut closed: Vec<String> = w
         .api
         .received_by("DELETE")
@@ -75,6 +69,11 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(
+        w.count(&sessions).await,
+        Some(1),
+        "the session given back once"
+    );
     // The $disconnects that follow the closes change nothing either.
     assert_eq!(w.disconnect(T, "s1", "a").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));

@@ -4,9 +4,10 @@
 //! default applies). One decision = one reservation, bound. Nothing is released during a run, so the
 //! coordinate's ledger item grows by one entry per decision (≤ 2,100 entries in a full run).
 //!
-//! DynamoDB calls per decision, **3 single-item writes, no transaction** (decision 0101): 1
-//! `UpdateItem` for the reservation (a ledger entry under `size(live) < capacity`; no row), and 2 for
-//! `create_token` (the token row, then the ledger entry's expiry). Write units: 1 + 2 × the ledger's
+//! DynamoDB calls per decision, **3 single-item writes and 1 read, no transaction** (decision 0101):
+//! 1 `UpdateItem` for the reservation (a ledger entry under `size(live) < capacity`; no row), and 3
+//! for `create_token` (the token row, then at once the ledger entry's expiry and a strongly
+//! consistent `GetItem` of the resource's ended marker, which adds no write unit). Write units: 1 + 2 × the ledger's
 //! size in KB (rounded up), against 4 + 4 × that for the two transactions this replaced. Cold adds
 //! a `BatchGetItem` and, on a coordinate's first use, a `Query` (spent in the warm-up). Concurrent
 //! admissions do not invalidate each other (the condition is the ledger's size, not its exact state);

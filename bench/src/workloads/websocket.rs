@@ -28,8 +28,8 @@ use aws_lambda_events::apigw::{
 use futures::future::{try_join_all, BoxFuture};
 use serde_json::Value;
 use shared::admission::respond;
+use shared::admission::sessions::{self, Opened};
 use shared::ids::{SessionId, TenantId};
-use shared::session::store::Upsert;
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};
 use shared::ticket::{self, KeySet};
@@ -95,12 +95,14 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
         async move {
             let sid = SessionId::parse(&format!("s{i}"))
                 .map_err(|e| BenchError::Other(format!("session id: {e}")))?;
-            let session = match shared::session::store::create_or_refresh(
-                deps, tenant_id, &sid, ttl,
-            )
-            .await?
-            {
-                Upsert::Live(s) | Upsert::Replaced { session: s, .. } => s,
+            let cap = shared::tenant::MAX_SESSIONS_CEILING;
+            let session = match sessions::open(deps, tenant_id, &sid, ttl, cap, false).await? {
+                Opened::Live(s) | Opened::Replaced { session: s, .. } => s,
+                Opened::Full { cap } => {
+                    return Err(BenchError::Other(format!(
+                        "{cap} sessions: the tenant is full"
+                    )))
+                }
             };
             let claims = ticket::Claims {
                 tenant: tenant_id.clone(),

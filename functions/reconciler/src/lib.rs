@@ -1,8 +1,10 @@
 //! The reconciler (issue 12, defect 7), run on an EventBridge schedule: recomputes each tenant's
 //! open connections from its sessions' `connectionIds`, releases ids whose socket is gone
 //! (`GET @connections` answered 410 twice, a grace apart), and sets the tenant's count to the truth
-//! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0306). Answers the
-//! report (per tenant: counted, truth, stale ids released, repaired from → to, or busy/skipped).
+//! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0306), and the same
+//! for each tenant's session count (decision 2204). A run fits the function: a budget per tenant
+//! and per run, continuing from where the last run stopped (decision 2205). Answers the report
+//! (per tenant: counted, truth, stale ids released, repaired from → to, or busy/skipped/deferred).
 //!
 //! The event may narrow or soften a run: `{"tenantId": "acme", "dryRun": true}` at the top level
 //! or in `detail` (an EventBridge schedule sends `detail: {}`: every tenant, for real). A malformed
@@ -19,9 +21,10 @@ use shared::ids::TenantId;
 use shared::telemetry::catalogue::{self, Worker};
 use shared::Deps;
 
-/// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30, at least 15: the
-/// handlers' 10 s timeout plus a margin; see `shared::admission::reconcile`: it must exceed how long a
-/// `$connect` or release can be half-way). A smaller value is a configuration error.
+/// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30, 15 to 60: at least the
+/// handlers' 10 s timeout plus a margin, since it must exceed how long a `$connect` or release can
+/// be half-way; at most 60, so two graces and the work fit this function's 300 s; see
+/// `shared::admission::reconcile`). A value outside is a configuration error: `init` fails.
 pub const GRACE_VAR: &str = "TURNSTILE_RECONCILE_GRACE_SECS";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +102,7 @@ pub fn options(event: &Value, grace: Duration) -> Result<Options, String> {
         tenant,
         dry_run,
         grace,
+        budget: reconcile::Budget::for_grace(grace),
     })
 }
 
@@ -112,6 +116,7 @@ fn meter(report: &Report) {
             Outcome::Repaired { .. } | Outcome::WouldRepair { .. } => "repaired",
             Outcome::Busy => "busy",
             Outcome::Skipped { .. } => "skipped",
+            Outcome::Deferred => "deferred",
         };
         catalogue::work(Worker::Reconciler, result, 1);
         catalogue::work(

@@ -15,9 +15,15 @@
 //!
 //! Bad input never reaches DynamoDB: missing or malformed ids → 400 naming the parameter; a body
 //! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
-//! Budget: PUT 2 calls with a cold tenant cache (1 warm); POST ticket 1 GetItem (+1 cold tenant);
-//! GET 1; DELETE 1 + 1 UpdateItem (the tenant's count) when the session had connections; plus one
-//! Management API DELETE per closed connection. Minting a ticket makes no call.
+//! Budget: PUT 2 calls with a cold tenant cache (1 warm: a refresh's UpdateItem, or a new session's
+//! TransactWriteItems of the row and the tenant's session count; 2 for a named session that does
+//! not exist yet); POST ticket 1 GetItem (+1 cold tenant); GET 1; DELETE 1 + 1 UpdateItem (the
+//! session count) + 1 UpdateItem (the connections' count) when the session had connections; plus
+//! one Management API DELETE per closed connection. Minting a ticket makes no call.
+//!
+//! **Sessions per tenant** (`maxSessions`, decision 2204): a `PUT` that would create a session
+//! past the cap answers 429 problem+json naming `maxSessions` (`Retry-After: 10`, a pace: the cap
+//! frees when a session is deleted or expires); refreshing a live session is never refused.
 //!
 //! **Whose tenant** (docs/session-api-auth.md). JWT claims always bind: a request carrying them
 //! (`requestContext.authorizer.jwt.claims`) acts only for the tenant in its
@@ -34,13 +40,15 @@ use std::time::Duration;
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use http::Method;
 use serde_json::{json, Value};
+use shared::admission::sessions::{self, Opened};
+use shared::admission::Limit;
 use shared::admission::{release, respond};
 use shared::config::{ConfigError, Vars};
 use shared::function::{Connections, Tenancy};
 use shared::gateway::{self, Delivery};
 use shared::ids::{SessionId, TenantId};
 use shared::refusal::HttpAnswer;
-use shared::session::store::{self, Upsert};
+use shared::session::store;
 use shared::session::Session;
 use shared::tenant::{ConnectAuth, TenantCache};
 use shared::ticket::source::{KeyConfig, KeySource};
@@ -554,19 +562,28 @@ async fn put(deps: &Deps, state: &State, target: Target) -> Result<HttpAnswer, s
         return Ok(respond::message(404, format!("tenant {t} does not exist")));
     };
     let keys = state.tickets.keys(deps.clock.now()).await?;
-    let sid = match target.session {
-        Some(sid) => sid,
-        None => shared::session::new_id()?,
+    let (sid, new) = match target.session {
+        Some(sid) => (sid, false),
+        None => (shared::session::new_id()?, true),
     };
     let ttl_secs = i64::try_from(tenant.limits.session_ttl).unwrap_or(i64::MAX / 4);
-    let ttl = deps.clock.now().as_secs().saturating_add(ttl_secs);
-    let session = match store::create_or_refresh(deps, t, &sid, ttl).await? {
-        Upsert::Live(s) => s,
-        Upsert::Replaced { session, stale } => {
+    let now = deps.clock.now();
+    let ttl = now.as_secs().saturating_add(ttl_secs);
+    let cap = tenant.limits.session_cap();
+    let session = match sessions::open(deps, t, &sid, ttl, cap, new).await? {
+        Opened::Live(s) => s,
+        Opened::Replaced { session, stale } => {
             let closed = close_and_release(deps, state, t, &stale).await?;
             let fp = fingerprint(sid.as_str());
             tracing::info!(tenant = %t, session = %fp, closed, "replaced an expired session");
             session
+        }
+        Opened::Full { cap } => {
+            tracing::info!(tenant = %t, cap, "session refused: maxSessions");
+            let who = format!("tenant {t}");
+            return Ok(Limit::MaxSessions
+                .refusal(&tenant.limits, now, &who)
+                .to_http());
         }
     };
     let auth = tenant.limits.connect_auth;
@@ -625,6 +642,8 @@ async fn delete(
     let Some(old) = store::delete(deps, t, sid).await? else {
         return Ok(not_found(t, sid));
     };
+    // This call deleted the row, so it alone gives back the row's unit of the session count.
+    release::session_ended(deps, t, None).await?;
     close_and_release(deps, state, t, &old).await?;
     Ok(respond::json_answer(
         200,

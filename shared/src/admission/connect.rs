@@ -301,7 +301,8 @@ pub async fn complete(
     reservation: &Reservation,
 ) -> Result<Admission> {
     let joined = join::join_inner(r, hints, reservation).await?;
-    if !matches!(joined, Joined::Answer(Admission::Admitted)) {
+    let mutated = crate::mutation::active(r.deps, crate::mutation::Mutation::UndoAfterJoin);
+    if mutated || !matches!(joined, Joined::Answer(Admission::Admitted)) {
         if let Err(e) = undo(r.deps, reservation).await {
             // The count stays one too high: an under-admission the reconciler repairs.
             tracing::warn!(tenant = %r.t, error = %e, "giving back a $connect reservation failed");

@@ -120,6 +120,8 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         on_failure: named(fields, tattr::ON_FAILURE)?,
         // How the tenant authenticates connects matters only to the authorizer, which read the row.
         connect_auth: Default::default(),
+        // Only the session API's PUT counts sessions, and it reads the row.
+        max_sessions: crate::tenant::DEFAULT_MAX_SESSIONS,
         connection_shards: match fields.get(tattr::CONNECTION_SHARDS) {
             None => 1,
             Some(_) => number(fields, tattr::CONNECTION_SHARDS)?,

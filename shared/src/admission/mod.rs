@@ -8,7 +8,7 @@
 //! - [`precheck::check`] (authorizer): 1 BatchGetItem of 2 items.
 //! - [`connect::admit`] (`$connect`): 2 UpdateItem, 2 WCU (1 more per wrong minute bet; a refusal
 //!   by the session costs 3, by the tenant 1, by a zero limit 0).
-//! - [`release::disconnect`] (`$disconnect`): 3 UpdateItem, 3 WCU (1 when nothing is released; decision 2204).
+//! - [`release::disconnect`] (`$disconnect`): 3 UpdateItem, 3 WCU (1 when nothing is released; decision 2206).
 //! - [`message::count`] (`$default`): 1 UpdateItem, 1 WCU (2 when the cached minute guess is wrong).
 //! - [`reconcile::run`]: per tenant 1 GetItem, 2 Query pages, at most 1 UpdateItem.
 //! - Sharded tenants (`connectionShards` > 1, [`shards`], decision 1502): the same 2 writes when
@@ -24,6 +24,7 @@ pub mod reconcile;
 mod reconcile_shards;
 pub mod release;
 pub mod respond;
+pub mod sessions;
 pub mod shards;
 pub mod verdict;
 pub mod write;
@@ -68,6 +69,9 @@ pub enum Limit {
     SessionPerMinute,
     #[serde(rename = "messagesPerMinute")]
     MessagesPerMinute,
+    /// Sessions the tenant holds (the session API's `PUT`; decision 2204).
+    #[serde(rename = "maxSessions")]
+    MaxSessions,
 }
 
 impl Limit {
@@ -78,6 +82,7 @@ impl Limit {
             Limit::TenantPerMinute => tattr::TENANT_PER_MINUTE,
             Limit::SessionPerMinute => tattr::SESSION_PER_MINUTE,
             Limit::MessagesPerMinute => tattr::MESSAGES_PER_MINUTE,
+            Limit::MaxSessions => tattr::MAX_SESSIONS,
         }
     }
 
@@ -88,6 +93,7 @@ impl Limit {
             Limit::TenantPerMinute => l.tenant_per_minute,
             Limit::SessionPerMinute => l.session_per_minute,
             Limit::MessagesPerMinute => l.messages_per_minute,
+            Limit::MaxSessions => l.session_cap(),
         }
     }
 
@@ -123,6 +129,9 @@ impl Limit {
             Limit::TenantPerMinute => format!("{who} opened {cap} connections this minute"),
             Limit::SessionPerMinute => format!("{who} opened {cap} connections this minute"),
             Limit::MessagesPerMinute => format!("{who} sent {cap} messages this minute"),
+            Limit::MaxSessions => format!(
+                "{who} holds {cap} sessions, its limit; delete one (or let one expire) first"
+            ),
         };
         Refusal::new(
             Usage {

@@ -31,6 +31,12 @@
 //! release landing between the last read and the write, at most [`REPAIR_ATTEMPTS`]), plus 2
 //! Management API calls per gone candidate and 2 UpdateItem per session with gone ids. A sharded
 //! tenant (decision 1502): 3 BatchGetItem and at most 1 TransactWriteItems of its N shards instead.
+//! The session count (decision 2204, `sessions`): 2 GetItem, at most 1 UpdateItem. With probing,
+//! 1 GetItem of where the probes start, and 1 UpdateItem when that moves (`probe`).
+//!
+//! A run fits its function (decision 2205, [`budget`]): the grace is at most [`MAX_GRACE`], each
+//! tenant's probes have a time budget, tenants are taken while the run's budget lasts (the rest are
+//! `Deferred`), and a run over every tenant starts after the last one the previous run took.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -49,11 +55,13 @@ use crate::ids::{SessionId, TenantId};
 use crate::session::attr as sattr;
 use crate::Deps;
 
+pub mod budget;
+mod probe;
 mod report;
+mod sessions;
+mod start;
+pub use budget::{Budget, MAX_GRACE};
 pub use report::{Outcome, Report, TenantReport};
-
-/// Management API probes in flight at once.
-const PROBES_IN_FLIGHT: usize = 32;
 
 /// Default grace between the phases: longer than any `$connect` or release can be half-way.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -67,8 +75,18 @@ pub const MIN_GRACE: Duration = Duration::from_secs(15);
 pub const REPAIR_ATTEMPTS: u32 = 4;
 
 /// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
-/// (a grace of 0 repairs a connect half-way through down to below the truth).
+/// (a grace of 0 repairs a connect half-way through down to below the truth); at most
+/// [`MAX_GRACE`], or two graces leave the run too little of its function's timeout to finish.
 pub fn check_grace(grace: Duration) -> std::result::Result<Duration, String> {
+    if grace > MAX_GRACE {
+        return Err(format!(
+            "the reconcile grace must be at most {} s, not {} s: a run waits two graces inside \
+             the reconciler's {} s timeout and needs the rest for its work",
+            MAX_GRACE.as_secs(),
+            grace.as_secs_f64(),
+            budget::FUNCTION_TIMEOUT.as_secs()
+        ));
+    }
     if grace < MIN_GRACE {
         Err(format!(
             "the reconcile grace must be at least {} s (the handlers' {} s timeout plus a margin), \
@@ -92,6 +110,8 @@ pub struct Options {
     /// Time between the phases (see the module docs). Not checked here (tests use short ones):
     /// the entry points validate configured values with [`check_grace`].
     pub grace: Duration,
+    /// The run's and each tenant's time ([`Budget::for_grace`] for a scheduled run).
+    pub budget: Budget,
 }
 
 /// Where the Management API is, to find gone sockets; `None` skips probing.
@@ -150,33 +170,6 @@ fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
     sessions.values().flatten().collect::<BTreeSet<_>>().len() as u64
 }
 
-/// Ids (with their session) whose socket the Management API says is gone, and how many probes
-/// failed (those ids are taken as live: a failed probe proves nothing).
-async fn gone(probe: &Probe<'_>, ids: Vec<(String, String)>) -> (Vec<(String, String)>, u64) {
-    use futures::stream::{self, StreamExt};
-    let checks = stream::iter(ids.into_iter().map(|(sid, cid)| async move {
-        let live = probe.gateway.is_live(&probe.endpoint, &cid).await;
-        (sid, cid, live)
-    }))
-    .buffer_unordered(PROBES_IN_FLIGHT)
-    .collect::<Vec<_>>()
-    .await;
-    let mut out = Vec::new();
-    let mut errors = 0;
-    for (sid, cid, live) in checks {
-        match live {
-            Ok(true) => {}
-            Ok(false) => out.push((sid, cid)),
-            Err(e) => {
-                errors += 1;
-                tracing::warn!(connection = %cid, error = %e, "probe failed; taken as live");
-            }
-        }
-    }
-    out.sort();
-    (out, errors)
-}
-
 /// What one read of the tenant's counter showed.
 /// For a sharded tenant, the sums over its shards (`repairs` from shard 0; decision 1502).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -186,16 +179,17 @@ pub(super) struct Snapshot {
     pub reserved: Option<i64>,
     pub released: Option<i64>,
     pub repairs: Option<i64>,
-    /// `layoutSpan`: the tenant was resharded and fenced (decision 2204).
+    /// `layoutSpan`: the tenant was resharded and fenced (decision 2206).
     pub span: Option<i64>,
 }
 
-async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
+/// One counter item (`{tenant}`, or `{tenant}:sessions`) as a snapshot: 1 GetItem.
+pub(super) async fn read_item(deps: &Deps, key: &str) -> Result<Snapshot> {
     let out = deps
         .dynamo
         .get_item()
         .table_name(&deps.tables.counters)
-        .key(cattr::KEY, s(keys::tenant_connections(t)?))
+        .key(cattr::KEY, s(key))
         .consistent_read(true)
         .send()
         .await
@@ -205,14 +199,14 @@ async fn read_counter(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
 
 /// The counter as one snapshot: the `{tenant}` item (1 GetItem), or the sums over a sharded
 /// tenant's shards (1 BatchGetItem), keeping each shard's `relTotal` for the repair's conditions.
-/// A resharded tenant's counters are read one by one (`each`, decision 2204) once a read shows
+/// A resharded tenant's counters are read one by one (`each`, decision 2206) once a read shows
 /// its fence.
 async fn read_snapshot(w: &mut Work) -> Result<Snapshot> {
     if let Some(each) = w.each.as_mut() {
         return each.read_phase(&w.deps).await;
     }
     let snap = if w.shards <= 1 {
-        read_counter(&w.deps, &w.tenant).await?
+        read_item(&w.deps, &keys::tenant_connections(&w.tenant)?).await?
     } else {
         let (snap, released) = super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
         w.released = released;
@@ -238,7 +232,7 @@ pub(super) fn unchanged(p: &mut Parts, name: &str, attr: &str, value: &str, was:
     }
 }
 
-fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
+pub(super) fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
     u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }
 
@@ -252,13 +246,15 @@ struct Work {
     before: Snapshot,
     /// Phase 2's read of the counter.
     read: Snapshot,
+    /// Phase 2's read of the session count, just before the truth.
+    sessions_read: Snapshot,
     truth_at: i64,
     done: bool,
     /// The tenant's `connectionShards` (1: the one `{tenant}` item).
     shards: u64,
     /// For a sharded tenant: each shard's `relTotal` at the last read (the repair's conditions).
     released: Vec<Option<i64>>,
-    /// A resharded tenant: every counter on its own (decision 2204).
+    /// A resharded tenant: every counter on its own (decision 2206).
     each: Option<super::reconcile_shards::Each>,
 }
 
@@ -271,6 +267,7 @@ impl Work {
             candidates: vec![],
             before: Snapshot::default(),
             read: Snapshot::default(),
+            sessions_read: Snapshot::default(),
             truth_at: 0,
             done: false,
             shards,
@@ -323,8 +320,10 @@ where
     P: FnMut(Pause) -> PFut,
     PFut: Future<Output = ()>,
 {
+    let no_grace = crate::mutation::active(deps, crate::mutation::Mutation::ReconcileWithoutGrace);
     // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
-    // with its own credentials).
+    // with its own credentials); every tenant starts after the last run's cursor.
+    let every = options.tenant.is_none();
     let tenants: Vec<(TenantId, Option<u64>)> = match &options.tenant {
         Some(t) => vec![(t.clone(), None)],
         None => {
@@ -333,75 +332,67 @@ where
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
             }
             let shards = |t: &crate::tenant::Tenant| Some(t.limits.connection_shards);
-            all.iter()
+            let all = all
+                .iter()
                 .map(|t| (t.tenant_id.clone(), shards(t)))
-                .collect()
+                .collect();
+            let after = budget::read(deps).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "no reconcile cursor: starting from the first tenant");
+                None
+            });
+            budget::rotate(all, |(t, _)| t, after.as_deref())
         }
     };
+
+    // Phase 1: the counter before, and a probe of every id of every session, tenant after tenant
+    // while the run's budget lasts; the others wait for the next run.
+    let started = deps.clock.now();
     let mut work = Vec::with_capacity(tenants.len());
+    let mut deferred = Vec::new();
     for (t, shards) in tenants {
-        let report = TenantReport {
-            tenant_id: t.to_string(),
-            counted: None,
-            truth: 0,
-            stale_released: vec![],
-            probe_errors: 0,
-            in_flight: 0,
-            outcome: Outcome::Consistent,
-        };
-        let scoped_deps = scoped(t.clone()).await;
-        let shards = match (&scoped_deps, shards) {
-            (_, Some(n)) => Ok(n),
-            (Ok(d), None) => crate::tenant::store::get(d, &t)
-                .await
-                .map(|r| r.map_or(1, |r| r.limits.connection_shards)),
-            (Err(_), None) => Ok(1),
-        };
-        let mut w = Work::new(t, deps.clone(), report, *shards.as_ref().unwrap_or(&1));
-        match (scoped_deps, shards) {
-            (Err(e), _) => skip(&mut w, format!("no tenant credentials: {e}")),
-            (Ok(_), Err(e)) => skip(&mut w, format!("reading the tenant row: {e}")),
-            (Ok(d), Ok(_)) => w.deps = d,
+        if every && !options.budget.takes_more(deps.clock.now().since(started)) {
+            let mut r = TenantReport::new(t.to_string());
+            (r.outcome, r.sessions) = (Outcome::Deferred, Outcome::Deferred);
+            deferred.push(r);
+            continue;
+        }
+        let mut w = start::prepare(deps, t, shards, &scoped).await;
+        if !w.done {
+            start::before(&mut w, probe, options.budget.tenant, options.dry_run).await;
         }
         work.push(w);
     }
-
-    // Phase 1: the counter before, and a probe of every id of every session.
-    for w in work.iter_mut().filter(|w| !w.done) {
-        match read_snapshot(w).await {
-            Ok(snap) => w.before = snap,
-            Err(e) => {
-                skip(w, format!("reading the count: {e}"));
-                continue;
-            }
-        }
-        if let Some(p) = probe {
-            match sessions(&w.deps, &w.tenant, w.shards, None, w.each.is_some()).await {
-                Ok(ss) => {
-                    let ids = ss
-                        .into_iter()
-                        .flat_map(|(sid, cids)| cids.into_iter().map(move |c| (sid.clone(), c)))
-                        .collect();
-                    let (candidates, errors) = gone(p, ids).await;
-                    w.candidates = candidates;
-                    w.report.probe_errors += errors;
-                }
-                Err(e) => skip(w, format!("reading the sessions: {e}")),
-            }
+    if let (true, false, Some(last)) = (every, options.dry_run, work.last()) {
+        // Written now, so a run stopped later still moves the next one on.
+        if let Err(e) = budget::write(deps, &last.tenant).await {
+            tracing::warn!(error = %e, "the reconcile cursor was not written");
         }
     }
-    pause(Pause::AfterProbe).await;
+    if !no_grace {
+        pause(Pause::AfterProbe).await;
+    }
 
     // Phase 2: release what is still gone, then read the count and, right after, the truth.
     for w in work.iter_mut().filter(|w| !w.done) {
-        if let Err(e) = release_and_read(w, probe, options.dry_run).await {
+        if let Err(e) = release_and_read(w, probe, options.dry_run, options.budget.tenant).await {
             skip(w, format!("releasing or reading the count: {e}"));
             continue;
         }
+        match sessions::read(&w.deps, &w.tenant).await {
+            Ok(snap) => {
+                w.sessions_read = snap;
+                w.report.sessions_counted = snap.count;
+            }
+            Err(e) => {
+                skip(w, format!("reading the session count: {e}"));
+                continue;
+            }
+        }
         let fenced = w.each.is_some();
-        match sessions(&w.deps, &w.tenant, w.shards, w.each.as_mut(), fenced).await {
+        match self::sessions(&w.deps, &w.tenant, w.shards, w.each.as_mut(), fenced).await {
             Ok(ss) => {
                 w.truth_at = w.deps.clock.now().as_millis();
+                w.report.sessions_truth = ss.len() as u64;
                 let mut t = truth_of(&ss);
                 // A dry run released nothing: count its stale ids out as a real run would.
                 if options.dry_run {
@@ -418,7 +409,9 @@ where
             Err(e) => skip(w, format!("reading the truth: {e}")),
         }
     }
-    pause(Pause::AfterRead).await;
+    if !no_grace {
+        pause(Pause::AfterRead).await;
+    }
 
     // Phase 3: repair what is provably leaked.
     for w in work.iter_mut().filter(|w| !w.done) {
@@ -428,13 +421,24 @@ where
                 reason: format!("repairing the count: {e}"),
             },
         };
+        let (t, read, truth) = (&w.tenant, w.sessions_read, w.report.sessions_truth);
+        w.report.sessions =
+            match sessions::repair(&w.deps, t, read, truth, w.truth_at, options.dry_run).await {
+                Ok(o) => o,
+                Err(e) => Outcome::Skipped {
+                    reason: format!("repairing the session count: {e}"),
+                },
+            };
         tracing::info!(tenant = %w.tenant, report = ?w.report, "reconciled");
     }
+    let mut tenants: Vec<TenantReport> = work.into_iter().map(|w| w.report).collect();
+    tenants.extend(deferred);
+    tenants.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
     Ok(Report {
         dry_run: options.dry_run,
         probed: probe.is_some(),
         grace_ms: u64::try_from(options.grace.as_millis()).unwrap_or(u64::MAX),
-        tenants: work.into_iter().map(|w| w.report).collect(),
+        tenants,
     })
 }
 
@@ -503,45 +507,68 @@ async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
             // A release (or another repair) landed since the read: read again.
             continue;
         }
-        let mut p = parts;
-        unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", read.repairs);
-        p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
-        p.value(":one", n(1)).value(":at", n(w.truth_at));
-        p.set.push("#ta = :at".into());
-        p.add.push("#v :one".into());
-        p.add.push("#rp :one".into());
-        let key = Item::from([(
-            cattr::KEY.to_string(),
-            s(keys::tenant_connections(&w.tenant)?),
-        )]);
-        match write::update(
-            &w.deps,
-            &w.deps.tables.counters,
-            &key,
-            &p,
-            ReturnValue::None,
-            Retries::AtMostOnce,
-        )
-        .await?
-        {
-            Written::Applied(_) => return Ok(Outcome::Repaired { from, to: to_u }),
-            // A release (or anything, when quiet) landed since the read: read again.
-            Written::Refused(_) => continue,
+        let key = keys::tenant_connections(&w.tenant)?;
+        if stamp_repair(&w.deps, &key, parts, read.repairs, w.truth_at).await? {
+            return Ok(Outcome::Repaired { from, to: to_u });
         }
+        // A release (or anything, when quiet) landed since the read: read again.
     }
     Ok(Outcome::Busy)
 }
 
+/// A repair's write on one counter item (`key`): `p` (the change and its conditions), plus
+/// `repairs` unchanged since the read (two reconcilers never repair the same thing), `truthAt`
+/// stamped, `ver` and `repairs` + 1. 1 UpdateItem, at most once. Whether it applied.
+pub(super) async fn stamp_repair(
+    deps: &Deps,
+    key: &str,
+    mut p: Parts,
+    repairs: Option<i64>,
+    truth_at: i64,
+) -> Result<bool> {
+    unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", repairs);
+    p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
+    p.value(":one", n(1)).value(":at", n(truth_at));
+    p.set.push("#ta = :at".into());
+    p.add.push("#v :one".into());
+    p.add.push("#rp :one".into());
+    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
+    let table = &deps.tables.counters;
+    Ok(matches!(
+        write::update(
+            deps,
+            table,
+            &key,
+            &p,
+            ReturnValue::None,
+            Retries::AtMostOnce
+        )
+        .await?,
+        Written::Applied(_)
+    ))
+}
+
 fn skip(w: &mut Work, reason: String) {
     tracing::warn!(tenant = %w.tenant, %reason, "reconcile skipped a tenant");
+    w.report.sessions = Outcome::Skipped {
+        reason: reason.clone(),
+    };
     w.report.outcome = Outcome::Skipped { reason };
     w.done = true;
 }
 
-async fn release_and_read(w: &mut Work, probe: Option<&Probe<'_>>, dry_run: bool) -> Result<()> {
+async fn release_and_read(
+    w: &mut Work,
+    probe: Option<&Probe<'_>>,
+    dry_run: bool,
+    budget: Duration,
+) -> Result<()> {
     if let (Some(p), false) = (probe, w.candidates.is_empty()) {
-        let (still, errors) = gone(p, std::mem::take(&mut w.candidates)).await;
+        let until = w.deps.clock.now().plus(budget);
+        let ids = std::mem::take(&mut w.candidates);
+        let (still, errors, unprobed) = probe::gone(p, &w.deps, until, ids).await;
         w.report.probe_errors += errors;
+        w.report.unprobed += unprobed;
         let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (sid, cid) in still {
             by_session.entry(sid).or_default().push(cid);
@@ -576,20 +603,22 @@ mod tests {
         ]);
         assert_eq!(truth_of(&ss), 3);
         let r = TenantReport {
-            tenant_id: "acme".into(),
             counted: Some(5),
             truth: 3,
             stale_released: vec!["x".into()],
-            probe_errors: 0,
-            in_flight: 0,
             outcome: Outcome::Repaired { from: 5, to: 3 },
+            sessions_counted: Some(2),
+            sessions_truth: 2,
+            ..TenantReport::new("acme".into())
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"tenantId": "acme", "counted": 5, "truth": 3,
-                "staleReleased": ["x"], "probeErrors": 0, "inFlight": 0,
-                "outcome": "repaired", "from": 5, "to": 3})
+                "staleReleased": ["x"], "probeErrors": 0, "unprobed": 0, "inFlight": 0,
+                "outcome": "repaired", "from": 5, "to": 3,
+                "sessionsCounted": 2, "sessionsTruth": 2,
+                "sessions": {"outcome": "consistent"}})
         );
     }
 }

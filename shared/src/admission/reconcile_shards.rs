@@ -105,17 +105,7 @@ pub(super) async fn subtract(
             cattr::KEY.to_string(),
             s(keys::connection_shard(t, i as u64)?),
         )]);
-        let update = Update::builder()
-            .table_name(&deps.tables.counters)
-            .set_key(Some(key))
-            .set_condition_expression(p.condition())
-            .update_expression(p.update())
-            .set_expression_attribute_names(Some(p.names))
-            .set_expression_attribute_values(Some(p.values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None)
-            .build()
-            .map_err(|e| Error::build_request("a shard repair", e))?;
-        items.push(TransactWriteItem::builder().update(update).build());
+        items.push(p.transact_update(&deps.tables.counters, key, "a shard repair")?);
     }
     Ok(matches!(
         txn::send(&deps.dynamo, items).await?,
@@ -123,7 +113,7 @@ pub(super) async fn subtract(
     ))
 }
 
-/// A resharded (fenced) tenant, repaired counter by counter (decision 2204): `{tenant}` and
+/// A resharded (fenced) tenant, repaired counter by counter (decision 2206): `{tenant}` and
 /// shards `0..layoutSpan`, each read at the three phases, each with its own truth — the ids of
 /// the tenant's sessions whose release goes to it (`release::target`: where each was charged).
 #[derive(Debug, Default)]

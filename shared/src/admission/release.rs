@@ -7,9 +7,9 @@
 //! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds` with a request token, `ALL_OLD` | [`from_session`] |
 //! | session `DELETE` | `DeleteItem`, `ALL_OLD` | [`left_session`] |
 //! | `PUT` over an expired session | `PutItem`, `ALL_OLD` | [`left_session`] |
-//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the decrement's transaction) | [`swept`] |
+//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the transaction of the decrements and the session count's) | [`swept`] |
 //!
-//! Each decrement goes to the counter the connection was charged on (`chg:{cid}`, decision 2204)
+//! Each decrement goes to the counter the connection was charged on (`chg:{cid}`, decision 2206)
 //! and comes second, sent at most once (no SDK retry of an unknown outcome): a crash or timeout
 //! between the two leaves the count one too high — an under-admission that the reconciler repairs
 //! — never too low. Costs: a disconnect 3 `UpdateItem` (3 WCU), 1 when nothing was released.
@@ -73,7 +73,7 @@ fn request_token() -> String {
 
 /// Takes `cid` out of its session and, when this call took it, decrements the counter it was
 /// charged on — exactly once even when the SDK retries the session write after a lost answer
-/// (decision 2204). The write is conditioned on `contains(connectionIds, cid) OR rel:{cid} = tok`
+/// (decision 2206). The write is conditioned on `contains(connectionIds, cid) OR rel:{cid} = tok`
 /// and sets `rel:{cid} = tok` (this call's token): a retry whose first attempt applied passes on
 /// its own token and is answered with an old image showing it, while a removal by anyone else
 /// leaves another token (or none) and refuses. Then, at once, the decrement (sent at most once)
@@ -105,7 +105,7 @@ async fn one_from_session(
         &deps.tables.sessions,
         &key,
         &p,
-        // All of it: `chg:{cid}` says which counter the id was charged on (decision 2204).
+        // All of it: `chg:{cid}` says which counter the id was charged on (decision 2206).
         ReturnValue::AllOld,
         Retries::Sdk,
     )
@@ -158,7 +158,7 @@ pub async fn left_session(
 }
 
 /// The counter item a connection's release decrements: the one its `chg:{cid}` names (decision
-/// 2204), or, for a connection that joined before that record existed, `{tenant}` or the shard
+/// 2206), or, for a connection that joined before that record existed, `{tenant}` or the shard
 /// its id hashes to among the session's `connShards` (decision 1502). `(key, floored)`: only
 /// `{tenant}` keeps its floor at zero.
 pub fn target(t: &TenantId, cid: &str, charges: &Charges) -> Result<(String, bool)> {
@@ -194,6 +194,15 @@ async fn release(
     Ok(all)
 }
 
+/// Gives back the tenant's unit of session count for one session row that is gone (decision
+/// 2204): `DELETE`, whose `DeleteItem` returned the row to this caller only (a sweep gives it back
+/// inside its own transaction: [`swept`]). 1 `UpdateItem`, sent at most once, floored at 0.
+/// Whether it applied (a refusal leaves the count high: the safe side, for the reconciler).
+pub async fn session_ended(deps: &Deps, t: &TenantId, truth_before: Option<i64>) -> Result<bool> {
+    let key = keys::sessions(t)?;
+    decrement(deps, t, &key, 1, truth_before, true).await
+}
+
 /// What [`swept`] did with one TTL record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -206,12 +215,13 @@ pub enum Swept {
     Counted,
 }
 
-/// Releases the connections of a session DynamoDB deleted by TTL, once per stream record however
-/// often it is delivered and whatever stops the sweeper: the tombstone
-/// `{tenant}:swept:{session}:{eventId}` (conditional) and the decrement of each counter charged
-/// are one `TransactWriteItems` with a `ClientRequestToken` (a retry after a lost answer applies
-/// nothing twice: decision 2204). A counter whose reconciler truth already left these
-/// connections out (`truthAt` at or after `deleted_at`, within [`TRUTH_MARGIN`]) drops out.
+/// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
+/// delivered and whatever stops the sweeper: the tombstone `{tenant}:swept:{session}:{eventId}`
+/// (conditional), the session count's decrement (decision 2204, sessions per tenant) and the
+/// decrement of each counter its connections were charged on are one `TransactWriteItems` with a
+/// `ClientRequestToken` (a retry after a lost answer applies nothing twice: decision 2206). A
+/// counter whose reconciler truth already left this session out (`truthAt` at or after
+/// `deleted_at`, within [`TRUTH_MARGIN`]) drops out. The return value is about the connections.
 pub async fn swept(
     deps: &Deps,
     t: &TenantId,
@@ -222,9 +232,6 @@ pub async fn swept(
     charges: &Charges,
 ) -> Result<Swept> {
     let released = ids.len() as u64;
-    if released == 0 {
-        return Ok(Swept::Released(0));
-    }
     let now = deps.clock.now();
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
@@ -242,23 +249,32 @@ pub async fn swept(
     for c in ids {
         *per.entry(target(t, c.as_str(), charges)?).or_default() += 1;
     }
+    let connection_counters = per.len();
+    // The session's unit of the tenant's session count (floored at zero), in the same
+    // transaction: given back exactly when the connections are.
+    let session_key = (keys::sessions(t)?, true);
+    per.insert(session_key.clone(), 1);
+    // A mutation test's defect (decision 2300): no tombstone condition and a fresh token, so a
+    // redelivered record releases again.
+    let unfenced = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
     // Counters whose truth already left this session out (refused for `truthAt`) drop out.
     for _ in 0..SWEEP_ATTEMPTS {
         let plan: Vec<((String, bool), u64)> = per.iter().map(|(k, v)| (k.clone(), *v)).collect();
         if plan.is_empty() {
             return Ok(Swept::Counted);
         }
-        let mut items = vec![TransactWriteItem::builder()
-            .put(
-                Put::builder()
-                    .table_name(&deps.tables.counters)
-                    .set_item(Some(tomb.clone()))
-                    .condition_expression("attribute_not_exists(#k)")
-                    .expression_attribute_names("#k", cattr::KEY)
-                    .build()
-                    .map_err(|e| Error::build_request("a sweep tombstone", e))?,
-            )
-            .build()];
+        let mut put = Put::builder()
+            .table_name(&deps.tables.counters)
+            .set_item(Some(tomb.clone()));
+        if !unfenced {
+            put = put
+                .condition_expression("attribute_not_exists(#k)")
+                .expression_attribute_names("#k", cattr::KEY);
+        }
+        let put = put
+            .build()
+            .map_err(|e| Error::build_request("a sweep tombstone", e))?;
+        let mut items = vec![TransactWriteItem::builder().put(put).build()];
         for ((key, floored), k) in &plan {
             let p = decrement_parts(*k, Some(before), *floored);
             let update = Update::builder()
@@ -279,11 +295,15 @@ pub async fn swept(
         for ((key, _), k) in &plan {
             text.push_str(&format!("|{key}={k}"));
         }
+        if unfenced {
+            text.push_str(&request_token());
+        }
         let token = format!("{:016x}{:016x}", fnv(0, &text), fnv(1, &text));
         match txn::send_with_token(&deps.dynamo, items, &token).await? {
             txn::Outcome::Committed => {
-                let all = plan.len() == per.len();
-                return Ok(if all {
+                // Only the connection counters decide: the session count is not about them.
+                let conns = plan.iter().filter(|(k, _)| *k != session_key).count();
+                return Ok(if conns == connection_counters {
                     Swept::Released(released)
                 } else {
                     Swept::Counted
@@ -352,7 +372,21 @@ async fn decrement(
 ) -> Result<bool> {
     let key = Item::from([(cattr::KEY.to_string(), s(key))]);
     let p = decrement_parts(k, truth_before, floored);
-    match write::update_once(deps, &deps.tables.counters, &key, &p).await? {
+    let retries = if crate::mutation::active(deps, crate::mutation::Mutation::RetriedDecrement) {
+        Retries::Sdk
+    } else {
+        Retries::AtMostOnce
+    };
+    let written = write::update(
+        deps,
+        &deps.tables.counters,
+        &key,
+        &p,
+        ReturnValue::None,
+        retries,
+    )
+    .await?;
+    match written {
         Written::Applied(_) => Ok(true),
         Written::Refused(old) => {
             let count = old.as_ref().and_then(|o| item::num(o, cattr::ITEM_COUNT));

@@ -83,12 +83,16 @@ pub(super) fn has_room(
 }
 
 /// Shard `i` of a tenant of `limits` (n > 1).
-fn counter(t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+    let over = u64::from(crate::mutation::active(
+        deps,
+        crate::mutation::Mutation::ShardOverShare,
+    ));
     let n = u32::try_from(limits.connection_shards).unwrap_or(1);
     let i32_ = u32::try_from(i).unwrap_or(0);
     Ok(Counter {
         key: keys::connection_shard(t, i)?,
-        cap: share(limits.tenant_connections, n, i32_),
+        cap: share(limits.tenant_connections, n, i32_) + over,
         minute_cap: share(limits.tenant_per_minute, n, i32_),
         sharded: true,
         index: i64::from(i32_),
@@ -109,7 +113,7 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
     } = ask;
     let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
     let first = fastrand::u64(0..n);
-    let mut answer = match connect::reserve_on(ask, &counter(t, limits, first)?).await? {
+    let mut answer = match connect::reserve_on(ask, &counter(deps, t, limits, first)?).await? {
         Ok(r) => return Ok(Ok(r)),
         Err(a) => a,
     };
@@ -125,7 +129,7 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
                     .store(layout, std::sync::atomic::Ordering::Relaxed);
                 return Ok(Err(answer));
             }
-            let on = counter(t, limits, i)?;
+            let on = counter(deps, t, limits, i)?;
             let count = old
                 .as_ref()
                 .and_then(|o| item::num(o, cattr::ITEM_COUNT))
@@ -234,7 +238,7 @@ pub(crate) fn layout_keys(t: &TenantId, n: u64) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Fences a reshard of `t` from `from` to `to` shards (decision 2204), before the tenant row is
+/// Fences a reshard of `t` from `from` to `to` shards (decision 2206), before the tenant row is
 /// changed: every counter item of the old layout gets `layout = to` in one write (a
 /// `TransactWriteItems` of up to 100 updates, so no old item admits once any refuses), then
 /// every item of the new layout that is not one of those. From then on a step 1 planned on an

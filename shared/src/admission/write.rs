@@ -55,6 +55,29 @@ impl Parts {
         })
     }
 
+    /// These parts as one `Update` of a `TransactWriteItems` on `key` of `table` (no old image on a
+    /// failed condition: the cancellation reason says which item failed). `what` names it in errors.
+    pub fn transact_update(
+        self,
+        table: &str,
+        key: Item,
+        what: &'static str,
+    ) -> Result<aws_sdk_dynamodb::types::TransactWriteItem> {
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .set_condition_expression(self.condition())
+            .update_expression(self.update())
+            .set_expression_attribute_names(Some(self.names))
+            .set_expression_attribute_values(Some(self.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None)
+            .build()
+            .map_err(|e| Error::build_request(what, e))?;
+        Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder()
+            .update(update)
+            .build())
+    }
+
     pub fn update(&self) -> String {
         let mut u = Vec::new();
         if !self.set.is_empty() {

@@ -7,6 +7,7 @@
 //! | `{tenant}` | the tenant's open connections (seed 003's count), and its per-minute window folded in (decision 0306) |
 //! | `{tenant}:shard:{i}` | shard `i` of a tenant with `connectionShards` > 1: its share of the open connections and of the minute (decision 1502) |
 //! | `{tenant}:swept:{session}:{eventId}` | a TTL sweep already released: the stream record that did it (expires after the stream's retention) |
+//! | `{tenant}:sessions` | the tenant's session count, under its `maxSessions` (decision 2204) |
 //!
 //! The per-minute windows live on the `{tenant}` item and on the session item, and messages per
 //! minute on the session item, so `$connect` writes two items and a message one; see
@@ -49,6 +50,12 @@ pub fn swept(t: &TenantId, s: &SessionId, event_id: &str) -> Key {
     guarded(t, format!("{t}:swept:{s}:{event_id}"))
 }
 
+/// `{tenant}:sessions`: how many session rows the tenant holds (decision 2204). Two segments with
+/// the literal `sessions` second: never `{tenant}` (one), a shard (three) nor a tombstone (four).
+pub fn sessions(t: &TenantId) -> Key {
+    guarded(t, format!("{t}:sessions"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,11 +67,16 @@ mod tests {
         assert_eq!(tenant_connections(&t)?, "acme");
         assert_eq!(swept(&t, &s, "ev-1")?, "acme:swept:s1:ev-1");
         assert_eq!(connection_shard(&t, 3)?, "acme:shard:3");
+        assert_eq!(sessions(&t)?, "acme:sessions");
         // Tenant "ab" never shares a key with tenant "abc": keys are compared whole, never by prefix.
         let ab = TenantId::parse("ab").unwrap();
         assert_ne!(tenant_connections(&ab)?, tenant_connections(&t)?);
         // Every format passes the key guard (and so TenantRole's LeadingKeys condition).
-        for key in [tenant_connections(&ab)?, swept(&ab, &s, "e")?] {
+        for key in [
+            tenant_connections(&ab)?,
+            swept(&ab, &s, "e")?,
+            sessions(&ab)?,
+        ] {
             crate::isolation::check_key(&ab, &key).unwrap();
         }
         Ok(())

@@ -40,10 +40,10 @@ pub mod attr {
     pub const REPAIRS: &str = "repairs";
     /// On `{tenant}` and its shards, once the tenant was resharded: the `connectionShards` now in
     /// force. Step 1 is conditioned on it (absent, or equal to the layout the connect believes),
-    /// so a process holding an older tenant row cannot charge a retired layout (decision 2204).
+    /// so a process holding an older tenant row cannot charge a retired layout (decision 2206).
     pub const LAYOUT: &str = "layout";
     /// On the fenced items: the most shards either layout of the last reshard had, so the
-    /// reconciler knows which counters may still hold connections (decision 2204).
+    /// reconciler knows which counters may still hold connections (decision 2206).
     pub const LAYOUT_SPAN: &str = "layoutSpan";
 }
 

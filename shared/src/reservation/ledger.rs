@@ -99,6 +99,12 @@ impl Ledger {
         })
     }
 
+    /// Whether the ledger holds `id` with expiry `exp`: a lost-answer retry's proof that the first
+    /// attempt of an admission applied.
+    pub fn holds(&self, id: &str, exp: i64) -> bool {
+        self.live.get(id).is_some_and(|(e, _)| *e == exp)
+    }
+
     /// Decides an admission at `now` under `limit`: full, prune first, or reserve (pruning up to
     /// [`MAX_PRUNE`] expired entries in the same write).
     pub fn plan(&self, now: Timestamp, limit: u64) -> Plan {

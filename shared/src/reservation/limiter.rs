@@ -23,6 +23,7 @@ use crate::config::ConfigError;
 use crate::dynamo::item::{n, s, Item};
 use crate::dynamo::txn::is_conflict;
 use crate::error::{Error, Result};
+use crate::interleave::Interleave;
 use crate::limit::{Companion, LimitRow, LimitStore};
 use crate::Deps;
 
@@ -58,6 +59,15 @@ pub enum ReservationError {
     AlreadyBound {
         reservation_id: String,
         bound_to: String,
+    },
+    /// The resource ended (the remover saw its event) before this bind could hold capacity for
+    /// it: the reservation is released (issue 22 item 14).
+    #[error(
+        "resource {resource_id} has ended; reservation {reservation_id} was released, not bound"
+    )]
+    ResourceEnded {
+        reservation_id: String,
+        resource_id: String,
     },
     /// The (resource, account) pair has no unambiguous `resourceCoordinate` (names the field).
     #[error(transparent)]
@@ -108,8 +118,8 @@ pub struct TokenRow {
 /// Calls (no transactions): [`get_reservation`](Self::get_reservation) **1** UpdateItem warm,
 /// **2** cold (a BatchGetItem for the limit row and ledger first), **3** the first time a coordinate
 /// is used (a Query counts rows written without a ledger), +1 per lost race, +1 to confirm a
-/// refusal the cached ledger predicts; [`Reservation::create_token`] **2** (the token row, then the
-/// ledger entry); [`Reservation::delete`] **2** (the ledger entry, then the row).
+/// refusal the cached ledger predicts; [`Reservation::create_token`] **3** (the token row, then the
+/// ledger entry and the ended-resource check at once); [`Reservation::delete`] **2** (the ledger entry, then the row).
 #[derive(Debug, Clone)]
 pub struct NonFungibleLimiter {
     pub(super) inner: Arc<Inner>,
@@ -126,6 +136,7 @@ pub(super) struct Inner {
     pub(super) reservation_ttl: Duration,
     pub(super) token_ttl: Duration,
     pub(super) ledgers: Cache<String, Ledger>,
+    pub(super) interleave: Interleave,
 }
 /// One conditional write's outcome.
 pub(super) enum Attempt<T> {
@@ -177,6 +188,7 @@ impl NonFungibleLimiter {
                 reservation_ttl: DEFAULT_RESERVATION_TTL,
                 token_ttl: DEFAULT_TOKEN_TTL,
                 ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
+                interleave: Interleave::none(),
             }),
         }
     }
@@ -195,19 +207,35 @@ impl NonFungibleLimiter {
 
     /// Changes how long reservations and bound tokens live (defaults 5 min and 8 h).
     pub fn with_ttls(self, reservation: Duration, token: Duration) -> Self {
-        let inner = &self.inner;
+        self.rebuilt(|i| {
+            i.reservation_ttl = reservation;
+            i.token_ttl = token;
+        })
+    }
+
+    /// Runs `interleave` between the writes of each operation (tests force orders with it).
+    pub fn with_interleave(self, interleave: Interleave) -> Self {
+        self.rebuilt(|i| i.interleave = interleave)
+    }
+
+    /// A limiter with `change` applied and an empty ledger cache (clones of `self` keep theirs).
+    fn rebuilt(self, change: impl FnOnce(&mut Inner)) -> Self {
+        let i = &self.inner;
+        let mut inner = Inner {
+            client: i.client.clone(),
+            table: i.table.clone(),
+            index: i.index.clone(),
+            attrs: i.attrs,
+            limits: i.limits.clone(),
+            clock: i.clock.clone(),
+            reservation_ttl: i.reservation_ttl,
+            token_ttl: i.token_ttl,
+            ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
+            interleave: i.interleave.clone(),
+        };
+        change(&mut inner);
         NonFungibleLimiter {
-            inner: Arc::new(Inner {
-                client: inner.client.clone(),
-                table: inner.table.clone(),
-                index: inner.index.clone(),
-                attrs: inner.attrs,
-                limits: inner.limits.clone(),
-                clock: inner.clock.clone(),
-                reservation_ttl: reservation,
-                token_ttl: token,
-                ledgers: Cache::new(MAX_CACHED, WhenFull::Clear),
-            }),
+            inner: Arc::new(inner),
         }
     }
 

@@ -5,6 +5,7 @@
 //! release it. Design: `docs/decisions/0101-non-fungible-tokens.md`.
 
 pub mod coordinate;
+pub mod ended;
 mod ledger;
 mod limiter;
 mod queries;

@@ -13,6 +13,7 @@ use crate::clock::Timestamp;
 use crate::dynamo::item::{opt_int, opt_str, req_str, s, Item};
 use crate::dynamo::pages;
 use crate::error::Result;
+use crate::interleave::Point;
 
 /// The listing of a coordinate: each row, live only while its ledger entry is (rows without a
 /// ledger keep their own `expirationTime`, as rate-limiter-py wrote them), plus one entry per
@@ -159,13 +160,16 @@ impl NonFungibleLimiter {
     }
 
     /// Removes every token bound to `resource_id` and releases its capacity (the token remover's
-    /// work). Already removed tokens are a no-op. Calls: Query pages + 2 per token
-    /// ([`release`](Self::release)).
+    /// work). First records that the resource ended, so a bind the index does not show yet releases
+    /// itself ([`super::ended`]). Already removed tokens are a no-op. Calls: 1 PutItem, Query pages,
+    /// 2 per token ([`release`](Self::release)).
     pub async fn remove_by_resource_id(
         &self,
         resource_id: &str,
         page_size: Option<i32>,
     ) -> Result<Vec<TokenRow>> {
+        self.mark_ended(resource_id).await?;
+        self.inner.interleave.at(Point::RemoverAfterMarker).await;
         let rows = self.find_by_resource_id(resource_id, page_size).await?;
         for row in &rows {
             self.release(&row.coordinate, &row.reservation_id).await?;

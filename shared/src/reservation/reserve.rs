@@ -83,30 +83,39 @@ impl NonFungibleLimiter {
             };
             let id = uuid::Uuid::new_v4().to_string();
             let pair = (resource, account);
-            match self
+            let admitted = match self
                 .try_reserve(&coordinate, &id, exp, &ledger, &prune, limit, pair)
                 .await?
             {
                 Attempt::Done(()) => {
                     ledger.admitted(&prune, &id, exp);
-                    self.remember(&coordinate, ledger);
-                    return Ok(Reservation {
-                        limiter: self.clone(),
-                        resource: resource.to_string(),
-                        account: account.to_string(),
-                        coordinate,
-                        id,
-                        expires_at: Some(Timestamp::from_secs(exp)),
-                    });
+                    true
                 }
                 Attempt::Failed(actual) => {
                     ledger = Ledger::parse(&self.inner.table, actual.as_ref())?;
                     // A ledger that vanished is rebuilt from the rows, as on first use.
                     legacy_checked = ledger.exists;
                     cached = false;
-                    self.remember(&coordinate, ledger.clone());
+                    // Holding our entry means our own write applied and its answer was lost: the
+                    // SDK re-sent it and the retry failed on what the first attempt wrote. The id
+                    // is a fresh uuid, so the entry is ours (issue 22 item 11b).
+                    ledger.holds(&id, exp)
                 }
-                Attempt::Retry => Backoff::CONDITIONAL.wait(attempt).await,
+                Attempt::Retry => {
+                    Backoff::CONDITIONAL.wait(attempt).await;
+                    continue;
+                }
+            };
+            self.remember(&coordinate, ledger.clone());
+            if admitted {
+                return Ok(Reservation {
+                    limiter: self.clone(),
+                    resource: resource.to_string(),
+                    account: account.to_string(),
+                    coordinate,
+                    id,
+                    expires_at: Some(Timestamp::from_secs(exp)),
+                });
             }
         }
         Err(Error::contended(coordinate, MAX_ATTEMPTS).into())

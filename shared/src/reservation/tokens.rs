@@ -4,7 +4,7 @@
 //!
 //! | operation | 1st write | 2nd write | crash between leaves |
 //! |---|---|---|---|
-//! | bind | token row: `resourceId`, 8 h expiry | ledger entry → 8 h, if still live | a row whose entry expires with the reservation: as if never bound |
+//! | bind | token row: `resourceId`, 8 h expiry | ledger entry → 8 h, if still live (and, beside it, the ended marker read) | a row whose entry expires with the reservation: as if never bound |
 //! | release | ledger entry removed | token row deleted | a row holding no capacity (listed as not live) |
 //!
 //! Capacity is decided by the ledger alone, so neither order can over-admit; binding first writes
@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures::FutureExt;
 
+use super::ended::marker_key;
 use super::ledger::{expiry_secs, is_live, LEDGER_ID, LEDGER_MAP};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
@@ -25,6 +26,7 @@ use crate::clock::Timestamp;
 use crate::dynamo::item::{n, opt_int, opt_str, s};
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
+use crate::interleave::Point;
 
 /// Why a bind's row write was refused, from the row as it is: bound to another resource and still
 /// live → [`ReservationError::AlreadyBound`]; otherwise the reservation is gone.
@@ -50,14 +52,15 @@ pub(super) fn bind_refusal(
 }
 
 impl NonFungibleLimiter {
-    /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **2** UpdateItems:
-    /// the token row (unbound, or bound to the same id), then the ledger entry (only while live).
-    /// An expired or deleted reservation is [`ReservationError::Gone`]: the row just written is
-    /// deleted again (+1 DeleteItem), so nothing is left behind.
+    /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **3** calls: the
+    /// token row (unbound, or bound to the same id), then at once the ledger entry (only while live)
+    /// and a strongly consistent read of the resource's ended marker. An expired or deleted
+    /// reservation is [`ReservationError::Gone`]: the row just written is deleted again (+1
+    /// DeleteItem), so nothing is left behind; a resource that already ended is
+    /// [`ReservationError::ResourceEnded`], the reservation released (+2).
     async fn bind(&self, r: &Reservation, resource_id: &str) -> Result<Token, ReservationError> {
-        if resource_id.is_empty() {
-            return Err(Error::InvalidArgument("resource id must be non-empty".into()).into());
-        }
+        // Refused before any write if the id could not key its ended-resource marker.
+        marker_key(resource_id)?;
         let a = self.inner.attrs;
         let now = self.inner.clock.now();
         let exp = expiry_secs(now.plus(self.inner.token_ttl));
@@ -105,6 +108,48 @@ impl NonFungibleLimiter {
                 Attempt::Retry => Self::pause(&mut attempt, &r.coordinate).await?,
             }
         }
+        self.inner.interleave.at(Point::BindAfterRow).await;
+        // The ledger entry and the ended-resource check at once: the check must follow the row
+        // write (what the remover's index query finds), not the ledger write (ended.rs).
+        let (extended, ended) =
+            futures::join!(self.extend_ledger(r, exp, now), self.has_ended(resource_id));
+        match (extended, ended) {
+            (Ok(()), Ok(false)) => {
+                self.extend_entry(&r.coordinate, &r.id, exp);
+                Ok(Token {
+                    coordinate: r.coordinate.clone(),
+                    reservation_id: r.id.clone(),
+                    resource_id: resource_id.to_string(),
+                    expiration_time: exp,
+                })
+            }
+            (Ok(()), ended) => {
+                // The resource ended (or we cannot tell): give the unit back rather than hold it
+                // for a token's lifetime with no remover event left to come.
+                self.release(&r.coordinate, &r.id).await?;
+                Err(match ended {
+                    Ok(_) => ReservationError::ResourceEnded {
+                        reservation_id: r.id.clone(),
+                        resource_id: resource_id.to_string(),
+                    },
+                    Err(e) => e.into(),
+                })
+            }
+            (Err(failure), _) => {
+                self.unbind(r, resource_id, exp).await;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Bind's second write: the ledger entry's expiry moved to the token's, only while the entry is
+    /// live. 1 UpdateItem; an entry expired or released is [`ReservationError::Gone`].
+    async fn extend_ledger(
+        &self,
+        r: &Reservation,
+        exp: i64,
+        now: Timestamp,
+    ) -> Result<(), ReservationError> {
         let mut attempt = 0;
         loop {
             let sent = self
@@ -118,36 +163,22 @@ impl NonFungibleLimiter {
                 .send()
                 .await;
             let outcome = match sent {
-                Ok(_) => Ok(Attempt::Done(())),
+                Ok(_) => Attempt::Done(()),
                 Err(err) => attempt_of("UpdateItem", err, |e| {
                     matches!(e, UpdateItemError::ConditionalCheckFailedException(_)).then_some(None)
-                }),
+                })?,
             };
-            let failure = match outcome {
-                Ok(Attempt::Done(())) => {
-                    self.extend_entry(&r.coordinate, &r.id, exp);
-                    return Ok(Token {
+            match outcome {
+                Attempt::Done(()) => return Ok(()),
+                Attempt::Failed(_) => {
+                    self.forget_entry(&r.coordinate, &r.id);
+                    return Err(ReservationError::Gone {
                         coordinate: r.coordinate.clone(),
                         reservation_id: r.id.clone(),
-                        resource_id: resource_id.to_string(),
-                        expiration_time: exp,
                     });
                 }
-                Ok(Attempt::Failed(_)) => {
-                    self.forget_entry(&r.coordinate, &r.id);
-                    ReservationError::Gone {
-                        coordinate: r.coordinate.clone(),
-                        reservation_id: r.id.clone(),
-                    }
-                }
-                Ok(Attempt::Retry) => match Self::pause(&mut attempt, &r.coordinate).await {
-                    Ok(()) => continue,
-                    Err(e) => e.into(),
-                },
-                Err(e) => e.into(),
-            };
-            self.unbind(r, resource_id, exp).await;
-            return Err(failure);
+                Attempt::Retry => Self::pause(&mut attempt, &r.coordinate).await?,
+            }
         }
     }
 
@@ -267,7 +298,8 @@ impl NonFungibleLimiter {
 
 impl Reservation {
     /// Binds this reservation to a resource instance for the token TTL (8 h default). An expired or
-    /// deleted reservation is [`ReservationError::Gone`] and leaves nothing behind. **2** calls.
+    /// deleted reservation is [`ReservationError::Gone`] and leaves nothing behind; a resource the
+    /// remover has seen end is [`ReservationError::ResourceEnded`]. **3** calls.
     pub async fn create_token(&self, resource_id: &str) -> Result<Token, ReservationError> {
         self.limiter.bind(self, resource_id).await
     }

@@ -33,11 +33,11 @@ pub mod attr {
     pub const SESSION_NONCE: &str = "sessionNonce";
     /// `chg:{cid}`: the counter connection `cid` was charged on at its `$connect` (a number: its
     /// shard, or [`super::TENANT_COUNTER`]), written by the join and removed by the release that
-    /// takes the id out, so every release goes back where the unit was taken (decision 2204).
+    /// takes the id out, so every release goes back where the unit was taken (decision 2206).
     pub const CHARGE_PREFIX: &str = "chg:";
     /// `rel:{cid}`: the request token of the release that took `cid` out, until that release
     /// has decremented (so the SDK's retry of its session write knows its own earlier attempt:
-    /// decision 2204).
+    /// decision 2206).
     pub const RELEASE_PREFIX: &str = "rel:";
 }
 
@@ -59,7 +59,7 @@ pub fn release_attr(cid: &str) -> String {
 pub struct Charges {
     /// Connection id → its `chg:{cid}`: a shard index, or [`TENANT_COUNTER`].
     pub recorded: std::collections::BTreeMap<String, i64>,
-    /// `connShards` (1 when absent): a connection with no record joined before decision 2204
+    /// `connShards` (1 when absent): a connection with no record joined before decision 2206
     /// and is released as 1502 said, to the shard its id hashes to among these.
     pub shards: u64,
 }
@@ -112,7 +112,7 @@ pub struct Session {
     pub session_ttl: i64,
     /// Open connections, sorted.
     pub connection_ids: Vec<String>,
-    /// Where each connection was charged (decision 2204).
+    /// Where each connection was charged (decision 2206).
     #[serde(skip)]
     pub charges: Charges,
     /// `sessionNonce` (absent on rows written before tickets existed, until their next refresh).

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
@@ -52,31 +53,26 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
     })
 }
 
-/// What [`create_or_refresh`] found.
+/// What [`refresh`] found.
 #[derive(Debug)]
-pub enum Upsert {
-    /// The session is live with the new TTL (created, or refreshed while still live).
+pub enum Refresh {
+    /// The session was live; its TTL is now the new one.
     Live(Session),
-    /// A stored session had expired without DynamoDB deleting it yet: it was replaced by a fresh one
-    /// and `stale` is the replaced row (the put's `ALL_OLD`): the caller must close and release its
-    /// connections, which left with it.
-    Replaced { session: Session, stale: Session },
+    /// No such row: creating one is the caller's (counted) job.
+    Missing,
+    /// A stored session had expired without DynamoDB deleting it yet (the row as it was).
+    Expired(Session),
 }
 
 /// A fresh `sessionNonce` (128 random bits).
-fn new_nonce() -> Result<String> {
+pub fn new_nonce() -> Result<String> {
     crate::ticket::random_token(16).map_err(|e| Error::Other(e.to_string()))
 }
 
-/// Creates the session or refreshes its TTL to `ttl` (epoch seconds); a new row gets its
-/// `sessionNonce`, a live one keeps it. 1 UpdateItem in the common path; an
-/// expired-but-not-deleted session costs 1 more (a conditional PutItem replacing it).
-pub async fn create_or_refresh(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    ttl: i64,
-) -> Result<Upsert> {
+/// Refreshes a live session's TTL to `ttl` (epoch seconds), keeping its `sessionNonce` (or giving
+/// it one, for rows from before tickets). Never creates a row: a missing one is created with the
+/// tenant's session count (`admission::sessions`). 1 UpdateItem.
+pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Result<Refresh> {
     let now = deps.clock.now().as_secs();
     let table = &deps.tables.sessions;
     let res = deps
@@ -85,7 +81,7 @@ pub async fn create_or_refresh(
         .table_name(table)
         .set_key(Some(key(t, sid)))
         .update_expression("SET #ttl = :ttl, #nonce = if_not_exists(#nonce, :nonce)")
-        .condition_expression("attribute_not_exists(#sid) OR #ttl > :now")
+        .condition_expression("attribute_exists(#sid) AND #ttl > :now")
         .expression_attribute_names("#ttl", attr::SESSION_TTL)
         .expression_attribute_names("#sid", attr::SESSION_ID)
         .expression_attribute_names("#nonce", attr::SESSION_NONCE)
@@ -99,25 +95,14 @@ pub async fn create_or_refresh(
     match res {
         Ok(out) => {
             let it = out.attributes().cloned().unwrap_or_default();
-            Ok(Upsert::Live(from_item(table, &it)?))
+            Ok(Refresh::Live(from_item(table, &it)?))
         }
         Err(SdkError::ServiceError(se)) => match se.err() {
             UpdateItemError::ConditionalCheckFailedException(e) => {
-                let old = e.item().cloned().unwrap_or_default();
-                let seen = from_item(table, &old)?;
-                // The ids to release come from the replaced item itself (`ALL_OLD` of the put),
-                // not from this earlier image: a disconnect in between already released its own.
-                let nonce = new_nonce()?;
-                let stale = replace_expired(deps, t, sid, ttl, &nonce, &seen).await?;
-                let session = Session {
-                    tenant_id: t.to_string(),
-                    session_id: sid.to_string(),
-                    session_ttl: ttl,
-                    connection_ids: vec![],
-                    charges: Default::default(),
-                    nonce: Some(nonce),
-                };
-                Ok(Upsert::Replaced { session, stale })
+                match e.item().filter(|i| !i.is_empty()) {
+                    None => Ok(Refresh::Missing),
+                    Some(old) => Ok(Refresh::Expired(from_item(table, old)?)),
+                }
             }
             _ => Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
         },
@@ -125,20 +110,41 @@ pub async fn create_or_refresh(
     }
 }
 
+/// A new, empty session row (the item a create puts).
+pub fn new_row(t: &TenantId, sid: &SessionId, ttl: i64, nonce: &str) -> Item {
+    let mut it = key(t, sid);
+    it.insert(attr::SESSION_TTL.to_string(), n(ttl));
+    it.insert(attr::SESSION_NONCE.to_string(), s(nonce));
+    it
+}
+
+/// The session a create or a replace wrote.
+pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session {
+    Session {
+        tenant_id: t.to_string(),
+        session_id: sid.to_string(),
+        session_ttl: ttl,
+        connection_ids: vec![],
+        charges: Default::default(),
+        nonce: Some(nonce),
+    }
+}
+
 /// Replaces the expired row with a fresh one, only if it is still the same expired row (same TTL),
-/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then.
-async fn replace_expired(
+/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then;
+/// `None` when the row is no longer that expired one (replaced, refreshed or deleted meanwhile: a
+/// race found by the fault-schedule simulation, decision 2300). One session replaces another: the
+/// tenant's session count does not move. 1 PutItem.
+pub async fn replace_expired(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     ttl: i64,
     nonce: &str,
     stale: &Session,
-) -> Result<Session> {
-    let mut it = key(t, sid);
-    it.insert(attr::SESSION_TTL.to_string(), n(ttl));
-    it.insert(attr::SESSION_NONCE.to_string(), s(nonce));
-    let out = deps
+) -> Result<Option<Session>> {
+    let it = new_row(t, sid, ttl, nonce);
+    let sent = deps
         .dynamo
         .put_item()
         .table_name(&deps.tables.sessions)
@@ -148,15 +154,26 @@ async fn replace_expired(
         .expression_attribute_values(":old", n(stale.session_ttl))
         .return_values(ReturnValue::AllOld)
         .send()
-        .await
-        .map_err(|e| Error::dynamo("PutItem", e))?;
+        .await;
+    let out = match sent {
+        Ok(out) => out,
+        Err(e)
+            if matches!(
+                e.as_service_error(),
+                Some(PutItemError::ConditionalCheckFailedException(_))
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(Error::dynamo("PutItem", e)),
+    };
     match out.attributes() {
-        Some(old) => from_item(&deps.tables.sessions, old),
+        Some(old) => from_item(&deps.tables.sessions, old).map(Some),
         // Cannot happen (the condition needs the row); releasing nothing is the safe side.
-        None => Ok(Session {
+        None => Ok(Some(Session {
             connection_ids: vec![],
             ..stale.clone()
-        }),
+        })),
     }
 }
 

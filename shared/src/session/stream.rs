@@ -46,7 +46,7 @@ pub fn recorded_shards(r: &EventRecord) -> u64 {
 }
 
 /// Where the expired session's connections were charged (`chg:{cid}`, and `connShards` for
-/// connections that joined before decision 2204).
+/// connections that joined before decision 2206).
 pub fn charges(r: &EventRecord) -> super::Charges {
     let num = |v: &AttributeValue| match v {
         AttributeValue::N(n) => n.parse().ok(),

@@ -35,6 +35,8 @@ pub mod attr {
     pub const CONNECTION_SHARDS: &str = "connectionShards";
     /// `ticket` (default), `jwt` or `none` ([`super::ConnectAuth`]).
     pub const CONNECT_AUTH: &str = "connectAuth";
+    /// Sessions the tenant may hold at once (absent: [`super::DEFAULT_MAX_SESSIONS`]; decision 2204).
+    pub const MAX_SESSIONS: &str = "maxSessions";
 }
 
 /// The most counter shards a tenant may have (one BatchGetItem reads them all).
@@ -43,6 +45,17 @@ pub const MAX_CONNECTION_SHARDS: u64 = 100;
 /// connection ids in one item, and 10,000 ids of API Gateway's 16 characters are ~160 KB, well
 /// inside DynamoDB's 400 KB item limit with the session's other attributes (issue 22).
 pub const MAX_CONNECTIONS_PER_SESSION: u64 = 10_000;
+
+/// Sessions a tenant may hold when its row does not say (`maxSessions`; decision 2204): bounded by
+/// default, so one caller cannot create sessions without end.
+pub const DEFAULT_MAX_SESSIONS: u64 = 10_000;
+/// The most `maxSessions` may be, in every mode (shadow included): the reconciler reads every session
+/// of a tenant in one run (decision 2204).
+pub const MAX_SESSIONS_CEILING: u64 = 1_000_000;
+
+fn default_max_sessions() -> u64 {
+    DEFAULT_MAX_SESSIONS
+}
 
 fn one() -> u64 {
     1
@@ -101,6 +114,9 @@ pub struct Limits {
     /// What a `$connect` must present (`connectAuth`; a ticket by default).
     #[serde(default)]
     pub connect_auth: ConnectAuth,
+    /// Sessions the tenant may hold at once (`maxSessions`; [`DEFAULT_MAX_SESSIONS`] by default).
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: u64,
 }
 
 impl Limits {
@@ -126,6 +142,22 @@ impl Limits {
             on_failure: OnFailure::Closed,
             connection_shards: 1,
             connect_auth: ConnectAuth::Ticket,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+        }
+    }
+
+    /// The same limits with another cap on the tenant's sessions (decision 2204).
+    pub const fn with_max_sessions(mut self, n: u64) -> Limits {
+        self.max_sessions = n;
+        self
+    }
+
+    /// The session cap a create is held to: `maxSessions`, or in shadow mode the ceiling (shadow
+    /// reports refusals of the connection limits; the session count keeps a hard bound).
+    pub fn session_cap(&self) -> u64 {
+        match self.enforcement {
+            Enforcement::Enforce => self.max_sessions,
+            Enforcement::Shadow => MAX_SESSIONS_CEILING,
         }
     }
 
@@ -170,6 +202,14 @@ impl Limits {
                  its connection ids in one item, which DynamoDB limits to 400 KB",
                 attr::CONNECTIONS_PER_SESSION,
                 self.connections_per_session
+            ));
+        }
+        if self.max_sessions > MAX_SESSIONS_CEILING {
+            return Err(format!(
+                "{} = {} is above the ceiling of {MAX_SESSIONS_CEILING}: the reconciler reads \
+                 every session of a tenant in one run",
+                attr::MAX_SESSIONS,
+                self.max_sessions
             ));
         }
         let n = self.connection_shards;
@@ -238,5 +278,11 @@ mod tests {
             .check_shards()
             .unwrap_err()
             .contains("ceiling of 10000"));
+        let many = l.with_max_sessions(MAX_SESSIONS_CEILING + 1);
+        assert!(many.check_shards().unwrap_err().contains("maxSessions"));
+        assert!(l
+            .with_max_sessions(MAX_SESSIONS_CEILING)
+            .check_shards()
+            .is_ok());
     }
 }

@@ -44,6 +44,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             on_failure: named(table, it, attr::ON_FAILURE)?,
             connection_shards: opt(attr::CONNECTION_SHARDS, 1)?,
             connect_auth: named(table, it, attr::CONNECT_AUTH)?,
+            max_sessions: opt(attr::MAX_SESSIONS, super::DEFAULT_MAX_SESSIONS)?,
         },
     };
     tenant
@@ -101,7 +102,8 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         .check_shards()
         .map_err(Error::InvalidArgument)?;
     let mut it = key(&tenant.tenant_id);
-    for (name, value) in tenant.limits.fields() {
+    let fields = tenant.limits.fields().into_iter();
+    for (name, value) in fields.chain([(attr::MAX_SESSIONS, tenant.limits.max_sessions)]) {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
     }
     let l = &tenant.limits;
@@ -143,6 +145,9 @@ pub async fn delete(deps: &Deps, id: &TenantId) -> Result<bool> {
     Ok(out.attributes().is_some())
 }
 
+/// Keys of the tenant table starting with this are not tenants (ids cannot hold it).
+pub const RESERVED: char = '~';
+
 /// Every tenant (Scan, one call per 1 MB page), sorted by id. Rows that do not parse are reported in
 /// the second list rather than failing the whole listing.
 pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
@@ -150,6 +155,13 @@ pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     let mut bad = Vec::new();
     let scan = deps.dynamo.scan().table_name(&deps.tables.tenants);
     pages::scan(scan, |it| {
+        // Items whose key starts with `~` (never a tenant id) are not tenants: the reconciler's
+        // cursor (`admission::reconcile::budget`).
+        if let Some(AttributeValue::S(id)) = it.get(attr::TENANT_ID) {
+            if id.starts_with(RESERVED) {
+                return Ok(());
+            }
+        }
         match from_item(&deps.tables.tenants, it) {
             Ok(t) => tenants.push(t),
             Err(e) => bad.push(e.to_string()),

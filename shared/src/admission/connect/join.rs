@@ -38,7 +38,11 @@ pub(super) async fn join_inner(
     let alg = limits.rate_algorithm;
     let key = sstore::key(t, sid);
     let hint_key = format!("{t}\u{1f}{sid}");
-    let cap = limits.connections_per_session;
+    let cap = limits.connections_per_session
+        + u64::from(crate::mutation::active(
+            deps,
+            crate::mutation::Mutation::SessionOverCap,
+        ));
     let ttl = now
         .as_secs()
         .saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
@@ -83,7 +87,7 @@ pub(super) async fn join_inner(
             p.conditions.push("#nonce = :nonce".into());
         }
         // Where the unit was taken travels with the connection: its release goes back there
-        // whatever the session or the tenant row says then (decision 2204).
+        // whatever the session or the tenant row says then (decision 2206).
         p.name("#chg", &crate::session::charge_attr(cid.as_str()));
         p.value(":chg", n(reservation.charged));
         p.set.push("#chg = :chg".into());

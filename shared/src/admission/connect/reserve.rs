@@ -79,7 +79,7 @@ pub async fn reserve(
     })))
 }
 
-/// The layout a counter item is fenced for, when it differs from `believed` (decision 2204).
+/// The layout a counter item is fenced for, when it differs from `believed` (decision 2206).
 pub(crate) fn fenced(old: Option<&Item>, believed: u64) -> Option<u64> {
     let layout = old
         .and_then(|o| item::num(o, cattr::LAYOUT))
@@ -96,7 +96,7 @@ pub(crate) struct Ask<'a> {
     pub limits: &'a Limits,
     pub hints: &'a Hints,
     /// Set (non-zero) to the layout in force when a counter refused because it is fenced for
-    /// another (decision 2204).
+    /// another (decision 2206).
     pub relayout: &'a std::sync::atomic::AtomicU64,
 }
 

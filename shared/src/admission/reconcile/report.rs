@@ -17,6 +17,9 @@ pub enum Outcome {
     Busy,
     /// Not checked, and why.
     Skipped { reason: String },
+    /// Not reached: the run's budget was spent on the tenants before it; the next run starts with
+    /// it (issue 22 item 13).
+    Deferred,
 }
 
 /// One tenant's result.
@@ -32,10 +35,38 @@ pub struct TenantReport {
     pub stale_released: Vec<String>,
     /// Probes that failed (neither live nor gone): those ids were treated as live.
     pub probe_errors: u64,
+    /// Ids not probed because the tenant's probing budget ran out (taken as live this run).
+    pub unprobed: u64,
     /// The bound on reservations and releases in flight at the read (phase 2).
     pub in_flight: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// The session count (`{tenant}:sessions`, decision 2204) read before the truth; `None` when
+    /// the tenant had none.
+    pub sessions_counted: Option<i64>,
+    /// Session rows when the truth was read (expired ones DynamoDB has not deleted included).
+    pub sessions_truth: u64,
+    /// What happened to the session count.
+    pub sessions: Outcome,
+}
+
+impl TenantReport {
+    /// A tenant not reconciled yet.
+    pub fn new(tenant_id: String) -> TenantReport {
+        TenantReport {
+            tenant_id,
+            counted: None,
+            truth: 0,
+            stale_released: vec![],
+            probe_errors: 0,
+            unprobed: 0,
+            in_flight: 0,
+            outcome: Outcome::Consistent,
+            sessions_counted: None,
+            sessions_truth: 0,
+            sessions: Outcome::Consistent,
+        }
+    }
 }
 
 /// A whole run.
@@ -49,16 +80,13 @@ pub struct Report {
 }
 
 impl Report {
-    /// Tenants whose count was (or would be) changed.
+    /// Tenants whose count (of connections or of sessions) was (or would be) changed.
     pub fn repaired(&self) -> usize {
+        let changed =
+            |o: &Outcome| matches!(o, Outcome::Repaired { .. } | Outcome::WouldRepair { .. });
         self.tenants
             .iter()
-            .filter(|t| {
-                matches!(
-                    t.outcome,
-                    Outcome::Repaired { .. } | Outcome::WouldRepair { .. }
-                )
-            })
+            .filter(|t| changed(&t.outcome) || changed(&t.sessions))
             .count()
     }
 }

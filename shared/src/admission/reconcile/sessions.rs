@@ -1,0 +1,82 @@
+//! The reconciler's repair of a tenant's session count (`{tenant}:sessions`, decision 2204), on the
+//! phases of 0306. A create adds its unit in the same transaction as its row, so no create is ever
+//! half-way; a give-back (`DELETE`, a sweep) comes after the row left, within a handler's timeout,
+//! or never (a leak), or — a TTL deletion — any time later, which the stamped `truthAt` turns into
+//! nothing. So with `C` read just before the truth `T` (the rows the truth's Query found) and
+//! `in_flight` = the growth of `relTotal` from that read to the phase-3 read (a grace later),
+//! `C − T − in_flight` units are leaked for sure, and `ADD itemCount −leak` is safe whatever runs
+//! meanwhile (conditioned on `relTotal` and `repairs` unchanged since the phase-3 read). When
+//! nothing moved in that grace (`ver` unchanged) the count is set to `T` exactly, which also raises
+//! a count found low (sessions created before the cap existed were never counted).
+//!
+//! Cost per tenant: 2 GetItem, at most 1 UpdateItem per attempt ([`super::REPAIR_ATTEMPTS`]).
+
+use super::{grew, read_item, stamp_repair, unchanged, Outcome, Snapshot, REPAIR_ATTEMPTS};
+use crate::admission::write::Parts;
+use crate::counter::{attr as cattr, keys};
+use crate::dynamo::item::n;
+use crate::error::Result;
+use crate::ids::TenantId;
+use crate::Deps;
+
+/// The session count as one read shows it.
+pub(super) async fn read(deps: &Deps, t: &TenantId) -> Result<Snapshot> {
+    read_item(deps, &keys::sessions(t)?).await
+}
+
+/// Phase 3 for the session count: `read` was taken just before the truth (`truth` rows, at
+/// `truth_at` ms).
+pub(super) async fn repair(
+    deps: &Deps,
+    t: &TenantId,
+    read: Snapshot,
+    truth: u64,
+    truth_at: i64,
+    dry_run: bool,
+) -> Result<Outcome> {
+    let truth = i64::try_from(truth).unwrap_or(i64::MAX);
+    let c = read.count.unwrap_or(0);
+    let key = keys::sessions(t)?;
+    for _ in 0..REPAIR_ATTEMPTS {
+        let now = self::read(deps, t).await?;
+        if now.repairs != read.repairs {
+            return Ok(Outcome::Busy);
+        }
+        let from = now.count.unwrap_or(0);
+        let mut p = Parts::default();
+        let to = if now.ver == read.ver {
+            if from == truth {
+                return Ok(Outcome::Consistent);
+            }
+            unchanged(&mut p, "#v", cattr::VERSION, ":v0", read.ver);
+            p.name("#c", cattr::ITEM_COUNT).value(":t", n(truth));
+            p.set.push("#c = :t".into());
+            truth
+        } else {
+            let in_flight = i64::try_from(grew(read.released, now.released)).unwrap_or(i64::MAX);
+            let leak = c - truth - in_flight;
+            if leak <= 0 {
+                return Ok(if c == truth {
+                    Outcome::Consistent
+                } else {
+                    Outcome::Busy
+                });
+            }
+            unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", now.released);
+            p.name("#c", cattr::ITEM_COUNT);
+            p.value(":leak", n(leak)).value(":neg", n(-leak));
+            p.conditions.push("#c >= :leak".into());
+            p.add.push("#c :neg".into());
+            from - leak
+        };
+        let to_u = u64::try_from(to).unwrap_or(0);
+        if dry_run {
+            return Ok(Outcome::WouldRepair { from, to: to_u });
+        }
+        if stamp_repair(deps, &key, p, read.repairs, truth_at).await? {
+            return Ok(Outcome::Repaired { from, to: to_u });
+        }
+        // A give-back (or, when quiet, anything) landed since the read: read again.
+    }
+    Ok(Outcome::Busy)
+}

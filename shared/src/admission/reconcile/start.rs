@@ -1,0 +1,88 @@
+//! How a tenant enters a run: its credentials and layout, then phase 1 (the counter before, and a
+//! probe of its ids within the tenant's budget).
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{probe, read_snapshot, sessions, skip, Probe, TenantReport, Work};
+use crate::error::Result;
+use crate::ids::TenantId;
+use crate::Deps;
+
+/// A tenant's [`Work`], with its own credentials and its `connectionShards` (`shards`, or read
+/// from its row: 1 GetItem when one tenant is named); skipped when either fails.
+pub(super) async fn prepare<F, Fut>(
+    deps: &Deps,
+    t: TenantId,
+    shards: Option<u64>,
+    scoped: &F,
+) -> Work
+where
+    F: Fn(TenantId) -> Fut,
+    Fut: Future<Output = Result<Deps>>,
+{
+    let report = TenantReport::new(t.to_string());
+    let scoped_deps = scoped(t.clone()).await;
+    let shards = match (&scoped_deps, shards) {
+        (_, Some(n)) => Ok(n),
+        (Ok(d), None) => crate::tenant::store::get(d, &t)
+            .await
+            .map(|r| r.map_or(1, |r| r.limits.connection_shards)),
+        (Err(_), None) => Ok(1),
+    };
+    let mut w = Work::new(t, deps.clone(), report, *shards.as_ref().unwrap_or(&1));
+    match (scoped_deps, shards) {
+        (Err(e), _) => skip(&mut w, format!("no tenant credentials: {e}")),
+        (Ok(_), Err(e)) => skip(&mut w, format!("reading the tenant row: {e}")),
+        (Ok(d), Ok(_)) => w.deps = d,
+    }
+    w
+}
+
+/// Phase 1 for one tenant: the counter before, and a probe of its ids for at most `budget`,
+/// starting where the last cut-short probing stopped (`dry_run`: without recording where it stops).
+pub(super) async fn before(
+    w: &mut Work,
+    probe: Option<&Probe<'_>>,
+    budget: Duration,
+    dry_run: bool,
+) {
+    match read_snapshot(w).await {
+        Ok(snap) => w.before = snap,
+        Err(e) => return skip(w, format!("reading the count: {e}")),
+    }
+    let Some(p) = probe else {
+        return;
+    };
+    match sessions(&w.deps, &w.tenant, w.shards, None, w.each.is_some()).await {
+        Ok(ss) => {
+            let ids: Vec<(String, String)> = ss
+                .into_iter()
+                .flat_map(|(sid, cids)| cids.into_iter().map(move |c| (sid.clone(), c)))
+                .collect();
+            let was = probe::position(&w.deps, &w.tenant).await;
+            let ids = probe::from_position(ids, was.as_deref());
+            // Probes start in this order, and none after the budget: the unprobed are a suffix.
+            let next = |unprobed: u64| {
+                let first = ids.len().saturating_sub(unprobed as usize);
+                (unprobed > 0)
+                    .then(|| ids.get(first).map(probe::position_of))
+                    .flatten()
+            };
+            let until = w.deps.clock.now().plus(budget);
+            let (candidates, errors, unprobed) = probe::gone(p, &w.deps, until, ids.clone()).await;
+            w.candidates = candidates;
+            w.report.probe_errors += errors;
+            w.report.unprobed += unprobed;
+            if !dry_run {
+                let next = next(unprobed);
+                if let Err(e) =
+                    probe::keep_position(&w.deps, &w.tenant, was.as_deref(), next.as_deref()).await
+                {
+                    tracing::warn!(tenant = %w.tenant, error = %e, "probe position not kept");
+                }
+            }
+        }
+        Err(e) => skip(w, format!("reading the sessions: {e}")),
+    }
+}

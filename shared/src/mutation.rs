@@ -1,0 +1,71 @@
+//! Deliberately broken behaviours, for the fault-schedule simulation's mutation tests (issue 23,
+//! decision 2300): each shows the simulation's oracle catches a real class of bug. A mutation is
+//! off unless this crate is built with the `mutations` feature (the test suite's build only; no
+//! function binary enables it) *and* a test switched it on for one set of tables, so parallel
+//! tests on other tables never see it. Without the feature, [`active`] is `false` and compiles away.
+
+use crate::Deps;
+
+/// One deliberate defect, each in a place the designs of decisions 0306 and 1502 rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// `$connect` gives its tenant reservation back even after the session write admitted it
+    /// (an undo on the wrong branch: capacity released twice).
+    UndoAfterJoin,
+    /// The TTL sweeper decrements without its tombstone (a redelivered record releases again).
+    SweepWithoutTombstone,
+    /// A shard of a sharded tenant admits one past its share of the cap.
+    ShardOverShare,
+    /// The reconciler runs its phases back to back, without the grace.
+    ReconcileWithoutGrace,
+    /// A decrement is sent with the SDK's retries (a lost answer applies it twice).
+    RetriedDecrement,
+    /// `$connect`'s session write admits one past `connectionsPerSession`.
+    SessionOverCap,
+    /// `$default` admits one message past `messagesPerMinute` (an off-by-one in the check).
+    MessageOffByOne,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 7] = [
+        Mutation::UndoAfterJoin,
+        Mutation::SweepWithoutTombstone,
+        Mutation::ShardOverShare,
+        Mutation::ReconcileWithoutGrace,
+        Mutation::RetriedDecrement,
+        Mutation::SessionOverCap,
+        Mutation::MessageOffByOne,
+    ];
+}
+
+#[cfg(feature = "mutations")]
+static ON: std::sync::Mutex<Vec<(String, Mutation)>> = std::sync::Mutex::new(Vec::new());
+
+/// Switches `m` on for the deps whose counter table is `counters` (until [`disable`]).
+#[cfg(feature = "mutations")]
+pub fn enable(counters: &str, m: Mutation) {
+    let mut on = ON.lock().unwrap_or_else(|p| p.into_inner());
+    on.push((counters.to_string(), m));
+}
+
+/// Switches every mutation off for the deps whose counter table is `counters`.
+#[cfg(feature = "mutations")]
+pub fn disable(counters: &str) {
+    let mut on = ON.lock().unwrap_or_else(|p| p.into_inner());
+    on.retain(|(c, _)| c != counters);
+}
+
+/// Whether `m` is switched on for these deps' tables.
+#[cfg(feature = "mutations")]
+pub fn active(deps: &Deps, m: Mutation) -> bool {
+    let on = ON.lock().unwrap_or_else(|p| p.into_inner());
+    on.iter()
+        .any(|(c, x)| *x == m && *c == deps.tables.counters)
+}
+
+/// Whether `m` is switched on: never, in a build without the `mutations` feature.
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub fn active(_deps: &Deps, _m: Mutation) -> bool {
+    false
+}

@@ -1,0 +1,316 @@
+//! Random fault schedules (issue 23, decision 2300): a seeded generator of operation schedules
+//! over the WebSocket admission paths, run against the real handlers and DynamoDB Local behind
+//! `turnstile-faultproxy`, with crashes (dropped futures) from the harness, and an oracle after
+//! every round. `cargo test -p turnstile-tests --test sim` runs the fixed budget (the seeds of
+//! [`BUDGET`]), the regression seeds and the mutation tests; `make soak SECONDS=N` runs the
+//! ignored `soak` test for as long as asked and writes its summary.
+
+#[allow(dead_code)]
+#[path = "../integration/ws_support.rs"]
+mod ws_support;
+
+mod oracle;
+mod run;
+mod schedule;
+
+use std::time::{Duration, Instant};
+
+use shared::mutation::Mutation;
+
+use run::{Sim, Totals};
+use schedule::{Schedule, Shape};
+
+/// Schedules per test run by `cargo test` (two tests: about 40-60 s each on a loaded 2-core
+/// machine; `make test` must stay within its 3 minutes for the simulation).
+const BUDGET: u64 = 12;
+
+/// Runs `seeds` in one world, printing every failing schedule with its violations.
+async fn run_seeds(mutation: Option<Mutation>, seeds: impl IntoIterator<Item = u64>) -> Totals {
+    let sim = Sim::new(mutation).await;
+    let shape = Shape::default();
+    let mut totals = Totals::default();
+    for seed in seeds {
+        let sch = Schedule::generate(seed, &shape);
+        let out = sim.run(&sch).await;
+        if !out.violations.is_empty() {
+            eprintln!("SIM violation(s) with seed {seed}:\n{sch}");
+            for v in &out.violations {
+                eprintln!("  VIOLATION {v}");
+            }
+        }
+        totals.add(&out);
+    }
+    totals
+}
+
+fn report(name: &str, t: &Totals) {
+    eprintln!(
+        "SIM {name}: {} schedules, {} steps, {} DynamoDB calls, faults {:?}, {} violations",
+        t.schedules,
+        t.steps,
+        t.calls,
+        t.faults,
+        t.violations.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_seeds_find_no_violation_a() {
+    let t = run_seeds(None, 0..BUDGET / 2).await;
+    report("seeds 0..", &t);
+    assert!(t.violations.is_empty(), "{:#?}", t.violations);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_seeds_find_no_violation_b() {
+    let t = run_seeds(None, BUDGET / 2..BUDGET).await;
+    report("seeds ..", &t);
+    assert!(t.violations.is_empty(), "{:#?}", t.violations);
+}
+
+/// `make soak SECONDS=N`: schedules from `TURNSTILE_SIM_FIRST_SEED` (default 1000) on, until
+/// `TURNSTILE_SIM_SECONDS` have passed; the summary goes to `TURNSTILE_SIM_SUMMARY` (default
+/// `target/sim-soak.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the soak: `make soak SECONDS=N`"]
+async fn soak() {
+    let secs: u64 = std::env::var("TURNSTILE_SIM_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let first: u64 = std::env::var("TURNSTILE_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    let path = std::env::var("TURNSTILE_SIM_SUMMARY")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/sim-soak.md").into());
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let sim = Sim::new(None).await;
+    let shape = Shape::default();
+    let mut totals = Totals::default();
+    let mut seed = first;
+    while Instant::now() < deadline {
+        let sch = Schedule::generate(seed, &shape);
+        let began = Instant::now();
+        let out = sim.run(&sch).await;
+        eprintln!(
+            "SIM seed {seed}: {} steps, {:?}, {} violations, {:.1} s",
+            out.steps,
+            out.faults,
+            out.violations.len(),
+            began.elapsed().as_secs_f64()
+        );
+        if !out.violations.is_empty() {
+            eprintln!("SIM violation(s) with seed {seed}:\n{sch}");
+            for v in &out.violations {
+                eprintln!("  VIOLATION {v}");
+            }
+        }
+        totals.add(&out);
+        seed += 1;
+    }
+    let took = start.elapsed();
+    let faults: Vec<String> = totals
+        .faults
+        .iter()
+        .map(|(k, v)| format!("| {k} | {v} |"))
+        .collect();
+    let summary = format!(
+        "# Simulation soak\n\nSeeds {first}..{seed} in {:.0} s: **{} schedules, {} steps, {} DynamoDB \
+         calls, {} violations**.\n\nFaults injected (rounds, or steps for crashes):\n\n| fault | \
+         count |\n|---|---|\n{}\n\nViolations:\n\n{}\n",
+        took.as_secs_f64(),
+        totals.schedules,
+        totals.steps,
+        totals.calls,
+        totals.violations.len(),
+        faults.join("\n"),
+        if totals.violations.is_empty() {
+            "none".to_string()
+        } else {
+            totals
+                .violations
+                .iter()
+                .map(|v| format!("- {v}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    );
+    std::fs::write(&path, &summary).expect("writing the soak summary");
+    eprintln!("{summary}\n(written to {path})");
+    assert!(totals.violations.is_empty(), "{:#?}", totals.violations);
+}
+
+/// One seed, printed with its outcome: how a failing seed is replayed.
+/// `TURNSTILE_SIM_SEED=n cargo test -p turnstile-tests --test sim one_seed -- --ignored --nocapture`;
+/// `TURNSTILE_SIM_MUTATION=RetriedDecrement` draws from that mutation's shape and switches it on
+/// (`TURNSTILE_SIM_MUTATE=0`: the shape only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "replays TURNSTILE_SIM_SEED"]
+async fn one_seed() {
+    let seed: u64 = std::env::var("TURNSTILE_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let m = std::env::var("TURNSTILE_SIM_MUTATION")
+        .ok()
+        .and_then(|name| Mutation::ALL.into_iter().find(|m| format!("{m:?}") == name));
+    let shape = m.map(mutation_shape).unwrap_or_default();
+    let on = std::env::var("TURNSTILE_SIM_MUTATE").map_or(true, |v| v != "0");
+    let sim = Sim::new(m.filter(|_| on)).await;
+    let sch = Schedule::generate(seed, &shape);
+    eprintln!("{sch}");
+    let started = Instant::now();
+    let out = sim.run(&sch).await;
+    eprintln!("{out:#?} in {:?}", started.elapsed());
+    assert!(out.violations.is_empty());
+}
+
+/// The shape each mutation's test draws from: the paths and faults that reach its defect often.
+fn mutation_shape(m: Mutation) -> Shape {
+    let base = Shape::default();
+    match m {
+        Mutation::MessageOffByOne => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            message_pct: 50,
+            ..base
+        },
+        Mutation::UndoAfterJoin | Mutation::ShardOverShare | Mutation::SessionOverCap => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            ..base
+        },
+        // Sessions that expire within the schedule, their records delivered twice.
+        Mutation::SweepWithoutTombstone => Shape {
+            fault_pct: 0,
+            reconcile_pct: 0,
+            session_ttl: (5, 15),
+            ttl_pct: 50,
+            ..base
+        },
+        // A `$connect` slowed by the proxy is half-way while the reconciler reads.
+        Mutation::ReconcileWithoutGrace => Shape {
+            fault_pct: 100,
+            crash_pct: 0,
+            reconcile_pct: 100,
+            only_fault: Some(schedule::Fault::Delay(150)),
+            ..base
+        },
+        Mutation::RetriedDecrement => Shape {
+            fault_pct: 100,
+            crash_pct: 0,
+            // Sweeps (a tombstone PutItem, then the decrement: the round's first UpdateItems).
+            only_fault: Some(schedule::Fault::LoseUpdateAnswers(3)),
+            session_ttl: (5, 20),
+            ttl_pct: 40,
+            max_lanes: 2,
+            ..base
+        },
+    }
+}
+
+/// Runs `seeds` with `m` switched on until one finds a violation: that seed and what it found.
+async fn hunt(m: Mutation, seeds: impl IntoIterator<Item = u64>) -> Option<(u64, Vec<String>)> {
+    let sim = Sim::new(Some(m)).await;
+    let shape = mutation_shape(m);
+    for seed in seeds {
+        let sch = Schedule::generate(seed, &shape);
+        let out = sim.run(&sch).await;
+        if !out.violations.is_empty() {
+            eprintln!(
+                "SIM mutation {m:?} caught by seed {seed}: {:#?}",
+                out.violations
+            );
+            return Some((seed, out.violations));
+        }
+    }
+    None
+}
+
+/// Each mutation's seed (first tried) and how many more seeds its test may try: the simulation
+/// is not deterministic (decision 2300), so a test tries its recorded seed, then the next ones.
+const MUTATION_SEEDS: u64 = 16;
+
+async fn caught(m: Mutation, seed: u64, what: &str) {
+    let found = hunt(m, seed..seed + MUTATION_SEEDS).await;
+    let (_, violations) = found.unwrap_or_else(|| {
+        panic!(
+            "mutation {m:?} was not caught by seeds {seed}..{}",
+            seed + MUTATION_SEEDS
+        )
+    });
+    assert!(
+        violations.iter().any(|v| v.contains(what)),
+        "mutation {m:?}: expected a violation about {what:?}, got {violations:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_undo_after_join_is_caught() {
+    caught(Mutation::UndoAfterJoin, 0, "capacity released twice").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_sweep_without_tombstone_is_caught() {
+    caught(
+        Mutation::SweepWithoutTombstone,
+        12,
+        "capacity released twice",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_shard_over_share_is_caught() {
+    caught(Mutation::ShardOverShare, 1, "over-admission").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_session_over_cap_is_caught() {
+    caught(Mutation::SessionOverCap, 6, "over-admission: session").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_message_off_by_one_is_caught() {
+    caught(Mutation::MessageOffByOne, 1, "messagesPerMinute").await;
+}
+
+/// Not caught within the make-test budget (decision 2300): the reconciler must read while a
+/// `$connect` is between its writes, which these shapes reach in fewer than 1 of 20 schedules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not caught within the make-test budget: a hunt for the soak"]
+async fn mutation_reconcile_without_grace_is_caught() {
+    caught(Mutation::ReconcileWithoutGrace, 0, "").await;
+}
+
+/// Not caught within the make-test budget (decision 2300): the lost answer must be a decrement's
+/// while the session write before it was answered, and another connection must hold the count up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not caught within the make-test budget: a hunt for the soak"]
+async fn mutation_retried_decrement_is_caught() {
+    caught(Mutation::RetriedDecrement, 0, "capacity released twice").await;
+}
+
+/// Finds each mutation's first catching seed from `TURNSTILE_SIM_FIRST_SEED` (for the table in
+/// docs/testing.md): `cargo test -p turnstile-tests --test sim mutation_seeds -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints each mutation's first catching seed"]
+async fn mutation_seeds() {
+    let first: u64 = std::env::var("TURNSTILE_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for m in Mutation::ALL {
+        let started = Instant::now();
+        let found = hunt(m, first..first + 20).await;
+        eprintln!(
+            "SIM MUTATION {m:?}: {:?} in {:.1} s",
+            found.map(|f| f.0),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}

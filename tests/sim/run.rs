@@ -1,0 +1,724 @@
+//! Runs a [`Schedule`] against the real handlers (through their `lib.rs` entry points, as the
+//! integration suite calls them) and DynamoDB Local behind `turnstile-faultproxy`, recording what
+//! each client saw for the [`oracle`](crate::oracle).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use futures::future::join_all;
+use shared::clock::Clock;
+use shared::dynamo::{local_client, timeouts};
+use shared::ids::TenantId;
+use shared::mutation::Mutation;
+use shared::session::attr as sattr;
+use shared::tenant::{Limits, Tenant};
+use turnstile_faultproxy::{FaultProxy, Policy, Throttle, ThrottleError, ThrottleMode};
+
+use crate::oracle::{Checkpoint, Oracle, Seen};
+use crate::schedule::{Caps, Fault, Op, Schedule, Step};
+use crate::ws_support::{ws_event, World};
+
+/// Per-attempt DynamoDB timeout of the handlers' client (the whole call: 3 x this).
+pub const ATTEMPT: Duration = Duration::from_millis(500);
+/// The "Lambda timeout": a step still running after this is dropped (a crash).
+pub const LAMBDA_TIMEOUT: Duration = Duration::from_millis(1200);
+/// The reconciler's grace: longer than any step can be half-way (the Lambda timeout, plus the
+/// proxy's longest delay and a margin), as `reconcile::MIN_GRACE` is in production.
+pub const GRACE: Duration = Duration::from_millis(1500);
+
+/// Totals over schedules, for the summary.
+#[derive(Debug, Default, Clone)]
+pub struct Totals {
+    pub schedules: u64,
+    pub steps: u64,
+    pub calls: u64,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub crashes: u64,
+    pub violations: Vec<String>,
+}
+
+impl Totals {
+    pub fn add(&mut self, o: &Outcome) {
+        self.schedules += 1;
+        self.steps += o.steps;
+        self.calls += o.calls;
+        for (k, v) in &o.faults {
+            *self.faults.entry(k).or_default() += v;
+        }
+        self.crashes += o.crashes;
+        self.violations
+            .extend(o.violations.iter().map(|v| format!("seed {}: {v}", o.seed)));
+    }
+}
+
+/// What one schedule did and what the oracle found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub seed: u64,
+    pub steps: u64,
+    pub calls: u64,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub crashes: u64,
+    pub violations: Vec<String>,
+}
+
+/// One World (tables, Management API, the functions' state) behind a fault proxy, reused by every
+/// schedule of a test: each schedule has its own tenants.
+pub struct Sim {
+    pub w: World,
+    pub proxy: FaultProxy,
+    /// Unproxied, for the oracle's reads and DynamoDB's own TTL deletions.
+    pub direct: aws_sdk_dynamodb::Client,
+}
+
+/// A TTL stream record waiting for (re)delivery.
+#[derive(Clone)]
+struct Record {
+    event: aws_lambda_events::dynamodb::Event,
+}
+
+/// The mutable state of one run: the model's limits, the stream's queue, what clients saw.
+struct Run {
+    caps: Vec<Caps>,
+    queue: Vec<Record>,
+    records: u32,
+    seen: Seen,
+    crashes: u64,
+    gone: BTreeSet<String>,
+}
+
+impl Sim {
+    pub async fn new(mutation: Option<Mutation>) -> Sim {
+        let mut w = World::new().await;
+        let proxy = FaultProxy::start(&w.env.endpoint)
+            .await
+            .expect("fault proxy starts");
+        let c = local_client(&proxy.url(), Some(&w.env.counter));
+        w.env.deps.dynamo = aws_sdk_dynamodb::Client::from_conf(
+            c.config()
+                .to_builder()
+                .timeout_config(timeouts(ATTEMPT))
+                .build(),
+        );
+        let direct = local_client(&w.env.endpoint, None);
+        if let Some(m) = mutation {
+            shared::mutation::enable(&w.env.deps.tables.counters, m);
+        }
+        Sim { w, proxy, direct }
+    }
+
+    fn tenant(&self, s: &Schedule, t: usize) -> TenantId {
+        TenantId::parse(&format!("sim{:x}-t{t}", s.seed)).expect("valid tenant id")
+    }
+
+    fn sid(s: usize) -> String {
+        format!("s{s}")
+    }
+
+    fn cid(sch: &Schedule, c: u32) -> String {
+        format!("k{:x}c{c}", sch.seed)
+    }
+
+    async fn put_tenant(&self, t: &TenantId, limits: Limits) {
+        let direct = shared::Deps {
+            dynamo: self.direct.clone(),
+            ..self.w.env.deps.clone()
+        };
+        shared::tenant::store::put(
+            &direct,
+            &Tenant {
+                tenant_id: t.clone(),
+                limits,
+            },
+        )
+        .await
+        .expect("tenant row written");
+    }
+
+    fn set_fault(&self, f: Fault) {
+        let mut p = Policy::default();
+        match f {
+            Fault::None => {}
+            Fault::Throttle(pct) => {
+                p.throttle = Some(Throttle {
+                    error: ThrottleError::Throttling,
+                    mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
+                })
+            }
+            Fault::Delay(ms) => p.delay = Some(Duration::from_millis(u64::from(ms))),
+            Fault::LoseAnswers(n) => p.lose_answers = u64::from(n),
+            Fault::LoseUpdateAnswers(n) => {
+                p.lose_answers = u64::from(n);
+                p.only = vec!["UpdateItem".into()];
+            }
+            Fault::Conflicts => p.conflicts = true,
+            Fault::StallUpdates => {
+                p.stall = true;
+                p.only = vec!["UpdateItem".into()];
+            }
+        }
+        self.proxy.set_policy(p);
+    }
+
+    /// Lets requests of dropped steps land: a crashed step's request may still be on its way to
+    /// DynamoDB Local (held by the round's delay, if any). Stalled requests never land.
+    async fn settle(&self, fault: Fault, crashed: bool) {
+        let delay = match fault {
+            Fault::Delay(ms) => u64::from(ms),
+            _ => 0,
+        };
+        if crashed || delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay + 150)).await;
+        }
+    }
+
+    /// Runs one schedule and checks it; never panics on what the handlers answer.
+    pub async fn run(&self, sch: &Schedule) -> Outcome {
+        let mut out = Outcome {
+            seed: sch.seed,
+            steps: sch.steps() as u64,
+            ..Outcome::default()
+        };
+        self.set_fault(Fault::None);
+        self.w.env.counter.reset();
+        let tenants: Vec<TenantId> = (0..sch.tenants.len())
+            .map(|t| self.tenant(sch, t))
+            .collect();
+        for (t, spec) in tenants.iter().zip(&sch.tenants) {
+            self.put_tenant(t, spec.limits(&spec.caps)).await;
+        }
+        let mut oracle = Oracle::new(sch, tenants.clone(), self.w.env.clock.now());
+        let run = Mutex::new(Run {
+            caps: sch.tenants.iter().map(|t| t.caps).collect(),
+            queue: Vec::new(),
+            records: 0,
+            seen: Seen::default(),
+            crashes: 0,
+            gone: BTreeSet::new(),
+        });
+        for (i, round) in sch.rounds.iter().enumerate() {
+            self.w.env.clock.advance(Duration::from_secs(round.advance));
+            let now = self.w.env.clock.now();
+            if round.fault != Fault::None {
+                *out.faults.entry(round.fault.kind()).or_default() += 1;
+            }
+            {
+                let mut r = run.lock().unwrap();
+                r.seen.round_start(i, now, round.fault != Fault::None);
+                for (t, c) in r.caps.clone().iter().enumerate() {
+                    r.seen.caps_in_effect(t, *c, now);
+                }
+            }
+            self.set_fault(round.fault);
+            let reconciling = round
+                .lanes
+                .iter()
+                .any(|l| l.iter().any(|s| matches!(s.op, Op::Reconcile { .. })));
+            let lanes = round.lanes.iter().enumerate().map(|(j, lane)| {
+                let run = &run;
+                let tenants = &tenants;
+                async move {
+                    if reconciling && !lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. })) {
+                        // Spread the other lanes over the reconciler's phases.
+                        let at = (sch.seed.wrapping_mul(31).wrapping_add((i * 7 + j) as u64))
+                            % (2 * GRACE.as_millis() as u64 + 200);
+                        tokio::time::sleep(Duration::from_millis(at)).await;
+                    }
+                    for step in lane {
+                        self.step(sch, tenants, step, run).await;
+                    }
+                }
+            });
+            let crashes_before = run.lock().unwrap().crashes;
+            join_all(lanes).await;
+            self.set_fault(Fault::None);
+            let crashed = run.lock().unwrap().crashes > crashes_before;
+            self.settle(round.fault, crashed).await;
+            let cp = self.checkpoint(sch, &tenants).await;
+            let r = run.lock().unwrap();
+            oracle.check(i, &cp, &r.seen, &r.caps);
+        }
+        // The end: every queued record delivered until acknowledged (the event source retries),
+        // then a reconciler run with nothing in flight, after which every count is the truth.
+        self.set_fault(Fault::None);
+        let pending: Vec<Record> = std::mem::take(&mut run.lock().unwrap().queue);
+        for rec in pending {
+            let r = ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, rec.event).await;
+            if !r.batch_item_failures.is_empty() {
+                oracle.violation("a TTL record failed with no fault injected".into());
+            }
+        }
+        // Twice: the first run's own releases of gone sockets move the count, so its repair may
+        // wait (`Busy`) for a quiet run; the second one is quiet.
+        for t in tenants.iter().chain(&tenants) {
+            let report = crate::ws_support::reconcile_tenant(
+                &self.w.env.deps,
+                t,
+                &self.w.api.url(),
+                false,
+                Duration::from_millis(20),
+            )
+            .await;
+            if skipped(&report) {
+                oracle.violation(format!("the final reconcile skipped {t}: {report:?}"));
+            }
+        }
+        let cp = self.checkpoint(sch, &tenants).await;
+        {
+            let mut r = run.lock().unwrap();
+            // The end is a round of its own: the last round's answers are checked already.
+            let now = self.w.env.clock.now();
+            r.seen.round_start(sch.rounds.len(), now, false);
+            oracle.check(sch.rounds.len(), &cp, &r.seen, &r.caps);
+            oracle.exact(&cp);
+            out.crashes = r.crashes;
+        }
+        out.calls = self.w.env.counter.total();
+        if out.crashes > 0 {
+            *out.faults.entry("crash").or_default() += out.crashes;
+        }
+        out.violations = oracle.into_violations();
+        out
+    }
+
+    /// Runs one step under its crash budget and the Lambda timeout, recording what its client saw.
+    async fn step(&self, sch: &Schedule, tenants: &[TenantId], step: &Step, run: &Mutex<Run>) {
+        let budget = step
+            .crash_ms
+            .map(|ms| Duration::from_millis(u64::from(ms)))
+            .unwrap_or(LAMBDA_TIMEOUT);
+        let done = tokio::time::timeout(budget, self.op(sch, tenants, &step.op, run)).await;
+        if done.is_err() {
+            let mut r = run.lock().unwrap();
+            r.crashes += 1;
+            r.seen.crashed(&step.op);
+            // A crashed `$connect` is refused by API Gateway: the socket never opens.
+            if let Op::Connect { c, .. } | Op::DisconnectFirst { c, .. } = step.op {
+                let cid = Self::cid(sch, c);
+                self.w.recorder.mark_gone(&cid);
+                r.gone.insert(cid);
+            }
+            // A crashed delivery is retried by the event source: its record stays queued.
+        }
+    }
+
+    fn limits(&self, sch: &Schedule, run: &Mutex<Run>, t: usize) -> Limits {
+        let caps = run.lock().unwrap().caps[t];
+        sch.tenants[t].limits(&caps)
+    }
+
+    async fn connect(&self, t: &TenantId, s: &str, cid: &str, l: &Limits) -> Answer {
+        let ev = event("connect/connect.json", t, s, cid, l);
+        answer(connect::handle(&self.w.env.deps, &self.w.connect, ev).await)
+    }
+
+    async fn disconnect(&self, t: &TenantId, s: &str, cid: &str, l: &Limits) -> Answer {
+        let ev = event("disconnect/disconnect.json", t, s, cid, l);
+        answer(disconnect::handle(&self.w.env.deps, &self.w.disconnect, ev).await)
+    }
+
+    async fn op(&self, sch: &Schedule, tenants: &[TenantId], op: &Op, run: &Mutex<Run>) {
+        let now = self.w.env.clock.now();
+        match *op {
+            Op::PutSession { t, s } | Op::DeleteSession { t, s } => {
+                let method = if matches!(op, Op::PutSession { .. }) {
+                    "PUT"
+                } else {
+                    "DELETE"
+                };
+                let sid = Self::sid(s);
+                let ev = crate::ws_support::session_event(
+                    method,
+                    "/session",
+                    &[("tenantId", tenants[t].as_str()), ("sessionId", &sid)],
+                    None,
+                );
+                let a = answer(
+                    session_api::handle(&self.w.env.deps, &self.w.session_api, ev)
+                        .await
+                        .map(|r| (r.status_code, String::new())),
+                );
+                run.lock().unwrap().seen.answer(op, a);
+            }
+            Op::Connect { t, s, c, twice } => {
+                let l = self.limits(sch, run, t);
+                let cid = Self::cid(sch, c);
+                let sid = Self::sid(s);
+                let n = if twice { 2 } else { 1 };
+                let answers =
+                    join_all((0..n).map(|_| self.connect(&tenants[t], &sid, &cid, &l))).await;
+                let mut r = run.lock().unwrap();
+                let admitted = answers.iter().any(|a| a.status() == Some(200));
+                for a in answers {
+                    r.seen.answer(op, a);
+                }
+                if admitted {
+                    r.seen.admitted(t, &sid, &cid, now);
+                } else {
+                    self.w.recorder.mark_gone(&cid);
+                    r.gone.insert(cid);
+                }
+            }
+            Op::DisconnectFirst { t, s, c } => {
+                let l = self.limits(sch, run, t);
+                let cid = Self::cid(sch, c);
+                let sid = Self::sid(s);
+                self.w.recorder.mark_gone(&cid);
+                run.lock().unwrap().gone.insert(cid.clone());
+                let (d, a) = futures::join!(
+                    self.disconnect(&tenants[t], &sid, &cid, &l),
+                    self.connect(&tenants[t], &sid, &cid, &l)
+                );
+                let mut r = run.lock().unwrap();
+                if a.status() == Some(200) {
+                    r.seen.admitted(t, &sid, &cid, now);
+                }
+                r.seen.answer(op, d);
+                r.seen.answer(op, a);
+            }
+            Op::Leave { t, s, c, times } => {
+                let l = self.limits(sch, run, t);
+                let cid = Self::cid(sch, c);
+                self.w.recorder.mark_gone(&cid);
+                run.lock().unwrap().gone.insert(cid.clone());
+                for _ in 0..times {
+                    let a = self.disconnect(&tenants[t], &Self::sid(s), &cid, &l).await;
+                    run.lock().unwrap().seen.answer(op, a);
+                }
+            }
+            Op::Message { t, s, c } => {
+                let l = self.limits(sch, run, t);
+                let cid = Self::cid(sch, c);
+                let sid = Self::sid(s);
+                if run.lock().unwrap().gone.contains(&cid) {
+                    return; // a client that left sends nothing
+                }
+                let mut ev = event("message/message.json", &tenants[t], &sid, &cid, &l);
+                ev.body = Some("hello".into());
+                let a = answer(message::handle(&self.w.env.deps, &self.w.message, ev).await);
+                let mut r = run.lock().unwrap();
+                if a.status() == Some(200) {
+                    r.seen.message(t, &sid, now);
+                }
+                r.seen.answer(op, a);
+            }
+            Op::Expire { t, s } => {
+                if let Some(event) = self.expire(sch, &tenants[t], s, run).await {
+                    run.lock().unwrap().queue.push(Record { event });
+                }
+            }
+            Op::Deliver { pick, again } => {
+                let rec = {
+                    let r = run.lock().unwrap();
+                    if r.queue.is_empty() {
+                        return;
+                    }
+                    let i = pick as usize % r.queue.len();
+                    (i, r.queue[i].clone())
+                };
+                let res =
+                    ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, rec.1.event.clone())
+                        .await;
+                let mut r = run.lock().unwrap();
+                let ok = res.batch_item_failures.is_empty();
+                r.seen
+                    .answer(op, Answer::Status(if ok { 200 } else { 500 }));
+                if ok && !again {
+                    // Acknowledged: the event source stops delivering it (find it again: other
+                    // lanes may have changed the queue meanwhile).
+                    let id = rec.1.event.records[0].event_id.clone();
+                    if let Some(k) = r
+                        .queue
+                        .iter()
+                        .position(|q| q.event.records[0].event_id == id)
+                    {
+                        r.queue.remove(k);
+                    }
+                }
+            }
+            Op::Reconcile { t } => {
+                let report = reconcile(&self.w, &tenants[t], GRACE).await;
+                let a = match report {
+                    Ok(rep) if !skipped(&rep) => Answer::Status(200),
+                    Ok(_) => Answer::Status(500),
+                    Err(e) => Answer::Error(e),
+                };
+                run.lock().unwrap().seen.answer(op, a);
+            }
+            Op::Limits { t, caps } => {
+                let limits = sch.tenants[t].limits(&caps);
+                self.put_tenant(&tenants[t], limits).await;
+                let mut r = run.lock().unwrap();
+                r.caps[t] = caps;
+                r.seen.caps_in_effect(t, caps, now);
+            }
+        }
+    }
+
+    /// DynamoDB's TTL process: deletes the session if its TTL has passed (unfaulted: it is not
+    /// a client of the proxy) and returns the stream record it would emit. The sweeper closes the
+    /// sockets: their clients are gone.
+    async fn expire(
+        &self,
+        sch: &Schedule,
+        t: &TenantId,
+        s: usize,
+        run: &Mutex<Run>,
+    ) -> Option<aws_lambda_events::dynamodb::Event> {
+        let now = self.w.env.clock.now();
+        let sid = shared::ids::SessionId::parse(&Self::sid(s)).ok()?;
+        let out = self
+            .direct
+            .delete_item()
+            .table_name(&self.w.env.deps.tables.sessions)
+            .set_key(Some(shared::session::store::key(t, &sid)))
+            .condition_expression("#ttl < :now")
+            .expression_attribute_names("#ttl", sattr::SESSION_TTL)
+            .expression_attribute_values(":now", AttributeValue::N(now.as_secs().to_string()))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await
+            .ok()?;
+        let old = out.attributes()?.clone();
+        let mut r = run.lock().unwrap();
+        for c in old
+            .get(sattr::CONNECTION_IDS)
+            .and_then(|v| v.as_ss().ok())
+            .cloned()
+            .unwrap_or_default()
+        {
+            self.w.recorder.mark_gone(&c);
+            r.gone.insert(c);
+        }
+        r.seen.churned(t_index(sch, t), &Self::sid(s));
+        r.records += 1;
+        let id = format!("sim-{:x}-{}", sch.seed, r.records);
+        let image: serde_json::Map<String, serde_json::Value> = old
+            .iter()
+            .map(|(k, v)| (k.clone(), stream_json(v)))
+            .collect();
+        let keys = serde_json::json!({
+            sattr::TENANT_ID: {"S": t.as_str()}, sattr::SESSION_ID: {"S": Self::sid(s)}
+        });
+        let ev = serde_json::json!({"Records": [{
+            "eventID": id,
+            "eventName": "REMOVE",
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "eu-west-1",
+            "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+            "dynamodb": {
+                "ApproximateCreationDateTime": now.as_secs(),
+                "Keys": keys,
+                "OldImage": image,
+                "SequenceNumber": format!("{}{:08}", 1000 + r.records, sch.seed % 100_000_000),
+                "SizeBytes": 100,
+                "StreamViewType": "NEW_AND_OLD_IMAGES"
+            },
+            "eventSourceARN": "arn:aws:dynamodb:eu-west-1:123456789012:table/sim/stream/2024-01-01T00:00:00.000"
+        }]});
+        match serde_json::from_value(ev) {
+            Ok(ev) => Some(ev),
+            Err(e) => panic!("the simulated stream record does not parse: {e}"),
+        }
+    }
+
+    /// What the oracle reads (unproxied, strongly consistent): each tenant's sessions and the sum
+    /// of its counter items.
+    async fn checkpoint(&self, sch: &Schedule, tenants: &[TenantId]) -> Checkpoint {
+        let mut cp = Checkpoint::default();
+        for (i, t) in tenants.iter().enumerate() {
+            let out = self
+                .direct
+                .query()
+                .table_name(&self.w.env.deps.tables.sessions)
+                .key_condition_expression("#t = :t")
+                .expression_attribute_names("#t", sattr::TENANT_ID)
+                .expression_attribute_values(":t", AttributeValue::S(t.to_string()))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("oracle reads the sessions");
+            let mut sessions = HashMap::new();
+            for it in out.items() {
+                let sid = it
+                    .get(sattr::SESSION_ID)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let ids = it
+                    .get(sattr::CONNECTION_IDS)
+                    .and_then(|v| v.as_ss().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let nonce = it
+                    .get(sattr::SESSION_NONCE)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                sessions.insert(sid, (nonce, ids));
+            }
+            let n = sch.tenants[i].shards;
+            let keys: Vec<String> = if n <= 1 {
+                vec![shared::counter::keys::tenant_connections(t).expect("key")]
+            } else {
+                (0..n)
+                    .map(|k| shared::counter::keys::connection_shard(t, k).expect("key"))
+                    .collect()
+            };
+            let mut count = 0;
+            for k in keys {
+                let o = self
+                    .direct
+                    .get_item()
+                    .table_name(&self.w.env.deps.tables.counters)
+                    .key("key", AttributeValue::S(k))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .expect("oracle reads the counter");
+                count += o
+                    .item()
+                    .and_then(|i| i.get("itemCount"))
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(0);
+            }
+            cp.tenants.push(crate::oracle::TenantState {
+                sessions,
+                count,
+                at: self.w.env.clock.now(),
+            });
+        }
+        cp
+    }
+}
+
+/// A WebSocket route's event with the context the authorizer builds for `limits` (its
+/// `connectionShards` included).
+fn event(
+    sample: &str,
+    t: &TenantId,
+    s: &str,
+    cid: &str,
+    l: &Limits,
+) -> aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest {
+    let mut ev = ws_event(sample, t.as_str(), s, cid, Some(l));
+    let sid = shared::ids::SessionId::parse(s).expect("valid session id");
+    if let serde_json::Value::Object(m) = shared::admission::context::build(t, &sid, l) {
+        ev.request_context.authorizer.fields.extend(m);
+    }
+    ev
+}
+
+fn skipped(r: &shared::admission::reconcile::Report) -> bool {
+    r.tenants.iter().any(|t| {
+        matches!(
+            t.outcome,
+            shared::admission::reconcile::Outcome::Skipped { .. }
+        )
+    })
+}
+
+fn t_index(sch: &Schedule, t: &TenantId) -> usize {
+    t.as_str()
+        .rsplit("-t")
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0)
+        .min(sch.tenants.len().saturating_sub(1))
+}
+
+/// One reconciler run over `t`, with `grace` between its phases, probing the local Management API.
+pub async fn reconcile(
+    w: &World,
+    t: &TenantId,
+    grace: Duration,
+) -> Result<shared::admission::reconcile::Report, String> {
+    use shared::admission::reconcile::{self, Options, Probe};
+    let gateway = shared::gateway::Gateway::local(&w.api.url());
+    let probe = Probe {
+        gateway: &gateway,
+        endpoint: w.api.url(),
+    };
+    let options = Options {
+        tenant: Some(t.clone()),
+        dry_run: false,
+        grace,
+        budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
+    };
+    let deps = w.env.deps.clone();
+    reconcile::run(&w.env.deps, &options, Some(&probe), |_| {
+        let d = deps.clone();
+        async move { Ok(d) }
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// DynamoDB's attribute JSON, as a stream record carries it.
+fn stream_json(v: &AttributeValue) -> serde_json::Value {
+    use serde_json::json;
+    match v {
+        AttributeValue::S(s) => json!({ "S": s }),
+        AttributeValue::N(n) => json!({ "N": n }),
+        AttributeValue::Ss(ss) => json!({ "SS": ss }),
+        AttributeValue::Ns(ns) => json!({ "NS": ns }),
+        AttributeValue::Bool(b) => json!({ "BOOL": b }),
+        AttributeValue::L(l) => json!({ "L": l.iter().map(stream_json).collect::<Vec<_>>() }),
+        AttributeValue::M(m) => {
+            let m: serde_json::Map<String, serde_json::Value> =
+                m.iter().map(|(k, v)| (k.clone(), stream_json(v))).collect();
+            json!({ "M": m })
+        }
+        _ => json!({ "NULL": true }),
+    }
+}
+
+/// What a client saw: a status, or the handler's error (the Lambda runtime answers 5xx for it).
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Status(i64),
+    Error(String),
+}
+
+impl Answer {
+    /// The status, or the error's text (for a violation's message).
+    pub fn describe(&self) -> String {
+        match self {
+            Answer::Status(s) => s.to_string(),
+            Answer::Error(e) => format!("error: {e}"),
+        }
+    }
+
+    pub fn status(&self) -> Option<i64> {
+        match self {
+            Answer::Status(s) => Some(*s),
+            Answer::Error(_) => None,
+        }
+    }
+}
+
+fn answer<R: Into<Reply>, E: std::fmt::Display>(r: Result<R, E>) -> Answer {
+    match r {
+        Ok(r) => Answer::Status(r.into().0),
+        Err(e) => Answer::Error(e.to_string()),
+    }
+}
+
+/// A handler's answer reduced to its status.
+pub struct Reply(i64);
+
+impl From<aws_lambda_events::apigw::ApiGatewayProxyResponse> for Reply {
+    fn from(r: aws_lambda_events::apigw::ApiGatewayProxyResponse) -> Reply {
+        Reply(r.status_code)
+    }
+}
+
+impl From<(i64, String)> for Reply {
+    fn from(r: (i64, String)) -> Reply {
+        Reply(r.0)
+    }
+}

@@ -1,0 +1,411 @@
+//! Schedules: a pure function of a seed (decision 2300). A schedule names tenants, sessions and
+//! connection ids symbolically and never depends on what an earlier step answered, so the same
+//! seed always prints and runs the same steps.
+
+use std::fmt;
+
+use shared::tenant::{Limits, WindowAlgorithm};
+
+/// What the fault proxy does during one round (decision 0900's policies).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    None,
+    /// Each request throttled with this probability (percent).
+    Throttle(u8),
+    /// Each request forwarded this many ms late (its items held meanwhile).
+    Delay(u16),
+    /// The next n requests are applied and answered 500 (the answer lost).
+    LoseAnswers(u8),
+    /// The same for the next n `UpdateItem`s only (counts and session sets).
+    LoseUpdateAnswers(u8),
+    /// Overlapping writes cancelled as `TransactionConflict`.
+    Conflicts,
+    /// `UpdateItem`s never answered (the client's timeout ends them).
+    StallUpdates,
+}
+
+impl Fault {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Throttle(_) => "throttle",
+            Fault::Delay(_) => "delay",
+            Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
+            Fault::Conflicts => "conflict",
+            Fault::StallUpdates => "stall",
+        }
+    }
+}
+
+/// One step of a lane. Tenants and sessions are indexes; connection ids are numbered per schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    PutSession {
+        t: usize,
+        s: usize,
+    },
+    DeleteSession {
+        t: usize,
+        s: usize,
+    },
+    /// `$connect` of a new connection id, delivered twice when `twice` (at once, as a retried
+    /// invocation).
+    Connect {
+        t: usize,
+        s: usize,
+        c: u32,
+        twice: bool,
+    },
+    /// The client leaves; its `$disconnect` is delivered `times` times (0: never).
+    Leave {
+        t: usize,
+        s: usize,
+        c: u32,
+        times: u8,
+    },
+    /// `$disconnect` delivered before its `$connect` finished (both at once); the client is gone.
+    DisconnectFirst {
+        t: usize,
+        s: usize,
+        c: u32,
+    },
+    Message {
+        t: usize,
+        s: usize,
+        c: u32,
+    },
+    /// DynamoDB's TTL process deletes the session if its TTL has passed; the stream record is
+    /// queued.
+    Expire {
+        t: usize,
+        s: usize,
+    },
+    /// Deliver a queued stream record (`pick` modulo the queue: out of order); kept for another
+    /// delivery when `again`.
+    Deliver {
+        pick: u32,
+        again: bool,
+    },
+    /// A reconciler run over the tenant (its graces real, other lanes running meanwhile).
+    Reconcile {
+        t: usize,
+    },
+    /// The tenant's limits change (caps only: its layout and algorithm stay).
+    Limits {
+        t: usize,
+        caps: Caps,
+    },
+}
+
+/// A step with its harness fault: a Lambda "crash" (the future dropped) after this many ms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub op: Op,
+    pub crash_ms: Option<u16>,
+}
+
+/// The caps of one tenant (small, so limits are reached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub tenant_connections: u64,
+    pub per_session: u64,
+    pub tenant_per_minute: u64,
+    pub session_per_minute: u64,
+    pub messages_per_minute: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantSpec {
+    pub caps: Caps,
+    pub shards: u64,
+    pub gcra: bool,
+    pub session_ttl: u64,
+}
+
+impl TenantSpec {
+    pub fn limits(&self, caps: &Caps) -> Limits {
+        let mut l = Limits::example(
+            caps.tenant_per_minute,
+            caps.session_per_minute,
+            caps.per_session,
+            caps.tenant_connections,
+            self.session_ttl,
+            caps.messages_per_minute,
+        );
+        l.connection_shards = self.shards;
+        if self.gcra {
+            l.rate_algorithm = WindowAlgorithm::Gcra;
+        }
+        l
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Round {
+    pub fault: Fault,
+    /// Seconds the clock moves before the round.
+    pub advance: u64,
+    pub lanes: Vec<Vec<Step>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub seed: u64,
+    pub tenants: Vec<TenantSpec>,
+    pub sessions: usize,
+    pub rounds: Vec<Round>,
+}
+
+/// How the generator draws (the make-test run and the soak use the defaults).
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub rounds: (usize, usize),
+    pub max_lanes: usize,
+    pub max_steps: usize,
+    /// Percent of rounds with an injected proxy fault.
+    pub fault_pct: u32,
+    /// Percent of steps that crash.
+    pub crash_pct: u32,
+    /// Percent of schedules with a reconciler run mid-schedule.
+    pub reconcile_pct: u32,
+    /// Every faulted round gets this fault (a mutation's test aims at its defect).
+    pub only_fault: Option<Fault>,
+    /// Sessions' TTL in seconds (short ones expire within a schedule).
+    pub session_ttl: (u64, u64),
+    /// Percent of steps drawn as a TTL expiry or a record's delivery before the usual mix.
+    pub ttl_pct: u32,
+    /// Percent of steps drawn as a message from a connection of the schedule.
+    pub message_pct: u32,
+}
+
+impl Default for Shape {
+    fn default() -> Shape {
+        Shape {
+            rounds: (5, 9),
+            max_lanes: 4,
+            max_steps: 3,
+            fault_pct: 40,
+            crash_pct: 8,
+            reconcile_pct: 35,
+            only_fault: None,
+            session_ttl: (60, 240),
+            ttl_pct: 0,
+            message_pct: 0,
+        }
+    }
+}
+
+/// Caps for a tenant of `shards` counter items (each shard needs a share of at least one).
+fn caps(rng: &mut fastrand::Rng, shards: u64) -> Caps {
+    Caps {
+        tenant_connections: rng.u64(2..=5).max(shards),
+        per_session: rng.u64(1..=3),
+        tenant_per_minute: rng.u64(3..=8),
+        session_per_minute: rng.u64(2..=5),
+        messages_per_minute: rng.u64(1..=4),
+    }
+}
+
+impl Schedule {
+    pub fn generate(seed: u64, shape: &Shape) -> Schedule {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let tenants: Vec<TenantSpec> = (0..rng.usize(1..=2))
+            .map(|_| {
+                let shards = if rng.bool() { 1 } else { rng.u64(2..=3) };
+                TenantSpec {
+                    caps: caps(&mut rng, shards),
+                    shards,
+                    gcra: rng.u32(0..4) == 0,
+                    session_ttl: rng.u64(shape.session_ttl.0..=shape.session_ttl.1),
+                }
+            })
+            .collect();
+        let sessions = rng.usize(2..=3);
+        let mut next_c = 0u32;
+        // Connection ids generated so far, with their tenant and session.
+        let mut conns: Vec<(usize, usize, u32)> = Vec::new();
+        let n_rounds = rng.usize(shape.rounds.0..=shape.rounds.1);
+        let reconcile_round =
+            (rng.u32(0..100) < shape.reconcile_pct).then(|| rng.usize(1..n_rounds));
+        let mut rounds = Vec::new();
+        for r in 0..n_rounds {
+            let fault = if r == 0 || rng.u32(0..100) >= shape.fault_pct {
+                Fault::None
+            } else {
+                match rng.u32(0..7) {
+                    0 => Fault::Throttle(rng.u8(20..=70)),
+                    1 => Fault::Delay(rng.u16(20..=120)),
+                    2 => Fault::LoseAnswers(rng.u8(1..=4)),
+                    3 => Fault::LoseUpdateAnswers(rng.u8(1..=4)),
+                    4 | 5 => Fault::Conflicts,
+                    _ => Fault::StallUpdates,
+                }
+            };
+            let fault = match (fault, shape.only_fault) {
+                (Fault::None, _) | (_, None) => fault,
+                (_, Some(f)) => f,
+            };
+            let advance = match rng.u32(0..10) {
+                0..=3 => 0,
+                4..=6 => rng.u64(1..=20),
+                7 | 8 => rng.u64(30..=70),
+                _ => rng.u64(100..=300),
+            };
+            let mut lanes = Vec::new();
+            if r == 0 {
+                // Every session exists at the start.
+                for t in 0..tenants.len() {
+                    let lane = (0..sessions)
+                        .map(|s| Step {
+                            op: Op::PutSession { t, s },
+                            crash_ms: None,
+                        })
+                        .collect();
+                    lanes.push(lane);
+                }
+            } else {
+                for _ in 0..rng.usize(1..=shape.max_lanes) {
+                    let steps = (0..rng.usize(1..=shape.max_steps))
+                        .map(|_| {
+                            let op = if rng.u32(0..100) < shape.ttl_pct {
+                                ttl_op(&mut rng, tenants.len(), sessions)
+                            } else if !conns.is_empty() && rng.u32(0..100) < shape.message_pct {
+                                let (t, s, c) = conns[rng.usize(0..conns.len())];
+                                Op::Message { t, s, c }
+                            } else {
+                                op(&mut rng, &tenants, sessions, &mut conns, &mut next_c)
+                            };
+                            let crash_ms =
+                                (rng.u32(0..100) < shape.crash_pct).then(|| rng.u16(0..=40));
+                            Step { op, crash_ms }
+                        })
+                        .collect();
+                    lanes.push(steps);
+                }
+                if reconcile_round == Some(r) {
+                    let t = rng.usize(0..tenants.len());
+                    lanes.push(vec![Step {
+                        op: Op::Reconcile { t },
+                        crash_ms: None,
+                    }]);
+                }
+            }
+            rounds.push(Round {
+                fault,
+                advance,
+                lanes,
+            });
+        }
+        Schedule {
+            seed,
+            tenants,
+            sessions,
+            rounds,
+        }
+    }
+
+    pub fn steps(&self) -> usize {
+        self.rounds
+            .iter()
+            .flat_map(|r| &r.lanes)
+            .map(Vec::len)
+            .sum()
+    }
+}
+
+fn ttl_op(rng: &mut fastrand::Rng, tenants: usize, sessions: usize) -> Op {
+    if rng.bool() {
+        Op::Expire {
+            t: rng.usize(0..tenants),
+            s: rng.usize(0..sessions),
+        }
+    } else {
+        Op::Deliver {
+            pick: rng.u32(..),
+            again: rng.bool(),
+        }
+    }
+}
+
+fn op(
+    rng: &mut fastrand::Rng,
+    tenants: &[TenantSpec],
+    sessions: usize,
+    conns: &mut Vec<(usize, usize, u32)>,
+    next_c: &mut u32,
+) -> Op {
+    let t = rng.usize(0..tenants.len());
+    let s = rng.usize(0..sessions);
+    let mut fresh = |conns: &mut Vec<(usize, usize, u32)>| {
+        *next_c += 1;
+        conns.push((t, s, *next_c));
+        *next_c
+    };
+    let old = |rng: &mut fastrand::Rng, conns: &[(usize, usize, u32)]| {
+        (!conns.is_empty()).then(|| conns[rng.usize(0..conns.len())])
+    };
+    match rng.u32(0..100) {
+        0..=29 => Op::Connect {
+            t,
+            s,
+            c: fresh(conns),
+            twice: rng.u32(0..8) == 0,
+        },
+        30..=34 => Op::DisconnectFirst {
+            t,
+            s,
+            c: fresh(conns),
+        },
+        35..=52 => match old(rng, conns) {
+            Some((t, s, c)) => Op::Leave {
+                t,
+                s,
+                c,
+                times: [0, 1, 1, 1, 2][rng.usize(0..5)],
+            },
+            None => Op::PutSession { t, s },
+        },
+        53..=64 => match old(rng, conns) {
+            Some((t, s, c)) => Op::Message { t, s, c },
+            None => Op::PutSession { t, s },
+        },
+        65..=72 => Op::PutSession { t, s },
+        73..=76 => Op::DeleteSession { t, s },
+        77..=84 => Op::Expire { t, s },
+        85..=95 => Op::Deliver {
+            pick: rng.u32(..),
+            again: rng.u32(0..4) == 0,
+        },
+        _ => Op::Limits {
+            t,
+            caps: caps(rng, tenants[t].shards),
+        },
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "schedule seed={} sessions/tenant={}",
+            self.seed, self.sessions
+        )?;
+        for (i, t) in self.tenants.iter().enumerate() {
+            writeln!(f, "  tenant t{i}: {t:?}")?;
+        }
+        for (i, r) in self.rounds.iter().enumerate() {
+            writeln!(f, "  round {i}: +{}s fault={:?}", r.advance, r.fault)?;
+            for (j, lane) in r.lanes.iter().enumerate() {
+                let steps: Vec<String> = lane
+                    .iter()
+                    .map(|s| match s.crash_ms {
+                        Some(ms) => format!("{:?} [crash after {ms} ms]", s.op),
+                        None => format!("{:?}", s.op),
+                    })
+                    .collect();
+                writeln!(f, "    lane {j}: {}", steps.join(" ; "))?;
+            }
+        }
+        Ok(())
+    }
+}
