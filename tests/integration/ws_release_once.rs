@@ -125,6 +125,40 @@ async fn a_sweeper_stopped_between_tombstone_and_decrement_releases_once_on_rede
     assert_eq!(w.count(&sessions_key()).await, Some(0), "exactly once");
 }
 
+/// The sweeper stops after its tombstone and connection decrements but before a separate
+/// session-count give-back, then the record comes twice more; another session holds a unit so a
+/// double give-back shows (a floor at zero would hide it). With 2204's give-back (an `UpdateItem`
+/// after the tombstone `PutItem`) the redeliveries found the tombstone and the unit was never
+/// given back (2, not 1); with it as an `UpdateItem` after 2206's transaction, each redelivery
+/// within the token's 10 minutes was answered "committed" and gave it back again (0, not 1). As an
+/// item of the transaction (decision 2206) it is given back exactly once.
+#[tokio::test]
+async fn a_sweeper_stopped_before_the_session_give_back_gives_it_back_once_on_redelivery() {
+    let (w, proxy) = proxied_world().await;
+    let (ids, charges) = two_open(&w).await;
+    w.put_session(T, "s2").await;
+    assert_eq!(w.count(&sessions_key()).await, Some(2));
+    let ev = expiry(&w, "s1", &ids, charges);
+    // Any single-item update the sweep waits on never gets through.
+    proxy.set_policy(Policy::stall().only(["UpdateItem"]));
+    let first = tokio::time::timeout(
+        Duration::from_millis(1_500),
+        ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()),
+    )
+    .await;
+    proxy.set_policy(Policy::passthrough());
+    for _ in 0..2 {
+        let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+        assert!(again.batch_item_failures.is_empty(), "{again:?}");
+    }
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(1),
+        "s1 given back exactly once, s2 held ({first:?})"
+    );
+    assert_eq!(w.count(T).await, Some(0), "connections released once");
+}
+
 /// `$disconnect`'s session write applied but its answer was lost, and the SDK sent it again. On
 /// main the retry's old image no longer held the id ("already released") and nothing was
 /// decremented; now the retry recognises its own earlier attempt (its request token on the
