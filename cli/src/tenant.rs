@@ -134,6 +134,10 @@ pub async fn run(args: Args) -> Result<()> {
                         t.tenant_id
                     )));
                 }
+                // Fence the counters first: a process still holding the old row is refused by
+                // them and re-planned on the new layout (decision 2206).
+                shared::admission::shards::fence(&deps, &t.tenant_id, was, connection_shards)
+                    .await?;
             }
             tenant::store::put(&deps, &t).await?;
             crate::print_json(&t)

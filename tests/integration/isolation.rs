@@ -528,8 +528,8 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert_eq!(r.status_code, 200, "{:?}", r.body);
     assert_eq!(
         w.env.counter.by_operation(),
-        [("UpdateItem".to_string(), 5)].into(),
-        "connect 2, message 1, disconnect 2"
+        [("UpdateItem".to_string(), 6)].into(),
+        "connect 2, message 1, disconnect 3 (decision 2206)"
     );
     let functions: Vec<&str> = assumed().iter().map(|(_, f)| *f).collect();
     assert_eq!(
@@ -603,8 +603,8 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 2)].into(),
-        "the sweep's tombstone, then the session count and the connections' count"
+        [("TransactWriteItems".to_string(), 1)].into(),
+        "the sweep's tombstone, the session count and the connections' count in one transaction (decision 2206)"
     );
     assert_eq!(w.count("abc").await, Some(0), "abc's connection released");
     assert_eq!(

@@ -25,6 +25,8 @@ mod ws_gcra;
 mod ws_message;
 mod ws_reconcile;
 mod ws_reconcile_budget;
+mod ws_release_once;
+mod ws_reshard;
 mod ws_session_api;
 mod ws_session_cap;
 mod ws_shards;

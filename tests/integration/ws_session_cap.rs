@@ -182,8 +182,13 @@ async fn delete_and_ttl_expiry_each_give_a_session_back_once() {
     );
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
-        "the tombstone, then the session count"
+        [("TransactWriteItems".to_string(), 1)].into(),
+        "the tombstone and the session count in one transaction (decision 2206)"
+    );
+    assert_eq!(
+        w.env.counter.units().write,
+        4.0,
+        "2 items, 2 WCU each (transactional)"
     );
     assert_eq!(w.count(&sessions_key()).await, Some(1));
     sweep(&w, "s2", "200", now).await;

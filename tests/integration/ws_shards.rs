@@ -1,6 +1,6 @@
 //! Sharded tenant connection counters (issue 15 part 4, decision 1502) against DynamoDB Local:
 //! 64 concurrent connects never exceed the tenant cap and admit exactly it, every release path
-//! (disconnect, session DELETE, TTL sweep) decrements the shard its id hashes to so the shards sum
+//! (disconnect, session DELETE, TTL sweep) decrements the shard it was charged on (decision 2206) so the shards sum
 //! back to 0, the call/WCU cost of each path, and the reconciler refusing to "repair" a sharded
 //! tenant.
 
@@ -162,14 +162,16 @@ async fn sharded_paths_cost_what_the_decision_record_states() {
         .into()
     );
     assert_eq!(w.env.counter.units().write, 1.0);
-    // A disconnect: the session write, then the shard `a=` hashes to.
+    // A disconnect: the session write, then the shard `a=` was charged on (decision 2206) beside
+    // the cleanup of the release's token.
+    let charged = w.session_number(T, "s1", "chg:a=").await.unwrap();
     w.env.counter.reset();
     assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
     assert_eq!(
         w.env.counter.by_operation(),
-        [("UpdateItem".to_string(), 2)].into()
+        [("UpdateItem".to_string(), 3)].into()
     );
-    let key = format!("{T}:shard:{}", shards::shard_of("a=", 2));
+    let key = format!("{T}:shard:{charged}");
     assert!(w.counter_number(&key, "relTotal").await.unwrap_or(0) >= 1);
     // A duplicate disconnect releases nothing: 1 call, the sum stays 1.
     w.env.counter.reset();
@@ -182,8 +184,8 @@ async fn sharded_paths_cost_what_the_decision_record_states() {
     assert_eq!(connect(&w, "s1", "e=", &l).await, 429);
 }
 
-/// Session DELETE and the TTL sweeper release each id on the shard it hashes to (recorded on the
-/// session as `connShards`): the shards sum back to 0. The reconciler repairs leaked reservations
+/// Session DELETE and the TTL sweeper release each id on the shard it was charged on (its
+/// `chg:{cid}` on the session, decision 2206): the shards sum back to 0. The reconciler repairs leaked reservations
 /// of a sharded tenant (one transaction over its shards) down to the truth, not below.
 #[tokio::test]
 async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {

@@ -46,10 +46,17 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(
         w.env.counter.by_operation(),
-        [("PutItem".to_string(), 1), ("UpdateItem".to_string(), 2)].into(),
-        "the sweep's tombstone, then the session count and the connections' count"
+        [("TransactWriteItems".to_string(), 1)].into(),
+        "the sweep's tombstone, the session count and the connections' count in one transaction (decision 2206)"
     );
+    assert_eq!(
+        w.env.counter.units().write,
+        6.0,
+        "3 items (tombstone, session count, `{{tenant}}`), 2 WCU each"
+    );
+    let sessions = format!("{T}:sessions");
     assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.count(&sessions).await, Some(1), "s1 given back, s2 held");
     let mut closed: Vec<String> = w
         .api
         .received_by("DELETE")
@@ -62,6 +69,11 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(
+        w.count(&sessions).await,
+        Some(1),
+        "the session given back once"
+    );
     // The $disconnects that follow the closes change nothing either.
     assert_eq!(w.disconnect(T, "s1", "a").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));

@@ -686,7 +686,7 @@ async fn close_and_release(
         })
         .collect();
     let released = release::parse_ids(&closed);
-    release::left_session(deps, t, &released, session.connection_shards).await?;
+    release::left_session(deps, t, &released, &session.charges).await?;
     Ok(closed.len())
 }
 

@@ -1,11 +1,11 @@
 //! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
 //! dynamodb.amazonaws.com}` — it gives back the session's unit of the tenant's session count and
-//! releases the capacity of every connection in the old image (a conditional tombstone `PutItem`
-//! per record, then 1 `UpdateItem` on the session count and 1 on the connections' count when the
-//! session held any: a redelivered record finds its tombstone and changes nothing; decisions 0306,
-//! 2204) and closes each
-//! connection through the Management API (a gone one is fine). Other
+//! releases the capacity of every connection in the old image, to the counter each was charged on
+//! (one `TransactWriteItems` per record: a conditional tombstone, `-1` on the session count and
+//! the decrement of each charged counter, with a request token, so a lost answer, a stop or a
+//! redelivery gives back exactly once; decisions 0306, 2204, 2206) and closes each connection
+//! through the Management API (a gone one is fine). Other
 //! records (inserts, updates, user deletes, which the session API already handled) are ignored.
 //! A record that fails is reported in `batchItemFailures` (by sequence number) for redelivery;
 //! a record whose image is unusable is logged and acknowledged, since retrying cannot fix it.
@@ -79,7 +79,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
                     &stream::record_id(r),
                     stream::deleted_at(r),
                     &released,
-                    stream::recorded_shards(r),
+                    &stream::charges(r),
                 )
                 .await
             }

@@ -56,7 +56,7 @@ mod reserve;
 
 pub use hints::Hints;
 pub use join::join;
-pub(super) use reserve::{count_move, reserve_on, Ask};
+pub(super) use reserve::{count_move, fenced, reserve_on, Ask};
 pub use reserve::{reserve, undo};
 
 /// The per-minute part of one write.
@@ -218,6 +218,8 @@ pub struct Reservation {
     key: String,
     /// A shard's count may be below zero (releases credit the shard their id hashes to).
     sharded: bool,
+    /// What the join records as `chg:{cid}`: the shard charged, or `session::TENANT_COUNTER`.
+    charged: i64,
     minute: Minute,
     /// The decision instant (the GCRA spend's `now`).
     at: Timestamp,

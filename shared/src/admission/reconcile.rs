@@ -121,8 +121,15 @@ pub struct Probe<'a> {
 }
 
 /// Session id → its connection ids, for one tenant (strongly consistent Query, every page).
-async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, Vec<String>>> {
-    let query = deps
+/// A resharded tenant (`each`) is read whole (each id's `chg:{cid}`) and counted per counter.
+async fn sessions(
+    deps: &Deps,
+    t: &TenantId,
+    n: u64,
+    mut each: Option<&mut super::reconcile_shards::Each>,
+    fenced: bool,
+) -> Result<BTreeMap<String, Vec<String>>> {
+    let mut query = deps
         .dynamo
         .query()
         .table_name(&deps.tables.sessions)
@@ -134,11 +141,24 @@ async fn sessions(deps: &Deps, t: &TenantId, n: u64) -> Result<BTreeMap<String, 
         .expression_attribute_values(":t", s(t.as_str()))
         .projection_expression("#s, #ids, #nsh")
         .consistent_read(true);
+    if fenced {
+        query = query
+            .set_projection_expression(None)
+            .set_expression_attribute_names(Some(
+                [("#t".to_string(), sattr::TENANT_ID.to_string())].into(),
+            ));
+    }
     let mut out = BTreeMap::new();
     pages::query(query, |it| {
-        super::reconcile_shards::same_layout(it, n)?;
+        if !fenced {
+            super::reconcile_shards::same_layout(it, n)?;
+        }
         if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
-            out.insert(sid.clone(), item::string_set(it, sattr::CONNECTION_IDS));
+            let ids = item::string_set(it, sattr::CONNECTION_IDS);
+            if let Some(e) = each.as_deref_mut() {
+                e.count_truth(t, &ids, &crate::session::store::charges(it))?;
+            }
+            out.insert(sid.clone(), ids);
         }
         Ok(())
     })
@@ -159,6 +179,8 @@ pub(super) struct Snapshot {
     pub reserved: Option<i64>,
     pub released: Option<i64>,
     pub repairs: Option<i64>,
+    /// `layoutSpan`: the tenant was resharded and fenced (decision 2206).
+    pub span: Option<i64>,
 }
 
 /// One counter item (`{tenant}`, or `{tenant}:sessions`) as a snapshot: 1 GetItem.
@@ -172,25 +194,29 @@ pub(super) async fn read_item(deps: &Deps, key: &str) -> Result<Snapshot> {
         .send()
         .await
         .map_err(|e| Error::dynamo("GetItem", e))?;
-    let it = out.item();
-    let num = |a: &str| it.and_then(|i| item::num(i, a));
-    Ok(Snapshot {
-        count: num(cattr::ITEM_COUNT),
-        ver: num(cattr::VERSION),
-        reserved: num(cattr::RESERVED_TOTAL),
-        released: num(cattr::RELEASED_TOTAL),
-        repairs: num(cattr::REPAIRS),
-    })
+    Ok(super::reconcile_shards::snapshot_of(out.item()))
 }
 
 /// The counter as one snapshot: the `{tenant}` item (1 GetItem), or the sums over a sharded
 /// tenant's shards (1 BatchGetItem), keeping each shard's `relTotal` for the repair's conditions.
+/// A resharded tenant's counters are read one by one (`each`, decision 2206) once a read shows
+/// its fence.
 async fn read_snapshot(w: &mut Work) -> Result<Snapshot> {
-    if w.shards <= 1 {
-        return read_item(&w.deps, &keys::tenant_connections(&w.tenant)?).await;
+    if let Some(each) = w.each.as_mut() {
+        return each.read_phase(&w.deps).await;
     }
-    let (snap, released) = super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
-    w.released = released;
+    let snap = if w.shards <= 1 {
+        read_item(&w.deps, &keys::tenant_connections(&w.tenant)?).await?
+    } else {
+        let (snap, released) = super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
+        w.released = released;
+        snap
+    };
+    if let Some(mut each) = super::reconcile_shards::fenced(&w.tenant, snap.span)? {
+        let snap = each.read_phase(&w.deps).await?;
+        w.each = Some(each);
+        return Ok(snap);
+    }
     Ok(snap)
 }
 
@@ -228,6 +254,8 @@ struct Work {
     shards: u64,
     /// For a sharded tenant: each shard's `relTotal` at the last read (the repair's conditions).
     released: Vec<Option<i64>>,
+    /// A resharded tenant: every counter on its own (decision 2206).
+    each: Option<super::reconcile_shards::Each>,
 }
 
 impl Work {
@@ -244,6 +272,7 @@ impl Work {
             done: false,
             shards,
             released: vec![],
+            each: None,
         }
     }
 }
@@ -359,7 +388,8 @@ where
                 continue;
             }
         }
-        match self::sessions(&w.deps, &w.tenant, w.shards).await {
+        let fenced = w.each.is_some();
+        match self::sessions(&w.deps, &w.tenant, w.shards, w.each.as_mut(), fenced).await {
             Ok(ss) => {
                 w.truth_at = w.deps.clock.now().as_millis();
                 w.report.sessions_truth = ss.len() as u64;
@@ -415,6 +445,13 @@ where
 /// Phase 3 for one tenant: the exact truth when nothing moved since phase 1, otherwise the leak
 /// `C − T − in_flight` subtracted, conditioned on no release or repair since the last read.
 async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
+    if let Some(each) = &w.each {
+        let (outcome, in_flight) = each
+            .repair(&w.deps, &w.tenant, w.truth_at, dry_run, REPAIR_ATTEMPTS)
+            .await?;
+        w.report.in_flight = in_flight;
+        return Ok(outcome);
+    }
     let truth = w.report.truth as i64;
     let read = w.read;
     let c = read.count.unwrap_or(0);

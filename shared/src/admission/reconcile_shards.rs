@@ -6,7 +6,11 @@
 //! reconcilers never subtract the same leak). Only the sum matters (releases credit any shard),
 //! and lowering one shard's count keeps every `cᵢ ≤ sᵢ`.
 
-use super::reconcile::{unchanged, Snapshot};
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+
+use super::reconcile::{unchanged, Outcome, Snapshot};
 use super::shards;
 use super::write::Parts;
 use crate::counter::{attr as cattr, keys};
@@ -14,6 +18,7 @@ use crate::dynamo::item::{self, n, s, Item};
 use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
+use crate::session::Charges;
 use crate::Deps;
 
 /// Why a tenant is skipped when a session was counted on another layout than its row's.
@@ -64,6 +69,7 @@ pub(super) async fn read(
         if i == 0 {
             snap.repairs = num(cattr::REPAIRS);
         }
+        snap.span = snap.span.max(num(cattr::LAYOUT_SPAN));
         released.push(num(cattr::RELEASED_TOTAL));
     }
     Ok((snap, released))
@@ -105,4 +111,226 @@ pub(super) async fn subtract(
         txn::send(&deps.dynamo, items).await?,
         txn::Outcome::Committed
     ))
+}
+
+/// A resharded (fenced) tenant, repaired counter by counter (decision 2206): `{tenant}` and
+/// shards `0..layoutSpan`, each read at the three phases, each with its own truth — the ids of
+/// the tenant's sessions whose release goes to it (`release::target`: where each was charged).
+#[derive(Debug, Default)]
+pub(super) struct Each {
+    pub keys: Vec<String>,
+    pub before: BTreeMap<String, Snapshot>,
+    pub read: BTreeMap<String, Snapshot>,
+    /// Counter key → connections whose release goes to it.
+    pub truth: BTreeMap<String, i64>,
+    /// Reads done so far (0: phase 1 next; 1: phase 2 next).
+    reads: u8,
+}
+
+/// The counters of a tenant whose reads show a fence (`layoutSpan`), or `None`.
+pub(super) fn fenced(t: &TenantId, span: Option<i64>) -> Result<Option<Each>> {
+    let Some(span) = span.and_then(|s| u64::try_from(s).ok()) else {
+        return Ok(None);
+    };
+    let mut keys = vec![keys::tenant_connections(t)?];
+    if span > 1 {
+        keys.extend(shards::layout_keys(t, span)?);
+    }
+    Ok(Some(Each {
+        keys,
+        ..Each::default()
+    }))
+}
+
+/// Every counter of `keys`, read strongly consistent (1 BatchGetItem per 100 keys); a key left
+/// unread fails the read.
+async fn read_keys(deps: &Deps, keys: &[String]) -> Result<BTreeMap<String, Snapshot>> {
+    let mut out = BTreeMap::new();
+    for chunk in keys.chunks(100) {
+        let (rows, left) = shards::read_counters(deps, chunk).await?;
+        if left.values().any(|ka| !ka.keys().is_empty()) {
+            return Err(Error::contended("reading a resharded tenant's counters", 3));
+        }
+        for k in chunk {
+            out.insert(k.clone(), Snapshot::default());
+        }
+        for it in rows.get(&deps.tables.counters).into_iter().flatten() {
+            let Some(k) = it.get(cattr::KEY).and_then(|v| v.as_s().ok()) else {
+                continue;
+            };
+            out.insert(k.clone(), snapshot_of(Some(it)));
+        }
+    }
+    Ok(out)
+}
+
+/// One counter item as a [`Snapshot`].
+pub(super) fn snapshot_of(it: Option<&Item>) -> Snapshot {
+    let num = |a: &str| it.and_then(|i| item::num(i, a));
+    Snapshot {
+        count: num(cattr::ITEM_COUNT),
+        ver: num(cattr::VERSION),
+        reserved: num(cattr::RESERVED_TOTAL),
+        released: num(cattr::RELEASED_TOTAL),
+        repairs: num(cattr::REPAIRS),
+        span: num(cattr::LAYOUT_SPAN),
+    }
+}
+
+fn sum(rows: &BTreeMap<String, Snapshot>) -> Snapshot {
+    let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    };
+    rows.values().fold(Snapshot::default(), |acc, r| Snapshot {
+        count: add(acc.count, r.count),
+        ver: add(acc.ver, r.ver),
+        reserved: add(acc.reserved, r.reserved),
+        released: add(acc.released, r.released),
+        repairs: acc.repairs.or(r.repairs),
+        span: acc.span.max(r.span),
+    })
+}
+
+impl Each {
+    /// Phase 1's and phase 2's reads: every counter, kept per counter; the sums for the report.
+    pub async fn read_phase(&mut self, deps: &Deps) -> Result<Snapshot> {
+        let rows = read_keys(deps, &self.keys).await?;
+        let total = sum(&rows);
+        match self.reads {
+            0 => self.before = rows,
+            _ => self.read = rows,
+        }
+        self.reads += 1;
+        Ok(total)
+    }
+
+    /// Counts the ids of one session (with where each was charged) into the truth per counter.
+    pub fn count_truth(&mut self, t: &TenantId, ids: &[String], charges: &Charges) -> Result<()> {
+        for c in ids {
+            let (key, _) = super::release::target(t, c, charges)?;
+            *self.truth.entry(key).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// Phase 3: each counter's provable leak is subtracted (`C − T − in_flight`, as 0306 on one
+    /// item) and each provable shortfall added (`T − C − reservations since the read`: a unit of
+    /// the truth not in `C` at the read is a reservation made after it, or a unit released to
+    /// another counter, which is what this repairs), in one `TransactWriteItems`: `{tenant}`
+    /// guards it (`repairs` unchanged), every lowered counter is conditioned on its `relTotal`
+    /// unchanged since this read and stamped with `truthAt`. Retried on a cancellation, at most
+    /// `attempts` times.
+    pub async fn repair(
+        &self,
+        deps: &Deps,
+        t: &TenantId,
+        truth_at: i64,
+        dry_run: bool,
+        attempts: u32,
+    ) -> Result<(Outcome, u64)> {
+        let guard = keys::tenant_connections(t)?;
+        let mut in_flight_all = 0;
+        for _ in 0..attempts {
+            let now = read_keys(deps, &self.keys).await?;
+            let repairs = |m: &BTreeMap<String, Snapshot>| m.get(&guard).and_then(|r| r.repairs);
+            if repairs(&now) != repairs(&self.read) {
+                return Ok((Outcome::Busy, in_flight_all));
+            }
+            let mut moves: Vec<(String, i64)> = Vec::new();
+            let (mut from, mut exact) = (0, true);
+            in_flight_all = 0;
+            for k in &self.keys {
+                let (b, r, n) = (self.before[k], self.read[k], now[k]);
+                let c = r.count.unwrap_or(0);
+                let truth = self.truth.get(k).copied().unwrap_or(0);
+                let in_flight = grew(b.reserved, r.reserved) + grew(r.released, n.released);
+                in_flight_all += in_flight;
+                from += n.count.unwrap_or(0);
+                exact &= c == truth;
+                let leak = c - truth - i64::try_from(in_flight).unwrap_or(i64::MAX);
+                let short =
+                    truth - c - i64::try_from(grew(r.reserved, n.reserved)).unwrap_or(i64::MAX);
+                if leak > 0 {
+                    moves.push((k.clone(), -leak));
+                } else if short > 0 {
+                    moves.push((k.clone(), short));
+                }
+            }
+            if moves.is_empty() {
+                return Ok((
+                    if exact {
+                        Outcome::Consistent
+                    } else {
+                        Outcome::Busy
+                    },
+                    in_flight_all,
+                ));
+            }
+            let to = from + moves.iter().map(|m| m.1).sum::<i64>();
+            let to_u = u64::try_from(to).unwrap_or(0);
+            if dry_run {
+                return Ok((Outcome::WouldRepair { from, to: to_u }, in_flight_all));
+            }
+            let guard_repairs = repairs(&now);
+            let guard_released = now[&guard].released;
+            let mut items = Vec::new();
+            let mut guarded = false;
+            // The guard is always in the transaction, moved or not.
+            if !moves.iter().any(|m| m.0 == guard) {
+                moves.push((guard.clone(), 0));
+            }
+            for (k, by) in &moves {
+                let mut p = Parts::default();
+                if *by != 0 {
+                    p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+                    p.value(":by", n(*by)).value(":one", n(1));
+                    p.add.push("#c :by".into());
+                    p.add.push("#v :one".into());
+                }
+                if *by < 0 {
+                    let was = if *k == guard {
+                        guard_released
+                    } else {
+                        now[k].released
+                    };
+                    unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", was);
+                    p.name("#ta", cattr::TRUTH_AT);
+                    p.value(":at", n(truth_at));
+                    p.set.push("#ta = :at".into());
+                }
+                if *k == guard && !guarded {
+                    guarded = true;
+                    unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", guard_repairs);
+                    p.value(":one", n(1));
+                    p.add.push("#rp :one".into());
+                }
+                let update = Update::builder()
+                    .table_name(&deps.tables.counters)
+                    .key(cattr::KEY, s(k.clone()))
+                    .set_condition_expression(p.condition())
+                    .update_expression(p.update())
+                    .set_expression_attribute_names(Some(p.names))
+                    .set_expression_attribute_values(Some(p.values))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::None,
+                    )
+                    .build()
+                    .map_err(|e| Error::build_request("a counter repair", e))?;
+                items.push(TransactWriteItem::builder().update(update).build());
+            }
+            items.truncate(100);
+            if matches!(
+                txn::send(&deps.dynamo, items).await?,
+                txn::Outcome::Committed
+            ) {
+                return Ok((Outcome::Repaired { from, to: to_u }, in_flight_all));
+            }
+        }
+        Ok((Outcome::Busy, in_flight_all))
+    }
+}
+
+fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
+    u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }

@@ -4,19 +4,17 @@
 //!
 //! | what removes the id | how the caller learns it | here |
 //! |---|---|---|
-//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds`, `ALL_OLD` | [`from_session`] |
+//! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds` with a request token, `ALL_OLD` | [`from_session`] |
 //! | session `DELETE` | `DeleteItem`, `ALL_OLD` | [`left_session`] |
 //! | `PUT` over an expired session | `PutItem`, `ALL_OLD` | [`left_session`] |
-//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone) | [`swept`] |
+//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the transaction of the decrements and the session count's) | [`swept`] |
 //!
-//! The decrement comes second and is sent at most once (no SDK retry of an unknown outcome): a
-//! crash or timeout between the two leaves the count one too high — an under-admission that the
-//! reconciler repairs — never too low. Costs: a disconnect 2 `UpdateItem` (2 WCU), 1 when nothing
-//! was released.
+//! Each decrement goes to the counter the connection was charged on (`chg:{cid}`, decision 2206)
+//! and comes second, sent at most once (no SDK retry of an unknown outcome): a crash or timeout
+//! between the two leaves the count one too high — an under-admission that the reconciler repairs
+//! — never too low. Costs: a disconnect 3 `UpdateItem` (3 WCU), 1 when nothing was released.
 
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem, Update};
 
 use super::connect::count_move;
 use super::shards;
@@ -24,9 +22,10 @@ use super::write::{self, Parts, Retries, Written};
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, n, s, Item};
+use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::{attr as sattr, store as sstore, Charges};
 use crate::Deps;
 
 /// How long a sweep's tombstone outlives its record: DynamoDB Streams keep records 24 hours.
@@ -39,7 +38,7 @@ pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(2 
 /// repair (the count stays high: the safe side). Decision 0306.
 pub const TRUTH_MARGIN: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Releases one connection (`$disconnect`). 2 `UpdateItem`; 1 when it had already been released,
+/// Releases one connection (`$disconnect`). 3 `UpdateItem`; 1 when it had already been released,
 /// never admitted, or its session is gone (whoever deleted the session released it). Returns
 /// whether this call released it.
 pub async fn disconnect(
@@ -51,98 +50,154 @@ pub async fn disconnect(
     Ok(from_session(deps, t, sid, std::slice::from_ref(cid)).await? == 1)
 }
 
-/// Removes `cids` from the session's `connectionIds` and decrements the tenant's count by the
-/// number this call removed (the others were not members: released already, or never admitted).
-/// 1 `UpdateItem`, plus 1 when something was removed.
+/// Removes `cids` from the session's `connectionIds` and decrements the tenant's count for each
+/// this call removed (the others were not members: released already, or never admitted), one id
+/// at a time ([`one_from_session`]).
 pub async fn from_session(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
     cids: &[ConnectionId],
 ) -> Result<u64> {
-    if cids.is_empty() {
-        return Ok(0);
+    let mut released = 0;
+    for cid in cids {
+        released += u64::from(one_from_session(deps, t, sid, cid).await?);
     }
+    Ok(released)
+}
+
+/// A random request token (64 bits, hex): the same in every SDK retry of one request.
+fn request_token() -> String {
+    format!("{:016x}", fastrand::u64(..))
+}
+
+/// Takes `cid` out of its session and, when this call took it, decrements the counter it was
+/// charged on — exactly once even when the SDK retries the session write after a lost answer
+/// (decision 2206). The write is conditioned on `contains(connectionIds, cid) OR rel:{cid} = tok`
+/// and sets `rel:{cid} = tok` (this call's token): a retry whose first attempt applied passes on
+/// its own token and is answered with an old image showing it, while a removal by anyone else
+/// leaves another token (or none) and refuses. Then, at once, the decrement (sent at most once)
+/// and the cleanup of `rel:{cid}` and `chg:{cid}` (conditioned on the token). 3 `UpdateItem`
+/// when released; 1 when it was not a member or the session is gone.
+async fn one_from_session(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    cid: &ConnectionId,
+) -> Result<bool> {
+    let token = request_token();
+    let rel = crate::session::release_attr(cid.as_str());
     let mut p = Parts::default();
     p.name("#ids", sattr::CONNECTION_IDS)
-        .name("#sid", sattr::SESSION_ID);
-    p.value(
-        ":gone",
-        AttributeValue::Ss(cids.iter().map(|c| c.to_string()).collect()),
-    );
+        .name("#sid", sattr::SESSION_ID)
+        .name("#rel", &rel);
+    p.value(":gone", AttributeValue::Ss(vec![cid.to_string()]))
+        .value(":cid", s(cid.as_str()))
+        .value(":tok", s(&token));
     p.conditions.push("attribute_exists(#sid)".into());
+    p.conditions
+        .push("contains(#ids, :cid) OR #rel = :tok".into());
     p.delete.push("#ids :gone".into());
+    p.set.push("#rel = :tok".into());
+    let key = sstore::key(t, sid);
     let old = match write::update(
         deps,
         &deps.tables.sessions,
-        &sstore::key(t, sid),
+        &key,
         &p,
-        // All of it: `connShards` (decision 1502) says which counter shard each id is on.
+        // All of it: `chg:{cid}` says which counter the id was charged on (decision 2206).
         ReturnValue::AllOld,
         Retries::Sdk,
     )
     .await?
     {
         Written::Applied(old) => old,
-        // The session is gone: whoever deleted it released its connections.
-        Written::Refused(_) => return Ok(0),
+        // Gone from the set (someone else released it) or the session is gone (whoever deleted
+        // it released its connections).
+        Written::Refused(_) => return Ok(false),
     };
-    let was = item::string_set(&old, sattr::CONNECTION_IDS);
-    let removed: Vec<&str> = cids
-        .iter()
-        .map(ConnectionId::as_str)
-        .filter(|c| was.iter().any(|w| w == c))
-        .collect();
-    release(deps, t, &removed, shards::of_item(&old), None).await?;
-    Ok(removed.len() as u64)
+    let ids = [cid.as_str()];
+    let charges = sstore::charges(&old);
+    let mut clean = Parts::default();
+    clean
+        .name("#rel", &rel)
+        .name("#chg", &crate::session::charge_attr(cid.as_str()));
+    clean.value(":tok", s(&token));
+    clean.conditions.push("#rel = :tok".into());
+    clean.remove.push("#rel".into());
+    clean.remove.push("#chg".into());
+    let cleanup = write::update(
+        deps,
+        &deps.tables.sessions,
+        &key,
+        &clean,
+        ReturnValue::None,
+        Retries::Sdk,
+    );
+    let (released, cleaned) = futures::join!(release(deps, t, &ids, &charges, None), cleanup);
+    if let Err(e) = cleaned {
+        // Only a few bytes left on the session (its next DELETE or expiry takes them).
+        tracing::warn!(tenant = %t, error = %e, "cleaning a release's token failed");
+    }
+    released?;
+    Ok(true)
 }
 
 /// Decrements the tenant's count for the connections `released` that left a session the caller
-/// deleted or replaced (it holds the old image, and its `connShards`: `shards`). 1 `UpdateItem`
-/// (one per shard touched when sharded); none when nothing was released.
+/// deleted or replaced (it holds the old image, and where each was charged: `charges`). 1
+/// `UpdateItem` per counter charged; none when nothing was released.
 pub async fn left_session(
     deps: &Deps,
     t: &TenantId,
     released: &[ConnectionId],
-    shards: u64,
+    charges: &Charges,
 ) -> Result<()> {
     let ids: Vec<&str> = released.iter().map(ConnectionId::as_str).collect();
-    release(deps, t, &ids, shards, None).await?;
+    release(deps, t, &ids, charges, None).await?;
     Ok(())
 }
 
-/// Decrements the count for `ids`: `{tenant}` by their number, or, for a sharded tenant, each
-/// shard by the ids hashing to it (decision 1502). Whether every decrement applied.
+/// The counter item a connection's release decrements: the one its `chg:{cid}` names (decision
+/// 2206), or, for a connection that joined before that record existed, `{tenant}` or the shard
+/// its id hashes to among the session's `connShards` (decision 1502). `(key, floored)`: only
+/// `{tenant}` keeps its floor at zero.
+pub fn target(t: &TenantId, cid: &str, charges: &Charges) -> Result<(String, bool)> {
+    let shard = match charges.recorded.get(cid) {
+        Some(&i) if i == crate::session::TENANT_COUNTER => None,
+        Some(&i) => Some(u64::try_from(i).unwrap_or(0)),
+        None if charges.shards <= 1 => None,
+        None => Some(shards::shard_of(cid, charges.shards)),
+    };
+    Ok(match shard {
+        None => (keys::tenant_connections(t)?, true),
+        Some(i) => (keys::connection_shard(t, i)?, false),
+    })
+}
+
+/// Decrements the count for `ids`, each on the counter it was charged on ([`target`]): 1
+/// `UpdateItem` per counter. Whether every decrement applied.
 async fn release(
     deps: &Deps,
     t: &TenantId,
     ids: &[&str],
-    shards: u64,
+    charges: &Charges,
     truth_before: Option<i64>,
 ) -> Result<bool> {
-    if ids.is_empty() {
-        return Ok(true);
-    }
-    if shards <= 1 {
-        let key = keys::tenant_connections(t)?;
-        return decrement(deps, t, &key, ids.len() as u64, truth_before, true).await;
-    }
-    let mut per: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut per: std::collections::BTreeMap<(String, bool), u64> = Default::default();
     for c in ids {
-        *per.entry(shards::shard_of(c, shards)).or_default() += 1;
+        *per.entry(target(t, c, charges)?).or_default() += 1;
     }
     let mut all = true;
-    for (i, k) in per {
-        let key = keys::connection_shard(t, i)?;
-        all &= decrement(deps, t, &key, k, truth_before, false).await?;
+    for ((key, floored), k) in per {
+        all &= decrement(deps, t, &key, k, truth_before, floored).await?;
     }
     Ok(all)
 }
 
 /// Gives back the tenant's unit of session count for one session row that is gone (decision
-/// 2204): `DELETE`, whose `DeleteItem` returned the row to this caller only, or a sweep (with its
-/// `truth_before`, as for connections). 1 `UpdateItem`, sent at most once, floored at 0. Whether it
-/// applied (a refusal leaves the count high: the safe side, for the reconciler).
+/// 2204): `DELETE`, whose `DeleteItem` returned the row to this caller only (a sweep gives it back
+/// inside its own transaction: [`swept`]). 1 `UpdateItem`, sent at most once, floored at 0.
+/// Whether it applied (a refusal leaves the count high: the safe side, for the reconciler).
 pub async fn session_ended(deps: &Deps, t: &TenantId, truth_before: Option<i64>) -> Result<bool> {
     let key = keys::sessions(t)?;
     decrement(deps, t, &key, 1, truth_before, true).await
@@ -161,11 +216,12 @@ pub enum Swept {
 }
 
 /// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
-/// delivered: a tombstone `{tenant}:swept:{session}:{eventId}` is put first (1 `PutItem`,
-/// conditional), then the session count (1 `UpdateItem`; decision 2204) and the connections' count
-/// (1 `UpdateItem`, none without connections) are decremented, each unless the reconciler's truth
-/// already left this session out (its item's `truthAt` at or after `deleted_at`, within
-/// [`TRUTH_MARGIN`]). The return value is about the connections.
+/// delivered and whatever stops the sweeper: the tombstone `{tenant}:swept:{session}:{eventId}`
+/// (conditional), the session count's decrement (decision 2204, sessions per tenant) and the
+/// decrement of each counter its connections were charged on are one `TransactWriteItems` with a
+/// `ClientRequestToken` (a retry after a lost answer applies nothing twice: decision 2206). A
+/// counter whose reconciler truth already left this session out (`truthAt` at or after
+/// `deleted_at`, within [`TRUTH_MARGIN`]) drops out. The return value is about the connections.
 pub async fn swept(
     deps: &Deps,
     t: &TenantId,
@@ -173,7 +229,7 @@ pub async fn swept(
     event_id: &str,
     deleted_at: Timestamp,
     ids: &[ConnectionId],
-    shards: u64,
+    charges: &Charges,
 ) -> Result<Swept> {
     let released = ids.len() as u64;
     let now = deps.clock.now();
@@ -188,37 +244,118 @@ pub async fn swept(
         ),
     ]);
     tomb.retain(|_, v| !matches!(v, AttributeValue::S(s) if s.is_empty()));
-    let skip = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
-    let put = deps
-        .dynamo
-        .put_item()
-        .table_name(&deps.tables.counters)
-        .set_item(Some(tomb))
-        .condition_expression("attribute_not_exists(#k)")
-        .expression_attribute_names("#k", cattr::KEY)
-        .send()
-        .await;
-    match put {
-        Ok(_) => {}
-        Err(_) if skip => {}
-        Err(SdkError::ServiceError(se))
-            if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-        {
-            return Ok(Swept::AlreadySwept)
-        }
-        Err(e) => return Err(Error::dynamo("PutItem", e)),
-    }
     let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
-    session_ended(deps, t, Some(before)).await?;
-    if released == 0 {
-        return Ok(Swept::Released(0));
+    let mut per: std::collections::BTreeMap<(String, bool), u64> = Default::default();
+    for c in ids {
+        *per.entry(target(t, c.as_str(), charges)?).or_default() += 1;
     }
-    let ids: Vec<&str> = ids.iter().map(ConnectionId::as_str).collect();
-    Ok(if release(deps, t, &ids, shards, Some(before)).await? {
-        Swept::Released(released)
-    } else {
-        Swept::Counted
-    })
+    let connection_counters = per.len();
+    // The session's unit of the tenant's session count (floored at zero), in the same
+    // transaction: given back exactly when the connections are.
+    let session_key = (keys::sessions(t)?, true);
+    per.insert(session_key.clone(), 1);
+    // A mutation test's defect (decision 2300): no tombstone condition and a fresh token, so a
+    // redelivered record releases again.
+    let unfenced = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
+    // Counters whose truth already left this session out (refused for `truthAt`) drop out.
+    for _ in 0..SWEEP_ATTEMPTS {
+        let plan: Vec<((String, bool), u64)> = per.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        if plan.is_empty() {
+            return Ok(Swept::Counted);
+        }
+        let mut put = Put::builder()
+            .table_name(&deps.tables.counters)
+            .set_item(Some(tomb.clone()));
+        if !unfenced {
+            put = put
+                .condition_expression("attribute_not_exists(#k)")
+                .expression_attribute_names("#k", cattr::KEY);
+        }
+        let put = put
+            .build()
+            .map_err(|e| Error::build_request("a sweep tombstone", e))?;
+        let mut items = vec![TransactWriteItem::builder().put(put).build()];
+        for ((key, floored), k) in &plan {
+            let p = decrement_parts(*k, Some(before), *floored);
+            let update = Update::builder()
+                .table_name(&deps.tables.counters)
+                .key(cattr::KEY, s(key.clone()))
+                .set_condition_expression(p.condition())
+                .update_expression(p.update())
+                .set_expression_attribute_names(Some(p.names))
+                .set_expression_attribute_values(Some(p.values))
+                .build()
+                .map_err(|e| Error::build_request("a sweep decrement", e))?;
+            items.push(TransactWriteItem::builder().update(update).build());
+        }
+        // The same record and plan give the same token: a retry, or a redelivery within 10
+        // minutes, of a sweep that applied is answered as committed and applies nothing.
+        // Tokens are the account's: the table names this deployment's record apart.
+        let mut text = format!("{}|{event_id}", deps.tables.counters);
+        for ((key, _), k) in &plan {
+            text.push_str(&format!("|{key}={k}"));
+        }
+        if unfenced {
+            text.push_str(&request_token());
+        }
+        let token = format!("{:016x}{:016x}", fnv(0, &text), fnv(1, &text));
+        match txn::send_with_token(&deps.dynamo, items, &token).await? {
+            txn::Outcome::Committed => {
+                // Only the connection counters decide: the session count is not about them.
+                let conns = plan.iter().filter(|(k, _)| *k != session_key).count();
+                return Ok(if conns == connection_counters {
+                    Swept::Released(released)
+                } else {
+                    Swept::Counted
+                });
+            }
+            txn::Outcome::Cancelled(reasons) => {
+                if matches!(reasons.first(), Some(txn::Reason::ConditionFailed(_))) {
+                    return Ok(Swept::AlreadySwept);
+                }
+                for (((key, floored), _), r) in plan.iter().zip(reasons.iter().skip(1)) {
+                    if matches!(r, txn::Reason::ConditionFailed(_)) {
+                        tracing::warn!(tenant = %t, counter = %key, "sweep not decremented: counted by the reconciler's truth");
+                        per.remove(&(key.clone(), *floored));
+                    }
+                }
+            }
+        }
+    }
+    Err(Error::contended(
+        format!("sweeping a session of tenant {t}"),
+        SWEEP_ATTEMPTS,
+    ))
+}
+
+/// Transactions a sweep tries (conflicts, and counters dropping out for `truthAt`).
+const SWEEP_ATTEMPTS: u32 = 4;
+
+/// 64-bit FNV-1a of `text`, seeded: a stable token part (not `std`'s hasher, whose output may
+/// change between builds).
+fn fnv(seed: u64, text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The parts of a decrement of `k` (see [`decrement`]).
+fn decrement_parts(k: u64, truth_before: Option<i64>, floored: bool) -> Parts {
+    let mut p = Parts::default();
+    count_move(&mut p, -(k as i64));
+    if floored {
+        p.conditions.push("#c >= :size".into());
+    }
+    if let Some(before) = truth_before {
+        p.name("#ta", cattr::TRUTH_AT);
+        p.value(":before", n(before));
+        p.conditions
+            .push("attribute_not_exists(#ta) OR #ta < :before".into());
+    }
+    p
 }
 
 /// `ADD itemCount -k, ver 1` on `key` (`{tenant}`, or a shard), only while the count is at least
@@ -234,17 +371,7 @@ async fn decrement(
     floored: bool,
 ) -> Result<bool> {
     let key = Item::from([(cattr::KEY.to_string(), s(key))]);
-    let mut p = Parts::default();
-    count_move(&mut p, -(k as i64));
-    if floored {
-        p.conditions.push("#c >= :size".into());
-    }
-    if let Some(before) = truth_before {
-        p.name("#ta", cattr::TRUTH_AT);
-        p.value(":before", n(before));
-        p.conditions
-            .push("attribute_not_exists(#ta) OR #ta < :before".into());
-    }
+    let p = decrement_parts(k, truth_before, floored);
     let retries = if crate::mutation::active(deps, crate::mutation::Mutation::RetriedDecrement) {
         Retries::Sdk
     } else {

@@ -3,7 +3,7 @@
 //! past the cap (DynamoDB evaluates the count's condition on the item as serialised writes leave
 //! it) and no crash leaves a row uncounted. The unit is given back exactly once, by whoever learns
 //! the row is gone: session `DELETE` (its `DeleteItem` returns the row to one caller only) and the
-//! TTL sweeper (once per stream record, behind its tombstone). A lost give-back leaves the count
+//! TTL sweeper (once per stream record, in its tombstone's transaction: decision 2206). A lost give-back leaves the count
 //! high (refusing early: the safe side) until the reconciler repairs it.
 //!
 //! | path | calls | write units |
@@ -14,7 +14,7 @@
 //! | `PUT` over an expired row | 1 UpdateItem + 1 PutItem, as before (one session replaces another) | 2 |
 //! | `PUT` refused by the cap | 1 TransactWriteItems (cancelled) | 4 as metered (a cancelled transaction charged in full) |
 //! | `DELETE` | + 1 UpdateItem (the count) | + 1 |
-//! | TTL sweep of a session | + 1 UpdateItem; + 1 PutItem (the tombstone) when it held no connection | + 1 or 2 |
+//! | TTL sweep of a session | + 1 item in the sweep's TransactWriteItems (1 call of tombstone + session count when it held no connection) | + 2 (4 without connections) |
 
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 

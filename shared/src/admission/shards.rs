@@ -57,6 +57,9 @@ pub struct Counter {
     pub minute_cap: u64,
     /// A shard: no settling waits (another shard is tried instead) and no floor at zero.
     pub sharded: bool,
+    /// What a connection charged here records (`chg:{cid}`): the shard, or
+    /// `session::TENANT_COUNTER`.
+    pub index: i64,
 }
 
 /// Whether a counter item read as `old` has room for one connection under `on`'s caps at `now`
@@ -92,6 +95,7 @@ fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter
         cap: share(limits.tenant_connections, n, i32_) + over,
         minute_cap: share(limits.tenant_per_minute, n, i32_),
         sharded: true,
+        index: i64::from(i32_),
     })
 }
 
@@ -120,6 +124,11 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
         let mut room = Vec::new();
         for i in 0..n {
             let Some(old) = rows.get(&i) else { continue };
+            if let Some(layout) = connect::fenced(old.as_ref(), n) {
+                ask.relayout
+                    .store(layout, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Err(answer));
+            }
             let on = counter(deps, t, limits, i)?;
             let count = old
                 .as_ref()
@@ -158,16 +167,10 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     let mut wanted = Vec::new();
     for i in 0..n {
         let k = keys::connection_shard(t, i)?;
-        wanted.push(Item::from([(cattr::KEY.to_string(), s(k.clone()))]));
+        wanted.push(k.clone());
         index.insert(k, i);
     }
-    let built = KeysAndAttributes::builder()
-        .set_keys(Some(wanted))
-        .consistent_read(true)
-        .build()
-        .map_err(|e| Error::build_request("BatchGetItem", e))?;
-    let request = HashMap::from([(deps.tables.counters.clone(), built)]);
-    let (rows, request) = crate::dynamo::batch_get(&deps.dynamo, request).await?;
+    let (rows, request) = read_counters(deps, &wanted).await?;
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();
     for it in rows.get(&deps.tables.counters).into_iter().flatten() {
         if let Some(i) = it
@@ -192,6 +195,28 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     Ok(out)
 }
 
+/// One strongly consistent `BatchGetItem` of these counter keys (≤ 100): the rows, and what
+/// DynamoDB left unprocessed after `batch_get`'s retries.
+pub(crate) async fn read_counters(
+    deps: &Deps,
+    keys: &[String],
+) -> Result<(
+    HashMap<String, Vec<Item>>,
+    HashMap<String, KeysAndAttributes>,
+)> {
+    let wanted = keys
+        .iter()
+        .map(|k| Item::from([(cattr::KEY.to_string(), s(k.clone()))]))
+        .collect();
+    let built = KeysAndAttributes::builder()
+        .set_keys(Some(wanted))
+        .consistent_read(true)
+        .build()
+        .map_err(|e| Error::build_request("BatchGetItem", e))?;
+    let request = HashMap::from([(deps.tables.counters.clone(), built)]);
+    crate::dynamo::batch_get(&deps.dynamo, request).await
+}
+
 /// The open connections counted over every shard (a sum of consistent reads, not one snapshot:
 /// for reports and tests). Unread shards count 0.
 pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
@@ -201,6 +226,66 @@ pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
         .flatten()
         .filter_map(|it| item::num(it, cattr::ITEM_COUNT))
         .sum())
+}
+
+/// The counter items of a layout of `n` shards: `{tenant}` when `n` is 1, else its shards.
+pub(crate) fn layout_keys(t: &TenantId, n: u64) -> Result<Vec<String>> {
+    if n <= 1 {
+        return Ok(vec![keys::tenant_connections(t)?]);
+    }
+    (0..n.min(MAX_CONNECTION_SHARDS))
+        .map(|i| Ok(keys::connection_shard(t, i)?))
+        .collect()
+}
+
+/// Fences a reshard of `t` from `from` to `to` shards (decision 2206), before the tenant row is
+/// changed: every counter item of the old layout gets `layout = to` in one write (a
+/// `TransactWriteItems` of up to 100 updates, so no old item admits once any refuses), then
+/// every item of the new layout that is not one of those. From then on a step 1 planned on an
+/// older row is refused by the first item it tries and planned again on `to`: two layouts never
+/// admit side by side, whatever the authorizers' caches hold. 1 call when `from` is 1, otherwise
+/// 1 `TransactWriteItems`; plus 1 for the new layout's other items.
+pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> {
+    if from == to {
+        return Ok(());
+    }
+    let old = layout_keys(t, from)?;
+    let new: Vec<String> = layout_keys(t, to)?
+        .into_iter()
+        .filter(|k| !old.contains(k))
+        .collect();
+    for group in [old, new] {
+        let mut items = Vec::with_capacity(group.len());
+        for k in group {
+            let update = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&deps.tables.counters)
+                .key(cattr::KEY, s(k))
+                .update_expression("SET #lay = :lay, #span = :span")
+                .expression_attribute_names("#lay", cattr::LAYOUT)
+                .expression_attribute_names("#span", cattr::LAYOUT_SPAN)
+                .expression_attribute_values(":lay", item::n(to))
+                .expression_attribute_values(":span", item::n(from.max(to)))
+                .build()
+                .map_err(|e| Error::build_request("a layout fence", e))?;
+            items.push(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(update)
+                    .build(),
+            );
+        }
+        if items.is_empty() {
+            continue;
+        }
+        match crate::dynamo::txn::send(&deps.dynamo, items).await? {
+            crate::dynamo::txn::Outcome::Committed => {}
+            crate::dynamo::txn::Outcome::Cancelled(r) => {
+                return Err(Error::Other(format!(
+                    "fencing the counters of tenant {t} for {to} shard(s) was cancelled: {r:?}"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

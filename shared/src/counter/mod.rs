@@ -38,6 +38,13 @@ pub mod attr {
     /// On `{tenant}`: repairs ever applied by the reconciler; a repair is conditioned on it, so
     /// two reconcilers never subtract the same leak twice.
     pub const REPAIRS: &str = "repairs";
+    /// On `{tenant}` and its shards, once the tenant was resharded: the `connectionShards` now in
+    /// force. Step 1 is conditioned on it (absent, or equal to the layout the connect believes),
+    /// so a process holding an older tenant row cannot charge a retired layout (decision 2206).
+    pub const LAYOUT: &str = "layout";
+    /// On the fenced items: the most shards either layout of the last reshard had, so the
+    /// reconciler knows which counters may still hold connections (decision 2206).
+    pub const LAYOUT_SPAN: &str = "layoutSpan";
 }
 
 pub fn table(name: &str) -> TableDef {

@@ -68,6 +68,27 @@ pub async fn send(client: &Client, items: Vec<TransactWriteItem>) -> Result<Outc
     }
 }
 
+/// [`send`] with a `ClientRequestToken`: the SDK's retry of an attempt that applied but lost its
+/// answer carries the same token, and DynamoDB answers it as committed without applying it again
+/// (for 10 minutes; after that its conditions decide). 1 round trip.
+pub async fn send_with_token(
+    client: &Client,
+    items: Vec<TransactWriteItem>,
+    token: &str,
+) -> Result<Outcome> {
+    let n = items.len();
+    match client
+        .transact_write_items()
+        .set_transact_items(Some(items))
+        .client_request_token(token)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(Outcome::Committed),
+        Err(e) => cancelled(e, n).map(Outcome::Cancelled),
+    }
+}
+
 /// The per-item reasons of a failed TransactWriteItems of `n` items, or the error when it was not
 /// cancelled. Reasons that do not align with the items, and a `TransactionInProgressException`,
 /// blame no item: every item reads [`Reason::Conflict`] (retry).

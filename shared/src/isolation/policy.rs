@@ -88,7 +88,7 @@ pub const TENANT_ACCESS: &[TenantAccess] = &[
             RELEASE,
         ],
     },
-    // a tombstone per stream record (PutItem), then the count down
+    // a tombstone per stream record (PutItem) and the count down (UpdateItem), in one transaction
     TenantAccess {
         function: "ttl-sweeper",
         tables: &[(Counters, &["dynamodb:PutItem", "dynamodb:UpdateItem"])],

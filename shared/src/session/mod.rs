@@ -31,6 +31,55 @@ pub mod attr {
     /// tickets name it, so a ticket does not survive its session's delete or re-create (decision
     /// 2100). Not returned by the API.
     pub const SESSION_NONCE: &str = "sessionNonce";
+    /// `chg:{cid}`: the counter connection `cid` was charged on at its `$connect` (a number: its
+    /// shard, or [`super::TENANT_COUNTER`]), written by the join and removed by the release that
+    /// takes the id out, so every release goes back where the unit was taken (decision 2206).
+    pub const CHARGE_PREFIX: &str = "chg:";
+    /// `rel:{cid}`: the request token of the release that took `cid` out, until that release
+    /// has decremented (so the SDK's retry of its session write knows its own earlier attempt:
+    /// decision 2206).
+    pub const RELEASE_PREFIX: &str = "rel:";
+}
+
+/// The `chg:{cid}` value of a connection charged on the tenant's one `{tenant}` counter.
+pub const TENANT_COUNTER: i64 = -1;
+
+/// The name of `cid`'s charge attribute on its session (`chg:{cid}`).
+pub fn charge_attr(cid: &str) -> String {
+    format!("{}{cid}", attr::CHARGE_PREFIX)
+}
+
+/// The name of `cid`'s release-token attribute on its session (`rel:{cid}`).
+pub fn release_attr(cid: &str) -> String {
+    format!("{}{cid}", attr::RELEASE_PREFIX)
+}
+
+/// Where a session's connections were charged, as its item (or stream image) recorded it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Charges {
+    /// Connection id → its `chg:{cid}`: a shard index, or [`TENANT_COUNTER`].
+    pub recorded: std::collections::BTreeMap<String, i64>,
+    /// `connShards` (1 when absent): a connection with no record joined before decision 2206
+    /// and is released as 1502 said, to the shard its id hashes to among these.
+    pub shards: u64,
+}
+
+impl Charges {
+    /// Reads every `chg:{cid}` number of an item's attributes (`num` reads one value).
+    pub fn from_attrs<'a, V: 'a>(
+        attrs: impl IntoIterator<Item = (&'a String, &'a V)>,
+        num: impl Fn(&V) -> Option<i64>,
+        shards: u64,
+    ) -> Charges {
+        let recorded = attrs
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let cid = k.strip_prefix(attr::CHARGE_PREFIX)?;
+                num(v).map(|i| (cid.to_string(), i))
+            })
+            .collect();
+        Charges { recorded, shards }
+    }
 }
 
 pub fn table(name: &str) -> TableDef {
@@ -63,9 +112,9 @@ pub struct Session {
     pub session_ttl: i64,
     /// Open connections, sorted.
     pub connection_ids: Vec<String>,
-    /// Counter shards its connections were counted on (1: the tenant's one counter).
+    /// Where each connection was charged (decision 2206).
     #[serde(skip)]
-    pub connection_shards: u64,
+    pub charges: Charges,
     /// `sessionNonce` (absent on rows written before tickets existed, until their next refresh).
     #[serde(skip)]
     pub nonce: Option<String>,

@@ -22,6 +22,15 @@ pub fn connection_shards(it: &Item) -> u64 {
         .map_or(1, |v| v.clamp(1, MAX_CONNECTION_SHARDS))
 }
 
+/// Where the connections of a session item (or its `ALL_OLD` image) were charged.
+pub fn charges(it: &Item) -> super::Charges {
+    super::Charges::from_attrs(
+        it,
+        |v| v.as_n().ok().and_then(|n| n.parse().ok()),
+        connection_shards(it),
+    )
+}
+
 /// The session's key. Its leading (partition) key is the tenant id itself, taken from the validated
 /// [`TenantId`], so it passes the key guard by construction (no format to get wrong; tested below).
 pub fn key(t: &TenantId, sid: &SessionId) -> HashMap<String, AttributeValue> {
@@ -39,7 +48,7 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
         session_id: item::string(it, table, attr::SESSION_ID)?,
         session_ttl: item::opt_number_i64(it, table, attr::SESSION_TTL)?.unwrap_or(0),
         connection_ids,
-        connection_shards: connection_shards(it),
+        charges: charges(it),
         nonce: item::opt_str(it, table, attr::SESSION_NONCE)?,
     })
 }
@@ -116,7 +125,7 @@ pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session 
         session_id: sid.to_string(),
         session_ttl: ttl,
         connection_ids: vec![],
-        connection_shards: 1,
+        charges: Default::default(),
         nonce: Some(nonce),
     }
 }

@@ -45,6 +45,16 @@ pub fn recorded_shards(r: &EventRecord) -> u64 {
     }
 }
 
+/// Where the expired session's connections were charged (`chg:{cid}`, and `connShards` for
+/// connections that joined before decision 2206).
+pub fn charges(r: &EventRecord) -> super::Charges {
+    let num = |v: &AttributeValue| match v {
+        AttributeValue::N(n) => n.parse().ok(),
+        _ => None,
+    };
+    super::Charges::from_attrs(r.change.old_image.iter(), num, recorded_shards(r))
+}
+
 /// What one expired session held: tenant, session and connection ids, or why the image is
 /// unusable.
 pub fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<String>), String> {

@@ -86,6 +86,11 @@ pub(super) async fn join_inner(
             p.value(":nonce", s(nonce));
             p.conditions.push("#nonce = :nonce".into());
         }
+        // Where the unit was taken travels with the connection: its release goes back there
+        // whatever the session or the tenant row says then (decision 2206).
+        p.name("#chg", &crate::session::charge_attr(cid.as_str()));
+        p.value(":chg", n(reservation.charged));
+        p.set.push("#chg = :chg".into());
         if limits.connection_shards > 1 {
             p.name("#nsh", sattr::CONNECTION_SHARDS);
             p.value(":nsh", n(limits.connection_shards));

@@ -32,23 +32,59 @@ pub async fn reserve(
     if let Some(limit) = zero_limit(limits) {
         return Ok(Err(refusal(limit, limits, now, t, sid, None)));
     }
+    let none = std::sync::atomic::AtomicU64::new(0);
     let ask = Ask {
         deps,
         t,
         sid,
         limits,
         hints,
+        relayout: &none,
     };
-    if limits.connection_shards > 1 {
-        return shards::reserve(ask).await;
+    // A counter fenced for another layout (the tenant was resharded; this process holds an older
+    // row) refuses and names the layout in force: the connect is planned again on it, at most
+    // twice (a third layout within one connect means the operator is resharding again).
+    let relayout = std::sync::atomic::AtomicU64::new(0);
+    let mut now_limits = *limits;
+    let mut answer = None;
+    for _ in 0..3 {
+        let ask = Ask {
+            limits: &now_limits,
+            relayout: &relayout,
+            ..ask
+        };
+        let got = if now_limits.connection_shards > 1 {
+            shards::reserve(ask).await?
+        } else {
+            let on = Counter {
+                key: keys::tenant_connections(t)?,
+                cap: now_limits.tenant_connections,
+                minute_cap: now_limits.tenant_per_minute,
+                sharded: false,
+                index: crate::session::TENANT_COUNTER,
+            };
+            reserve_on(ask, &on).await?
+        };
+        match (got, relayout.swap(0, std::sync::atomic::Ordering::Relaxed)) {
+            (Err(refused), layout) if layout > 0 => {
+                tracing::info!(tenant = %t, from = now_limits.connection_shards, to = layout, "counter layout changed; planning again");
+                now_limits = now_limits.with_connection_shards(layout);
+                answer = Some(refused);
+            }
+            (got, _) => return Ok(got),
+        }
     }
-    let on = Counter {
-        key: keys::tenant_connections(t)?,
-        cap: limits.tenant_connections,
-        minute_cap: limits.tenant_per_minute,
-        sharded: false,
-    };
-    reserve_on(ask, &on).await
+    Ok(Err(answer.unwrap_or_else(|| {
+        refusal(Limit::TenantConnections, limits, now, t, sid, None)
+    })))
+}
+
+/// The layout a counter item is fenced for, when it differs from `believed` (decision 2206).
+pub(crate) fn fenced(old: Option<&Item>, believed: u64) -> Option<u64> {
+    let layout = old
+        .and_then(|o| item::num(o, cattr::LAYOUT))
+        .and_then(|l| u64::try_from(l).ok())?;
+    (layout != believed).then_some(layout.clamp(1, crate::tenant::MAX_CONNECTION_SHARDS))
 }
 
 /// One step-1 request: for whom, under which limits, with this process's hints.
@@ -59,6 +95,9 @@ pub(crate) struct Ask<'a> {
     pub sid: &'a SessionId,
     pub limits: &'a Limits,
     pub hints: &'a Hints,
+    /// Set (non-zero) to the layout in force when a counter refused because it is fenced for
+    /// another (decision 2206).
+    pub relayout: &'a std::sync::atomic::AtomicU64,
 }
 
 /// Step 1 on one counter item: `ADD itemCount 1` under `itemCount < cap` and room this minute.
@@ -72,6 +111,7 @@ pub(crate) async fn reserve_on(
         sid,
         limits,
         hints,
+        relayout,
     } = ask;
     let now = deps.clock.now();
     let key_text = on.key.clone();
@@ -88,6 +128,10 @@ pub(crate) async fn reserve_on(
         p.value(":cap", n(cap)).value(":at", n(now.as_millis()));
         p.conditions
             .push("attribute_not_exists(#c) OR #c < :cap".into());
+        p.name("#lay", cattr::LAYOUT);
+        p.value(":lay", n(limits.connection_shards));
+        p.conditions
+            .push("attribute_not_exists(#lay) OR #lay = :lay".into());
         minute.write(&mut p, &TENANT_MINUTE);
         p.set.push("#at = :at".into());
         // At most once: an SDK retry of an attempt that applied but lost its answer would
@@ -100,6 +144,7 @@ pub(crate) async fn reserve_on(
                     tenant: t.clone(),
                     key: key_text,
                     sharded: on.sharded,
+                    charged: on.index,
                     minute,
                     at: now,
                     reserved: std::time::Instant::now(),
@@ -107,6 +152,17 @@ pub(crate) async fn reserve_on(
             }
             Written::Refused(old) => {
                 let old = old.as_ref();
+                if let Some(layout) = fenced(old, limits.connection_shards) {
+                    relayout.store(layout, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(Err(refusal(
+                        Limit::TenantConnections,
+                        limits,
+                        now,
+                        t,
+                        sid,
+                        None,
+                    )));
+                }
                 hints.set(&key_text, TENANT_MINUTE.stored(alg, old));
                 let count = old
                     .and_then(|o| item::num(o, cattr::ITEM_COUNT))

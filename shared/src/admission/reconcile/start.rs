@@ -54,7 +54,7 @@ pub(super) async fn before(
     let Some(p) = probe else {
         return;
     };
-    match sessions(&w.deps, &w.tenant, w.shards).await {
+    match sessions(&w.deps, &w.tenant, w.shards, None, w.each.is_some()).await {
         Ok(ss) => {
             let ids: Vec<(String, String)> = ss
                 .into_iter()

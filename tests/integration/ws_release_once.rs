@@ -1,0 +1,183 @@
+//! Releases exactly once when DynamoDB's answers are lost (issue 22 item 11c, decision 2206): the
+//! SDK's retry of a write that applied must not be taken for "someone else released it", and a
+//! sweeper stopped between its tombstone and its decrement must still release once when the
+//! stream record comes again. Faults from `turnstile-faultproxy` (decision 0900).
+
+use std::time::Duration;
+
+use aws_lambda_events::dynamodb::Event;
+use serde_json::json;
+use shared::dynamo::local_client;
+use shared::tenant::Limits;
+use turnstile_faultproxy::{FaultProxy, Policy};
+
+use crate::ws_support::*;
+
+const T: &str = "tenant-once";
+
+fn limits() -> Limits {
+    Limits::example(1_000, 1_000, 10, 10, 300, 600)
+}
+
+/// A world whose client goes through a fault proxy (the functions' states are unchanged: each
+/// call gets the client through `w.deps()`).
+async fn proxied_world() -> (World, FaultProxy) {
+    let mut w = World::new().await;
+    let proxy = FaultProxy::start(&w.env.endpoint)
+        .await
+        .expect("proxy starts");
+    w.env.deps.dynamo = local_client(&proxy.url(), Some(&w.env.counter));
+    (w, proxy)
+}
+
+/// The TTL record of `s` holding `ids`, deleted well after any reconcile.
+fn expiry(w: &World, s: &str, ids: &[String], charges: serde_json::Value) -> Event {
+    let mut record = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
+    record["eventID"] = json!(format!("ttl-{s}"));
+    let later = shared::clock::Clock::now(&w.env.clock).as_secs() + 600;
+    record["dynamodb"]["ApproximateCreationDateTime"] = json!(later);
+    let mut image = json!({
+        "tenantId": {"S": T}, "sessionId": {"S": s}, "sessionTTL": {"N": "1"},
+        "connectionIds": {"SS": ids}
+    });
+    for (k, v) in charges.as_object().unwrap() {
+        image[k] = v.clone();
+    }
+    record["dynamodb"]["OldImage"] = image;
+    typed(json!({ "Records": [record] }))
+}
+
+/// The tenant's session count (decision 2204).
+fn sessions_key() -> String {
+    format!("{T}:sessions")
+}
+
+/// Two connections in `s1`, as the stream's old image would show them after a TTL deletion.
+async fn two_open(w: &World) -> (Vec<String>, serde_json::Value) {
+    w.put_tenant(T, limits()).await;
+    w.put_session(T, "s1").await;
+    for c in ["a=", "b="] {
+        assert_eq!(w.connect(T, "s1", c, &limits()).await.status_code, 200);
+    }
+    assert_eq!(w.count(T).await, Some(2));
+    assert_eq!(w.count(&sessions_key()).await, Some(1));
+    let ids = vec!["a=".to_string(), "b=".to_string()];
+    let charges = json!({"chg:a=": {"N": "-1"}, "chg:b=": {"N": "-1"}});
+    (ids, charges)
+}
+
+/// The sweep's write applied but its answer was lost: the SDK sent it again. On main the
+/// tombstone's `PutItem` retried into "already swept" and the count kept both units; the sweep
+/// (tombstone and decrement in one transaction with a request token) is answered as applied
+/// and the count falls by exactly 2, and a later delivery of the record releases nothing.
+#[tokio::test]
+async fn a_sweep_whose_answer_is_lost_releases_exactly_once() {
+    let (w, proxy) = proxied_world().await;
+    let (ids, charges) = two_open(&w).await;
+    let ev = expiry(&w, "s1", &ids, charges);
+    proxy.set_policy(Policy::lose_answers(1).only(["PutItem", "TransactWriteItems"]));
+    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    assert_eq!(w.count(T).await, Some(0), "released once ({r:?})");
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(0),
+        "session given back"
+    );
+    let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+    assert!(again.batch_item_failures.is_empty());
+    assert_eq!(w.count(T).await, Some(0), "and never twice");
+    assert_eq!(w.count(&sessions_key()).await, Some(0));
+}
+
+/// The sweeper stops (its future dropped: a crash or a timeout) after its tombstone and before
+/// its decrement, then the record is delivered again. On main the tombstone made the second
+/// delivery "already swept": the two units were never released. Now no stop point lies between
+/// the two (one transaction): the units are released exactly once over the two deliveries.
+#[tokio::test]
+async fn a_sweeper_stopped_between_tombstone_and_decrement_releases_once_on_redelivery() {
+    let (w, proxy) = proxied_world().await;
+    let (ids, charges) = two_open(&w).await;
+    let ev = expiry(&w, "s1", &ids, charges);
+    // The decrement never gets through: the sweeper is stopped while waiting for it.
+    proxy.set_policy(Policy::stall().only(["UpdateItem", "TransactWriteItems"]));
+    let first = tokio::time::timeout(
+        Duration::from_millis(1_500),
+        ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()),
+    )
+    .await;
+    assert!(first.is_err(), "stopped mid-sweep");
+    proxy.set_policy(Policy::passthrough());
+    let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+    assert!(again.batch_item_failures.is_empty(), "{again:?}");
+    assert_eq!(w.count(T).await, Some(0), "released by the redelivery");
+    // The session count's unit is in the same transaction (decision 2206): a give-back sent
+    // after it would have been lost with the stop, and the redelivery found the tombstone.
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(0),
+        "session given back by the redelivery"
+    );
+    let third = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+    assert!(third.batch_item_failures.is_empty());
+    assert_eq!(w.count(T).await, Some(0), "exactly once");
+    assert_eq!(w.count(&sessions_key()).await, Some(0), "exactly once");
+}
+
+/// The sweeper stops after its tombstone and connection decrements but before a separate
+/// session-count give-back, then the record comes twice more; another session holds a unit so a
+/// double give-back shows (a floor at zero would hide it). With 2204's give-back (an `UpdateItem`
+/// after the tombstone `PutItem`) the redeliveries found the tombstone and the unit was never
+/// given back (2, not 1); with it as an `UpdateItem` after 2206's transaction, each redelivery
+/// within the token's 10 minutes was answered "committed" and gave it back again (0, not 1). As an
+/// item of the transaction (decision 2206) it is given back exactly once.
+#[tokio::test]
+async fn a_sweeper_stopped_before_the_session_give_back_gives_it_back_once_on_redelivery() {
+    let (w, proxy) = proxied_world().await;
+    let (ids, charges) = two_open(&w).await;
+    w.put_session(T, "s2").await;
+    assert_eq!(w.count(&sessions_key()).await, Some(2));
+    let ev = expiry(&w, "s1", &ids, charges);
+    // Any single-item update the sweep waits on never gets through.
+    proxy.set_policy(Policy::stall().only(["UpdateItem"]));
+    let first = tokio::time::timeout(
+        Duration::from_millis(1_500),
+        ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()),
+    )
+    .await;
+    proxy.set_policy(Policy::passthrough());
+    for _ in 0..2 {
+        let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+        assert!(again.batch_item_failures.is_empty(), "{again:?}");
+    }
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(1),
+        "s1 given back exactly once, s2 held ({first:?})"
+    );
+    assert_eq!(w.count(T).await, Some(0), "connections released once");
+}
+
+/// `$disconnect`'s session write applied but its answer was lost, and the SDK sent it again. On
+/// main the retry's old image no longer held the id ("already released") and nothing was
+/// decremented; now the retry recognises its own earlier attempt (its request token on the
+/// connection's charge record) and the count falls by exactly one.
+#[tokio::test]
+async fn a_disconnect_whose_session_answer_is_lost_releases_exactly_once() {
+    let (w, proxy) = proxied_world().await;
+    two_open(&w).await;
+    proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+    let r = w.disconnect(T, "s1", "a=").await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    assert_eq!(r.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1), "released once");
+    let session = w.session(T, "s1").await.unwrap();
+    assert_eq!(session.connection_ids, ["b="]);
+    // A duplicate `$disconnect` releases nothing more; the other connection still releases.
+    assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.disconnect(T, "s1", "b=").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(0));
+}
