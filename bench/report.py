@@ -140,7 +140,8 @@ WORKLOAD_NOTES = {
                         "set-up: refused from the limiter's memory (`Source::RejectionCache`), 0 calls.",
     "websocket-handlers": "`websocket-handlers`: `authorizer::handle` (1 `BatchGetItem`, tenant cached) → "
                           "`connect::handle` with the authorizer's context (2 conditional `UpdateItem`s: tenant count, "
-                          "then session; decision 0306) → `disconnect::handle` (2 `UpdateItem`s), events from "
+                          "then session; decision 0306) → `disconnect::handle` (3 `UpdateItem`s: session with its release token, then "
+                          "the charged counter and the token's cleanup; decision 2206), events from "
                           "`events/`, 32 sessions of "
                           "one tenant, a new connection id per decision; no Lambda runtime or network between them.",
 }

@@ -204,11 +204,12 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "websocket-handlers",
             title: "WebSocket path at handler level: authorizer + $connect + $disconnect",
-            // 1 BatchGetItem (authorizer, tenant cached) + 2 UpdateItem each for $connect (tenant
-            // counter, then session) and $disconnect (session, then tenant counter): decision 0306.
-            // Concurrent first connects of a minute both bet "new window": the loser re-bets (one
-            // more call), so the 5 is the c = 1 promise.
-            expected_calls: Some(5.0),
+            // 1 BatchGetItem (authorizer, tenant cached) + 2 UpdateItem for $connect (tenant
+            // counter, then session) + 3 for $disconnect (session with its release token, then the
+            // charged counter and the token's cleanup): decisions 0306, 2206. Concurrent first
+            // connects of a minute both bet "new window": the loser re-bets (one more call), so the
+            // 6 is the c = 1 promise.
+            expected_calls: Some(6.0),
             races: true,
             single_call: false,
             accuracy: true,
@@ -249,9 +250,9 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "websocket-handlers-conflicts",
             title: "WebSocket handlers with TransactionConflict injected (fault proxy)",
-            // authorizer 1 + $connect 2 + $disconnect 2, as `websocket-handlers` (decision 0306):
-            // no transaction on the path, so the injected conflicts find nothing to cancel.
-            expected_calls: Some(5.0),
+            // authorizer 1 + $connect 2 + $disconnect 3, as `websocket-handlers` (decisions 0306,
+            // 2206): no transaction on the path, so the injected conflicts find nothing to cancel.
+            expected_calls: Some(6.0),
             races: true,
             single_call: false,
             accuracy: false,
@@ -264,7 +265,8 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "reservation-conflicts",
             title: "Reservation + create_token with TransactionConflict injected (fault proxy)",
-            expected_calls: Some(3.0),
+            // As reservation-create-token: 3 writes and the ended-marker read (decision 0101).
+            expected_calls: Some(4.0),
             races: true,
             single_call: false,
             accuracy: false,

@@ -13,9 +13,10 @@
 //! fixed one-minute window of seed 003) and starts inside one minute, so "allowed" is that limit.
 //!
 //! Admitted = `$connect` answered 200 (the disconnect must then answer 200 "released"); refused =
-//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm: **5**
+//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm: **6**
 //! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 2 `UpdateItem`; `$disconnect`
-//! 2 `UpdateItem`; decision 0306); at c > 1 concurrent first connects of a minute can lose their
+//! 3 `UpdateItem`: the session with its release token, then the charged counter and the token's
+//! cleanup; decisions 0306, 2206); at c > 1 concurrent first connects of a minute can lose their
 //! bet on the window and re-bet (each a counted call), and refusals right after a reservation
 //! wait for it to settle (each retry a counted call).
 
