@@ -119,6 +119,11 @@ def answer(posted: str | None) -> str:
     return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
 
 
+# Write units per decision the reservation paths promise (issue 25, decision 0101), at any
+# coordinate size: a target in the report and an invariant of the smoke run. Table writes 5 and 3,
+# plus 1 unit of the resource index per write of a bound token row (2 and 1).
+RESERVATION_WCU = {"reservation-lifecycle": 7.0, "reservation-at-1000-live": 4.0}
+
 WORKLOAD_NOTES = {
     "floor": "`floor`: one `UpdateItem` `ADD n 1` if `n < limit` on one item, straight through the SDK.",
     "fungible-get-token": "`fungible-get-token`: `FungibleLimiter::get_token` on one shared bucket (no limit row, "
@@ -126,13 +131,18 @@ WORKLOAD_NOTES = {
                           "returns the winner's state and costs one more `UpdateItem`.",
     "fungible-get-token-per-account": "`fungible-get-token-per-account` (diagnostic): the same call, one bucket "
                                       "per task (warmed in set-up), so no two decisions race.",
-    "reservation-create-token": "`reservation-create-token`: `get_reservation` then `create_token` on one "
-                                "coordinate: 3 `UpdateItem`s and 1 `GetItem`, no transaction (decision 0101): reserve in the "
-                                "coordinate's ledger under its capacity, then the token row, then at once its ledger "
-                                "entry and the read of the resource's ended marker (no write unit). Nothing is "
-                                "released during a run, so the ledger item grows (about 43 bytes per live "
-                                "reservation) and every write to it is billed by its size: the WCU column shows "
-                                "that cost, which a coordinate with a realistic capacity (tens) does not pay.",
+    "reservation-lifecycle": "`reservation-lifecycle`: `get_reservation`, `create_token`, then `delete`, as a "
+                             "caller uses a unique resource: 5 single-item writes and 1 `GetItem`, no transaction "
+                             "(decision 0101): reserve in one shard of the coordinate's ledger under its share, "
+                             "the token row, then at once the shard entry and the read of the resource's ended "
+                             "marker (no write unit), then the shard entry and the row removed. Every ledger "
+                             "shard holds at most 16 entries (under 1 KB), so each write is 1 WCU: 5 in the "
+                             "table, plus 1 for each of the two writes of the bound row to the resource index "
+                             "(7 per decision).",
+    "reservation-at-1000-live": "`reservation-at-1000-live`: `get_reservation` then `create_token` on a "
+                                "coordinate already holding 1,000 live reservations (filled before the run): "
+                                "the same 3 writes and 1 read as the lifecycle's first half: 3 WCU in the table "
+                                "and 1 in the resource index, whatever the coordinate holds.",
     "gcra-spend": "`gcra-spend`: `kv::Limiter::spend` of cost 1 on one bucket: 1 `UpdateItem` "
                   "(`tat = tat + inc` under `tat <= admitLimit`, re-evaluated by DynamoDB, so concurrent "
                   "spends do not race).",
@@ -360,6 +370,18 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                 status = "NOT MET"
             out.append({"target": name, "status": status, "evidence": ev})
 
+    # Write units per decision of the reservation paths (issue 25): flat in the coordinate's size.
+    for w, most in RESERVATION_WCU.items():
+        rows = [r for r in tp if r["workload"] == w and r.get("write_units_per_decision") is not None]
+        name = f"WCU/decision ≤ {most:g} for `{w}`"
+        if not rows:
+            out.append({"target": name, "status": "not yet measurable", "evidence": "not run"})
+            continue
+        ok = all(r["write_units_per_decision"] <= most + 1e-9 for r in rows)
+        out.append({"target": name, "status": "met" if ok else "NOT MET",
+                    "evidence": "measured " + ", ".join(
+                        f"{round(r['write_units_per_decision'], 3)} at c = {r['concurrency']}" for r in rows)})
+
     # p50 within 1.2x the floor for every single-call workload (the floor itself excluded).
     for s in data["specs"]:
         if not s["single_call"] or s["workload"] == "floor":
@@ -523,7 +545,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("")
     w("All 320 attempts start together on one fresh bucket. *Allowed* is the limit plus whatever the "
       "window refills during the test (a one-hour window: under one token). Over-admission = admitted − allowed. "
-      "For `reservation-create-token` the limit is the coordinate's capacity (tokens stay bound); for "
+      "For `reservation-lifecycle` the limit is the coordinate's capacity (the test binds and does not "
+      "release); for "
       "`websocket-handlers` it is the tenant's `tenantPerMinute` (a fixed one-minute window; the test starts "
       "early in a minute so no window boundary falls inside it) and *admitted* counts `$connect` 200s.")
     w("")
@@ -757,11 +780,10 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "one winner and a task can lose many rounds in a row; after 64 lost races it gives up with an error "
       "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
       "that; the per-account row is the same call without a shared bucket.")
-    w("- `reservation-create-token` releases nothing during a run, so its coordinate's ledger item grows by one "
-      "entry per decision (~43 bytes an entry; tens of KB by the end of a run), and every write to it is billed "
-      "by its size (1 unit per started KB): that is the ~54 WCU per decision above, as DynamoDB Local reports "
-      "it for these single-item writes. In use the ledger holds only live reservations (at most the "
-      "coordinate's capacity), e.g. ~2.2 KB for 50: 3 writes of about 1 + 3 + 3 units per reservation + bind.")
+    w("- The reservation rows write to ledger shards of at most 16 entries (decision 0101), so their WCU "
+      "column is flat in the coordinate's size: the lifecycle's 7 (5 table writes and 2 resource-index "
+      "writes of the bound row) and the 1,000-live row's 4 (3 + 1) are what DynamoDB Local reports for "
+      "these single-item writes.")
     w("- The authorizer's pre-check reads the session and the tenant counter (`BatchGetItem`, strongly "
       "consistent, each under 4 KB): the 2 RCU per decision of the WebSocket rows.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "
@@ -802,6 +824,9 @@ def check(data: dict[str, Any]) -> list[str]:
                                 "a decision needs")
             elif abs(r["calls_per_decision"] - s["expected_calls"]) > 1e-9:
                 errs.append(f"{tag}: {r['calls_per_decision']} calls/decision, expected {s['expected_calls']}")
+        most = RESERVATION_WCU.get(r["workload"])
+        if most is not None and (r.get("write_units_per_decision") or 0) > most + 1e-9:
+            errs.append(f"{tag}: {r['write_units_per_decision']} WCU/decision, above {most:g}")
     for a in data["accuracy"]:
         if a["implementation"] == "turnstile" and (a["over_admission"] != 0 or a["errors"]):
             errs.append(f"accuracy {a['workload']}: over-admission {a['over_admission']}, errors {a['errors']}")

@@ -95,8 +95,23 @@ pub async fn bind_sample_cluster(deps: &shared::Deps) -> Result<(), BenchError> 
     bind_cluster(deps, CLUSTER).await
 }
 
-/// A token of account 123456789012 bound to EMR cluster `cluster`.
+/// A token of account 123456789012 bound to EMR cluster `cluster`. A sample run of the token
+/// remover before left the cluster's ended marker (decision 0101, "Ended resources"), which would
+/// refuse the bind: the marker is deleted first, as if the cluster had been started again.
 pub async fn bind_cluster(deps: &shared::Deps, cluster: &str) -> Result<(), BenchError> {
+    use shared::reservation::{ended, Attrs};
+    let a = Attrs::of(deps.style);
+    let marker = ended::marker_key(cluster).map_err(|e| BenchError::Other(e.to_string()))?;
+    deps.dynamo
+        .delete_item()
+        .table_name(&deps.tables.non_fungible_tokens)
+        .key(a.resource_coordinate, shared::dynamo::item::s(marker))
+        .key(a.reservation_id, shared::dynamo::item::s(ended::ENDED_ID))
+        .send()
+        .await
+        .map_err(|e| {
+            BenchError::Other(format!("clearing the sample cluster's ended marker: {e}"))
+        })?;
     let limiter = shared::reservation::NonFungibleLimiter::from_deps(deps)
         .map_err(|e| BenchError::Other(e.to_string()))?;
     let r = limiter

@@ -162,19 +162,35 @@ pub fn registry() -> Vec<Spec> {
             }),
         },
         Spec {
-            id: "reservation-create-token",
+            id: "reservation-lifecycle",
             title:
-                "Non-fungible get_reservation + create_token (3 single-item writes and 1 read, no transaction)",
-            // 1 UpdateItem of the ledger for the reservation, then create_token's row, and at once
-            // its ledger entry and the ended-resource marker's read (decision 0101).
-            expected_calls: Some(4.0),
-            races: false,
+                "Non-fungible get_reservation + create_token + delete (6 single-item calls, no transaction)",
+            // 1 UpdateItem on a ledger shard for the reservation; create_token's row, then at once
+            // its shard entry and the ended-resource marker's read; delete's shard entry, then
+            // the row (decision 0101). Concurrent callers can meet a shard filled meanwhile or
+            // both create the next one: one more call each time, so 6 is the c = 1 promise.
+            expected_calls: Some(6.0),
+            races: true,
             single_call: false,
             accuracy: true,
             peer_workload: None,
             refuses: false,
             availability: Availability::Ready(|ctx, p| {
                 Box::pin(workloads::reservation::build(ctx, p))
+            }),
+        },
+        Spec {
+            id: "reservation-at-1000-live",
+            title: "Non-fungible get_reservation + create_token on a coordinate holding 1,000 live",
+            // As the lifecycle's first 4 calls; the ledger shards keep every write at 1 WCU.
+            expected_calls: Some(4.0),
+            races: true,
+            single_call: false,
+            accuracy: false,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::reservation::build_at_1000_live(ctx, p))
             }),
         },
         Spec {
@@ -264,9 +280,9 @@ pub fn registry() -> Vec<Spec> {
         },
         Spec {
             id: "reservation-conflicts",
-            title: "Reservation + create_token with TransactionConflict injected (fault proxy)",
-            // As reservation-create-token: 3 writes and the ended-marker read (decision 0101).
-            expected_calls: Some(4.0),
+            title: "Reservation lifecycle with TransactionConflict injected (fault proxy)",
+            // As reservation-lifecycle: 5 writes and the ended-marker read (decision 0101).
+            expected_calls: Some(6.0),
             races: true,
             single_call: false,
             accuracy: false,

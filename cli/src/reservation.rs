@@ -61,6 +61,10 @@ fn refusal(e: ReservationError) -> Result<serde_json::Value> {
     match e {
         ReservationError::Store(e) => Err(e),
         ReservationError::InvalidCoordinate(e) => Err(e.into()),
+        // A limit the ledger is not built for is a configuration error, not a decision.
+        e @ ReservationError::AboveCeiling { .. } => {
+            Err(shared::Error::InvalidArgument(e.to_string()))
+        }
         ReservationError::Limited {
             coordinate,
             limit,

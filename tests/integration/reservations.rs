@@ -570,3 +570,227 @@ async fn a_delete_between_a_binds_two_writes_leaves_neither_capacity_nor_row() {
     assert_eq!(rows.items().len(), 1, "only the ledger item is left");
     assert!(plain.get_reservation("emr", "between", 1).await.is_ok());
 }
+
+/// Reserves `n` units of `account` (capacity `limit`) from 8 tasks sharing `l`; every one admitted.
+async fn fill(l: &NonFungibleLimiter, account: &'static str, limit: i64, n: usize) {
+    let tasks = (0..8).map(|t| {
+        let l = l.clone();
+        tokio::spawn(async move {
+            for _ in (t..n).step_by(8) {
+                l.get_reservation("emr", account, limit)
+                    .await
+                    .expect("room left");
+            }
+        })
+    });
+    for t in join_all(tasks).await {
+        t.expect("task");
+    }
+}
+
+/// Issue 25: a capacity of 40 is three ledger shards (16, 16, 8). Concurrent callers, on one
+/// limiter or many, cold or warm, get exactly 40; after expiry, 40 again; a raised limit admits
+/// exactly the difference.
+#[tokio::test]
+async fn sharded_coordinates_admit_exactly_the_capacity() {
+    let env = TestEnv::new(&TABLES).await;
+    let one = limiter(&env);
+    assert_eq!(concurrent(vec![one.clone(); 100], "one", 40).await, 40);
+    assert_eq!(live(&one, "one").await, 40);
+
+    let many: Vec<_> = (0..100).map(|_| limiter(&env)).collect();
+    assert_eq!(concurrent(many, "many", 40).await, 40);
+    assert_eq!(live(&one, "many").await, 40);
+
+    env.clock.advance(Duration::from_secs(300));
+    let many: Vec<_> = (0..100).map(|_| limiter(&env)).collect();
+    assert_eq!(concurrent(many, "many", 40).await, 40, "after expiry");
+    let many: Vec<_> = (0..60).map(|_| limiter(&env)).collect();
+    assert_eq!(concurrent(many, "many", 50).await, 10, "raised to 50");
+    assert_eq!(live(&one, "many").await, 50);
+    let shards = env
+        .deps
+        .dynamo
+        .scan()
+        .table_name(&env.deps.tables.non_fungible_tokens)
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .iter()
+        .filter(|i| {
+            i.get("resourceCoordinate") == Some(&AttributeValue::S("emr:many".into()))
+                && matches!(i.get("reservationId"), Some(AttributeValue::S(s)) if s.starts_with('~'))
+        })
+        .count();
+    assert_eq!(shards, 4, "50 units: shards of 16, 16, 16 and 2");
+}
+
+/// Decision 0101's proof on a sharded coordinate: 120 tasks reserving, binding and deleting on a
+/// capacity of 40 never hold more than 40 at once, and everything comes back.
+#[tokio::test]
+async fn churn_on_a_sharded_coordinate_never_holds_more_than_the_capacity() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    let env = TestEnv::new(&TABLES).await;
+    let held = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..120).map(|i| {
+        let l = limiter(&env);
+        let (held, peak) = (held.clone(), peak.clone());
+        tokio::spawn(async move {
+            for round in 0..3 {
+                match l.get_reservation("emr", "churn", 40).await {
+                    Ok(r) => {
+                        peak.fetch_max(held.fetch_add(1, SeqCst) + 1, SeqCst);
+                        if (i + round) % 2 == 0 {
+                            r.create_token(&format!("j-{i}-{round}")).await.unwrap();
+                        }
+                        held.fetch_sub(1, SeqCst);
+                        r.delete().await.unwrap();
+                    }
+                    Err(ReservationError::Limited { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+    });
+    for t in join_all(tasks).await {
+        t.unwrap();
+    }
+    let peak = peak.load(SeqCst);
+    assert!(peak <= 40, "held {peak} at once with capacity 40");
+    assert!(peak > 16, "more than one shard was used: {peak}");
+    let l = limiter(&env);
+    assert_eq!(live(&l, "churn").await, 0, "every release came back");
+    assert_eq!(concurrent(vec![l; 60], "churn", 40).await, 40);
+}
+
+/// Issue 25: with 1,000 live reservations on one coordinate, every ledger write is still 1 write
+/// unit (one shard of at most 16 entries, under 1 KB), as DynamoDB Local reports them: a
+/// reservation + bind costs 3 units in the table (reserve, the token row, the shard entry) and a
+/// release 2 (the shard entry, the row). The resource index the remover queries adds 1 unit to each
+/// write of a row holding `resourceId` (DynamoDB bills index writes; `ReturnConsumedCapacity=TOTAL`
+/// includes them): 4 and 3 in all, at any count.
+#[tokio::test]
+async fn a_thousand_live_reservations_cost_the_same_write_units() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    fill(&l, "big", 2_000, 1_000).await;
+    let fill_usage = env.counter.usage();
+    let updates = &fill_usage["UpdateItem"];
+    assert!(
+        updates.write_units <= updates.calls as f64,
+        "every ledger write while filling was 1 WCU: {updates:?}"
+    );
+    env.counter.reset();
+    let r = l.get_reservation("emr", "big", 2_000).await.unwrap();
+    assert_eq!(
+        env.counter.units().write,
+        1.0,
+        "the reservation: one shard write"
+    );
+    r.create_token("j-BIG").await.unwrap();
+    let reserve_bind = env.counter.units().write;
+    env.counter.reset();
+    r.delete().await.unwrap();
+    let usage = env.counter.usage();
+    let release = env.counter.units().write;
+    eprintln!("1,000 live: reserve + bind {reserve_bind} WCU, release {release} WCU ({usage:?})");
+    assert_eq!(
+        usage["UpdateItem"].write_units, 1.0,
+        "the release's shard write"
+    );
+    assert_eq!(
+        usage["DeleteItem"].write_units, 2.0,
+        "the row and its resource-index entry"
+    );
+    assert!(
+        reserve_bind <= 4.0,
+        "reserve + bind cost {reserve_bind} WCU (3 + the index's 1)"
+    );
+    assert!(
+        release <= 3.0,
+        "release cost {release} WCU (2 + the index's 1)"
+    );
+    assert_eq!(live(&l, "big").await, 1_000);
+}
+
+/// Issue 25 and issue 22 item 15: capacities up to the ceiling (100,000) are served with one
+/// write unit per write; above it, a clear refusal instead of a ledger that hits DynamoDB's item
+/// limit.
+#[tokio::test]
+async fn capacities_up_to_the_ceiling_are_served_and_above_it_refused() {
+    use shared::reservation::shard::MAX_CAPACITY;
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let top = MAX_CAPACITY as i64;
+    fill(&l, "top", top, 64).await;
+    let usage = env.counter.usage();
+    assert!(usage["UpdateItem"].write_units <= usage["UpdateItem"].calls as f64);
+    let err = l.get_reservation("emr", "over", top + 1).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReservationError::AboveCeiling {
+                limit: 100_001,
+                ceiling: 100_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A limit row above the ceiling (written by hand: the loader refuses it) is refused too.
+    let store = l.limits();
+    store
+        .put(&LimitRow {
+            resource_name: "emr".into(),
+            account_id: "row".into(),
+            limit: top + 1,
+            window_sec: Some(60),
+            service_name: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        l.get_reservation("emr", "row", 1).await,
+        Err(ReservationError::AboveCeiling { .. })
+    ));
+}
+
+/// Migration onto a sharded coordinate: 20 live rows written by rate-limiter-py on a capacity of
+/// 30 (two shards) are all counted, whichever shard new reservations land in: exactly 10 more.
+#[tokio::test]
+async fn more_legacy_rows_than_one_shard_holds_are_all_counted() {
+    let env = TestEnv::new(&TABLES).await;
+    let now = shared::clock::Clock::now(&env.clock).as_secs();
+    for i in 0..20 {
+        env.deps
+            .dynamo
+            .put_item()
+            .table_name(&env.deps.tables.non_fungible_tokens)
+            .item("resourceCoordinate", AttributeValue::S("emr:py".into()))
+            .item("reservationId", AttributeValue::S(format!("py-{i:02}")))
+            .item("resourceName", AttributeValue::S("emr".into()))
+            .item("accountId", AttributeValue::S("py".into()))
+            .item("expirationTime", AttributeValue::N((now + 600).to_string()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let many: Vec<_> = (0..30).map(|_| limiter(&env)).collect();
+    assert_eq!(concurrent(many, "py", 30).await, 10);
+    let l = limiter(&env);
+    assert_eq!(live(&l, "py").await, 30);
+    // A legacy row is released from the shard it was seeded into.
+    l.reservation("emr", "py", "py-19")
+        .unwrap()
+        .delete()
+        .await
+        .unwrap();
+    assert!(l.get_reservation("emr", "py", 30).await.is_ok());
+    assert!(matches!(
+        l.get_reservation("emr", "py", 30).await,
+        Err(ReservationError::Limited { live: 30, .. })
+    ));
+}

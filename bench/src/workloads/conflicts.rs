@@ -1,5 +1,5 @@
 //! The transactional paths with DynamoDB's `TransactionConflict` injected (issue 11): the same
-//! workloads as `websocket-handlers` and `reservation-create-token`, but their client talks to
+//! workloads as `websocket-handlers` and `reservation-lifecycle`, but their client talks to
 //! DynamoDB Local through `turnstile-faultproxy` with conflicts on, so a transaction that overlaps
 //! in time with another on the same item is cancelled as DynamoDB cancels it (DynamoDB Local itself
 //! serialises them and never does). Retries show as calls per decision above the uncontended
@@ -43,7 +43,7 @@ pub async fn build_websocket(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workl
     }))
 }
 
-/// `reservation-create-token` with conflicts injected.
+/// `reservation-lifecycle` with conflicts injected.
 pub async fn build_reservation(
     ctx: &BenchCtx,
     p: &Params,

@@ -1,17 +1,23 @@
-//! Non-fungible tokens: `NonFungibleLimiter::get_reservation` then `Reservation::create_token` (bind
-//! the reservation to a resource instance, as a caller does once its EMR cluster id is known), on one
-//! (resource, account) coordinate whose capacity is `params.limit` (no limit row: the caller's
-//! default applies). One decision = one reservation, bound. Nothing is released during a run, so the
-//! coordinate's ledger item grows by one entry per decision (≤ 2,100 entries in a full run).
+//! Non-fungible tokens (decision 0101), as a caller uses them, on one (resource, account)
+//! coordinate (no limit row: the caller's default applies).
 //!
-//! DynamoDB calls per decision, **3 single-item writes and 1 read, no transaction** (decision 0101):
-//! 1 `UpdateItem` for the reservation (a ledger entry under `size(live) < capacity`; no row), and 3
-//! for `create_token` (the token row, then at once the ledger entry's expiry and a strongly
-//! consistent `GetItem` of the resource's ended marker, which adds no write unit). Write units: 1 + 2 × the ledger's
-//! size in KB (rounded up), against 4 + 4 × that for the two transactions this replaced. Cold adds
-//! a `BatchGetItem` and, on a coordinate's first use, a `Query` (spent in the warm-up). Concurrent
-//! admissions do not invalidate each other (the condition is the ledger's size, not its exact state);
-//! a throttled write is a retry, counted.
+//! - `reservation-lifecycle`: one decision = `get_reservation`, `Reservation::create_token` (bind
+//!   the reservation to the resource instance, as a caller does once its EMR cluster id is known),
+//!   then `Reservation::delete` (the resource ended). **6 calls, 7 write units, no transaction**:
+//!   1 `UpdateItem` on one ledger shard for the reservation; 3 for the bind (the token row, then at
+//!   once the shard entry's expiry and a strongly consistent `GetItem` of the ended marker, which
+//!   adds no write unit); 2 for the release (the shard entry, then the row). 5 units in the table,
+//!   and 1 in the resource index for each of the bound row's two writes. The coordinate holds
+//!   what is in flight, so this is the steady-state cost. The accuracy test binds without releasing
+//!   (a released unit may be admitted again, so "admitted ≤ limit" would not be the check).
+//! - `reservation-at-1000-live`: one decision = reserve + bind on a coordinate already holding
+//!   1,000 live reservations (filled before the run, untimed). **4 calls, 4 write units** (3 in
+//!   the table, 1 in the resource index): every
+//!   ledger write goes to one shard of at most 16 entries (under 1 KB), whatever the coordinate
+//!   holds.
+//!
+//! Cold adds a `BatchGetItem` and, on a coordinate's first use, a `Query` (spent in the warm-up).
+//! Concurrent admissions spread over the shards at random; a full shard met costs one more call.
 
 use std::sync::Arc;
 
@@ -22,28 +28,70 @@ use shared::table::TableKind;
 use crate::error::BenchError;
 use crate::workload::{BenchCtx, Decision, Params, Workload};
 
-pub struct ReservationCreateToken {
+/// Live reservations the `reservation-at-1000-live` coordinate holds before the run.
+pub const PREFILLED: u64 = 1_000;
+
+pub struct ReservationPath {
     limiter: NonFungibleLimiter,
     resource: String,
     account: String,
     capacity: i64,
+    /// Delete each reservation after binding it (the lifecycle).
+    release: bool,
 }
 
-pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+async fn limiter(ctx: &BenchCtx) -> Result<NonFungibleLimiter, BenchError> {
     super::ensure_tables(ctx, &[TableKind::NonFungibleTokens, TableKind::Limits]).await?;
-    let deps = super::deps(ctx);
-    let limiter =
-        NonFungibleLimiter::from_deps(&deps).map_err(|e| BenchError::Other(e.to_string()))?;
-    Ok(Arc::new(ReservationCreateToken {
-        limiter,
+    NonFungibleLimiter::from_deps(&super::deps(ctx)).map_err(|e| BenchError::Other(e.to_string()))
+}
+
+fn capacity(limit: u64) -> Result<i64, BenchError> {
+    i64::try_from(limit).map_err(|_| BenchError::Other(format!("capacity {limit} is too large")))
+}
+
+/// Reserve, bind, release (reserve and bind only in the accuracy test).
+pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
+    Ok(Arc::new(ReservationPath {
+        limiter: limiter(ctx).await?,
         resource: "bench-cluster".into(),
         account: p.key.clone(),
-        capacity: i64::try_from(p.limit)
-            .map_err(|_| BenchError::Other(format!("capacity {} is too large", p.limit)))?,
+        capacity: capacity(p.limit)?,
+        release: !p.accuracy,
     }))
 }
 
-impl Workload for ReservationCreateToken {
+/// Reserve and bind on a coordinate holding [`PREFILLED`] live reservations (capacity raised by
+/// as much, so the run's own limit is what is left).
+pub async fn build_at_1000_live(
+    ctx: &BenchCtx,
+    p: &Params,
+) -> Result<Arc<dyn Workload>, BenchError> {
+    let w = ReservationPath {
+        limiter: limiter(ctx).await?,
+        resource: "bench-cluster".into(),
+        account: p.key.clone(),
+        capacity: capacity(p.limit + PREFILLED)?,
+        release: false,
+    };
+    let fill = (0..8).map(|t| {
+        let w = &w;
+        async move {
+            for _ in (t..PREFILLED).step_by(8) {
+                w.limiter
+                    .get_reservation(&w.resource, &w.account, w.capacity)
+                    .await
+                    .map_err(|e| BenchError::Other(format!("prefill: {e}")))?;
+            }
+            Ok::<_, BenchError>(())
+        }
+    });
+    for r in futures::future::join_all(fill).await {
+        r?;
+    }
+    Ok(Arc::new(w))
+}
+
+impl Workload for ReservationPath {
     fn decide(&self, _worker: usize, seq: u64) -> BoxFuture<'_, Result<Decision, BenchError>> {
         Box::pin(async move {
             let r = match self
@@ -58,6 +106,11 @@ impl Workload for ReservationCreateToken {
             r.create_token(&format!("j-BENCH{seq:08}"))
                 .await
                 .map_err(|e| BenchError::Other(format!("create_token: {e}")))?;
+            if self.release {
+                r.delete()
+                    .await
+                    .map_err(|e| BenchError::Other(format!("delete: {e}")))?;
+            }
             Ok(Decision::admitted(None))
         })
     }

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::{LimitRow, LimitStore};
 use crate::error::{Error, Result};
+use crate::reservation::shard::MAX_CAPACITY;
 
 /// One entry of a limits file, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -23,6 +24,20 @@ pub struct LimitSpec {
     pub account_id: String,
     pub limit: i64,
     pub window_sec: i64,
+    /// The entry's optional `kind`; only checked at load (rows do not store it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<LimitKind>,
+}
+
+/// Which limiter an entry is for. rate-limiter-py's files do not say, and one limit table serves
+/// both, so an entry without a kind must fit both limiters' ceilings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LimitKind {
+    /// A token bucket (`limit` tokens per `windowSec`): no ceiling.
+    Fungible,
+    /// Reservations of unique resources: at most [`MAX_CAPACITY`] live at once.
+    NonFungible,
 }
 
 /// A changed row: what the table held and what the file says.
@@ -113,8 +128,30 @@ fn bad(what: String) -> Error {
     Error::LimitsFile(what)
 }
 
-/// Parses and validates a limits file. Errors name the entry and field (`limits[2].windowSec`).
-/// The file is refused whole if any entry is bad or two entries share (resourceName, accountId).
+/// The line each entry of `limits` starts on (empty if the text is not a limits file: the
+/// validation below then says why).
+fn entry_lines(text: &str) -> Vec<usize> {
+    #[derive(serde::Deserialize)]
+    struct Doc<'a> {
+        #[serde(borrow)]
+        limits: Vec<&'a serde_json::value::RawValue>,
+    }
+    let Ok(doc) = serde_json::from_str::<Doc>(text) else {
+        return Vec::new();
+    };
+    doc.limits
+        .iter()
+        .map(|raw| {
+            let at = (raw.get().as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+            text[..at.min(text.len())].matches('\n').count() + 1
+        })
+        .collect()
+}
+
+/// Parses and validates a limits file. Errors name the entry, its line and the field
+/// (`limits[2] (line 9).windowSec`). The file is refused whole if any entry is bad, two entries
+/// share (resourceName, accountId), or an entry not marked `"kind": "fungible"` is above the
+/// non-fungible ceiling ([`MAX_CAPACITY`]).
 pub fn parse_file(text: &str) -> Result<Vec<LimitSpec>> {
     let doc: Value = serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let list = doc
@@ -122,48 +159,72 @@ pub fn parse_file(text: &str) -> Result<Vec<LimitSpec>> {
         .ok_or_else(|| bad("the top-level \"limits\" array is missing".into()))?
         .as_array()
         .ok_or_else(|| bad("\"limits\" must be an array".into()))?;
+    let lines = entry_lines(text);
     let mut seen = BTreeMap::new();
     let mut out = Vec::with_capacity(list.len());
     for (i, entry) in list.iter().enumerate() {
+        let at = match lines.get(i) {
+            Some(line) => format!("limits[{i}] (line {line})"),
+            None => format!("limits[{i}]"),
+        };
         let field = |name: &str| -> Result<&Value> {
             entry
                 .get(name)
-                .ok_or_else(|| bad(format!("limits[{i}].{name} is missing")))
+                .ok_or_else(|| bad(format!("{at}.{name} is missing")))
         };
         let string = |name: &str| -> Result<String> {
             match field(name)?.as_str() {
                 Some(v) if !v.trim().is_empty() => Ok(v.to_string()),
-                _ => Err(bad(format!(
-                    "limits[{i}].{name} must be a non-empty string"
-                ))),
+                _ => Err(bad(format!("{at}.{name} must be a non-empty string"))),
             }
         };
         let int = |name: &str| -> Result<i64> {
             let v = field(name)?;
             v.as_i64()
                 .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-                .ok_or_else(|| {
-                    bad(format!(
-                        "limits[{i}].{name} must be a whole number, got {v}"
-                    ))
-                })
+                .ok_or_else(|| bad(format!("{at}.{name} must be a whole number, got {v}")))
+        };
+        let kind = match entry.get("kind") {
+            None => None,
+            Some(Value::String(k)) if k == "fungible" => Some(LimitKind::Fungible),
+            Some(Value::String(k)) if k == "nonFungible" => Some(LimitKind::NonFungible),
+            Some(other) => {
+                return Err(bad(format!(
+                    "{at}.kind must be \"fungible\" or \"nonFungible\", got {other}"
+                )))
+            }
         };
         let spec = LimitSpec {
             resource_name: string("resourceName")?,
             account_id: string("accountId")?,
             limit: int("limit")?,
             window_sec: int("windowSec")?,
+            kind,
         };
         if spec.window_sec <= 0 {
             return Err(bad(format!(
-                "limits[{i}].windowSec must be positive, got {}",
+                "{at}.windowSec must be positive, got {}",
                 spec.window_sec
+            )));
+        }
+        if kind != Some(LimitKind::Fungible) && spec.limit > MAX_CAPACITY as i64 {
+            let hint = match kind {
+                Some(_) => String::new(),
+                None => format!(
+                    "; if {:?} is a token bucket, mark the entry \"kind\": \"fungible\"",
+                    spec.resource_name
+                ),
+            };
+            return Err(bad(format!(
+                "{at}.limit {} is above the non-fungible ceiling of {MAX_CAPACITY} live \
+                 reservations per coordinate (decision 0101){hint}",
+                spec.limit
             )));
         }
         let key = (spec.resource_name.clone(), spec.account_id.clone());
         if let Some(first) = seen.insert(key, i) {
             return Err(bad(format!(
-                "limits[{i}] repeats limits[{first}] (resourceName {:?}, accountId {:?})",
+                "{at} repeats limits[{first}] (resourceName {:?}, accountId {:?})",
                 spec.resource_name, spec.account_id
             )));
         }
@@ -320,20 +381,55 @@ mod tests {
         assert!(err("{}").contains("\"limits\" array is missing"));
         assert!(
             err(r#"{"limits":[{"accountId":"a","resourceName":"r","limit":1}]}"#)
-                .contains("limits[0].windowSec is missing")
+                .contains("limits[0] (line 1).windowSec is missing")
         );
         assert!(err(
             r#"{"limits":[{"accountId":"a","resourceName":"r","limit":"x","windowSec":1}]}"#
         )
-        .contains("limits[0].limit must be a whole number"));
+        .contains("limits[0] (line 1).limit must be a whole number"));
         assert!(err(r#"{"limits":[
             {"accountId":"a","resourceName":"r","limit":1,"windowSec":1},
             {"accountId":"a","resourceName":"r","limit":2,"windowSec":1}]}"#)
-        .contains("limits[1] repeats limits[0]"));
+        .contains("limits[1] (line 3) repeats limits[0]"));
         assert!(err(
             r#"{"limits":[{"accountId":"a","resourceName":"r","limit":1,"windowSec":0}]}"#
         )
         .contains("windowSec must be positive"));
+        assert!(err(
+            r#"{"limits":[{"accountId":"a","resourceName":"r","limit":1,"windowSec":1,"kind":"x"}]}"#
+        )
+        .contains("kind must be \"fungible\" or \"nonFungible\""));
+    }
+
+    #[test]
+    fn a_limit_above_the_non_fungible_ceiling_is_refused_unless_fungible() {
+        let file = |limit: u64, kind: &str| {
+            format!(
+                "{{\"limits\": [\n  {{\"accountId\": \"a\", \"resourceName\": \"ok\", \"limit\": 5, \"windowSec\": 60}},\n  \
+                 {{\"accountId\": \"a\", \"resourceName\": \"emr\", \"limit\": {limit}, \"windowSec\": 60{kind}}}\n]}}"
+            )
+        };
+        let at_ceiling = parse_file(&file(MAX_CAPACITY, "")).unwrap();
+        assert_eq!(at_ceiling[1].limit, MAX_CAPACITY as i64);
+        let err = parse_file(&file(MAX_CAPACITY + 1, ""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("limits[1] (line 3).limit 100001"), "{err}");
+        assert!(err.contains("ceiling of 100000"), "{err}");
+        assert!(
+            err.contains("\"kind\": \"fungible\""),
+            "names the way out: {err}"
+        );
+        let err = parse_file(&file(MAX_CAPACITY + 1, ", \"kind\": \"nonFungible\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ceiling of 100000") && !err.contains("mark the entry"),
+            "{err}"
+        );
+        let fungible = parse_file(&file(5_000_000, ", \"kind\": \"fungible\"")).unwrap();
+        assert_eq!(fungible[1].kind, Some(LimitKind::Fungible));
+        assert_eq!(fungible[1].limit, 5_000_000);
     }
 
     #[test]

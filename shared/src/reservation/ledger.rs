@@ -1,9 +1,10 @@
-//! The capacity ledger: one item per coordinate (sort key [`LEDGER_ID`]) whose map [`LEDGER_MAP`]
-//! holds reservation id → expiry (epoch seconds) for every reservation and token that may hold
-//! capacity. It is the only capacity record: admitting is one conditional UpdateItem on it
-//! (`size(live) < limit + k` while removing k expired entries, each conditioned on its old value),
-//! so at most `limit` entries exist after any write, whatever runs concurrently. Token rows are
-//! written beside it without a transaction (decision 0101).
+//! The capacity ledger: per coordinate, ledger items (shards, [`super::shard`]; shard 0's sort key
+//! is [`LEDGER_ID`]) whose map [`LEDGER_MAP`] holds reservation id → expiry (epoch seconds) for
+//! every reservation and token that may hold capacity. They are the only capacity record:
+//! admitting is one conditional UpdateItem on one shard (`size(live) < share + k` while removing k
+//! expired entries, each conditioned on its old value), so at most its share of entries exist in
+//! a shard after any write, whatever runs concurrently. Token rows are written beside it without a
+//! transaction (decision 0101).
 //!
 //! Everything here is pure: parsing, the admission plan and the expressions of the admission write.
 
@@ -25,11 +26,14 @@ pub(super) const MAX_PRUNE: usize = 50;
 /// An entry to remove: its id and the raw stored value its removal is conditioned on.
 pub(super) type Prune = Vec<(String, AttributeValue)>;
 
-/// The last ledger state seen: each entry's expiry and the raw value a condition must match.
+/// Reservation id → (expiry, the raw stored value a condition must match).
+pub(super) type Entries = BTreeMap<String, (i64, AttributeValue)>;
+
+/// The last state seen of one ledger item (one shard, [`super::shard`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Ledger {
     pub exists: bool,
-    pub live: BTreeMap<String, (i64, AttributeValue)>,
+    pub live: Entries,
 }
 
 /// Expiries are whole epoch seconds (the TTL attribute's unit), rounded down as the seed does
@@ -137,10 +141,10 @@ impl Ledger {
     }
 }
 
-/// The admission write on the ledger: add `id` → `exp` if, after removing the `prune` entries
-/// (each only if still holding the value seen), fewer than `limit` entries remain. A coordinate
-/// without a ledger gets one holding the new entry plus `ledger.live` (rows found without a
-/// ledger), with the pair's names for listings. `id` must not already be present (a uuid).
+/// The admission write on one shard: add `id` → `exp` if, after removing the `prune` entries
+/// (each only if still holding the value seen), fewer than `limit` (the shard's share) entries
+/// remain. A shard that does not exist is created holding the new entry plus `ledger.live` (rows
+/// found without a ledger, in shard 0) by [`seed_expr`]. `id` must not already be present (a uuid).
 pub(super) fn reserve_expr(
     ledger: &Ledger,
     prune: &Prune,
@@ -176,27 +180,38 @@ pub(super) fn reserve_expr(
             values,
         }
     } else {
-        names.remove("#new");
-        values.remove(":exp");
-        names.insert("#rn".into(), names_of.0.to_string());
-        names.insert("#acct".into(), names_of.1.to_string());
         let pruned: Vec<&String> = prune.iter().map(|(k, _)| k).collect();
-        let mut m: HashMap<String, AttributeValue> = ledger
+        let mut m: Entries = ledger
             .live
             .iter()
             .filter(|(k, _)| !pruned.contains(k))
-            .map(|(k, (_, raw))| (k.clone(), raw.clone()))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        m.insert(id.to_string(), n(exp));
-        values.insert(":m".into(), AttributeValue::M(m));
-        values.insert(":rn".into(), s(pair.0));
-        values.insert(":acct".into(), s(pair.1));
-        Expr {
-            update: "SET #live = :m, #rn = :rn, #acct = :acct".into(),
-            condition: "attribute_not_exists(#live)".into(),
-            names,
-            values,
-        }
+        m.insert(id.to_string(), (exp, n(exp)));
+        seed_expr(&m, names_of, pair)
+    }
+}
+
+/// The write creating a ledger item that holds `entries`, with the pair's names for listings:
+/// only if the item has no map yet (a concurrent creator wins; the loser re-decides).
+pub(super) fn seed_expr(entries: &Entries, names_of: (&str, &str), pair: (&str, &str)) -> Expr {
+    let m = entries
+        .iter()
+        .map(|(k, (_, raw))| (k.clone(), raw.clone()))
+        .collect();
+    Expr {
+        update: "SET #live = :m, #rn = :rn, #acct = :acct".into(),
+        condition: "attribute_not_exists(#live)".into(),
+        names: HashMap::from([
+            ("#live".to_string(), LEDGER_MAP.to_string()),
+            ("#rn".to_string(), names_of.0.to_string()),
+            ("#acct".to_string(), names_of.1.to_string()),
+        ]),
+        values: HashMap::from([
+            (":m".to_string(), AttributeValue::M(m)),
+            (":rn".to_string(), s(pair.0)),
+            (":acct".to_string(), s(pair.1)),
+        ]),
     }
 }
 

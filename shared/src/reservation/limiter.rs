@@ -16,11 +16,13 @@ use serde::Serialize;
 
 use super::coordinate::{self, CoordinateError};
 use super::ledger::{Ledger, LEDGER_ID};
+use super::shard;
+use super::view::{lock, SharedView, View};
 use super::Attrs;
 use crate::cache::{Cache, WhenFull};
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
-use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::item::{s, Item};
 use crate::dynamo::txn::is_conflict;
 use crate::error::{Error, Result};
 use crate::interleave::Interleave;
@@ -48,6 +50,14 @@ pub enum ReservationError {
     /// The limit row says `limit <= 0`.
     #[error("account is blocked on {coordinate} (limit <= 0)")]
     Blocked { coordinate: String },
+    /// The limit is above what the sharded ledger is built for ([`shard::MAX_CAPACITY`]); limits
+    /// files refuse such rows at load, so this is a row written another way or a default limit.
+    #[error("the limit {limit} of {coordinate} is above the non-fungible ceiling of {ceiling}")]
+    AboveCeiling {
+        coordinate: String,
+        limit: u64,
+        ceiling: u64,
+    },
     /// The reservation expired or was deleted: its capacity may already be someone else's.
     #[error("reservation {reservation_id} on {coordinate} has expired or was deleted")]
     Gone {
@@ -135,7 +145,7 @@ pub(super) struct Inner {
     pub(super) clock: SharedClock,
     pub(super) reservation_ttl: Duration,
     pub(super) token_ttl: Duration,
-    pub(super) ledgers: Cache<String, Ledger>,
+    pub(super) ledgers: Cache<String, SharedView>,
     pub(super) interleave: Interleave,
 }
 /// One conditional write's outcome.
@@ -249,12 +259,12 @@ impl NonFungibleLimiter {
         coordinate::encode(resource, account)
     }
 
-    /// Refuses ids that are not reservations: empty, or the ledger's own sort key (deleting it
-    /// through a handle would drop the coordinate's capacity record).
+    /// Refuses ids that are not reservations: empty, or starting with `~` like the ledger shards'
+    /// sort keys (deleting one through a handle would drop capacity records).
     pub(super) fn check_id(id: &str) -> Result<()> {
-        if id.is_empty() || id == LEDGER_ID {
+        if id.is_empty() || id.starts_with('~') {
             return Err(Error::InvalidArgument(format!(
-                "{id:?} is not a reservation id (empty, or the ledger's sort key)"
+                "{id:?} is not a reservation id (empty, or a ledger's sort key: starts with `~`)"
             )));
         }
         Ok(())
@@ -286,49 +296,56 @@ impl NonFungibleLimiter {
             .set_key(Some(self.key(coordinate, id)))
     }
 
-    pub(super) fn cached_ledger(&self, coordinate: &str) -> Option<Ledger> {
-        self.inner.ledgers.get(coordinate)
+    /// The cached view of a coordinate's shards, as a copy (tests).
+    #[cfg(test)]
+    pub(super) fn cached_ledger(&self, coordinate: &str) -> Option<View> {
+        self.inner.ledgers.get(coordinate).map(|v| lock(&v).clone())
     }
 
-    pub(super) fn remember(&self, coordinate: &str, ledger: Ledger) {
-        self.inner.ledgers.insert(coordinate.to_string(), ledger);
+    /// Caches `view` as the coordinate's, returning the shared handle.
+    pub(super) fn remember(&self, coordinate: &str, view: View) -> SharedView {
+        let shared = SharedView::new(view.into());
+        self.inner
+            .ledgers
+            .insert(coordinate.to_string(), shared.clone());
+        shared
     }
 
     pub(super) fn forget_entry(&self, coordinate: &str, id: &str) {
-        self.inner.ledgers.update(coordinate, |l| l.live.remove(id));
+        if let Some(v) = self.inner.ledgers.get(coordinate) {
+            lock(&v).forget(id);
+        }
     }
 
-    /// Records a new expiry for an entry of a cached ledger (after binding).
+    /// Records a new expiry for an entry of a cached ledger shard (after binding).
     pub(super) fn extend_entry(&self, coordinate: &str, id: &str, exp: i64) {
-        self.inner
-            .ledgers
-            .update(coordinate, |l| l.live.insert(id.to_string(), (exp, n(exp))));
+        if let Some(v) = self.inner.ledgers.get(coordinate) {
+            lock(&v).extend(id, exp);
+        }
     }
 
-    /// 1 GetItem (strongly consistent) for the ledger.
-    pub(super) async fn read_ledger(&self, coordinate: &str) -> Result<Ledger> {
+    /// 1 GetItem (strongly consistent) of ledger shard `k`.
+    pub(super) async fn read_ledger(&self, coordinate: &str, k: u32) -> Result<Ledger> {
         let out = self
             .inner
             .client
             .get_item()
             .table_name(&self.inner.table)
-            .set_key(Some(self.key(coordinate, LEDGER_ID)))
+            .set_key(Some(self.key(coordinate, &shard::sort_key(k))))
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| Error::dynamo("GetItem", e))?;
-        let l = Ledger::parse(&self.inner.table, out.item())?;
-        self.remember(coordinate, l.clone());
-        Ok(l)
+        Ledger::parse(&self.inner.table, out.item())
     }
 
-    /// 1 BatchGetItem: the limit row and the ledger.
+    /// 1 BatchGetItem: the limit row and ledger shard 0 (whose absence means no ledger yet).
     pub(super) async fn read_cold(
         &self,
         resource: &str,
         account: &str,
         coordinate: &str,
-    ) -> Result<(Option<LimitRow>, Ledger)> {
+    ) -> Result<(Option<LimitRow>, SharedView)> {
         let key = self.key(coordinate, LEDGER_ID);
         let (row, ledger) = self
             .inner
@@ -336,14 +353,10 @@ impl NonFungibleLimiter {
             .get_with(resource, account, &self.inner.table, key, true)
             .await?;
         let ledger = match ledger {
-            Companion::Unprocessed => self.read_ledger(coordinate).await?,
-            Companion::Found(item) => {
-                let l = Ledger::parse(&self.inner.table, item.as_ref())?;
-                self.remember(coordinate, l.clone());
-                l
-            }
+            Companion::Unprocessed => self.read_ledger(coordinate, 0).await?,
+            Companion::Found(item) => Ledger::parse(&self.inner.table, item.as_ref())?,
         };
-        Ok((row, ledger))
+        Ok((row, self.remember(coordinate, View::of_shard(0, ledger))))
     }
 
     /// A handle on an existing reservation (from a listing or another process), to bind or delete.
@@ -390,11 +403,12 @@ mod tests {
 
     #[test]
     fn ids_that_are_not_reservations_are_refused() {
-        for bad in ["", LEDGER_ID] {
+        for bad in ["", LEDGER_ID, "~ledger.3"] {
             let err = NonFungibleLimiter::check_id(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
         }
         assert!(NonFungibleLimiter::check_id("3f1c-uuid").is_ok());
+        assert!(NonFungibleLimiter::check_id("3f1c-uuid.3").is_ok());
         let l = limiter(AttributeStyle::Camel);
         assert!(matches!(
             l.reservation("emr", "acct", LEDGER_ID),
@@ -422,10 +436,11 @@ mod tests {
     fn the_ledger_cache_forgets_and_extends_entries_of_known_ledgers_only() {
         let l = limiter(AttributeStyle::Camel);
         assert_eq!(l.cached_ledger("c"), None);
-        l.remember("c", ledger(&[("a", 10), ("b", 20)]));
+        let seen = |entries| Some(View::of_shard(0, ledger(entries)));
+        l.remember("c", View::of_shard(0, ledger(&[("a", 10), ("b", 20)])));
         l.forget_entry("c", "a");
         l.extend_entry("c", "b", 99);
-        assert_eq!(l.cached_ledger("c"), Some(ledger(&[("b", 99)])));
+        assert_eq!(l.cached_ledger("c"), seen(&[("b", 99)]));
         // Unknown coordinates stay unknown: no ledger is invented from one entry.
         l.extend_entry("other", "x", 5);
         l.forget_entry("other", "x");
@@ -436,6 +451,6 @@ mod tests {
             .with_ttls(Duration::from_secs(1), Duration::from_secs(2));
         assert_eq!(l2.cached_ledger("c"), None);
         assert_eq!(l2.inner.reservation_ttl, Duration::from_secs(1));
-        assert_eq!(l.cached_ledger("c"), Some(ledger(&[("b", 99)])));
+        assert_eq!(l.cached_ledger("c"), seen(&[("b", 99)]));
     }
 }

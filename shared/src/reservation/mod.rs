@@ -10,7 +10,9 @@ mod ledger;
 mod limiter;
 mod queries;
 mod reserve;
+pub mod shard;
 mod tokens;
+mod view;
 
 pub use coordinate::CoordinateError;
 pub use ledger::{LEDGER_ID, LEDGER_MAP};

@@ -8,6 +8,8 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::ledger::{is_live, Ledger, LEDGER_ID};
+use super::shard;
+use super::view::View;
 use super::{NonFungibleLimiter, TokenRow};
 use crate::clock::Timestamp;
 use crate::dynamo::item::{opt_int, opt_str, req_str, s, Item};
@@ -83,16 +85,19 @@ impl NonFungibleLimiter {
         pages::query(query, each).await
     }
 
-    /// The coordinate's rows (live by their own `expirationTime`) and its ledger item. One strongly
-    /// consistent Query per page.
+    /// The coordinate's rows (live by their own `expirationTime`) and its ledger shards (a complete
+    /// view). One strongly consistent Query per page.
     async fn read_partition(
         &self,
         coordinate: &str,
         now: Timestamp,
-    ) -> Result<(Vec<TokenRow>, Option<Item>)> {
+    ) -> Result<(Vec<TokenRow>, View)> {
         let a = self.inner.attrs;
         let mut rows = Vec::new();
-        let mut ledger = None;
+        let mut view = View {
+            complete: true,
+            ..View::default()
+        };
         self.query_pages(
             |q| {
                 q.key_condition_expression("#pk = :pk")
@@ -101,16 +106,55 @@ impl NonFungibleLimiter {
                     .consistent_read(true)
             },
             |item| {
-                if item.get(a.reservation_id) == Some(&AttributeValue::S(LEDGER_ID.into())) {
-                    ledger = Some(item.clone());
-                } else {
-                    rows.push(self.parse_row(item, now)?);
+                match self.shard_of(item) {
+                    Some(k) => {
+                        view.shards
+                            .insert(k, Ledger::parse(&self.inner.table, Some(item))?);
+                    }
+                    None => rows.push(self.parse_row(item, now)?),
                 }
                 Ok(())
             },
         )
         .await?;
-        Ok((rows, ledger))
+        Ok((rows, view))
+    }
+
+    /// The ledger shard an item is, `None` for a token row.
+    fn shard_of(&self, item: &Item) -> Option<u32> {
+        match item.get(self.inner.attrs.reservation_id) {
+            Some(AttributeValue::S(sk)) => shard::of_sort_key(sk),
+            _ => None,
+        }
+    }
+
+    /// Every ledger shard of a coordinate (a complete view): one strongly consistent Query per page
+    /// of the sort keys from `~ledger` on (shards sort after every row, so no row is read).
+    pub(super) async fn read_shards(&self, coordinate: &str) -> Result<View> {
+        let a = self.inner.attrs;
+        let mut view = View {
+            complete: true,
+            ..View::default()
+        };
+        self.query_pages(
+            |q| {
+                q.key_condition_expression("#pk = :pk AND begins_with(#sk, :ledger)")
+                    .expression_attribute_names("#pk", a.resource_coordinate)
+                    .expression_attribute_names("#sk", a.reservation_id)
+                    .expression_attribute_values(":pk", s(coordinate))
+                    .expression_attribute_values(":ledger", s(LEDGER_ID))
+                    .consistent_read(true)
+            },
+            |item| {
+                if let Some(k) = self.shard_of(item) {
+                    view.shards
+                        .insert(k, Ledger::parse(&self.inner.table, Some(item))?);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(view)
     }
 
     /// The coordinate's rows by their own expiry (to seed a new ledger from rows written without one).
@@ -127,9 +171,14 @@ impl NonFungibleLimiter {
     pub async fn list(&self, resource: &str, account: &str) -> Result<Vec<TokenRow>> {
         let now = self.inner.clock.now();
         let coordinate = Self::coordinate(resource, account)?;
-        let (rows, item) = self.read_partition(&coordinate, now).await?;
-        let ledger = Ledger::parse(&self.inner.table, item.as_ref())?;
-        Ok(merge(rows, &ledger, (resource, account), &coordinate, now))
+        let (rows, view) = self.read_partition(&coordinate, now).await?;
+        Ok(merge(
+            rows,
+            &view.merged(),
+            (resource, account),
+            &coordinate,
+            now,
+        ))
     }
 
     /// The rows bound to `resource_id`, by the resource index (eventually consistent), one Query per

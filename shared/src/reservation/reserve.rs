@@ -1,28 +1,49 @@
-//! Admission: [`NonFungibleLimiter::get_reservation`] is one conditional UpdateItem on the
-//! coordinate's ledger item (decision 0101). No row is written for an unbound reservation: the
+//! Admission: [`NonFungibleLimiter::get_reservation`] is one conditional UpdateItem on one of the
+//! coordinate's ledger shards (decision 0101). No row is written for an unbound reservation: the
 //! ledger entry is the reservation, and it stops counting at its expiry.
 
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use std::collections::BTreeSet;
 
-use super::ledger::{expiry_secs, reserve_expr, Ledger, Plan, Prune, LEDGER_ID};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+
+use super::ledger::{expiry_secs, reserve_expr, seed_expr, Entries, Ledger, Plan, Prune};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
+use super::shard::{self, shard_count, share, MAX_CAPACITY};
+use super::view::{lock, Choice, SharedView, View};
 use super::{NonFungibleLimiter, Reservation, ReservationError};
 use crate::clock::Timestamp;
 use crate::dynamo::item::n;
 use crate::dynamo::retry::Backoff;
+use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::limit::Effective;
+
+/// Shards read fresh by this call: a refusal is answered only once every shard under the limit
+/// has been, since releases elsewhere make the cached view stale.
+#[derive(Default)]
+struct Fresh {
+    all: bool,
+    some: BTreeSet<u32>,
+}
+
+impl Fresh {
+    fn covers(&self, n: u32) -> bool {
+        self.all || (0..n).all(|k| self.some.contains(&k))
+    }
+}
 
 impl NonFungibleLimiter {
     /// Reserves one unit of (resource, account)'s capacity for the reservation TTL (5 min default).
     ///
-    /// `default_limit` applies when no limit row exists; `limit <= 0` blocks. Exact under
-    /// concurrency: the ledger entry is added by one UpdateItem whose condition is the ledger's size,
-    /// so at most `limit` entries can ever exist. Expired entries seen in the ledger are pruned in
-    /// the same write (each conditioned on its old value).
+    /// `default_limit` applies when no limit row exists; `limit <= 0` blocks; a limit above
+    /// [`MAX_CAPACITY`] is refused ([`ReservationError::AboveCeiling`]). Exact under concurrency:
+    /// the entry is added by one UpdateItem on one ledger shard whose condition is that shard's
+    /// size under its share, and the shares sum to the limit. Expired entries seen in the shard are
+    /// pruned in the same write (each conditioned on its old value).
     /// Calls: **1** warm, **2** cold, **3** on a coordinate's first use (its ledger is created,
-    /// counting rows that exist without one), +1 per lost race, +1 to confirm a cached refusal.
+    /// counting rows that exist without one), +1 per lost race or full shard met, +1 to confirm a
+    /// cached refusal (a GetItem of the one shard, or a Query of them all).
     pub async fn get_reservation(
         &self,
         resource: &str,
@@ -31,82 +52,141 @@ impl NonFungibleLimiter {
     ) -> Result<Reservation, ReservationError> {
         let coordinate = Self::coordinate(resource, account)?;
         let now = self.inner.clock.now();
-        let (row, mut ledger, mut cached) = match (
+        let mut fresh = Fresh::default();
+        let (row, view) = match (
             self.inner.limits.cached(resource, account),
-            self.cached_ledger(&coordinate),
+            self.cached_view(&coordinate),
         ) {
-            (Some(row), Some(l)) => (row, l, true),
-            (Some(row), None) => (row, self.read_ledger(&coordinate).await?, false),
-            (None, Some(l)) => (self.inner.limits.get(resource, account).await?, l, true),
-            (None, None) => {
-                let (row, l) = self.read_cold(resource, account, &coordinate).await?;
-                (row, l, false)
+            (Some(row), Some(v)) => (row, v),
+            (None, Some(v)) => (self.inner.limits.get(resource, account).await?, v),
+            (row, None) => {
+                fresh.some.insert(0);
+                match row {
+                    Some(row) => (row, self.read_shard(&coordinate, 0).await?),
+                    None => self.read_cold(resource, account, &coordinate).await?,
+                }
             }
         };
         let limit = match Effective::capacity(row.as_ref(), default_limit) {
             Effective::Blocked => return Err(ReservationError::Blocked { coordinate }),
             Effective::Limited { limit, .. } => limit,
         };
+        if limit > MAX_CAPACITY {
+            return Err(ReservationError::AboveCeiling {
+                coordinate,
+                limit,
+                ceiling: MAX_CAPACITY,
+            });
+        }
+        let n = shard_count(limit);
         let exp = expiry_secs(now.plus(self.inner.reservation_ttl));
-        let mut legacy_checked = false;
+        let pair = (resource, account);
+        // Live rows of a coordinate without a ledger (read once, again if the ledger vanishes).
+        let mut legacy: Option<Entries> = None;
         for attempt in 0..MAX_ATTEMPTS {
-            if !ledger.exists && !legacy_checked {
-                // No ledger yet: count live rows written without one (by rate-limiter-py, before
-                // the switch), so they hold capacity until they expire. One Query, once.
-                legacy_checked = true;
-                for row in self.list_rows(&coordinate, now).await? {
-                    if let (true, Some(e)) = (row.live, row.expiration_time) {
-                        ledger.live.insert(row.reservation_id, (e, n(e)));
-                    }
+            let without_ledger = lock(&view).without_ledger();
+            let target = if without_ledger {
+                // No ledger yet: shard 0 is created first, counting the live rows written without
+                // one (by rate-limiter-py, before the switch), so they hold capacity until they
+                // expire. One Query.
+                let entries = match &legacy {
+                    Some(e) => e.clone(),
+                    None => legacy
+                        .insert(self.legacy_entries(&coordinate, now).await?)
+                        .clone(),
+                };
+                if n > 1 && entries.len() as u64 >= share(0, limit) {
+                    // More than shard 0 may hold: every shard they fill, in one transaction.
+                    self.seed(&coordinate, &entries, limit, pair).await?;
+                    self.read_all(&coordinate, &view).await?;
+                    fresh.all = true;
+                    legacy = None;
+                    continue;
                 }
-            }
-            let prune = match ledger.plan(now, limit) {
-                Plan::Full { live } => {
-                    if cached {
-                        // Others may have released since we looked: confirm with one read.
-                        ledger = self.read_ledger(&coordinate).await?;
-                        cached = false;
+                let l = Ledger {
+                    exists: false,
+                    live: entries,
+                };
+                // Seen too, so that a refusal counts them.
+                lock(&view).shards.insert(0, l.clone());
+                Some((0, l))
+            } else {
+                let choice = lock(&view).choose(now, limit);
+                match choice {
+                    Choice::Shard(k) => Some((k, lock(&view).for_write(k))),
+                    Choice::ReadAll => {
+                        self.read_all(&coordinate, &view).await?;
+                        fresh.all = true;
                         continue;
                     }
+                    Choice::Full => None,
+                }
+            };
+            let plan = target.and_then(|(k, l)| match l.plan(now, share(k, limit)) {
+                Plan::Full { .. } => None,
+                plan => Some((k, l, plan)),
+            });
+            let Some((k, ledger, plan)) = plan else {
+                // Every shard is full as seen.
+                if fresh.covers(n) {
                     return Err(ReservationError::Limited {
                         coordinate,
                         limit,
-                        live,
+                        live: lock(&view).live(now),
                     });
                 }
+                if n == 1 {
+                    let l = self.read_ledger(&coordinate, 0).await?;
+                    lock(&view).shards.insert(0, l);
+                    fresh.some.insert(0);
+                } else {
+                    self.read_all(&coordinate, &view).await?;
+                    fresh.all = true;
+                }
+                continue;
+            };
+            let prune = match plan {
                 Plan::PruneFirst(prune) => {
-                    self.prune(&coordinate, &prune).await?;
-                    ledger = self.read_ledger(&coordinate).await?;
+                    self.prune(&coordinate, k, &prune).await?;
+                    let l = self.read_ledger(&coordinate, k).await?;
+                    lock(&view).shards.insert(k, l);
+                    fresh.some.insert(k);
                     continue;
                 }
                 Plan::Reserve(prune) => prune,
+                Plan::Full { .. } => unreachable!("full shards are never planned"),
             };
-            let id = uuid::Uuid::new_v4().to_string();
-            let pair = (resource, account);
+            let id = shard::reservation_id(&uuid::Uuid::new_v4().to_string(), k);
+            let share_k = share(k, limit);
             let admitted = match self
-                .try_reserve(&coordinate, &id, exp, &ledger, &prune, limit, pair)
+                .try_reserve(&coordinate, k, &id, exp, &ledger, &prune, share_k, pair)
                 .await?
             {
                 Attempt::Done(()) => {
-                    ledger.admitted(&prune, &id, exp);
+                    let mut l = ledger;
+                    l.admitted(&prune, &id, exp);
+                    lock(&view).shards.insert(k, l);
                     true
                 }
                 Attempt::Failed(actual) => {
-                    ledger = Ledger::parse(&self.inner.table, actual.as_ref())?;
-                    // A ledger that vanished is rebuilt from the rows, as on first use.
-                    legacy_checked = ledger.exists;
-                    cached = false;
+                    let l = Ledger::parse(&self.inner.table, actual.as_ref())?;
+                    if k == 0 && !l.exists {
+                        // A ledger that vanished is rebuilt from the rows, as on first use.
+                        legacy = None;
+                    }
+                    fresh.some.insert(k);
                     // Holding our entry means our own write applied and its answer was lost: the
                     // SDK re-sent it and the retry failed on what the first attempt wrote. The id
                     // is a fresh uuid, so the entry is ours (issue 22 item 11b).
-                    ledger.holds(&id, exp)
+                    let mine = l.holds(&id, exp);
+                    lock(&view).shards.insert(k, l);
+                    mine
                 }
                 Attempt::Retry => {
                     Backoff::CONDITIONAL.wait(attempt).await;
                     continue;
                 }
             };
-            self.remember(&coordinate, ledger.clone());
             if admitted {
                 return Ok(Reservation {
                     limiter: self.clone(),
@@ -121,12 +201,86 @@ impl NonFungibleLimiter {
         Err(Error::contended(coordinate, MAX_ATTEMPTS).into())
     }
 
-    /// The admission write: 1 UpdateItem on the ledger ([`reserve_expr`]). A failed condition hands
-    /// back the ledger as it is (ALL_OLD), from which the caller decides again without a read.
+    /// The live rows of a coordinate without a ledger, as ledger entries.
+    async fn legacy_entries(&self, coordinate: &str, now: Timestamp) -> Result<Entries> {
+        let mut out = Entries::new();
+        for row in self.list_rows(coordinate, now).await? {
+            if let (true, Some(e)) = (row.live, row.expiration_time) {
+                out.insert(row.reservation_id, (e, n(e)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates the shards `legacy` fills (fill-first, any excess in the last one written) in one
+    /// TransactWriteItems, each only if it does not exist. 1 call (2 WCU per shard).
+    async fn seed(
+        &self,
+        coordinate: &str,
+        legacy: &Entries,
+        limit: u64,
+        pair: (&str, &str),
+    ) -> Result<()> {
+        let a = self.inner.attrs;
+        let mut items = Vec::new();
+        let mut entries = legacy.iter().peekable();
+        let mut k = 0;
+        while entries.peek().is_some() {
+            // At most 100 items per transaction: the 100th shard takes whatever is left.
+            let take = if k + 1 >= shard_count(limit).min(100) {
+                usize::MAX
+            } else {
+                share(k, limit) as usize
+            };
+            let part: Entries = entries
+                .by_ref()
+                .take(take)
+                .map(|(id, v)| (id.clone(), v.clone()))
+                .collect();
+            let e = seed_expr(&part, (a.resource_name, a.account_id), pair);
+            let update = Update::builder()
+                .table_name(&self.inner.table)
+                .set_key(Some(self.key(coordinate, &shard::sort_key(k))))
+                .update_expression(e.update)
+                .condition_expression(e.condition)
+                .set_expression_attribute_names(Some(e.names))
+                .set_expression_attribute_values(Some(e.values))
+                .build()
+                .map_err(|e| Error::build_request("TransactWriteItems", e))?;
+            items.push(TransactWriteItem::builder().update(update).build());
+            k += 1;
+        }
+        // Cancelled: another caller created a ledger meanwhile; the caller reads what is there.
+        txn::send(&self.inner.client, items).await?;
+        Ok(())
+    }
+
+    /// The view of the coordinate's shards from one strongly consistent Query of them all (one
+    /// call per page), stored in `view` (complete: unlisted shards do not exist).
+    async fn read_all(&self, coordinate: &str, view: &SharedView) -> Result<()> {
+        let read = self.read_shards(coordinate).await?;
+        *lock(view) = read;
+        Ok(())
+    }
+
+    fn cached_view(&self, coordinate: &str) -> Option<SharedView> {
+        self.inner.ledgers.get(coordinate)
+    }
+
+    /// Shard `k`'s view from one strongly consistent GetItem, cached as the coordinate's view.
+    async fn read_shard(&self, coordinate: &str, k: u32) -> Result<SharedView> {
+        let l = self.read_ledger(coordinate, k).await?;
+        Ok(self.remember(coordinate, View::of_shard(k, l)))
+    }
+
+    /// The admission write: 1 UpdateItem on shard `k` ([`reserve_expr`], `limit` its share). A
+    /// failed condition hands back the shard as it is (ALL_OLD), from which the caller decides again
+    /// without a read.
     #[allow(clippy::too_many_arguments)]
     async fn try_reserve(
         &self,
         coordinate: &str,
+        k: u32,
         id: &str,
         exp: i64,
         ledger: &Ledger,
@@ -145,7 +299,7 @@ impl NonFungibleLimiter {
             pair,
         );
         let sent = self
-            .update_row(coordinate, LEDGER_ID)
+            .update_row(coordinate, &shard::sort_key(k))
             .update_expression(e.update)
             .condition_expression(e.condition)
             .set_expression_attribute_names(Some(e.names))
@@ -162,13 +316,13 @@ impl NonFungibleLimiter {
         }
     }
 
-    /// Removes expired ledger entries (each conditioned on its old value). 1 UpdateItem.
-    async fn prune(&self, coordinate: &str, prune: &Prune) -> Result<()> {
+    /// Removes expired entries of shard `k` (each conditioned on its old value). 1 UpdateItem.
+    async fn prune(&self, coordinate: &str, k: u32, prune: &Prune) -> Result<()> {
         if prune.is_empty() {
             return Ok(());
         }
         let mut req = self
-            .update_row(coordinate, LEDGER_ID)
+            .update_row(coordinate, &shard::sort_key(k))
             .expression_attribute_names("#live", super::LEDGER_MAP);
         let mut removes = Vec::new();
         let mut cond = Vec::new();

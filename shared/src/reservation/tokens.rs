@@ -19,8 +19,9 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures::FutureExt;
 
 use super::ended::marker_key;
-use super::ledger::{expiry_secs, is_live, LEDGER_ID, LEDGER_MAP};
+use super::ledger::{expiry_secs, is_live, LEDGER_MAP};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
+use super::shard;
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, opt_int, opt_str, s};
@@ -49,6 +50,12 @@ pub(super) fn bind_refusal(
             reservation_id: id.to_string(),
         },
     }
+}
+
+/// The shard an entry's write goes to first: the one its id names, else shard 0 (ids from before
+/// sharding; [`NonFungibleLimiter::find_unsuffixed`] looks further on a miss).
+fn first_shard(id: &str) -> u32 {
+    shard::of_reservation(id).unwrap_or(0)
 }
 
 impl NonFungibleLimiter {
@@ -142,8 +149,8 @@ impl NonFungibleLimiter {
         }
     }
 
-    /// Bind's second write: the ledger entry's expiry moved to the token's, only while the entry is
-    /// live. 1 UpdateItem; an entry expired or released is [`ReservationError::Gone`].
+    /// Bind's second write: the ledger entry's expiry (in the shard its id names) moved to the
+    /// token's, only while the entry is live. 1 UpdateItem; an entry expired or released is [`ReservationError::Gone`].
     async fn extend_ledger(
         &self,
         r: &Reservation,
@@ -151,9 +158,10 @@ impl NonFungibleLimiter {
         now: Timestamp,
     ) -> Result<(), ReservationError> {
         let mut attempt = 0;
+        let (mut k, mut searched) = (first_shard(&r.id), false);
         loop {
             let sent = self
-                .update_row(&r.coordinate, LEDGER_ID)
+                .update_row(&r.coordinate, &shard::sort_key(k))
                 .update_expression("SET #live.#id = :exp")
                 .condition_expression("#live.#id > :now")
                 .expression_attribute_names("#live", LEDGER_MAP)
@@ -171,6 +179,13 @@ impl NonFungibleLimiter {
             match outcome {
                 Attempt::Done(()) => return Ok(()),
                 Attempt::Failed(_) => {
+                    if !searched {
+                        searched = true;
+                        if let Some(found) = self.find_unsuffixed(&r.coordinate, &r.id, k).await? {
+                            k = found;
+                            continue;
+                        }
+                    }
                     self.forget_entry(&r.coordinate, &r.id);
                     return Err(ReservationError::Gone {
                         coordinate: r.coordinate.clone(),
@@ -205,6 +220,18 @@ impl NonFungibleLimiter {
         }
     }
 
+    /// For an id without a shard number (written before sharding, or by rate-limiter-py) that
+    /// shard `tried` does not hold: the shard that does, from one strongly consistent read of them
+    /// all. `None` for ids that name their shard (their shard was the only place to look), or when
+    /// no other shard holds it.
+    async fn find_unsuffixed(&self, coordinate: &str, id: &str, tried: u32) -> Result<Option<u32>> {
+        if shard::of_reservation(id).is_some() {
+            return Ok(None);
+        }
+        let view = self.read_shards(coordinate).await?;
+        Ok(view.holder(id).filter(|k| *k != tried))
+    }
+
     /// Backs off before retrying a throttled write; an error after [`MAX_ATTEMPTS`].
     async fn pause(attempt: &mut u32, coordinate: &str) -> Result<()> {
         *attempt += 1;
@@ -216,15 +243,17 @@ impl NonFungibleLimiter {
     }
 
     /// Deletes a reservation or token and releases its capacity. Idempotent: deleting what is already
-    /// gone is a no-op. **2** calls: UpdateItem removing the ledger entry (the capacity, first),
+    /// gone is a no-op. **2** calls: UpdateItem removing the ledger entry from the shard its id
+    /// names (the capacity, first),
     /// then DeleteItem of the row (a no-op for an unbound reservation, which has none).
     /// Returns whether a ledger entry was released.
     pub async fn release(&self, coordinate: &str, id: &str) -> Result<bool> {
         Self::check_id(id)?;
         let mut attempt = 0;
+        let (mut k, mut searched) = (first_shard(id), false);
         let released = loop {
             let sent = self
-                .update_row(coordinate, LEDGER_ID)
+                .update_row(coordinate, &shard::sort_key(k))
                 .update_expression("REMOVE #live.#id")
                 .condition_expression("attribute_exists(#live.#id)")
                 .expression_attribute_names("#live", LEDGER_MAP)
@@ -239,6 +268,13 @@ impl NonFungibleLimiter {
             };
             match outcome {
                 Attempt::Done(()) => break true,
+                Attempt::Failed(_) if !searched => {
+                    searched = true;
+                    match self.find_unsuffixed(coordinate, id, k).await? {
+                        Some(found) => k = found,
+                        None => break false,
+                    }
+                }
                 Attempt::Failed(_) => break false,
                 Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
             }
