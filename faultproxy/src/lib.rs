@@ -25,6 +25,7 @@ pub mod answer;
 mod inflight;
 pub mod keys;
 mod rate;
+pub mod replay;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
