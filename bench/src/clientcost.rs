@@ -37,7 +37,8 @@ impl Cpu {
             return Err(BenchError::io("getrusage", std::io::Error::last_os_error()));
         }
         let tv = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+            Duration::from_secs(t.tv_sec.max(0) as u64)
+                + Duration::from_micros(t.tv_usec.max(0) as u64)
         };
         Ok(Cpu {
             user: tv(ru.ru_utime),
@@ -115,7 +116,10 @@ pub async fn run(
     let workload = build(ctx, &params).await?;
     let (warm, _) = drive(workload.clone(), 1, warmup.max(1), 0).await;
     if let Some(e) = warm.first_error {
-        return Err(BenchError::Other(format!("{} warm-up (recording): {e}", spec.id)));
+        return Err(BenchError::Other(format!(
+            "{} warm-up (recording): {e}",
+            spec.id
+        )));
     }
     replay::control(stub, "replay").await.map_err(ctl)?;
     let before = Cpu::now()?;
@@ -217,7 +221,12 @@ mod tests {
         };
         let w = build(&ctx, &params).await.unwrap();
         let (warm, _) = drive(w.clone(), 1, 5, 0).await;
-        assert_eq!((warm.admitted, warm.errors), (5, 0), "{:?}", warm.first_error);
+        assert_eq!(
+            (warm.admitted, warm.errors),
+            (5, 0),
+            "{:?}",
+            warm.first_error
+        );
         // One more request shape whose answer carries the item: the counter after one more ADD.
         let table = format!("{}floor", ctx.prefix);
         let bump = || {
@@ -240,14 +249,28 @@ mod tests {
         let forwarded = gate.stats().forwarded;
         replay::control(&stub.url(), "replay").await.unwrap();
         let (t, _) = drive(w, 1, 50, 5).await;
-        assert_eq!((t.admitted, t.errors), (50, 0), "{}: {:?}", spec.id, t.first_error);
+        assert_eq!(
+            (t.admitted, t.errors),
+            (50, 0),
+            "{}: {:?}",
+            spec.id,
+            t.first_error
+        );
         let replayed = bump().await.unwrap();
-        assert_eq!(replayed.attributes(), recorded.attributes(), "the recorded answer");
+        assert_eq!(
+            replayed.attributes(),
+            recorded.attributes(),
+            "the recorded answer"
+        );
         let stats = replay::control(&stub.url(), "stats").await.unwrap();
         assert_eq!(stat(&stats, "requests"), 51);
         assert_eq!(stat(&stats, "replayed"), 51);
         assert_eq!(stat(&stats, "misses"), 0);
-        assert_eq!(gate.stats().forwarded, forwarded, "nothing reached the emulator");
+        assert_eq!(
+            gate.stats().forwarded,
+            forwarded,
+            "nothing reached the emulator"
+        );
     }
 
     /// The whole client-cost run of a limiter path: on its success path (1 call per decision, all
@@ -260,7 +283,12 @@ mod tests {
         let ctx = ctx_at(&stub.url());
         let (spec, build) = factory("gcra-spend");
         let line = run(&ctx, &stub.url(), &spec, build, 200, 10).await.unwrap();
-        assert_eq!((line.decisions, line.admitted, line.errors), (200, 200, 0), "{:?}", line.first_error);
+        assert_eq!(
+            (line.decisions, line.admitted, line.errors),
+            (200, 200, 0),
+            "{:?}",
+            line.first_error
+        );
         assert_eq!(line.stub_misses, 0);
         assert_eq!(line.calls_per_decision, 1.0);
         assert_eq!(line.calls_by_operation.get("UpdateItem"), Some(&200));
@@ -268,15 +296,26 @@ mod tests {
         assert!(line.request_bytes_per_decision > 0.0);
     }
 
+    /// The counter moves with this process's work (a busy machine only makes it take longer).
     #[test]
     fn cpu_time_grows_with_work() {
         let a = Cpu::now().unwrap();
         let mut x = 0u64;
         let t = std::time::Instant::now();
-        while t.elapsed() < Duration::from_millis(30) {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        let mut d = Cpu::default();
+        while t.elapsed() < Duration::from_secs(20) {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            d = Cpu::now().unwrap().since(a);
+            if d.user + d.sys >= Duration::from_millis(20) {
+                break;
+            }
         }
-        let d = Cpu::now().unwrap().since(a);
-        assert!(d.user + d.sys >= Duration::from_millis(10), "{d:?} after a 30 ms spin");
+        assert!(
+            d.user + d.sys >= Duration::from_millis(20),
+            "{d:?} after 20 s of spinning"
+        );
+        assert!(d.user > d.sys, "a spin is user time: {d:?}");
     }
 }

@@ -100,7 +100,12 @@ fn skeleton(v: &Value, mask_keys: bool) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "ExpressionAttributeValues" | "ClientRequestToken"))
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "ExpressionAttributeValues" | "ClientRequestToken"
+                    )
+                })
                 .map(|(k, v)| {
                     let v = match k.as_str() {
                         // A put item's attribute names: its shape, not its values.
@@ -111,7 +116,9 @@ fn skeleton(v: &Value, mask_keys: bool) -> Value {
                         ),
                         "Key" | "ExclusiveStartKey" if mask_keys => mask(v),
                         "Keys" if mask_keys => Value::Array(
-                            v.as_array().map(|a| a.iter().map(mask).collect()).unwrap_or_default(),
+                            v.as_array()
+                                .map(|a| a.iter().map(mask).collect())
+                                .unwrap_or_default(),
                         ),
                         _ => skeleton(v, mask_keys),
                     };
@@ -474,11 +481,7 @@ impl Shared {
         *req.method_mut() = parts.method;
         *req.uri_mut() = uri;
         *req.headers_mut() = parts.headers;
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| e.to_string())?;
+        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
         let (parts, body) = resp.into_parts();
         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
         let mut headers = parts.headers;
@@ -521,10 +524,7 @@ pub async fn control(url: &str, action: &str) -> Result<Value, StubError> {
         .map_err(|e| fail(e.to_string()))?;
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
-    let resp = client
-        .request(req)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
+    let resp = client.request(req).await.map_err(|e| fail(e.to_string()))?;
     let status = resp.status();
     let body = resp
         .into_body()
@@ -559,7 +559,11 @@ mod tests {
         let a = br#"{"TableName":"t","Key":{"pk":{"S":"a"}},"UpdateExpression":"ADD n :one"}"#;
         let b = br#"{"TableName":"t","Key":{"pk":{"S":"b"}},"UpdateExpression":"ADD n :one"}"#;
         let c = br#"{"TableName":"t","Key":{"pk":{"S":"a"}},"UpdateExpression":"SET m = :m"}"#;
-        let (ka, kb, kc) = (Keys::of(UPDATE, a), Keys::of(UPDATE, b), Keys::of(UPDATE, c));
+        let (ka, kb, kc) = (
+            Keys::of(UPDATE, a),
+            Keys::of(UPDATE, b),
+            Keys::of(UPDATE, c),
+        );
         assert_ne!(ka.exact, kb.exact);
         assert_eq!(ka.shape, kb.shape);
         assert_ne!(ka.shape, kc.shape);
@@ -579,7 +583,10 @@ mod tests {
             Keys::of("DynamoDB_20120810.TransactWriteItems", tx2),
         );
         assert_eq!(k1.operation, "TransactWriteItems p,u");
-        assert_eq!(k1.exact, k2.exact, "put values and the token are per decision");
+        assert_eq!(
+            k1.exact, k2.exact,
+            "put values and the token are per decision"
+        );
     }
 
     fn canned(status: u16, body: &'static str) -> Canned {
@@ -592,7 +599,12 @@ mod tests {
 
     #[test]
     fn a_success_is_kept_over_an_error_and_lookups_fall_back() {
-        let k = |item: &str| Keys::of(UPDATE, format!(r#"{{"TableName":"t","Key":{{"pk":{{"S":"{item}"}}}}}}"#).as_bytes());
+        let k = |item: &str| {
+            Keys::of(
+                UPDATE,
+                format!(r#"{{"TableName":"t","Key":{{"pk":{{"S":"{item}"}}}}}}"#).as_bytes(),
+            )
+        };
         let mut book = Book::default();
         book.file(k("a"), canned(200, "ok"));
         book.file(k("a"), canned(400, "refused"));
