@@ -169,8 +169,6 @@ pub async fn run(
 mod tests {
     use super::*;
     use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-    use shared::dynamo::{local_client, CallCounter};
-    use shared::table::TableNames;
     use turnstile_faultproxy::{FaultProxy, Policy};
 
     use crate::workload::{registry, Availability};
@@ -184,14 +182,7 @@ mod tests {
     }
 
     fn ctx_at(url: &str) -> BenchCtx {
-        let prefix = format!("cctest-{}-", short_id());
-        BenchCtx {
-            client: local_client(url, None),
-            endpoint: url.to_string(),
-            counter: CallCounter::new(),
-            tables: TableNames::with_prefix(&prefix),
-            prefix,
-        }
+        BenchCtx::new(url, "cctest", false)
     }
 
     fn factory(id: &str) -> (Spec, Factory) {

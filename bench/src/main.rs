@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shared::dynamo::{local_client, CallCounter};
+use shared::dynamo::local_client;
 use shared::table::TableNames;
 
 use turnstile_bench::error::BenchError;
@@ -175,15 +175,7 @@ async fn ours(
     only: Vec<String>,
     round: u32,
 ) -> Result<(), BenchError> {
-    let counter = CallCounter::new();
-    let prefix = format!("bench-{}-", runner::short_id());
-    let ctx = BenchCtx {
-        client: local_client(&endpoint, Some(&counter)),
-        endpoint,
-        counter,
-        tables: TableNames::with_prefix(&prefix),
-        prefix,
-    };
+    let ctx = BenchCtx::new(&endpoint, "bench", true);
     for spec in workload::registry() {
         if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
             continue;
@@ -237,16 +229,8 @@ async fn client_cost(
     only: Vec<String>,
     round: u32,
 ) -> Result<(), BenchError> {
-    let counter = CallCounter::new();
-    let prefix = format!("cc-{}-", runner::short_id());
     // The client as the functions build it (the meter, no call counter): the stub counts the calls.
-    let ctx = BenchCtx {
-        client: local_client(&stub, None),
-        endpoint: stub.clone(),
-        counter,
-        tables: TableNames::with_prefix(&prefix),
-        prefix,
-    };
+    let ctx = BenchCtx::new(&stub, "cc", false);
     for spec in workload::registry() {
         if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
             continue;

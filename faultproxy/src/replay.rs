@@ -26,10 +26,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -302,7 +301,13 @@ impl ReplayStub {
             by_operation: Mutex::new(BTreeMap::new()),
         });
         let (shutdown, stop) = watch::channel(false);
-        tokio::spawn(serve(listener, shared.clone(), stop));
+        tokio::spawn(crate::accept(
+            listener,
+            shared.clone(),
+            stop,
+            |_| false,
+            |s, req| s.handle(req),
+        ));
         Ok(ReplayStub {
             addr,
             shared,
@@ -333,36 +338,6 @@ impl ReplayStub {
 impl Drop for ReplayStub {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
-    }
-}
-
-async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    loop {
-        let stream = tokio::select! {
-            _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "replay stub: accept failed");
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let conn_shared = shared.clone();
-        let mut conn_stop = stop.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let s = conn_shared.clone();
-                async move { s.handle(req).await }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                _ = conn_stop.changed() => {}
-            }
-        });
     }
 }
 
@@ -473,17 +448,7 @@ impl Shared {
     }
 
     async fn forward(&self, parts: http::request::Parts, body: Bytes) -> Result<Canned, String> {
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri: http::Uri = format!("{}{}", self.upstream, path)
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
-        let mut req = Request::new(Full::new(body));
-        *req.method_mut() = parts.method;
-        *req.uri_mut() = uri;
-        *req.headers_mut() = parts.headers;
-        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let (parts, body) = crate::send_upstream(&self.client, &self.upstream, parts, body).await?;
         let mut headers = parts.headers;
         // Framing is the stub's own (hyper sets the length of the replayed body).
         for h in [
