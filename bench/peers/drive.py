@@ -268,6 +268,55 @@ def accuracy_line(impl: str, version: str, limit: int, window_s: int, workers: i
 
 
 # --------------------------------------------------------------------------------------------------
+# Client cost (--client-cost; docs/decisions/0806-client-cost.md): --endpoint is a record-then-replay
+# stub (`turnstile-bench stub`) in front of DynamoDB Local. The warm-up is recorded through it, then the
+# stub replays those answers at once and the timed decisions (c = 1) cost only this process: user + sys
+# CPU from getrusage(RUSAGE_SELF) around them, and the p50.
+# --------------------------------------------------------------------------------------------------
+
+CPU_SOURCE = ("getrusage(RUSAGE_SELF) user + sys of the client process around the timed decisions, "
+              "/ decisions; answers replayed by a stub in another process")
+
+
+def stub_control(endpoint: str, action: str) -> dict[str, Any]:
+    import urllib.request
+    req = urllib.request.Request(f"{endpoint.rstrip('/')}/__stub/{action}",
+                                 method="GET" if action == "stats" else "POST", data=None)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def cpu_now() -> tuple[float, float]:
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime, ru.ru_stime
+
+
+def client_cost_line(impl: str, version: str, args: argparse.Namespace, result: tuple,
+                     cpu0: tuple[float, float], cpu1: tuple[float, float], stats: dict[str, Any]) -> dict[str, Any]:
+    samples, admitted, refused, errors, first_error, wall = result
+    s = sorted(samples)
+    n = len(s)
+    per = (lambda x: x / n) if n else (lambda x: 0.0)
+    user, sys_ = (cpu1[0] - cpu0[0]) * 1e6, (cpu1[1] - cpu0[1]) * 1e6
+    return {
+        "kind": "client_cost", "implementation": impl, "version": version, "style": args.style,
+        "round": args.round, "workload": "acquire", "concurrency": 1, "decisions": n,
+        "admitted": admitted, "refused": refused, "errors": errors, "first_error": first_error,
+        "cpu_us_per_decision": per(user + sys_), "user_us_per_decision": per(user),
+        "sys_us_per_decision": per(sys_),
+        "p50_ms": percentile(s, 0.50) * 1000.0, "p90_ms": percentile(s, 0.90) * 1000.0,
+        "mean_ms": (sum(s) / n * 1000.0) if n else 0.0, "wall_s": wall,
+        "calls_per_decision": per(stats.get("requests", 0)),
+        "calls_by_operation": stats.get("by_operation", {}),
+        "stub_misses": stats.get("misses", 0),
+        "request_bytes_per_decision": per(stats.get("request_bytes", 0)),
+        "response_bytes_per_decision": per(stats.get("response_bytes", 0)),
+        "warmup_decisions": args.warmup, "cpu_source": CPU_SOURCE,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
 # rate-limiter-py 0.3.0 (synchronous, boto3)
 # --------------------------------------------------------------------------------------------------
 
@@ -379,6 +428,20 @@ def run_rlp(args: argparse.Namespace) -> None:
         return (samples, tally["admitted"], tally["refused"], tally["errors"],
                 first_error[0] if first_error else None, wall)
 
+    if args.client_cost:
+        log(f"{impl} client cost ({args.decisions} decisions)")
+        stub_control(args.endpoint, "record")
+        account = f"acct-cc-{uuid.uuid4().hex[:6]}"
+        limit = (args.decisions + args.warmup) * 10
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            run(pool, 1, max(args.warmup, 1), account, limit, 3600)
+            stub_control(args.endpoint, "replay")
+            cpu0 = cpu_now()
+            result = run(pool, 1, args.decisions, account, limit, 3600)
+            cpu1 = cpu_now()
+        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+        return
+
     for c in args.concurrency:
         log(f"{impl} acquire at concurrency {c} ({args.decisions} decisions)")
         account = f"acct-c{c}-{uuid.uuid4().hex[:6]}"
@@ -483,6 +546,20 @@ async def _run_zae(args: argparse.Namespace) -> None:
         return (samples, tally["admitted"], tally["refused"], tally["errors"],
                 first_error[0] if first_error else None, wall)
 
+    if args.client_cost:
+        log(f"{impl} ({args.style} limits) client cost ({args.decisions} decisions)")
+        stub_control(args.endpoint, "record")
+        entity = f"entity-cc-{uuid.uuid4().hex[:6]}"
+        extra = await prepare(entity, (args.decisions + args.warmup) * 10)
+        await run(1, max(args.warmup, 1), entity, extra)
+        stub_control(args.endpoint, "replay")
+        cpu0 = cpu_now()
+        result = await run(1, args.decisions, entity, extra)
+        cpu1 = cpu_now()
+        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+        await repo.close()
+        return
+
     for c in args.concurrency:
         log(f"{impl} ({args.style} limits) acquire at concurrency {c} ({args.decisions} decisions)")
         entity = f"entity-c{c}-{uuid.uuid4().hex[:6]}"
@@ -529,6 +606,9 @@ def main() -> int:
     p.add_argument("--capacity", choices=["reported", "computed"], default="reported",
                    help="reported: ask ReturnConsumedCapacity=TOTAL on non-transactional calls; "
                         "computed: every call from its request shape")
+    p.add_argument("--client-cost", action="store_true",
+                   help="client cost at c = 1: --endpoint is a record-then-replay stub (turnstile-bench "
+                        "stub); one `client_cost` line with CPU us and p50 per decision")
     args = p.parse_args()
     if args.style is None:
         args.style = {"zae": "inline", "rlp": "decorator"}[args.peer]

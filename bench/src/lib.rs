@@ -3,6 +3,7 @@
 //! ([`workloads`]), the cold-start harness ([`coldstart`]) and the rows the sample events need
 //! ([`samples`]). The `turnstile-bench` binary drives them; bench/README.md explains the whole run.
 
+pub mod clientcost;
 pub mod coldstart;
 pub mod error;
 pub mod prime;

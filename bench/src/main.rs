@@ -13,12 +13,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shared::dynamo::{local_client, CallCounter};
+use shared::dynamo::local_client;
 use shared::table::TableNames;
 
 use turnstile_bench::error::BenchError;
 use turnstile_bench::workload::{self, Availability, BenchCtx};
-use turnstile_bench::{coldstart, runner, samples};
+use turnstile_bench::{clientcost, coldstart, runner, samples};
 
 #[derive(Parser)]
 #[command(
@@ -89,6 +89,33 @@ enum Command {
         #[arg(long, default_value_t = 15)]
         seed: u64,
     },
+    /// Client cost: each workload at c = 1 against a record-then-replay stub (`stub`), CPU time of
+    /// this process and p50 per decision; one JSON line (`kind: "client_cost"`) per workload.
+    ClientCost {
+        /// The stub's endpoint (`turnstile-bench stub`, in front of DynamoDB Local).
+        #[arg(long)]
+        stub: String,
+        #[arg(long, default_value_t = 2000)]
+        decisions: u64,
+        /// Decisions recorded through the stub before the timed ones (at least 1).
+        #[arg(long, default_value_t = 100)]
+        warmup: u64,
+        /// Only these workload ids (default: all).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        round: u32,
+    },
+    /// The record-then-replay stub of DynamoDB for `client-cost`, in front of `upstream`; runs until
+    /// killed. Its URL is printed on stdout and written to `addr_file` if given.
+    Stub {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long)]
+        addr_file: Option<PathBuf>,
+    },
     /// Cold start and size of each function binary; JSON lines on stdout.
     ColdStart {
         /// Folder holding the built function binaries.
@@ -148,15 +175,7 @@ async fn ours(
     only: Vec<String>,
     round: u32,
 ) -> Result<(), BenchError> {
-    let counter = CallCounter::new();
-    let prefix = format!("bench-{}-", runner::short_id());
-    let ctx = BenchCtx {
-        client: local_client(&endpoint, Some(&counter)),
-        endpoint,
-        counter,
-        tables: TableNames::with_prefix(&prefix),
-        prefix,
-    };
+    let ctx = BenchCtx::new(&endpoint, "bench", true);
     for spec in workload::registry() {
         if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
             continue;
@@ -200,6 +219,46 @@ async fn ours(
             emit_round(&line, round)?;
         }
     }
+    Ok(())
+}
+
+async fn client_cost(
+    stub: String,
+    decisions: u64,
+    warmup: u64,
+    only: Vec<String>,
+    round: u32,
+) -> Result<(), BenchError> {
+    // The client as the functions build it (the meter, no call counter): the stub counts the calls.
+    let ctx = BenchCtx::new(&stub, "cc", false);
+    for spec in workload::registry() {
+        if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
+            continue;
+        }
+        let Availability::Ready(build) = spec.availability else {
+            continue;
+        };
+        eprintln!("bench: client cost of {} ({decisions} decisions)", spec.id);
+        let line = clientcost::run(&ctx, &stub, &spec, build, decisions, warmup).await?;
+        emit_round(&line, round)?;
+    }
+    Ok(())
+}
+
+async fn stub(
+    listen: std::net::SocketAddr,
+    upstream: String,
+    addr_file: Option<PathBuf>,
+) -> Result<(), BenchError> {
+    let stub = turnstile_faultproxy::replay::ReplayStub::bind(listen, &upstream)
+        .await
+        .map_err(|e| BenchError::io(format!("binding the stub on {listen}"), e))?;
+    if let Some(f) = addr_file {
+        std::fs::write(&f, stub.url())
+            .map_err(|e| BenchError::io(format!("writing {}", f.display()), e))?;
+    }
+    println!("{}", stub.url());
+    std::future::pending::<()>().await;
     Ok(())
 }
 
@@ -348,6 +407,18 @@ async fn main() -> ExitCode {
             }
             res
         }
+        Command::ClientCost {
+            stub,
+            decisions,
+            warmup,
+            only,
+            round,
+        } => client_cost(stub, decisions, warmup, only, round).await,
+        Command::Stub {
+            listen,
+            upstream,
+            addr_file,
+        } => stub(listen, upstream, addr_file).await,
         Command::ColdStart {
             bin_dir,
             events_dir,

@@ -103,18 +103,18 @@ pub struct AccuracyLine {
 }
 
 #[derive(Default)]
-struct Tally {
-    samples: Vec<Duration>,
-    admitted: u64,
-    refused: u64,
-    errors: u64,
-    first_error: Option<String>,
+pub(crate) struct Tally {
+    pub(crate) samples: Vec<Duration>,
+    pub(crate) admitted: u64,
+    pub(crate) refused: u64,
+    pub(crate) errors: u64,
+    pub(crate) first_error: Option<String>,
 }
 
 /// Runs `decisions` decisions from `concurrency` tasks, each taking the next decision number from a
 /// shared counter until the budget is spent (closed loop: a task sends its next request when the
 /// previous one returns).
-async fn drive(
+pub(crate) async fn drive(
     workload: Arc<dyn Workload>,
     concurrency: usize,
     decisions: u64,

@@ -73,6 +73,23 @@ pub struct BenchCtx {
     pub prefix: String,
 }
 
+impl BenchCtx {
+    /// A context on `endpoint` with tables under a fresh `{tag}-<id>-` prefix. `counted`: the client
+    /// counts its calls into `counter` (the throughput runs); otherwise it is the functions' client
+    /// (the meter, no counter), as the client-cost runs want it.
+    pub fn new(endpoint: &str, tag: &str, counted: bool) -> BenchCtx {
+        let counter = CallCounter::new();
+        let prefix = format!("{tag}-{}-", crate::runner::short_id());
+        BenchCtx {
+            client: shared::dynamo::local_client(endpoint, counted.then_some(&counter)),
+            endpoint: endpoint.to_string(),
+            tables: TableNames::with_prefix(&prefix),
+            counter,
+            prefix,
+        }
+    }
+}
+
 /// The bucket a run uses and how much it may admit.
 #[derive(Debug, Clone)]
 pub struct Params {

@@ -25,6 +25,7 @@ pub mod answer;
 mod inflight;
 pub mod keys;
 mod rate;
+pub mod replay;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -355,7 +356,31 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+    let refuse = |s: &Shared| {
+        let r = s.policy().refuse;
+        if r {
+            bump(&s.counters.refused);
+        }
+        r
+    };
+    accept(listener, shared, stop, refuse, |s, req| s.handle(req)).await;
+}
+
+/// Serves HTTP/1 connections from `listener` with `handle` until `stop` changes; `refuse` is asked
+/// for each new connection (true: it is closed unanswered). The fault proxy's and the replay stub's.
+pub(crate) async fn accept<S, H, Fut, E>(
+    listener: TcpListener,
+    state: Arc<S>,
+    mut stop: watch::Receiver<bool>,
+    refuse: fn(&S) -> bool,
+    handle: H,
+) where
+    S: Send + Sync + 'static,
+    H: Fn(Arc<S>, Request<Incoming>) -> Fut + Copy + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     loop {
         let stream = tokio::select! {
             _ = stop.changed() => return,
@@ -367,19 +392,15 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
                 }
             },
         };
-        if shared.policy().refuse {
-            bump(&shared.counters.refused);
+        if refuse(&state) {
             drop(stream);
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let conn_shared = shared.clone();
+        let conn_state = state.clone();
         let mut conn_stop = stop.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let s = conn_shared.clone();
-                async move { s.handle(req).await }
-            });
+            let service = service_fn(move |req| handle(conn_state.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -388,6 +409,27 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
             }
         });
     }
+}
+
+/// Sends a request to `upstream` (its path, method and headers kept) and collects the answer.
+pub(crate) async fn send_upstream(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    upstream: &str,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Result<(http::response::Parts, Bytes), String> {
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri: http::Uri = format!("{upstream}{path}")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = parts.method;
+    *req.uri_mut() = uri;
+    *req.headers_mut() = parts.headers;
+    let resp = client.request(req).await.map_err(|e| e.to_string())?;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((parts, body))
 }
 
 fn json_answer(body: &Value) -> Response<Full<Bytes>> {
@@ -612,29 +654,9 @@ impl Shared {
         parts: http::request::Parts,
         body: Bytes,
     ) -> Result<Response<Full<Bytes>>, Dropped> {
-        let path = parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        let uri: http::Uri = format!("{}{}", self.upstream, path)
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| Dropped::Upstream(e.to_string()))?;
-        let mut req = Request::new(Full::new(body));
-        *req.method_mut() = parts.method;
-        *req.uri_mut() = uri;
-        *req.headers_mut() = parts.headers;
-        let resp = self
-            .client
-            .request(req)
+        let (parts, body) = send_upstream(&self.client, &self.upstream, parts, body)
             .await
-            .map_err(|e| Dropped::Upstream(e.to_string()))?;
-        let (parts, body) = resp.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map_err(|e| Dropped::Upstream(e.to_string()))?
-            .to_bytes();
+            .map_err(Dropped::Upstream)?;
         Ok(Response::from_parts(parts, Full::new(body)))
     }
 }
