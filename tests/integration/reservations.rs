@@ -451,21 +451,33 @@ async fn a_separator_in_the_resource_name_cannot_alias_another_coordinate() {
 /// the capacity, and everything released leaves the ledger empty.
 #[tokio::test]
 async fn churn_of_fifty_tasks_never_holds_more_than_the_capacity() {
+    let env = TestEnv::new(&TABLES).await;
+    let peak = churn(&env, 50, 4, 5).await;
+    assert!(peak <= 5, "held {peak} at once with capacity 5");
+    eprintln!("churn: peak {peak}, calls {:?}", env.counter.by_operation());
+    let l = limiter(&env);
+    assert!(l.list("emr", "churn").await.unwrap().is_empty());
+    assert_eq!(concurrent(vec![l; 20], "churn", 5).await, 5);
+}
+
+/// `tasks` limiters each making `rounds` attempts on account "churn" of capacity `capacity`:
+/// reserve, bind every other one, delete. Returns the peak held at once (counted from grant until
+/// the delete starts, a subset of the ledger's entries); asserts the capacity was used and that
+/// every release came back.
+async fn churn(env: &TestEnv, tasks: usize, rounds: usize, capacity: i64) -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Arc;
-    let env = TestEnv::new(&TABLES).await;
     let held = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let granted = Arc::new(AtomicUsize::new(0));
-    let tasks = (0..50).map(|i| {
-        let l = limiter(&env);
+    let tasks = (0..tasks).map(|i| {
+        let l = limiter(env);
         let (held, peak, granted) = (held.clone(), peak.clone(), granted.clone());
         tokio::spawn(async move {
-            for round in 0..4 {
-                match l.get_reservation("emr", "churn", 5).await {
+            for round in 0..rounds {
+                match l.get_reservation("emr", "churn", capacity).await {
                     Ok(r) => {
-                        let now = held.fetch_add(1, SeqCst) + 1;
-                        peak.fetch_max(now, SeqCst);
+                        peak.fetch_max(held.fetch_add(1, SeqCst) + 1, SeqCst);
                         granted.fetch_add(1, SeqCst);
                         if (i + round) % 2 == 0 {
                             r.create_token(&format!("j-{i}-{round}")).await.unwrap();
@@ -482,18 +494,16 @@ async fn churn_of_fifty_tasks_never_holds_more_than_the_capacity() {
     for t in join_all(tasks).await {
         t.unwrap();
     }
-    let peak = peak.load(SeqCst);
-    assert!(peak <= 5, "held {peak} at once with capacity 5");
-    assert!(granted.load(SeqCst) >= 5, "the capacity was used");
-    eprintln!(
-        "churn: {} granted, peak {peak}, calls {:?}",
-        granted.load(SeqCst),
-        env.counter.by_operation()
+    assert!(
+        granted.load(SeqCst) >= capacity as usize,
+        "the capacity was used"
     );
-    let l = limiter(&env);
-    assert_eq!(live(&l, "churn").await, 0, "every release came back");
-    assert!(l.list("emr", "churn").await.unwrap().is_empty());
-    assert_eq!(concurrent(vec![l; 20], "churn", 5).await, 5);
+    assert_eq!(
+        live(&limiter(env), "churn").await,
+        0,
+        "every release came back"
+    );
+    peak.load(SeqCst)
 }
 
 /// create_token and delete racing on the same reservation, in every interleaving the scheduler
@@ -630,40 +640,11 @@ async fn sharded_coordinates_admit_exactly_the_capacity() {
 /// capacity of 40 never hold more than 40 at once, and everything comes back.
 #[tokio::test]
 async fn churn_on_a_sharded_coordinate_never_holds_more_than_the_capacity() {
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::sync::Arc;
     let env = TestEnv::new(&TABLES).await;
-    let held = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let tasks = (0..120).map(|i| {
-        let l = limiter(&env);
-        let (held, peak) = (held.clone(), peak.clone());
-        tokio::spawn(async move {
-            for round in 0..3 {
-                match l.get_reservation("emr", "churn", 40).await {
-                    Ok(r) => {
-                        peak.fetch_max(held.fetch_add(1, SeqCst) + 1, SeqCst);
-                        if (i + round) % 2 == 0 {
-                            r.create_token(&format!("j-{i}-{round}")).await.unwrap();
-                        }
-                        held.fetch_sub(1, SeqCst);
-                        r.delete().await.unwrap();
-                    }
-                    Err(ReservationError::Limited { .. }) => {}
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        })
-    });
-    for t in join_all(tasks).await {
-        t.unwrap();
-    }
-    let peak = peak.load(SeqCst);
+    let peak = churn(&env, 120, 3, 40).await;
     assert!(peak <= 40, "held {peak} at once with capacity 40");
     assert!(peak > 16, "more than one shard was used: {peak}");
-    let l = limiter(&env);
-    assert_eq!(live(&l, "churn").await, 0, "every release came back");
-    assert_eq!(concurrent(vec![l; 60], "churn", 40).await, 40);
+    assert_eq!(concurrent(vec![limiter(&env); 60], "churn", 40).await, 40);
 }
 
 /// Issue 25: with 1,000 live reservations on one coordinate, every ledger write is still 1 write

@@ -86,11 +86,13 @@ impl NonFungibleLimiter {
     }
 
     /// The coordinate's rows (live by their own `expirationTime`) and its ledger shards (a complete
-    /// view). One strongly consistent Query per page.
+    /// view); with `shards_only`, the sort keys from `~ledger` on only (shards sort after every row,
+    /// so no row is read). One strongly consistent Query per page.
     async fn read_partition(
         &self,
         coordinate: &str,
         now: Timestamp,
+        shards_only: bool,
     ) -> Result<(Vec<TokenRow>, View)> {
         let a = self.inner.attrs;
         let mut rows = Vec::new();
@@ -100,10 +102,17 @@ impl NonFungibleLimiter {
         };
         self.query_pages(
             |q| {
-                q.key_condition_expression("#pk = :pk")
+                let q = q
                     .expression_attribute_names("#pk", a.resource_coordinate)
                     .expression_attribute_values(":pk", s(coordinate))
-                    .consistent_read(true)
+                    .consistent_read(true);
+                if shards_only {
+                    q.key_condition_expression("#pk = :pk AND begins_with(#sk, :ledger)")
+                        .expression_attribute_names("#sk", a.reservation_id)
+                        .expression_attribute_values(":ledger", s(LEDGER_ID))
+                } else {
+                    q.key_condition_expression("#pk = :pk")
+                }
             },
             |item| {
                 match self.shard_of(item) {
@@ -128,33 +137,10 @@ impl NonFungibleLimiter {
         }
     }
 
-    /// Every ledger shard of a coordinate (a complete view): one strongly consistent Query per page
-    /// of the sort keys from `~ledger` on (shards sort after every row, so no row is read).
+    /// Every ledger shard of a coordinate (a complete view). One strongly consistent Query per page.
     pub(super) async fn read_shards(&self, coordinate: &str) -> Result<View> {
-        let a = self.inner.attrs;
-        let mut view = View {
-            complete: true,
-            ..View::default()
-        };
-        self.query_pages(
-            |q| {
-                q.key_condition_expression("#pk = :pk AND begins_with(#sk, :ledger)")
-                    .expression_attribute_names("#pk", a.resource_coordinate)
-                    .expression_attribute_names("#sk", a.reservation_id)
-                    .expression_attribute_values(":pk", s(coordinate))
-                    .expression_attribute_values(":ledger", s(LEDGER_ID))
-                    .consistent_read(true)
-            },
-            |item| {
-                if let Some(k) = self.shard_of(item) {
-                    view.shards
-                        .insert(k, Ledger::parse(&self.inner.table, Some(item))?);
-                }
-                Ok(())
-            },
-        )
-        .await?;
-        Ok(view)
+        let now = self.inner.clock.now();
+        Ok(self.read_partition(coordinate, now, true).await?.1)
     }
 
     /// The coordinate's rows by their own expiry (to seed a new ledger from rows written without one).
@@ -163,7 +149,7 @@ impl NonFungibleLimiter {
         coordinate: &str,
         now: Timestamp,
     ) -> Result<Vec<TokenRow>> {
-        Ok(self.read_partition(coordinate, now).await?.0)
+        Ok(self.read_partition(coordinate, now, false).await?.0)
     }
 
     /// Every reservation and token of (resource, account), live or not, from its rows and ledger
@@ -171,7 +157,7 @@ impl NonFungibleLimiter {
     pub async fn list(&self, resource: &str, account: &str) -> Result<Vec<TokenRow>> {
         let now = self.inner.clock.now();
         let coordinate = Self::coordinate(resource, account)?;
-        let (rows, view) = self.read_partition(&coordinate, now).await?;
+        let (rows, view) = self.read_partition(&coordinate, now, false).await?;
         Ok(merge(
             rows,
             &view.merged(),
