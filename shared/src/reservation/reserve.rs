@@ -98,8 +98,7 @@ impl NonFungibleLimiter {
                 if n > 1 && entries.len() as u64 >= share(0, limit) {
                     // More than shard 0 may hold: every shard they fill, in one transaction.
                     self.seed(&coordinate, &entries, limit, pair).await?;
-                    self.read_all(&coordinate, &view).await?;
-                    fresh.all = true;
+                    self.read_all(&coordinate, &view, &mut fresh).await?;
                     legacy = None;
                     continue;
                 }
@@ -115,8 +114,7 @@ impl NonFungibleLimiter {
                 match choice {
                     Choice::Shard(k) => Some((k, lock(&view).for_write(k))),
                     Choice::ReadAll => {
-                        self.read_all(&coordinate, &view).await?;
-                        fresh.all = true;
+                        self.read_all(&coordinate, &view, &mut fresh).await?;
                         continue;
                     }
                     Choice::Full => None,
@@ -136,21 +134,16 @@ impl NonFungibleLimiter {
                     });
                 }
                 if n == 1 {
-                    let l = self.read_ledger(&coordinate, 0).await?;
-                    lock(&view).shards.insert(0, l);
-                    fresh.some.insert(0);
+                    self.reread(&coordinate, 0, &view, &mut fresh).await?;
                 } else {
-                    self.read_all(&coordinate, &view).await?;
-                    fresh.all = true;
+                    self.read_all(&coordinate, &view, &mut fresh).await?;
                 }
                 continue;
             };
             let prune = match plan {
                 Plan::PruneFirst(prune) => {
                     self.prune(&coordinate, k, &prune).await?;
-                    let l = self.read_ledger(&coordinate, k).await?;
-                    lock(&view).shards.insert(k, l);
-                    fresh.some.insert(k);
+                    self.reread(&coordinate, k, &view, &mut fresh).await?;
                     continue;
                 }
                 Plan::Reserve(prune) => prune,
@@ -261,9 +254,24 @@ impl NonFungibleLimiter {
 
     /// The view of the coordinate's shards from one strongly consistent Query of them all (one
     /// call per page), stored in `view` (complete: unlisted shards do not exist).
-    async fn read_all(&self, coordinate: &str, view: &SharedView) -> Result<()> {
+    async fn read_all(&self, coordinate: &str, view: &SharedView, fresh: &mut Fresh) -> Result<()> {
         let read = self.read_shards(coordinate).await?;
         *lock(view) = read;
+        fresh.all = true;
+        Ok(())
+    }
+
+    /// Shard `k` read again (1 strongly consistent GetItem) into `view`.
+    async fn reread(
+        &self,
+        coordinate: &str,
+        k: u32,
+        view: &SharedView,
+        fresh: &mut Fresh,
+    ) -> Result<()> {
+        let l = self.read_ledger(coordinate, k).await?;
+        lock(view).shards.insert(k, l);
+        fresh.some.insert(k);
         Ok(())
     }
 
