@@ -24,7 +24,8 @@
 #   BENCH_README_PAIRS  readings on each side of the zae_readme.py check (3 / 3): each round gives one pair
 #                       (our driver's stored c = 1, zae_readme.py); pairs beyond the rounds run after them,
 #                       interleaved, each on a fresh primed emulator, and the check compares the medians
-#   BENCH_WARMUP        untimed decisions before each timed run (100 / 4)
+#   BENCH_WARMUP        untimed decisions before each timed run (1000 / 4): 1,000 warms the
+#                       emulator for every side alike (decision 0807: zae-limiter read 0.91x with it)
 #   BENCH_CONCURRENCY   comma list (1,8,32)
 #   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
@@ -42,7 +43,7 @@ root=$(pwd)
 mode="${1:-full}"
 case "$mode" in
   full)  port="${BENCH_PORT:-8010}"; profile="${BENCH_PROFILE:-bench-fast}"; decisions="${BENCH_DECISIONS:-1000}"
-         warmup="${BENCH_WARMUP:-100}"; cold_runs="${BENCH_COLDSTART_RUNS:-5}"; rounds="${BENCH_ROUNDS:-3}"
+         warmup="${BENCH_WARMUP:-1000}"; cold_runs="${BENCH_COLDSTART_RUNS:-5}"; rounds="${BENCH_ROUNDS:-3}"
          prime="${BENCH_PRIME:-2000}" ;;
   smoke) port="${BENCH_PORT:-8011}"; profile="${BENCH_PROFILE:-dev}"; decisions="${BENCH_DECISIONS:-10}"
          warmup="${BENCH_WARMUP:-4}"; cold_runs="${BENCH_COLDSTART_RUNS:-1}"; rounds="${BENCH_ROUNDS:-1}"
