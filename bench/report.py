@@ -479,8 +479,9 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                 status = "met"
             elif s.get("races") and all(exact(r) for r in rows if r["concurrency"] == 1):
                 status = "met at c = 1 only"
-                ev += ("; uncontended it is 1 as designed; with c tasks on the one shared bucket each lost race "
-                       "(a write conditioned on the exact state seen) costs one more UpdateItem")
+                ev += (f"; uncontended it is {s['expected_calls']:g} as designed; with c tasks on one shared item "
+                       "each lost race (a write conditioned on the state seen: the bucket, or a ledger shard "
+                       "filled meanwhile) costs one more UpdateItem")
             else:
                 status = "NOT MET"
             out.append({"target": name, "status": status, "evidence": ev})
