@@ -6,6 +6,8 @@ DYNAMODB_LOCAL_PORT ?= 8000
 export DYNAMODB_LOCAL_PORT
 
 SECONDS ?= 600
+SCHEDULES ?=
+WORKERS ?= 6
 
 .PHONY: soak test dev lint cfn-lint unit ddb-start ddb-stop build release sam-check clean help bench bench-smoke
 
@@ -23,7 +25,7 @@ help:
 	@echo "make sam-check [ARCH=x86_64] - sam build (arm64 by default), artifact checks, each artifact on its samples"
 	@echo "make release- sam build of every Lambda function for arm64 and x86_64 (checked, with sizes) and the CLI release build"
 	@echo "make bench  - full benchmark beside the peers (own DynamoDB Local) -> BENCHMARKS.md, bench/results.json"
-	@echo "make soak [SECONDS=N] - random fault schedules for N s (own DynamoDB Local) -> target/sim-soak.md"
+	@echo "make soak [SECONDS=N] [SCHEDULES=N] [WORKERS=N] - random fault schedules (own DynamoDB Local) -> target/sim-soak.md"
 	@echo "make bench-smoke - a few decisions per workload; asserts 0 over-admission and calls/decision"
 
 # The whole check, as CI runs it. DynamoDB Local is stopped whatever the outcome; the exit status is
@@ -55,11 +57,11 @@ bench:
 bench-smoke:
 	@scripts/bench.sh smoke
 
-# Random fault schedules (issue 23, decision 2300) for SECONDS seconds on DynamoDB Local port 8020
-# (started and stopped here unless running); the summary goes to target/sim-soak.md. `make test`
-# runs a fixed 12 schedules and the mutation tests inside `cargo test`.
+# Random fault schedules (issue 23, decision 2300) for SECONDS seconds (or until SCHEDULES have run),
+# WORKERS at once, on DynamoDB Local port 8020 (started and stopped here unless running); the summary
+# goes to target/sim-soak.md. `make test` runs a fixed 12 schedules and the mutation tests.
 soak:
-	@SECONDS_TO_RUN=$(SECONDS) scripts/soak.sh
+	@SECONDS_TO_RUN=$(SECONDS) TURNSTILE_SIM_SCHEDULES=$(SCHEDULES) TURNSTILE_SIM_WORKERS=$(WORKERS) scripts/soak.sh
 
 # The deploy step of `make test` on its own, for ARCH (arm64, template.yaml's default, or x86_64), with
 # its own DynamoDB Local on $(DYNAMODB_LOCAL_PORT) (stopped afterwards when this started it).

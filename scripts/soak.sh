@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make soak SECONDS=N`: random fault schedules (decision 2300) for N seconds (default 600) on a
+# `make soak SECONDS=N [SCHEDULES=M] [WORKERS=K]`: random fault schedules (decision 2300) for N
+# seconds (default 600) or until M schedules have run, K at once (default 6), on a
 # private DynamoDB Local (port $DYNAMODB_LOCAL_PORT, default 8020), stopped afterwards. The summary
 # (schedules, steps, DynamoDB calls, faults by kind, violations) goes to $TURNSTILE_SIM_SUMMARY
 # (default target/sim-soak.md); a violation prints its seed and schedule and fails the run.

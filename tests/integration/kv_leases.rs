@@ -390,6 +390,33 @@ async fn a_release_after_the_refill_gives_nothing_back() {
     assert_eq!(r.returned, 0);
 }
 
+/// Issue 22 item 8, the adjust-after-deadline path on a fast bucket: a lease of 10 whose deadline
+/// (1 s) passed while the refill returned its tokens; another caller spends 10; an adjust down then
+/// settles the expired lease as a release, which may give nothing back: no 11th admission.
+#[tokio::test]
+async fn an_adjust_after_the_deadline_gives_nothing_back_once_refilled() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let t0 = env.clock.now();
+    let a = lim
+        .acquire_lease("Fast", "d", "D1", 10, Duration::from_secs(1), t0)
+        .await
+        .unwrap();
+    assert!(a.granted);
+    env.clock.advance(Duration::from_secs(2));
+    let t = env.clock.now();
+    let before = spend_until_refused(&lim, "d", t).await;
+    let err = lim.adjust_lease("Fast", "d", "D1", 2, t).await.unwrap_err();
+    assert!(matches!(err, KvError::LeaseExpired(_)), "{err}");
+    let after = spend_until_refused(&lim, "d", t).await;
+    assert_eq!(
+        (before, after),
+        (10, 0),
+        "admitted at one instant: {before} + {after} after the expired lease was settled"
+    );
+    assert!(lim.read_lease("Fast", "d", "D1").await.unwrap().is_none());
+}
+
 /// Issue 22 item 8, partly refilled: each refund gives back exactly what an ideal bucket would
 /// still owe (the test's instants are whole emission intervals, 100 ms).
 #[tokio::test]

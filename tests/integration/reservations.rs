@@ -739,6 +739,34 @@ async fn capacities_up_to_the_ceiling_are_served_and_above_it_refused() {
     ));
 }
 
+/// Issue 22 item 15: ten thousand live reservations on one coordinate, then a clean refusal. Before
+/// the ledger was sharded (6a329ff) one item held every entry, and at about 9,000 of them (~43 bytes
+/// each) it passed DynamoDB's 400 KB item limit: the fill failed with a ValidationException where
+/// the caller needed room or `Limited`. Sharded, every write stays one unit and the 10,001st is
+/// `Limited`.
+#[tokio::test]
+async fn ten_thousand_live_reservations_then_a_clean_refusal() {
+    const N: usize = 10_000;
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    fill(&l, "huge", N as i64, N).await;
+    let usage = env.counter.usage();
+    let updates = &usage["UpdateItem"];
+    assert!(
+        updates.write_units <= updates.calls as f64,
+        "every ledger write was 1 WCU with up to {N} live: {updates:?}"
+    );
+    let err = l
+        .get_reservation("emr", "huge", N as i64)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ReservationError::Limited { .. }),
+        "at capacity: {err}"
+    );
+    assert_eq!(live(&l, "huge").await, N);
+}
+
 /// Migration onto a sharded coordinate: 20 live rows written by rate-limiter-py on a capacity of
 /// 30 (two shards) are all counted, whichever shard new reservations land in: exactly 10 more.
 #[tokio::test]

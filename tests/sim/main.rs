@@ -13,6 +13,8 @@ mod oracle;
 mod run;
 mod schedule;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shared::mutation::Mutation;
@@ -69,46 +71,62 @@ async fn fixed_seeds_find_no_violation_b() {
 }
 
 /// `make soak SECONDS=N`: schedules from `TURNSTILE_SIM_FIRST_SEED` (default 1000) on, until
-/// `TURNSTILE_SIM_SECONDS` have passed; the summary goes to `TURNSTILE_SIM_SUMMARY` (default
-/// `target/sim-soak.md`).
+/// `TURNSTILE_SIM_SECONDS` have passed or `TURNSTILE_SIM_SCHEDULES` have run (whichever comes
+/// first); the summary goes to `TURNSTILE_SIM_SUMMARY` (default `target/sim-soak.md`).
+///
+/// `TURNSTILE_SIM_WORKERS` (default 6) schedules run at once, each worker in its own World (its
+/// own tables and fault proxy, so one worker's faults never reach another's requests): a
+/// schedule spends most of its time waiting (graces, delays, stalls to the timeout), so workers
+/// multiply schedules per hour on two cores. Seeds are handed out in order; which worker runs
+/// which seed does not change the schedule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the soak: `make soak SECONDS=N`"]
 async fn soak() {
-    let secs: u64 = std::env::var("TURNSTILE_SIM_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
-    let first: u64 = std::env::var("TURNSTILE_SIM_FIRST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let secs: u64 = env_or("TURNSTILE_SIM_SECONDS", 60);
+    let first: u64 = env_or("TURNSTILE_SIM_FIRST_SEED", 1000);
+    let most: u64 = env_or("TURNSTILE_SIM_SCHEDULES", u64::MAX);
+    let workers: u64 = env_or("TURNSTILE_SIM_WORKERS", 6).max(1);
     let path = std::env::var("TURNSTILE_SIM_SUMMARY")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/sim-soak.md").into());
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
-    let sim = Sim::new(None).await;
-    let shape = Shape::default();
-    let mut totals = Totals::default();
-    let mut seed = first;
-    while Instant::now() < deadline {
-        let sch = Schedule::generate(seed, &shape);
-        let began = Instant::now();
-        let out = sim.run(&sch).await;
-        eprintln!(
-            "SIM seed {seed}: {} steps, {:?}, {} violations, {:.1} s",
-            out.steps,
-            out.faults,
-            out.violations.len(),
-            began.elapsed().as_secs_f64()
-        );
-        if !out.violations.is_empty() {
-            eprintln!("SIM violation(s) with seed {seed}:\n{sch}");
-            for v in &out.violations {
-                eprintln!("  VIOLATION {v}");
+    let next = Arc::new(AtomicU64::new(first));
+    let last = first.saturating_add(most);
+    let runs = (0..workers).map(|_| {
+        let next = Arc::clone(&next);
+        tokio::spawn(async move {
+            let sim = Sim::new(None).await;
+            let shape = Shape::default();
+            let mut totals = Totals::default();
+            while Instant::now() < deadline {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= last {
+                    break;
+                }
+                let sch = Schedule::generate(seed, &shape);
+                let began = Instant::now();
+                let out = sim.run(&sch).await;
+                eprintln!(
+                    "SIM seed {seed}: {} steps, {:?}, {} violations, {:.1} s",
+                    out.steps,
+                    out.faults,
+                    out.violations.len(),
+                    began.elapsed().as_secs_f64()
+                );
+                if !out.violations.is_empty() {
+                    eprintln!("SIM violation(s) with seed {seed}:\n{sch}");
+                    for v in &out.violations {
+                        eprintln!("  VIOLATION {v}");
+                    }
+                }
+                totals.add(&out);
             }
-        }
-        totals.add(&out);
-        seed += 1;
+            totals
+        })
+    });
+    let mut totals = Totals::default();
+    for done in futures::future::join_all(runs).await {
+        totals.merge(done.expect("a soak worker panicked"));
     }
     let took = start.elapsed();
     let faults: Vec<String> = totals
@@ -117,15 +135,17 @@ async fn soak() {
         .map(|(k, v)| format!("| {k} | {v} |"))
         .collect();
     let summary = format!(
-        "# Simulation soak\n\nSeeds {first}..{seed} in {:.0} s: **{} schedules, {} steps, {} DynamoDB \
-         calls, {} violations**.\n\nFaults injected (rounds, or steps for crashes):\n\n| fault | \
-         count |\n|---|---|\n{}\n\nViolations:\n\n{}\n",
+        "# Simulation soak\n\nSeeds {first}..{} in {:.0} s with {workers} workers: **{} schedules, {} \
+         steps, {} DynamoDB calls, {} violations**.\n\nFaults injected (rounds, or steps for \
+         crashes):\n\n| fault | count |\n|---|---|\n{}\n| crashed steps | {} |\n\nViolations:\n\n{}\n",
+        first + totals.schedules,
         took.as_secs_f64(),
         totals.schedules,
         totals.steps,
         totals.calls,
         totals.violations.len(),
         faults.join("\n"),
+        totals.crashes,
         if totals.violations.is_empty() {
             "none".to_string()
         } else {
@@ -140,6 +160,14 @@ async fn soak() {
     std::fs::write(&path, &summary).expect("writing the soak summary");
     eprintln!("{summary}\n(written to {path})");
     assert!(totals.violations.is_empty(), "{:#?}", totals.violations);
+}
+
+/// A number from the environment, or `default` when unset or not a number.
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// One seed, printed with its outcome: how a failing seed is replayed.

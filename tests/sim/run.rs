@@ -51,6 +51,18 @@ impl Totals {
         self.violations
             .extend(o.violations.iter().map(|v| format!("seed {}: {v}", o.seed)));
     }
+
+    /// Another worker's totals (the soak runs several at once).
+    pub fn merge(&mut self, other: Totals) {
+        self.schedules += other.schedules;
+        self.steps += other.steps;
+        self.calls += other.calls;
+        for (k, v) in other.faults {
+            *self.faults.entry(k).or_default() += v;
+        }
+        self.crashes += other.crashes;
+        self.violations.extend(other.violations);
+    }
 }
 
 /// What one schedule did and what the oracle found.
