@@ -90,14 +90,11 @@ mod tests {
     use super::*;
     use crate::tenant::Limits;
 
-    fn id(s: &str) -> TenantId {
-        TenantId::parse(s).unwrap()
-    }
-
     /// Issue 22 item 1: a flood of made-up ids, more than the negative set holds, keeps that set
     /// within [`MAX_ENTRIES`] (it is cleared when full) and never touches a real tenant's entry.
     #[test]
     fn the_negative_cache_is_bounded_and_apart_from_real_tenants() {
+        let id = |s: &str| TenantId::parse(s).unwrap();
         let cache = TenantCache::new(Duration::from_secs(60));
         let now = Timestamp::from_secs(1_764_000_000);
         let real = Tenant {
