@@ -1074,7 +1074,14 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
         let def = catalog::definition(kind, &deps.tables, AttributeStyle::Camel);
         catalog::ensure(&deps.dynamo, &def).await.unwrap();
     }
-    let limits = Limits::example(100_000, 100_000, 10_000, 100_000, 3600, 60);
+    let limits = Limits::example(
+        100_000,
+        100_000,
+        shared::tenant::MAX_CONNECTIONS_PER_SESSION,
+        100_000,
+        3600,
+        60,
+    );
     let tenant = shared::tenant::Tenant {
         tenant_id: T.parse().unwrap(),
         limits,

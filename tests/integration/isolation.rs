@@ -667,13 +667,16 @@ async fn each_functions_assume_role_sends_its_own_session_policy() {
 
 /// Issue 22, item 1: anonymous `$connect`s naming made-up tenants never reach STS. The authorizer
 /// reads the tenant row (execution role, cached; unknown ids cached apart and briefly) before it
-/// assumes the tenant role, so 1,000 connects naming 1,000 unknown tenants make 0 AssumeRole calls
-/// and leave the real tenant's credentials cached (before: one AssumeRole each, and each unknown id
-/// took a slot of the 1,024-entry credential cache, evicting real tenants' credentials).
+/// assumes the tenant role, so a flood of connects naming unknown tenants makes 0 AssumeRole calls
+/// and leaves the real tenant's credentials cached (before: one AssumeRole each, and each unknown id
+/// took a slot of the credential cache, evicting the soonest-expiring: the real tenant's). The flood
+/// is larger than that cache ([`shared::isolation::MAX_CACHED_TENANTS`]), so the eviction half can
+/// fail too (seen with the tenant read moved after the AssumeRole, as before the fix).
 #[tokio::test]
 async fn a_flood_of_unknown_tenants_makes_no_sts_call_and_evicts_no_credentials() {
     use crate::ws_support::{authorizer_event, World, SMALL};
     use shared::function::Tenancy;
+    use shared::isolation::MAX_CACHED_TENANTS;
 
     let w = World::new().await;
     w.put_tenant("real", SMALL).await;
@@ -694,10 +697,15 @@ async fn a_flood_of_unknown_tenants_makes_no_sts_call_and_evicts_no_credentials(
         authorizer::Decision::Allow
     );
     assert_eq!(sts.requests().len(), 1);
-    // 1,000 anonymous connects, each naming another made-up tenant (no ticket: the unauthenticated
-    // path, the one that reaches the tenant read).
+    // Fetched before the flood, the real tenant's credentials expire first: the entry a full
+    // credential cache drops first (without the step, every entry's expiry is the same instant
+    // give or take STS's latency, and which one goes is left to chance).
+    w.env.clock.advance(Duration::from_secs(1));
+    // More anonymous connects than the credential cache holds, each naming another made-up tenant
+    // (no ticket: the unauthenticated path, the one that reaches the tenant read).
+    let flood = MAX_CACHED_TENANTS + 100;
     w.env.counter.reset();
-    for i in 0..1_000 {
+    for i in 0..flood {
         let t = format!("ghost-{i}");
         let d = decide(authorizer_event(&[("tenantId", &t), ("sessionId", "s1")])).await;
         assert!(
@@ -705,14 +713,26 @@ async fn a_flood_of_unknown_tenants_makes_no_sts_call_and_evicts_no_credentials(
             "{d:?}"
         );
     }
+    let (sts_after_flood, calls) = (sts.requests().len(), w.env.counter.by_operation());
+    // The real tenant's credentials are still cached: no second AssumeRole (checked before the
+    // STS count, so a regression shows this half on its own).
     assert_eq!(
-        sts.requests().len(),
-        1,
+        decide(w.authorizer_event("real", "s1").await).await,
+        authorizer::Decision::Allow
+    );
+    assert_eq!(
+        sts.requests().len() - sts_after_flood,
+        0,
+        "the real tenant's credentials survived {flood} unknown ids \
+         (credential cache: {MAX_CACHED_TENANTS})"
+    );
+    assert_eq!(
+        sts_after_flood, 1,
         "no AssumeRole for a tenant that does not exist"
     );
     assert_eq!(
-        w.env.counter.by_operation(),
-        [("GetItem".to_string(), 1_000)].into(),
+        calls,
+        [("GetItem".to_string(), flood as u64)].into(),
         "one tenant read per unknown id, nothing else"
     );
     // Repeats of a known-missing id are answered from memory.
@@ -725,16 +745,6 @@ async fn a_flood_of_unknown_tenants_makes_no_sts_call_and_evicts_no_credentials(
         .await;
     }
     assert_eq!(w.env.counter.total(), 0);
-    // The real tenant's credentials are still cached: no second AssumeRole.
-    assert_eq!(
-        decide(w.authorizer_event("real", "s1").await).await,
-        authorizer::Decision::Allow
-    );
-    assert_eq!(
-        sts.requests().len(),
-        1,
-        "the real tenant's credentials survived the flood"
-    );
     // A tenant created after it was found missing is seen once the short negative entry lapses.
     w.put_tenant("ghost-7", SMALL).await;
     w.put_session("ghost-7", "s1").await;

@@ -600,13 +600,21 @@ async fn the_local_session_api_binds_a_jwt_caller_to_its_tenant_claim() {
 async fn requests_addressed_to_another_host_are_refused() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = Local::start().await;
-    let status = |addr: std::net::SocketAddr, host: &'static str, path: &'static str| async move {
+    let call = |addr: std::net::SocketAddr,
+                method: &'static str,
+                host: &'static str,
+                path: &'static str| async move {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
         s.write_all(req.as_bytes()).await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         out.split_whitespace().nth(1).unwrap_or("").to_string()
+    };
+    let status = |addr: std::net::SocketAddr, host: &'static str, path: &'static str| {
+        call(addr, "GET", host, path)
     };
     let eps = l.stack().endpoints.clone();
     let (http, ws) = (eps.http_addr, eps.ws_addr);
@@ -615,22 +623,41 @@ async fn requests_addressed_to_another_host_are_refused() {
     assert_eq!(status(http, own, "/dashboard/state").await, "200");
     assert_eq!(status(http, local_name, "/dashboard/state").await, "200");
     assert_eq!(status(http, own, "/dashboard/decisions").await, "200");
-    for path in [
-        "/dashboard/state",
-        "/dashboard/decisions",
-        "/dashboard/chart.js",
-        "/session?tenantId=a&sessionId=s",
-        "/",
+    // `/events` answers its own host (an empty body is a 4xx of the handler, not the guard's 403).
+    let events_own = call(http, "POST", own, "/events").await;
+    assert_ne!(events_own, "403", "POST /events from its own host");
+    // Every route the HTTP listener serves (local/src/http_api.rs and the dashboard), with the
+    // method it serves, and a path it does not.
+    for (method, path) in [
+        ("GET", "/dashboard/state"),
+        ("GET", "/dashboard/decisions"),
+        ("GET", "/dashboard/chart.js"),
+        ("GET", "/session?tenantId=a&sessionId=s"),
+        ("PUT", "/session?tenantId=a&sessionId=s"),
+        ("DELETE", "/session?tenantId=a&sessionId=s"),
+        ("POST", "/session/ticket?tenantId=a&sessionId=s"),
+        ("POST", "/events"),
+        ("GET", "/"),
+        ("GET", "/no-such-route"),
     ] {
         assert_eq!(
-            status(http, "rebound.example:3000", path).await,
+            call(http, method, "rebound.example:3000", path).await,
             "403",
-            "{path}"
+            "{method} {path}"
         );
     }
-    assert_eq!(
-        status(ws, "rebound.example", "/local/@connections/x").await,
-        "403"
-    );
+    // And the WebSocket listener's: the upgrade at `/` and the Management API.
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/local/@connections/x"),
+        ("POST", "/local/@connections/x"),
+        ("DELETE", "/local/@connections/x"),
+    ] {
+        assert_eq!(
+            call(ws, method, "rebound.example", path).await,
+            "403",
+            "ws {method} {path}"
+        );
+    }
     l.shutdown().await;
 }

@@ -740,35 +740,73 @@ async fn a_session_write_refused_before_it_applied_gives_the_reservation_back() 
 }
 
 /// Issue 22, item 3: shadow mode lifts the caps but keeps one ceiling, the session's
-/// `MAX_CONNECTIONS_PER_SESSION` (its ids live in one item, limited to 400 KB): a shadow tenant's
-/// session at the ceiling is refused with the ceiling's 429, not grown until DynamoDB refuses the
-/// item (before, shadow admitted under 2^40 and the item grew without bound).
+/// `MAX_CONNECTIONS_PER_SESSION` (everything about its connections lives in one item, limited to
+/// 400 KB): a shadow tenant's session at the ceiling is refused with the ceiling's 429, not grown
+/// until DynamoDB refuses the item (before, shadow admitted under 2^40 and the item grew without
+/// bound). The session is the largest the code can make at the ceiling (decision 2207): the
+/// longest ids, one connection short of the ceiling, each with its `chg:{cid}` as `$connect`
+/// writes it, and as many releases in flight (`chg:` and `rel:` of ids already out of the set).
+/// At the old ceiling of 10,000 that item cannot exist (seen: the pre-write is refused,
+/// `ValidationException`), nor could the writes that lead to it.
 #[tokio::test]
 async fn a_shadow_tenant_session_stops_at_the_hard_ceiling() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use shared::session::{attr, charge_attr, release_attr, TENANT_COUNTER};
     use shared::tenant::{Enforcement, MAX_CONNECTIONS_PER_SESSION};
+    let (t, sid) = ("t".repeat(128), "s".repeat(128));
     let w = World::new().await;
     let shadow = Limits::example(1_000_000, 1_000_000, 2, 1_000_000, 300, 60)
         .with_enforcement(Enforcement::Shadow);
-    w.put_tenant(T, shadow).await;
-    w.put_session(T, "full").await;
-    // The session already holds the ceiling's worth of connections.
-    let ids: Vec<String> = (0..MAX_CONNECTIONS_PER_SESSION)
-        .map(|i| format!("c{i:015}"))
-        .collect();
-    w.deps()
+    w.put_tenant(&t, shadow).await;
+    w.put_session(&t, &sid).await;
+    let key = shared::session::store::key(&t.parse().unwrap(), &sid.parse().unwrap());
+    let table = &w.deps().tables.sessions;
+    let mut item = w
+        .deps()
         .dynamo
-        .update_item()
-        .table_name(&w.deps().tables.sessions)
-        .set_key(Some(shared::session::store::key(
-            &T.parse().unwrap(),
-            &"full".parse().unwrap(),
-        )))
-        .update_expression("ADD connectionIds :ids")
-        .expression_attribute_values(":ids", aws_sdk_dynamodb::types::AttributeValue::Ss(ids))
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .consistent_read(true)
         .send()
         .await
+        .unwrap()
+        .item
         .unwrap();
-    let r = w.connect(T, "full", "one-more", &shadow).await;
+    // API Gateway's connection ids are 16 characters; release tokens 16 hex digits.
+    let cid = |i: u64| format!("{i:015}=");
+    let c = MAX_CONNECTIONS_PER_SESSION;
+    let live: Vec<String> = (0..c - 1).map(cid).collect();
+    item.insert(attr::CONNECTION_IDS.into(), AttributeValue::Ss(live));
+    for i in 0..2 * c - 1 {
+        item.insert(
+            charge_attr(&cid(i)),
+            AttributeValue::N(TENANT_COUNTER.to_string()),
+        );
+    }
+    for i in c - 1..2 * c - 1 {
+        item.insert(
+            release_attr(&cid(i)),
+            AttributeValue::S(format!("{i:016x}")),
+        );
+    }
+    w.deps()
+        .dynamo
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "a session at the ceiling of {c}: {:?}",
+                e.into_service_error()
+            )
+        });
+    // The last place is taken as any other, then the ceiling answers.
+    let r = w.connect(&t, &sid, "oneMoreConnId01=", &shadow).await;
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    let r = w.connect(&t, &sid, "twoMoreConnId02=", &shadow).await;
     assert_eq!(r.status_code, 429, "{:?}", r.body);
     assert!(
         body_json(&r)["detail"]
@@ -778,16 +816,16 @@ async fn a_shadow_tenant_session_stops_at_the_hard_ceiling() {
         "{:?}",
         r.body
     );
-    let held = w.session(T, "full").await.unwrap().connection_ids.len() as u64;
+    let held = w.session(&t, &sid).await.unwrap().connection_ids.len() as u64;
     assert_eq!(held, MAX_CONNECTIONS_PER_SESSION);
     assert_eq!(
-        w.count(T).await.unwrap_or(0),
-        0,
-        "the reservations were given back"
+        w.count(&t).await.unwrap_or(0),
+        1,
+        "the admitted one counted, the refused one given back"
     );
     // Below the ceiling a shadow tenant's would-refused connect is admitted, as before.
-    w.put_session(T, "roomy").await;
+    w.put_session(&t, "roomy").await;
     for cid in ["a", "b", "c"] {
-        assert_eq!(w.connect(T, "roomy", cid, &shadow).await.status_code, 200);
+        assert_eq!(w.connect(&t, "roomy", cid, &shadow).await.status_code, 200);
     }
 }

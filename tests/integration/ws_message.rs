@@ -339,47 +339,95 @@ async fn a_tenant_with_no_message_allowance_still_keeps_its_sessions_alive() {
     );
 }
 
-/// Issue 22, item 3: a session's fan-out (and a delete's closes) keeps at most
-/// `shared::gateway::FANOUT` Management API calls in flight; before, every connection at once.
-/// A Management API that takes 20 ms per call and counts the calls in flight.
+/// Counts the calls in flight at a Management API that takes 20 ms per call.
+#[derive(Default)]
+struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl InFlight {
+    /// Serves an instrumented Management API on a free port: its endpoint (with a stage) and
+    /// its counts.
+    async fn serve() -> (String, std::sync::Arc<InFlight>) {
+        use std::sync::atomic::Ordering;
+        let counts = std::sync::Arc::new(InFlight::default());
+        let app = axum::Router::new().fallback({
+            let counts = counts.clone();
+            move || {
+                let counts = counts.clone();
+                async move {
+                    let n = counts.now.fetch_add(1, Ordering::SeqCst) + 1;
+                    counts.max.fetch_max(n, Ordering::SeqCst);
+                    counts.calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    counts.now.fetch_sub(1, Ordering::SeqCst);
+                    ""
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/stage", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, counts)
+    }
+
+    /// Asserts `calls` calls were made, never more than `FANOUT` at once, and some at once.
+    fn assert_bounded(&self, calls: usize) {
+        use std::sync::atomic::Ordering;
+        let max = self.max.load(Ordering::SeqCst);
+        assert!(
+            max <= shared::gateway::FANOUT && max > 1,
+            "at most {} in flight, and concurrent: {max}",
+            shared::gateway::FANOUT
+        );
+        assert_eq!(self.calls.load(Ordering::SeqCst), calls);
+    }
+}
+
+/// Issue 22, item 3: a delete's closes keep at most `shared::gateway::FANOUT` Management API calls
+/// in flight; before, every connection at once.
 #[tokio::test]
 async fn fan_out_keeps_a_bounded_number_of_calls_in_flight() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    #[derive(Default)]
-    struct InFlight {
-        now: AtomicUsize,
-        max: AtomicUsize,
-        calls: AtomicUsize,
-    }
-    let counts = Arc::new(InFlight::default());
-    let app = axum::Router::new().fallback({
-        let counts = counts.clone();
-        move || {
-            let counts = counts.clone();
-            async move {
-                let n = counts.now.fetch_add(1, Ordering::SeqCst) + 1;
-                counts.max.fetch_max(n, Ordering::SeqCst);
-                counts.calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                counts.now.fetch_sub(1, Ordering::SeqCst);
-                ""
-            }
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/stage", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (url, counts) = InFlight::serve().await;
     let gateway = shared::gateway::Gateway::local(&url);
     let ids: Vec<String> = (0..200).map(|i| format!("conn{i:04}AAAAAAAA=")).collect();
     let closed = gateway.close_each(&url, &ids).await;
     assert_eq!(closed.len(), 200);
     assert!(closed.iter().all(|(_, r)| r.is_ok()), "{closed:?}");
-    let max = counts.max.load(Ordering::SeqCst);
-    assert!(
-        max <= shared::gateway::FANOUT && max > 1,
-        "at most {} in flight, and concurrent: {max}",
-        shared::gateway::FANOUT
-    );
-    assert_eq!(counts.calls.load(Ordering::SeqCst), 200);
+    counts.assert_bounded(200);
+}
+
+/// Issue 22, item 3: `$default` posts a message to every member of a 200-connection session
+/// through the message function itself, at most `shared::gateway::FANOUT` posts in flight
+/// (seen failing with the handler's `bounded` replaced by `join_all`: 200 in flight).
+#[tokio::test]
+async fn a_message_to_a_large_session_posts_a_bounded_number_at_once() {
+    let members = 200;
+    let limits = Limits::example(1_000, 1_000, members, 1_000, 300, 600);
+    let w = World::new().await;
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "big").await;
+    let ids: Vec<String> = (0..members)
+        .map(|i| format!("conn{i:04}AAAAAAAA="))
+        .collect();
+    for c in &ids {
+        assert_eq!(
+            w.connect(T, "big", c, &limits).await.status_code,
+            200,
+            "{c}"
+        );
+    }
+    let (url, counts) = InFlight::serve().await;
+    let state = message::init(&w.function_deps(&[(shared::gateway::ENDPOINT_VAR, url.as_str())]))
+        .await
+        .unwrap();
+    let mut ev = ws_event("message/message.json", T, "big", &ids[0], Some(&limits));
+    ev.body = Some("hello".into());
+    let r = message::handle(w.deps(), &state, ev).await.unwrap();
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+    let body = body_json(&r);
+    assert_eq!(body["delivered"], members, "{body}");
+    counts.assert_bounded(members as usize);
 }

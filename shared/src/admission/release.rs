@@ -66,8 +66,9 @@ pub async fn from_session(
     Ok(released)
 }
 
-/// A random request token (64 bits, hex): the same in every SDK retry of one request.
-fn request_token() -> String {
+/// A random request token (64 bits, hex): the same in every SDK retry of one request. Its length
+/// is part of a session's worst-case size (`tenant::MAX_CONNECTIONS_PER_SESSION`).
+pub(crate) fn request_token() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 

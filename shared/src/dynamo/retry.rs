@@ -142,4 +142,40 @@ mod tests {
         assert!(!is_throttle(Some("TransactionConflict")));
         assert!(!super::super::txn::is_conflict(Some("ThrottlingException")));
     }
+
+    /// Issue 22 item 12: each code DynamoDB refuses with before applying anything gives
+    /// `$connect`'s reservation back; an answer that may have applied (lost, timed out, a 5xx, a
+    /// conflict) keeps it, for the reconciler.
+    #[test]
+    fn only_refusals_before_applying_are_certainly_not_applied() {
+        let refused = [
+            "ThrottlingException",
+            "ProvisionedThroughputExceededException",
+            "RequestLimitExceeded",
+            "ValidationException",
+            "AccessDeniedException",
+            "ResourceNotFoundException",
+            "ItemCollectionSizeLimitExceededException",
+            "UnrecognizedClientException",
+            "MissingAuthenticationTokenException",
+        ];
+        for code in refused {
+            assert!(certainly_not_applied(Some(code)), "{code} must give back");
+        }
+        let maybe_applied = [
+            None,
+            Some("InternalServerError"),
+            Some("ServiceUnavailable"),
+            Some("RequestTimeout"),
+            Some("RequestTimeoutException"),
+            Some("TransactionConflictException"),
+            Some("TransactionInProgressException"),
+            Some("IdempotentParameterMismatchException"),
+            Some("validationexception"),
+            Some(""),
+        ];
+        for code in maybe_applied {
+            assert!(!certainly_not_applied(code), "{code:?} may have applied");
+        }
+    }
 }

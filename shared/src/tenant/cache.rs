@@ -61,13 +61,19 @@ impl TenantCache {
         let found = store::get(deps, id).await?;
         match &found {
             Some(t) => self.insert(t.clone(), now),
-            None if !self.ttl.is_zero() => {
-                let until = now.plus(MISSING_TTL.min(self.ttl));
-                self.missing.insert_until(id.clone(), (), now, until);
-            }
-            None => {}
+            None => self.remember_missing(id, now),
         }
         Ok(found)
+    }
+
+    /// Records that `id` named no tenant at `now`, for [`MISSING_TTL`] (or the cache's own time,
+    /// if shorter), in the negative set of its own.
+    fn remember_missing(&self, id: &TenantId, now: Timestamp) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let until = now.plus(MISSING_TTL.min(self.ttl));
+        self.missing.insert_until(id.clone(), (), now, until);
     }
 
     pub fn insert(&self, t: Tenant, now: Timestamp) {
@@ -76,5 +82,39 @@ impl TenantCache {
         }
         self.entries
             .insert_until(t.tenant_id.clone(), t, now, now.plus(self.ttl));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::Limits;
+
+    /// Issue 22 item 1: a flood of made-up ids, more than the negative set holds, keeps that set
+    /// within [`MAX_ENTRIES`] (it is cleared when full) and never touches a real tenant's entry.
+    #[test]
+    fn the_negative_cache_is_bounded_and_apart_from_real_tenants() {
+        let id = |s: &str| TenantId::parse(s).unwrap();
+        let cache = TenantCache::new(Duration::from_secs(60));
+        let now = Timestamp::from_secs(1_764_000_000);
+        let real = Tenant {
+            tenant_id: id("real"),
+            limits: Limits::example(60, 5, 2, 10, 300, 60),
+        };
+        cache.insert(real.clone(), now);
+        let mut most = 0;
+        for i in 0..MAX_ENTRIES + 500 {
+            cache.remember_missing(&id(&format!("ghost-{i}")), now);
+            most = most.max(cache.missing.len());
+        }
+        assert!(
+            most <= MAX_ENTRIES,
+            "the negative set held {most} ids (bound {MAX_ENTRIES})"
+        );
+        assert_eq!(cache.entries.fresh(&id("real"), now), Some(real));
+        // The ids kept are remembered for MISSING_TTL only.
+        let last = id(&format!("ghost-{}", MAX_ENTRIES + 499));
+        assert!(cache.missing.fresh(&last, now).is_some());
+        assert!(cache.missing.fresh(&last, now.plus(MISSING_TTL)).is_none());
     }
 }

@@ -41,10 +41,14 @@ pub mod attr {
 
 /// The most counter shards a tenant may have (one BatchGetItem reads them all).
 pub const MAX_CONNECTION_SHARDS: u64 = 100;
-/// The most connections one session may hold, in every mode (shadow included): a session keeps its
-/// connection ids in one item, and 10,000 ids of API Gateway's 16 characters are ~160 KB, well
-/// inside DynamoDB's 400 KB item limit with the session's other attributes (issue 22).
-pub const MAX_CONNECTIONS_PER_SESSION: u64 = 10_000;
+/// The most connections one session may hold, in every mode (shadow included): a session keeps
+/// everything about its connections in one item, which DynamoDB limits to 400 KB. Each open
+/// connection costs its id (API Gateway's 16 characters) and its `chg:{cid}` (22 bytes); a release
+/// in flight keeps `chg:{cid}` and adds `rel:{cid}` (36 bytes) after its id left the set. At this
+/// ceiling, with as many releases in flight as open connections and the longest tenant and session
+/// ids, the item is ~384 KB (the unit test below computes it by DynamoDB's size rules). 10,000 was
+/// sized on the ids alone, before `chg:`/`rel:` (decision 2206), and reached ~960 KB so.
+pub const MAX_CONNECTIONS_PER_SESSION: u64 = 4_000;
 
 /// Sessions a tenant may hold when its row does not say (`maxSessions`; decision 2204): bounded by
 /// default, so one caller cannot create sessions without end.
@@ -277,12 +281,86 @@ mod tests {
         assert!(huge
             .check_shards()
             .unwrap_err()
-            .contains("ceiling of 10000"));
+            .contains(&format!("ceiling of {MAX_CONNECTIONS_PER_SESSION}")));
         let many = l.with_max_sessions(MAX_SESSIONS_CEILING + 1);
         assert!(many.check_shards().unwrap_err().contains("maxSessions"));
         assert!(l
             .with_max_sessions(MAX_SESSIONS_CEILING)
             .check_shards()
             .is_ok());
+    }
+
+    /// The session item at the ceiling, by DynamoDB's size rules (`capacity::item_size`): the
+    /// longest tenant and session ids the code accepts, every attribute the code writes on a
+    /// session at its largest value, `live` open connections (`connectionIds` + `chg:{cid}`) and
+    /// `releasing` releases in flight (`chg:{cid}` + `rel:{cid}`, their ids already out of the set).
+    fn session_size(live: u64, releasing: u64) -> u64 {
+        use crate::session::{attr as s, charge_attr, release_attr};
+        use serde_json::{json, Map, Value};
+        // API Gateway's connection ids: 12 random bytes, base64 (16 characters; the local stack
+        // makes the same).
+        let cid = |i: u64| format!("{i:015}=");
+        let charged = json!({"N": (MAX_CONNECTION_SHARDS - 1).to_string()});
+        let big = json!({"N": u64::MAX.to_string()});
+        let mut item = Map::new();
+        for (name, value) in [
+            (
+                s::TENANT_ID,
+                json!({"S": "t".repeat(crate::ids::MAX_ID_LEN)}),
+            ),
+            (
+                s::SESSION_ID,
+                json!({"S": "s".repeat(crate::ids::MAX_ID_LEN)}),
+            ),
+            (s::SESSION_TTL, big.clone()),
+            (
+                s::SESSION_NONCE,
+                json!({"S": crate::session::store::new_nonce().unwrap()}),
+            ),
+            (s::MSG_MINUTE, big.clone()),
+            (s::MSG_COUNT, big.clone()),
+            (s::CONN_MINUTE, big.clone()),
+            (s::CONN_MINUTE_COUNT, big.clone()),
+            (s::CONN_TAT, json!({"N": i64::MAX.to_string()})),
+            (
+                s::CONNECTION_SHARDS,
+                json!({"N": MAX_CONNECTION_SHARDS.to_string()}),
+            ),
+        ] {
+            item.insert(name.to_string(), value);
+        }
+        let ids: Vec<Value> = (0..live).map(|i| json!(cid(i))).collect();
+        item.insert(s::CONNECTION_IDS.to_string(), json!({ "SS": ids }));
+        for i in 0..live + releasing {
+            item.insert(charge_attr(&cid(i)), charged.clone());
+        }
+        for i in live..live + releasing {
+            let token = crate::admission::release::request_token();
+            item.insert(release_attr(&cid(i)), json!({ "S": token }));
+        }
+        crate::capacity::item_size(&Value::Object(item))
+    }
+
+    /// Issue 22 item 3: a session at the ceiling fits DynamoDB's 400 KB (409,600 bytes) with 5% to
+    /// spare, even with every one of its connections' releases in flight at once while as many new
+    /// connections joined. More than that in flight would need the whole membership to turn over
+    /// within one release's round trip on an item whose every write costs ~375 WCU (a partition
+    /// takes ~1,000 WCU/s): see decision 2207.
+    #[test]
+    fn a_session_at_the_ceiling_fits_the_item_limit_with_every_release_in_flight() {
+        const ITEM_LIMIT: u64 = 409_600;
+        let c = MAX_CONNECTIONS_PER_SESSION;
+        let worst = session_size(c, c);
+        assert!(
+            worst <= ITEM_LIMIT * 95 / 100,
+            "a session at {c} connections with {c} releases in flight is {worst} bytes \
+             (limit {ITEM_LIMIT}, 5% margin: {})",
+            ITEM_LIMIT * 95 / 100
+        );
+        // Per connection: 16 (id) + 22 (chg) open, 22 (chg) + 36 (rel) releasing.
+        assert_eq!(session_size(c + 1, c) - worst, 38);
+        assert_eq!(session_size(c, c + 1) - worst, 58);
+        // The bound is not loose: half as many connections again would not fit.
+        assert!(session_size(c * 3 / 2, c * 3 / 2) > ITEM_LIMIT);
     }
 }
