@@ -30,7 +30,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
     let opt = |name: &str, dflt: u64| -> Result<u64> {
         Ok(item::opt_number_u64(it, table, name)?.unwrap_or(dflt))
     };
-    let tenant = Tenant {
+    let mut tenant = Tenant {
         tenant_id,
         limits: Limits {
             connections_per_session: req(attr::CONNECTIONS_PER_SESSION)?,
@@ -47,6 +47,19 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             max_sessions: opt(attr::MAX_SESSIONS, super::DEFAULT_MAX_SESSIONS)?,
         },
     };
+    // A row written before the ceiling was lowered (decision 2207: 10,000 → 4,000) keeps serving
+    // at the ceiling rather than becoming unreadable: no session can hold more in one item anyway.
+    // Writes above it are still refused (`check_shards` in the CLI and the session API).
+    let ceiling = super::MAX_CONNECTIONS_PER_SESSION;
+    if tenant.limits.connections_per_session > ceiling {
+        tracing::warn!(
+            tenant = %tenant.tenant_id,
+            stored = tenant.limits.connections_per_session,
+            ceiling,
+            "connectionsPerSession above the ceiling: served at the ceiling; lower it with `turnstile tenant put`"
+        );
+        tenant.limits.connections_per_session = ceiling;
+    }
     tenant
         .limits
         .check_shards()
@@ -171,4 +184,33 @@ pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     .await?;
     tenants.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
     Ok((tenants, bad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(per_session: u64) -> HashMap<String, AttributeValue> {
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        HashMap::from([
+            (attr::TENANT_ID.to_string(), AttributeValue::S("acme".into())),
+            (attr::CONNECTIONS_PER_SESSION.to_string(), n(per_session)),
+            (attr::TENANT_CONNECTIONS.to_string(), n(100)),
+            (attr::SESSION_PER_MINUTE.to_string(), n(10)),
+            (attr::TENANT_PER_MINUTE.to_string(), n(100)),
+        ])
+    }
+
+    /// Decision 2207: a row stored under the old ceiling (10,000) is served at the new one, not
+    /// refused as malformed (which would deny every connect of that tenant after an upgrade).
+    #[test]
+    fn a_row_above_the_ceiling_is_served_at_the_ceiling() {
+        let t = from_item("tenants", &row(10_000)).unwrap();
+        assert_eq!(
+            t.limits.connections_per_session,
+            super::super::MAX_CONNECTIONS_PER_SESSION
+        );
+        let t = from_item("tenants", &row(7)).unwrap();
+        assert_eq!(t.limits.connections_per_session, 7);
+    }
 }
