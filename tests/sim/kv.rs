@@ -11,14 +11,15 @@
 //! - **documented answers**: allowed, denied or `Contended`; a store error only under an injected
 //!   fault.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use shared::clock::Timestamp;
 use shared::kv::{KvError, LimitSet, Limiter, Limits};
 use shared::table::TableKind;
 
-use crate::schedule::{Op, Step};
+use crate::oracle::Lane;
+use crate::schedule::{side_lanes, side_rng, Op, Step};
 use crate::ws_support::World;
 
 /// Salts the kv draws apart from the others (see [`crate::reservations`]).
@@ -61,10 +62,7 @@ pub fn generate(
     rounds: usize,
     crash_pct: u32,
 ) -> Option<(KvSpec, Vec<Vec<Vec<Step>>>)> {
-    let mut rng = fastrand::Rng::with_seed(seed ^ SALT);
-    if rng.u32(0..100) >= pct {
-        return None;
-    }
+    let mut rng = side_rng(seed, SALT, pct)?;
     // Counts dividing the period's nanoseconds: the emission interval is exact.
     let rates: Vec<KvRate> = (0..rng.usize(1..=2))
         .map(|_| KvRate {
@@ -75,42 +73,27 @@ pub fn generate(
         .collect();
     let ids = rng.u32(1..=2);
     let min_burst = rates.iter().map(|r| r.burst).min().unwrap_or(1);
-    let mut lanes_of = vec![Vec::new()];
-    for _ in 1..rounds {
-        let lanes: Vec<Vec<Step>> = (0..rng.usize(1..=2))
-            .map(|_| {
-                (0..rng.usize(1..=3))
-                    .map(|_| {
-                        let k = rng.usize(0..rates.len());
-                        let i = rng.u32(0..ids);
-                        let process = rng.usize(0..2);
-                        let op = match rng.u32(0..100) {
-                            // Costs within the burst (a larger one is refused as bad input).
-                            0..=59 => KvOp::Spend {
-                                k,
-                                i,
-                                cost: rng.u64(1..=3).min(rates[k].burst),
-                                process,
-                            },
-                            60..=84 => KvOp::Refund { k, i, process },
-                            _ => KvOp::Batch {
-                                i,
-                                cost: rng.u64(1..=2).min(min_burst),
-                                process,
-                            },
-                        };
-                        let crash_ms = (rng.u32(0..100) < crash_pct).then(|| rng.u16(0..=40));
-                        Step {
-                            op: Op::Kv(op),
-                            crash_ms,
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        lanes_of.push(lanes);
-    }
-    Some((KvSpec { rates, ids }, lanes_of))
+    let lanes = side_lanes(&mut rng, rounds, crash_pct, |rng| {
+        let k = rng.usize(0..rates.len());
+        let i = rng.u32(0..ids);
+        let process = rng.usize(0..2);
+        Op::Kv(match rng.u32(0..100) {
+            // Costs within the burst (a larger one is refused as bad input).
+            0..=59 => KvOp::Spend {
+                k,
+                i,
+                cost: rng.u64(1..=3).min(rates[k].burst),
+                process,
+            },
+            60..=84 => KvOp::Refund { k, i, process },
+            _ => KvOp::Batch {
+                i,
+                cost: rng.u64(1..=2).min(min_burst),
+                process,
+            },
+        })
+    });
+    Some((KvSpec { rates, ids }, lanes))
 }
 
 /// Creates the buckets table beside the World's (dropped with them); returns its name.
@@ -136,10 +119,9 @@ pub struct State {
     admits: BTreeMap<Bucket, Vec<(Timestamp, u64, bool)>>,
     /// Refunds started per bucket: (instant, cost).
     refunds: BTreeMap<Bucket, Vec<(Timestamp, u64)>>,
-    faulted: bool,
-    round: usize,
-    now: Timestamp,
-    violations: Vec<String>,
+    /// Buckets already reported over-admitted (once each, not at every later checkpoint).
+    reported: BTreeSet<Bucket>,
+    pub lane: Lane,
 }
 
 impl State {
@@ -169,35 +151,20 @@ impl State {
             limiters: [limiter(), limiter()],
             admits: BTreeMap::new(),
             refunds: BTreeMap::new(),
-            faulted: false,
-            round: 0,
-            now: Timestamp::from_secs(0),
-            violations: Vec::new(),
-        }
-    }
-
-    pub fn round_start(&mut self, round: usize, now: Timestamp, faulted: bool) {
-        self.round = round;
-        self.now = now;
-        self.faulted = faulted;
-    }
-
-    fn violation(&mut self, v: String) {
-        let v = format!("round {}: {v}", self.round);
-        if !self.violations.contains(&v) {
-            self.violations.push(v);
+            reported: BTreeSet::new(),
+            lane: Lane::default(),
         }
     }
 
     fn error(&mut self, what: &str, e: &KvError) {
         // `Contended` is a documented answer (concurrent writers on one bucket); a store error
         // is one only when a fault was injected.
-        let documented =
-            matches!(e, KvError::Contended(_)) || (matches!(e, KvError::Store(_)) && self.faulted);
+        let documented = matches!(e, KvError::Contended(_))
+            || (matches!(e, KvError::Store(_)) && self.lane.faulted);
         if !documented {
-            self.violation(format!(
+            self.lane.violation(format!(
                 "undocumented answer to {what}: {e} (fault injected: {})",
-                self.faulted
+                self.lane.faulted
             ));
         }
     }
@@ -210,16 +177,20 @@ impl State {
     pub fn check(&mut self) -> Vec<String> {
         let mut found = Vec::new();
         for (&(k, i), admits) in &self.admits {
+            if self.reported.contains(&(k, i)) {
+                continue;
+            }
             let rate = self.spec.rates[k];
             let refunds = self.refunds.get(&(k, i)).map(Vec::as_slice).unwrap_or(&[]);
             if let Some(v) = over(admits, refunds, rate) {
-                found.push(format!("over-admission: K{k}:{}: {v}", self.id(i)));
+                found.push(((k, i), format!("over-admission: K{k}:{}: {v}", self.id(i))));
             }
         }
-        for v in found {
-            self.violation(v);
+        for (bucket, v) in found {
+            self.reported.insert(bucket);
+            self.lane.violation(v);
         }
-        std::mem::take(&mut self.violations)
+        self.lane.take()
     }
 }
 
@@ -260,7 +231,7 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
             | KvOp::Refund { process, .. }
             | KvOp::Batch { process, .. } => process,
         };
-        (st.limiters[p].clone(), st.now)
+        (st.limiters[p].clone(), st.lane.now)
     };
     match *op {
         KvOp::Spend { k, i, cost, .. } => {

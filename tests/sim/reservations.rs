@@ -31,7 +31,8 @@ use shared::reservation::{
 use shared::table::TableKind;
 use token_remover::{Outcome as Removal, Processors, Remover};
 
-use crate::schedule::{Op, Step};
+use crate::oracle::Lane;
+use crate::schedule::{side_lanes, side_rng, Op, Step};
 use crate::ws_support::World;
 
 /// The resource name of every coordinate (its account names the schedule).
@@ -82,10 +83,7 @@ pub fn generate(
     rounds: usize,
     crash_pct: u32,
 ) -> Option<(ResSpec, Vec<Vec<Vec<Step>>>)> {
-    let mut rng = fastrand::Rng::with_seed(seed ^ SALT);
-    if rng.u32(0..100) >= pct {
-        return None;
-    }
+    let mut rng = side_rng(seed, SALT, pct)?;
     let capacities = (0..rng.usize(1..=2))
         .map(|_| {
             if rng.u32(0..10) < 6 {
@@ -97,30 +95,16 @@ pub fn generate(
         .collect::<Vec<_>>();
     let resources = rng.u32(2..=4);
     let mut next = 0u32;
-    let mut lanes_of = vec![Vec::new()];
-    for _ in 1..rounds {
-        let lanes: Vec<Vec<Step>> = (0..rng.usize(1..=2))
-            .map(|_| {
-                (0..rng.usize(1..=3))
-                    .map(|_| {
-                        let op = draw(&mut rng, capacities.len(), resources, &mut next);
-                        let crash_ms = (rng.u32(0..100) < crash_pct).then(|| rng.u16(0..=40));
-                        Step {
-                            op: Op::Res(op),
-                            crash_ms,
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        lanes_of.push(lanes);
-    }
+    let coords = capacities.len();
+    let lanes = side_lanes(&mut rng, rounds, crash_pct, |rng| {
+        Op::Res(draw(rng, coords, resources, &mut next))
+    });
     Some((
         ResSpec {
             capacities,
             resources,
         },
-        lanes_of,
+        lanes,
     ))
 }
 
@@ -238,10 +222,7 @@ pub struct State {
     /// Queued events: (event number, resource).
     queue: Vec<(u64, u32)>,
     events: u64,
-    faulted: bool,
-    round: usize,
-    now: Timestamp,
-    violations: Vec<String>,
+    pub lane: Lane,
 }
 
 impl State {
@@ -258,37 +239,17 @@ impl State {
             ended: BTreeMap::new(),
             queue: Vec::new(),
             events: 0,
-            faulted: false,
-            round: 0,
-            now: Timestamp::from_secs(0),
-            violations: Vec::new(),
-        }
-    }
-
-    pub fn round_start(&mut self, round: usize, now: Timestamp, faulted: bool) {
-        self.round = round;
-        self.now = now;
-        self.faulted = faulted;
-    }
-
-    pub fn take_violations(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.violations)
-    }
-
-    fn violation(&mut self, v: String) {
-        let v = format!("round {}: {v}", self.round);
-        if !self.violations.contains(&v) {
-            self.violations.push(v);
+            lane: Lane::default(),
         }
     }
 
     /// A store error is documented only under an injected fault.
     fn store_error(&mut self, what: &str, e: &ReservationError) {
         let store = matches!(e, ReservationError::Store(_));
-        if !(store && self.faulted) {
-            self.violation(format!(
+        if !(store && self.lane.faulted) {
+            self.lane.violation(format!(
                 "undocumented answer to {what}: {e} (fault injected: {})",
-                self.faulted
+                self.lane.faulted
             ));
         }
     }
@@ -304,7 +265,7 @@ impl State {
         !h.released
             && !h.uncertain
             && !h.tried.iter().any(ending)
-            && Timestamp::from_secs(h.exp) > self.now
+            && Timestamp::from_secs(h.exp) > self.lane.now
     }
 
     /// Resource `j` ends: its event is queued, once.
@@ -329,7 +290,7 @@ impl State {
 
     /// The checks of one checkpoint against the ledgers as read.
     fn check(&mut self, ledgers: &[Coordinate]) {
-        let now = self.now.as_secs();
+        let now = self.lane.now.as_secs();
         for (c, l) in ledgers.iter().enumerate() {
             let cap = self.spec.capacities[c];
             let coord = self.coordinates[c].clone();
@@ -338,7 +299,7 @@ impl State {
                 let live = entries.values().filter(|e| **e > now).count() as u64;
                 total += live;
                 if live > shard::share(*k, cap) {
-                    self.violation(format!(
+                    self.lane.violation(format!(
                         "over-admission: ledger shard {k} of {coord} holds {live} live entries, \
                          share {}",
                         shard::share(*k, cap)
@@ -346,7 +307,7 @@ impl State {
                 }
             }
             if total > cap {
-                self.violation(format!(
+                self.lane.violation(format!(
                     "over-admission: coordinate {coord} holds {total} live reservations, capacity \
                      {cap}"
                 ));
@@ -375,7 +336,7 @@ impl State {
                      holds is missing from {}'s ledger",
                     h.id, self.coordinates[h.coord]
                 );
-                self.violation(msg);
+                self.lane.violation(msg);
                 // Reported once.
                 if let Some(h) = self.held.get_mut(&r) {
                     h.uncertain = true;
@@ -501,7 +462,7 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
                 }
             };
             if let Some(v) = verdict {
-                st.violation(v);
+                st.lane.violation(v);
             }
         }
         ResOp::Release { r, process } => {
@@ -558,14 +519,15 @@ async fn deliver(
             true
         }
         Ok(other) => {
-            st.violation(format!(
+            st.lane.violation(format!(
                 "the remover did not remove for an ended resource: {other:?}"
             ));
             false
         }
         Err(e) => {
-            if !st.faulted {
-                st.violation(format!("the remover failed with no fault injected: {e}"));
+            if !st.lane.faulted {
+                st.lane
+                    .violation(format!("the remover failed with no fault injected: {e}"));
             }
             false
         }
@@ -638,7 +600,7 @@ pub async fn checkpoint(
     let ledgers = read(a, direct, st).await;
     let mut s = st.lock().unwrap();
     s.check(&ledgers);
-    s.take_violations()
+    s.lane.take()
 }
 
 /// The end: every resource ends and its event is delivered until acknowledged (no fault, nothing
@@ -652,8 +614,8 @@ pub async fn finish(
     let pending = {
         let mut s = st.lock().unwrap();
         let now = w.env.clock.now();
-        let round = s.round + 1;
-        s.round_start(round, now, false);
+        let round = s.lane.round + 1;
+        s.lane.start(round, now, false);
         for j in 0..s.spec.resources {
             s.emit(j);
         }
@@ -678,8 +640,8 @@ pub async fn finish(
         .advance(DEFAULT_RESERVATION_TTL + Duration::from_secs(1));
     let ledgers = read(a, direct, st).await;
     let mut s = st.lock().unwrap();
-    s.now = w.env.clock.now();
-    let now = s.now.as_secs();
+    s.lane.now = w.env.clock.now();
+    let now = s.lane.now.as_secs();
     for (c, l) in ledgers.iter().enumerate() {
         let live: Vec<String> = l
             .shards
@@ -694,7 +656,7 @@ pub async fn finish(
             .collect();
         if !live.is_empty() {
             let coord = s.coordinates[c].clone();
-            s.violation(format!(
+            s.lane.violation(format!(
                 "leaked: after every resource ended and every reservation expired, {coord} still \
                  counts {} entries: {}",
                 live.len(),
@@ -703,5 +665,5 @@ pub async fn finish(
         }
     }
     s.check(&ledgers);
-    s.take_violations()
+    s.lane.take()
 }

@@ -247,15 +247,12 @@ impl Sim {
                     r.seen.caps_in_effect(t, *c, now);
                 }
             }
+            let faulted = round.fault != Fault::None;
             if let Some(st) = res {
-                st.lock()
-                    .unwrap()
-                    .round_start(i, now, round.fault != Fault::None);
+                st.lock().unwrap().lane.start(i, now, faulted);
             }
             if let Some(st) = kvs {
-                st.lock()
-                    .unwrap()
-                    .round_start(i, now, round.fault != Fault::None);
+                st.lock().unwrap().lane.start(i, now, faulted);
             }
             self.set_fault(round.fault);
             let reconciling = round

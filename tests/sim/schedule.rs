@@ -347,6 +347,39 @@ impl Schedule {
     }
 }
 
+/// The generator of a side's lanes (reservations, kv), salted apart from the WebSocket draws so a
+/// seed's WebSocket steps are the same with or without it; `None` for the `100 - pct` percent of
+/// schedules without that side.
+pub fn side_rng(seed: u64, salt: u64, pct: u32) -> Option<fastrand::Rng> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ salt);
+    (rng.u32(0..100) < pct).then_some(rng)
+}
+
+/// A side's lanes per round: none in round 0 (sessions are created), then 1-2 lanes of 1-3 steps,
+/// each drawn by `draw` and crashing as the WebSocket steps do.
+pub fn side_lanes(
+    rng: &mut fastrand::Rng,
+    rounds: usize,
+    crash_pct: u32,
+    mut draw: impl FnMut(&mut fastrand::Rng) -> Op,
+) -> Vec<Vec<Vec<Step>>> {
+    let mut lanes_of = vec![Vec::new()];
+    for _ in 1..rounds {
+        let mut lanes = Vec::new();
+        for _ in 0..rng.usize(1..=2) {
+            let mut lane = Vec::new();
+            for _ in 0..rng.usize(1..=3) {
+                let op = draw(rng);
+                let crash_ms = (rng.u32(0..100) < crash_pct).then(|| rng.u16(0..=40));
+                lane.push(Step { op, crash_ms });
+            }
+            lanes.push(lane);
+        }
+        lanes_of.push(lanes);
+    }
+    lanes_of
+}
+
 fn ttl_op(rng: &mut fastrand::Rng, tenants: usize, sessions: usize) -> Op {
     if rng.bool() {
         Op::Expire {
