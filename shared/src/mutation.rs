@@ -24,10 +24,17 @@ pub enum Mutation {
     SessionOverCap,
     /// `$default` admits one message past `messagesPerMinute` (an off-by-one in the check).
     MessageOffByOne,
+    /// A reservation's ledger shard admits one past its share of the coordinate's limit.
+    ReservationOverShare,
+    /// A bind ignores the ended-resource marker (issue 22 item 14 undone: a bind after the
+    /// remover's event holds its unit for the token's lifetime).
+    BindIgnoresEnded,
+    /// A kv spend admits one token past the burst (an off-by-one in the tolerance).
+    KvOverBurst,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::UndoAfterJoin,
         Mutation::SweepWithoutTombstone,
         Mutation::ShardOverShare,
@@ -35,13 +42,18 @@ impl Mutation {
         Mutation::RetriedDecrement,
         Mutation::SessionOverCap,
         Mutation::MessageOffByOne,
+        Mutation::ReservationOverShare,
+        Mutation::BindIgnoresEnded,
+        Mutation::KvOverBurst,
     ];
 }
 
 #[cfg(feature = "mutations")]
 static ON: std::sync::Mutex<Vec<(String, Mutation)>> = std::sync::Mutex::new(Vec::new());
 
-/// Switches `m` on for the deps whose counter table is `counters` (until [`disable`]).
+/// Switches `m` on for the deps whose counter table is `counters` (until [`disable`]); the
+/// non-fungible limiter, which holds no `Deps`, is matched by its own table's name instead
+/// ([`active_on`]), so a test enables a reservation mutation with that name.
 #[cfg(feature = "mutations")]
 pub fn enable(counters: &str, m: Mutation) {
     let mut on = ON.lock().unwrap_or_else(|p| p.into_inner());
@@ -61,6 +73,21 @@ pub fn active(deps: &Deps, m: Mutation) -> bool {
     let on = ON.lock().unwrap_or_else(|p| p.into_inner());
     on.iter()
         .any(|(c, x)| *x == m && *c == deps.tables.counters)
+}
+
+/// Whether `m` is switched on for the table named `table` (code that holds a table name, not
+/// `Deps`: the non-fungible limiter).
+#[cfg(feature = "mutations")]
+pub fn active_on(table: &str, m: Mutation) -> bool {
+    let on = ON.lock().unwrap_or_else(|p| p.into_inner());
+    on.iter().any(|(c, x)| *x == m && c == table)
+}
+
+/// Whether `m` is switched on for `table`: never, in a build without the `mutations` feature.
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub fn active_on(_table: &str, _m: Mutation) -> bool {
+    false
 }
 
 /// Whether `m` is switched on: never, in a build without the `mutations` feature.

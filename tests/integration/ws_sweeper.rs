@@ -79,6 +79,32 @@ async fn a_ttl_deletion_releases_and_closes_once_even_when_redelivered() {
     assert_eq!(w.count(T).await, Some(1));
 }
 
+/// Found by the fault-schedule simulation (seed 0 of the reservation mutations' shape): a record
+/// redelivered a minute after its first delivery applied sent the same `ClientRequestToken` with a
+/// tombstone whose TTL had moved with the clock, and DynamoDB refused it as
+/// `IdempotentParameterMismatch`: the sweep failed, and DynamoDB Streams would retry the record
+/// (holding its shard) until the token's 10 minutes passed. The tombstone's TTL now follows the
+/// record's deletion time, so every delivery of one record sends the same transaction.
+#[tokio::test]
+async fn a_record_redelivered_after_the_clock_moved_is_answered_already_swept() {
+    let w = World::new().await;
+    w.put_tenant(T, MEDIUM).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &MEDIUM).await.status_code, 200);
+    delete_session_row(&w, T, "s1").await;
+    let ev = event(vec![ttl_record(T, "s1", &["a"], "100")]);
+    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+    assert!(r.batch_item_failures.is_empty());
+    assert_eq!(w.count(T).await, Some(0));
+    w.env.clock.advance(std::time::Duration::from_secs(56));
+    let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+    assert!(
+        r.batch_item_failures.is_empty(),
+        "a redelivery after the clock moved must not fail"
+    );
+    assert_eq!(w.count(T).await, Some(0), "released once");
+}
+
 #[tokio::test]
 async fn other_records_are_ignored() {
     let w = World::new().await;

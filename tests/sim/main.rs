@@ -1,5 +1,6 @@
 //! Random fault schedules (issue 23, decision 2300): a seeded generator of operation schedules
-//! over the WebSocket admission paths, run against the real handlers and DynamoDB Local behind
+//! over the WebSocket admission paths (and, in a share of schedules, reservations with the token
+//! remover and kv limits), run against the real handlers and DynamoDB Local behind
 //! `turnstile-faultproxy`, with crashes (dropped futures) from the harness, and an oracle after
 //! every round. `cargo test -p turnstile-tests --test sim` runs the fixed budget (the seeds of
 //! [`BUDGET`]), the regression seeds and the mutation tests; `make soak SECONDS=N` runs the
@@ -9,7 +10,9 @@
 #[path = "../integration/ws_support.rs"]
 mod ws_support;
 
+mod kv;
 mod oracle;
+mod reservations;
 mod run;
 mod schedule;
 
@@ -204,12 +207,16 @@ fn mutation_shape(m: Mutation) -> Shape {
             crash_pct: 0,
             reconcile_pct: 0,
             message_pct: 50,
+            reservation_pct: 0,
+            kv_pct: 0,
             ..base
         },
         Mutation::UndoAfterJoin | Mutation::ShardOverShare | Mutation::SessionOverCap => Shape {
             fault_pct: 0,
             crash_pct: 0,
             reconcile_pct: 0,
+            reservation_pct: 0,
+            kv_pct: 0,
             ..base
         },
         // Sessions that expire within the schedule, their records delivered twice.
@@ -218,6 +225,8 @@ fn mutation_shape(m: Mutation) -> Shape {
             reconcile_pct: 0,
             session_ttl: (5, 15),
             ttl_pct: 50,
+            reservation_pct: 0,
+            kv_pct: 0,
             ..base
         },
         // A `$connect` slowed by the proxy is half-way while the reconciler reads.
@@ -226,6 +235,8 @@ fn mutation_shape(m: Mutation) -> Shape {
             crash_pct: 0,
             reconcile_pct: 100,
             only_fault: Some(schedule::Fault::Delay(150)),
+            reservation_pct: 0,
+            kv_pct: 0,
             ..base
         },
         Mutation::RetriedDecrement => Shape {
@@ -235,6 +246,27 @@ fn mutation_shape(m: Mutation) -> Shape {
             only_fault: Some(schedule::Fault::LoseUpdateAnswers(3)),
             session_ttl: (5, 20),
             ttl_pct: 40,
+            max_lanes: 2,
+            reservation_pct: 0,
+            kv_pct: 0,
+            ..base
+        },
+        // Every schedule with reservation lanes, no faults, few WebSocket lanes (a quick run).
+        Mutation::ReservationOverShare | Mutation::BindIgnoresEnded => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            reservation_pct: 100,
+            kv_pct: 0,
+            max_lanes: 2,
+            ..base
+        },
+        Mutation::KvOverBurst => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            reservation_pct: 0,
+            kv_pct: 100,
             max_lanes: 2,
             ..base
         },
@@ -305,6 +337,21 @@ async fn mutation_session_over_cap_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_message_off_by_one_is_caught() {
     caught(Mutation::MessageOffByOne, 1, "messagesPerMinute").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_reservation_over_share_is_caught() {
+    caught(Mutation::ReservationOverShare, 0, "over-admission: ").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_bind_ignores_ended_is_caught() {
+    caught(Mutation::BindIgnoresEnded, 0, "held capacity").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_kv_over_burst_is_caught() {
+    caught(Mutation::KvOverBurst, 0, "over-admission: K").await;
 }
 
 /// Not caught within the make-test budget (decision 2300): the reconciler must read while a

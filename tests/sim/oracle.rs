@@ -123,6 +123,8 @@ fn documented(op: &Op, status: i64) -> bool {
         Op::Deliver { .. } | Op::Reconcile { .. } | Op::Expire { .. } | Op::Limits { .. } => {
             status == 200
         }
+        // Checked by the reservation oracle, on the answers themselves.
+        Op::Res(_) | Op::Kv(_) => true,
     }
 }
 
@@ -345,4 +347,36 @@ fn over_rate(
         }
     }
     None
+}
+
+/// The round a side oracle (the reservation and kv lanes') is checking, and what it found: each
+/// finding prefixed with its round and kept once.
+#[derive(Debug, Default)]
+pub struct Lane {
+    pub round: usize,
+    /// The round's instant (the clock moves only between rounds).
+    pub now: Timestamp,
+    /// Whether the round has an injected proxy fault.
+    pub faulted: bool,
+    violations: Vec<String>,
+}
+
+impl Lane {
+    pub fn start(&mut self, round: usize, now: Timestamp, faulted: bool) {
+        self.round = round;
+        self.now = now;
+        self.faulted = faulted;
+    }
+
+    pub fn violation(&mut self, v: String) {
+        let v = format!("round {}: {v}", self.round);
+        if !self.violations.contains(&v) {
+            self.violations.push(v);
+        }
+    }
+
+    /// The findings since the last call.
+    pub fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.violations)
+    }
 }

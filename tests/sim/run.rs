@@ -16,7 +16,9 @@ use shared::session::attr as sattr;
 use shared::tenant::{Limits, Tenant};
 use turnstile_faultproxy::{FaultProxy, Policy, Throttle, ThrottleError, ThrottleMode};
 
+use crate::kv;
 use crate::oracle::{Checkpoint, Oracle, Seen};
+use crate::reservations::{self, Actors};
 use crate::schedule::{Caps, Fault, Op, Schedule, Step};
 use crate::ws_support::{ws_event, World};
 
@@ -83,7 +85,17 @@ pub struct Sim {
     pub proxy: FaultProxy,
     /// Unproxied, for the oracle's reads and DynamoDB's own TTL deletions.
     pub direct: aws_sdk_dynamodb::Client,
+    /// The reservation lanes' limiters and token remover.
+    pub res: Actors,
+    /// The kv lanes' buckets table.
+    pub buckets: String,
 }
+
+/// The state of a run's reservation and kv lanes (`None`: the schedule has none).
+type Lanes<'a> = (
+    Option<&'a Mutex<reservations::State>>,
+    Option<&'a Mutex<kv::State>>,
+);
 
 /// A TTL stream record waiting for (re)delivery.
 #[derive(Clone)]
@@ -115,10 +127,20 @@ impl Sim {
                 .build(),
         );
         let direct = local_client(&w.env.endpoint, None);
+        let res = Actors::new(&mut w, &direct).await;
+        let buckets = kv::table(&mut w, &direct).await;
         if let Some(m) = mutation {
             shared::mutation::enable(&w.env.deps.tables.counters, m);
+            shared::mutation::enable(res.table(), m);
+            shared::mutation::enable(&buckets, m);
         }
-        Sim { w, proxy, direct }
+        Sim {
+            w,
+            proxy,
+            direct,
+            res,
+            buckets,
+        }
     }
 
     fn tenant(&self, s: &Schedule, t: usize) -> TenantId {
@@ -210,6 +232,20 @@ impl Sim {
             crashes: 0,
             gone: BTreeSet::new(),
         });
+        let res = sch
+            .res
+            .as_ref()
+            .map(|spec| Mutex::new(reservations::State::new(sch.seed, spec)));
+        let res = res.as_ref();
+        let kvs = sch.kv.as_ref().map(|spec| {
+            Mutex::new(kv::State::new(
+                sch.seed,
+                spec,
+                &self.w.env.deps.dynamo,
+                &self.buckets,
+            ))
+        });
+        let kvs = kvs.as_ref();
         for (i, round) in sch.rounds.iter().enumerate() {
             self.w.env.clock.advance(Duration::from_secs(round.advance));
             let now = self.w.env.clock.now();
@@ -222,6 +258,13 @@ impl Sim {
                 for (t, c) in r.caps.clone().iter().enumerate() {
                     r.seen.caps_in_effect(t, *c, now);
                 }
+            }
+            let faulted = round.fault != Fault::None;
+            if let Some(st) = res {
+                st.lock().unwrap().lane.start(i, now, faulted);
+            }
+            if let Some(st) = kvs {
+                st.lock().unwrap().lane.start(i, now, faulted);
             }
             self.set_fault(round.fault);
             let reconciling = round
@@ -239,7 +282,7 @@ impl Sim {
                         tokio::time::sleep(Duration::from_millis(at)).await;
                     }
                     for step in lane {
-                        self.step(sch, tenants, step, run).await;
+                        self.step(sch, tenants, step, run, (res, kvs)).await;
                     }
                 }
             });
@@ -248,6 +291,16 @@ impl Sim {
             self.set_fault(Fault::None);
             let crashed = run.lock().unwrap().crashes > crashes_before;
             self.settle(round.fault, crashed).await;
+            if let Some(st) = res {
+                for v in reservations::checkpoint(&self.res, &self.direct, st).await {
+                    oracle.violation(v);
+                }
+            }
+            if let Some(st) = kvs {
+                for v in st.lock().unwrap().check() {
+                    oracle.violation(v);
+                }
+            }
             let cp = self.checkpoint(sch, &tenants).await;
             let r = run.lock().unwrap();
             oracle.check(i, &cp, &r.seen, &r.caps);
@@ -287,6 +340,11 @@ impl Sim {
             oracle.exact(&cp);
             out.crashes = r.crashes;
         }
+        if let Some(st) = res {
+            for v in reservations::finish(&self.res, &self.w, &self.direct, st).await {
+                oracle.violation(v);
+            }
+        }
         out.calls = self.w.env.counter.total();
         if out.crashes > 0 {
             *out.faults.entry("crash").or_default() += out.crashes;
@@ -296,13 +354,23 @@ impl Sim {
     }
 
     /// Runs one step under its crash budget and the Lambda timeout, recording what its client saw.
-    async fn step(&self, sch: &Schedule, tenants: &[TenantId], step: &Step, run: &Mutex<Run>) {
+    async fn step(
+        &self,
+        sch: &Schedule,
+        tenants: &[TenantId],
+        step: &Step,
+        run: &Mutex<Run>,
+        lanes: Lanes<'_>,
+    ) {
         let budget = step
             .crash_ms
             .map(|ms| Duration::from_millis(u64::from(ms)))
             .unwrap_or(LAMBDA_TIMEOUT);
-        let done = tokio::time::timeout(budget, self.op(sch, tenants, &step.op, run)).await;
+        let done = tokio::time::timeout(budget, self.op(sch, tenants, &step.op, run, lanes)).await;
         if done.is_err() {
+            if let (Op::Res(o), Some(st)) = (&step.op, lanes.0) {
+                st.lock().unwrap().crashed(o);
+            }
             let mut r = run.lock().unwrap();
             r.crashes += 1;
             r.seen.crashed(&step.op);
@@ -331,9 +399,26 @@ impl Sim {
         answer(disconnect::handle(&self.w.env.deps, &self.w.disconnect, ev).await)
     }
 
-    async fn op(&self, sch: &Schedule, tenants: &[TenantId], op: &Op, run: &Mutex<Run>) {
+    async fn op(
+        &self,
+        sch: &Schedule,
+        tenants: &[TenantId],
+        op: &Op,
+        run: &Mutex<Run>,
+        (res, kvs): Lanes<'_>,
+    ) {
         let now = self.w.env.clock.now();
         match *op {
+            Op::Res(ref o) => {
+                if let Some(st) = res {
+                    reservations::step(&self.res, sch.seed, o, st).await;
+                }
+            }
+            Op::Kv(ref o) => {
+                if let Some(st) = kvs {
+                    kv::step(o, st).await;
+                }
+            }
             Op::PutSession { t, s } | Op::DeleteSession { t, s } => {
                 let method = if matches!(op, Op::PutSession { .. }) {
                     "PUT"

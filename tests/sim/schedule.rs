@@ -6,6 +6,9 @@ use std::fmt;
 
 use shared::tenant::{Limits, WindowAlgorithm};
 
+use crate::kv::{self, KvOp, KvSpec};
+use crate::reservations::{self, ResOp, ResSpec};
+
 /// What the fault proxy does during one round (decision 0900's policies).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
@@ -95,6 +98,10 @@ pub enum Op {
         t: usize,
         caps: Caps,
     },
+    /// A reservation or token-remover step ([`reservations`]).
+    Res(ResOp),
+    /// A kv limit step ([`kv`]).
+    Kv(KvOp),
 }
 
 /// A step with its harness fault: a Lambda "crash" (the future dropped) after this many ms.
@@ -154,6 +161,10 @@ pub struct Schedule {
     pub tenants: Vec<TenantSpec>,
     pub sessions: usize,
     pub rounds: Vec<Round>,
+    /// The coordinates and resources of the reservation lanes, if the schedule has them.
+    pub res: Option<ResSpec>,
+    /// The limit names of the kv lanes, if the schedule has them.
+    pub kv: Option<KvSpec>,
 }
 
 /// How the generator draws (the make-test run and the soak use the defaults).
@@ -176,6 +187,11 @@ pub struct Shape {
     pub ttl_pct: u32,
     /// Percent of steps drawn as a message from a connection of the schedule.
     pub message_pct: u32,
+    /// Percent of schedules that also have reservation lanes (drawn from a generator of their
+    /// own: the WebSocket steps of a seed are the same either way).
+    pub reservation_pct: u32,
+    /// Percent of schedules that also have kv lanes (a generator of their own too).
+    pub kv_pct: u32,
 }
 
 impl Default for Shape {
@@ -191,6 +207,8 @@ impl Default for Shape {
             session_ttl: (60, 240),
             ttl_pct: 0,
             message_pct: 0,
+            reservation_pct: 50,
+            kv_pct: 50,
         }
     }
 }
@@ -296,11 +314,27 @@ impl Schedule {
                 lanes,
             });
         }
+        let res = reservations::generate(seed, shape.reservation_pct, n_rounds, shape.crash_pct)
+            .map(|(spec, lanes)| {
+                for (round, lanes) in rounds.iter_mut().zip(lanes) {
+                    round.lanes.extend(lanes);
+                }
+                spec
+            });
+        let kv =
+            kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct).map(|(spec, lanes)| {
+                for (round, lanes) in rounds.iter_mut().zip(lanes) {
+                    round.lanes.extend(lanes);
+                }
+                spec
+            });
         Schedule {
             seed,
             tenants,
             sessions,
             rounds,
+            res,
+            kv,
         }
     }
 
@@ -311,6 +345,39 @@ impl Schedule {
             .map(Vec::len)
             .sum()
     }
+}
+
+/// The generator of a side's lanes (reservations, kv), salted apart from the WebSocket draws so a
+/// seed's WebSocket steps are the same with or without it; `None` for the `100 - pct` percent of
+/// schedules without that side.
+pub fn side_rng(seed: u64, salt: u64, pct: u32) -> Option<fastrand::Rng> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ salt);
+    (rng.u32(0..100) < pct).then_some(rng)
+}
+
+/// A side's lanes per round: none in round 0 (sessions are created), then 1-2 lanes of 1-3 steps,
+/// each drawn by `draw` and crashing as the WebSocket steps do.
+pub fn side_lanes(
+    rng: &mut fastrand::Rng,
+    rounds: usize,
+    crash_pct: u32,
+    mut draw: impl FnMut(&mut fastrand::Rng) -> Op,
+) -> Vec<Vec<Vec<Step>>> {
+    let mut lanes_of = vec![Vec::new()];
+    for _ in 1..rounds {
+        let mut lanes = Vec::new();
+        for _ in 0..rng.usize(1..=2) {
+            let mut lane = Vec::new();
+            for _ in 0..rng.usize(1..=3) {
+                let op = draw(rng);
+                let crash_ms = (rng.u32(0..100) < crash_pct).then(|| rng.u16(0..=40));
+                lane.push(Step { op, crash_ms });
+            }
+            lanes.push(lane);
+        }
+        lanes_of.push(lanes);
+    }
+    lanes_of
 }
 
 fn ttl_op(rng: &mut fastrand::Rng, tenants: usize, sessions: usize) -> Op {
@@ -392,6 +459,12 @@ impl fmt::Display for Schedule {
         )?;
         for (i, t) in self.tenants.iter().enumerate() {
             writeln!(f, "  tenant t{i}: {t:?}")?;
+        }
+        if let Some(res) = &self.res {
+            writeln!(f, "  reservations: {res:?}")?;
+        }
+        if let Some(kv) = &self.kv {
+            writeln!(f, "  kv limits: {kv:?}")?;
         }
         for (i, r) in self.rounds.iter().enumerate() {
             writeln!(f, "  round {i}: +{}s fault={:?}", r.advance, r.fault)?;

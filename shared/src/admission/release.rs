@@ -233,15 +233,18 @@ pub async fn swept(
     charges: &Charges,
 ) -> Result<Swept> {
     let released = ids.len() as u64;
-    let now = deps.clock.now();
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
         (cattr::TENANT_ID.to_string(), s(t.as_str())),
         (cattr::SESSION_ID.to_string(), s(sid.as_str())),
         (cattr::ITEM_COUNT.to_string(), n(released)),
+        // From the record's deletion time, not the clock: every delivery of one record must send
+        // the same transaction under its token, or a redelivery within DynamoDB's 10 idempotency
+        // minutes is refused as `IdempotentParameterMismatch` and the record blocks its stream
+        // shard. Records are delivered within 24 hours of the deletion, well inside the TTL.
         (
             cattr::ITEM_TTL.to_string(),
-            n(now.plus(TOMBSTONE_TTL).as_secs()),
+            n(deleted_at.plus(TOMBSTONE_TTL).as_secs()),
         ),
     ]);
     tomb.retain(|_, v| !matches!(v, AttributeValue::S(s) if s.is_empty()));

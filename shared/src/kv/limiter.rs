@@ -274,6 +274,15 @@ impl Limiter {
             first_throttle: pending.map(|p| p.first),
         };
         let hint = self.hint(key);
+        let over = crate::mutation::active_on(&self.table, crate::mutation::Mutation::KvOverBurst);
+        let rate = if over && op == Op::Spend {
+            Rate {
+                burst: rate.burst + 1,
+                ..rate
+            }
+        } else {
+            rate
+        };
         let plan = match op {
             Op::Spend => SpendPlan::spend(rate, now, cost, hint),
             Op::Refund => SpendPlan::refund(rate, now, cost, hint),

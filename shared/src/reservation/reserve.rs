@@ -120,7 +120,7 @@ impl NonFungibleLimiter {
                     Choice::Full => None,
                 }
             };
-            let plan = target.and_then(|(k, l)| match l.plan(now, share(k, limit)) {
+            let plan = target.and_then(|(k, l)| match l.plan(now, self.share_of(k, limit)) {
                 Plan::Full { .. } => None,
                 plan => Some((k, l, plan)),
             });
@@ -150,7 +150,7 @@ impl NonFungibleLimiter {
                 Plan::Full { .. } => unreachable!("full shards are never planned"),
             };
             let id = shard::reservation_id(&uuid::Uuid::new_v4().to_string(), k);
-            let share_k = share(k, limit);
+            let share_k = self.share_of(k, limit);
             let admitted = match self
                 .try_reserve(&coordinate, k, &id, exp, &ledger, &prune, share_k, pair)
                 .await?
@@ -196,6 +196,16 @@ impl NonFungibleLimiter {
             }
         }
         Err(Error::contended(coordinate, MAX_ATTEMPTS).into())
+    }
+
+    /// Shard `k`'s share of `limit`, as admission plans and conditions it (one more under the
+    /// simulation's `ReservationOverShare` mutation, which compiles away without the feature).
+    fn share_of(&self, k: u32, limit: u64) -> u64 {
+        let over = crate::mutation::active_on(
+            &self.inner.table,
+            crate::mutation::Mutation::ReservationOverShare,
+        );
+        share(k, limit) + u64::from(over)
     }
 
     /// The live rows of a coordinate without a ledger, as ledger entries.

@@ -118,8 +118,14 @@ impl NonFungibleLimiter {
         self.inner.interleave.at(Point::BindAfterRow).await;
         // The ledger entry and the ended-resource check at once: the check must follow the row
         // write (what the remover's index query finds), not the ledger write (ended.rs).
-        let (extended, ended) =
+        let (extended, mut ended) =
             futures::join!(self.extend_ledger(r, exp, now), self.has_ended(resource_id));
+        if crate::mutation::active_on(
+            &self.inner.table,
+            crate::mutation::Mutation::BindIgnoresEnded,
+        ) {
+            ended = Ok(false);
+        }
         match (extended, ended) {
             (Ok(()), Ok(false)) => {
                 self.extend_entry(&r.coordinate, &r.id, exp);

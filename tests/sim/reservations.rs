@@ -1,0 +1,669 @@
+//! Reservations and the token remover in the simulation (issue 23, decision 2300). Steps reserve,
+//! bind, release and end resources through `NonFungibleLimiter` — two "processes", each with its
+//! own ledger cache, as two Lambda instances would be — and the token remover's `handle`, against
+//! the same proxied DynamoDB Local as the WebSocket steps and in the same rounds, faults and
+//! crashes. The model here is what the clients were told; the oracle reads the coordinates'
+//! ledger shards (unproxied, strongly consistent) at every checkpoint:
+//!
+//! - **0 over-admission**: live entries of a coordinate ≤ its capacity, and of each shard ≤ its
+//!   share.
+//! - **no capacity released twice**: every reservation a client still holds (answered, not
+//!   released, not expired, its resource's event not yet handled) is in its shard, live: a release
+//!   or prune of another id, or the remover's work for another resource, never freed it.
+//! - **documented answers**: `Limited`, `Gone`, `AlreadyBound`, `ResourceEnded` only where the
+//!   model allows them; a store error only in a round with an injected fault; a bind after its
+//!   resource's event was acknowledged never holds capacity.
+//! - **0 leaked**: at the end every resource ends, every event is delivered until acknowledged,
+//!   and the clock passes the reservation TTL: no live entry is left in any ledger.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
+use futures::future::join_all;
+use serde_json::Value;
+use shared::clock::{Clock, Timestamp};
+use shared::reservation::{
+    shard, Attrs, NonFungibleLimiter, ReservationError, DEFAULT_RESERVATION_TTL, LEDGER_MAP,
+};
+use shared::table::TableKind;
+use token_remover::{Outcome as Removal, Processors, Remover};
+
+use crate::oracle::Lane;
+use crate::schedule::{side_lanes, side_rng, Op, Step};
+use crate::ws_support::World;
+
+/// The resource name of every coordinate (its account names the schedule).
+const RESOURCE: &str = "emr";
+
+/// Salts the reservation draws apart from the WebSocket ones: a seed's WebSocket steps are the
+/// same whether or not its schedule also has reservations (the mutation seeds stay valid).
+const SALT: u64 = 0x7e5e_27a7_0101_0102;
+
+/// What a schedule with reservations draws: the coordinates and the resources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResSpec {
+    /// Each coordinate's capacity (the reservations' default limit; no limit row): 1-4, so the
+    /// limit is reached, or 17-24, so two ledger shards exist.
+    pub capacities: Vec<u64>,
+    /// Resources (EMR clusters) tokens are bound to.
+    pub resources: u32,
+}
+
+/// One reservation step. Reservations are numbered per schedule; a step naming one its client
+/// never got (refused, crashed) does nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResOp {
+    /// `count` reservations at once on coordinate `coord` through limiter `process`, numbered
+    /// from `r`.
+    Reserve {
+        coord: usize,
+        r: u32,
+        count: u32,
+        process: usize,
+    },
+    /// Binds reservation `r` to resource `j` (through any process: a handle by id).
+    Bind { r: u32, j: u32, process: usize },
+    /// Deletes reservation `r` (or its token).
+    Release { r: u32, process: usize },
+    /// Resource `j` ends: its event is queued for the remover (once).
+    End { j: u32 },
+    /// Delivers a queued event (`pick` modulo the queue: out of order); kept for another delivery
+    /// when `again` (EventBridge delivers at least once). A failed or crashed one stays queued.
+    Deliver { pick: u32, again: bool },
+}
+
+/// Draws the reservation lanes of each round (none in round 0), or `None` for a schedule
+/// without reservations (`pct` percent have them).
+pub fn generate(
+    seed: u64,
+    pct: u32,
+    rounds: usize,
+    crash_pct: u32,
+) -> Option<(ResSpec, Vec<Vec<Vec<Step>>>)> {
+    let mut rng = side_rng(seed, SALT, pct)?;
+    let capacities = (0..rng.usize(1..=2))
+        .map(|_| {
+            if rng.u32(0..10) < 6 {
+                rng.u64(1..=4)
+            } else {
+                rng.u64(17..=24)
+            }
+        })
+        .collect::<Vec<_>>();
+    let resources = rng.u32(2..=4);
+    let mut next = 0u32;
+    let coords = capacities.len();
+    let lanes = side_lanes(&mut rng, rounds, crash_pct, |rng| {
+        Op::Res(draw(rng, coords, resources, &mut next))
+    });
+    Some((
+        ResSpec {
+            capacities,
+            resources,
+        },
+        lanes,
+    ))
+}
+
+fn draw(rng: &mut fastrand::Rng, coords: usize, resources: u32, next: &mut u32) -> ResOp {
+    let process = rng.usize(0..2);
+    let j = rng.u32(0..resources);
+    let drawn = *next;
+    match rng.u32(0..100) {
+        35..=59 if drawn > 0 => ResOp::Bind {
+            r: rng.u32(0..drawn),
+            j,
+            process,
+        },
+        60..=71 if drawn > 0 => ResOp::Release {
+            r: rng.u32(0..drawn),
+            process,
+        },
+        72..=81 => ResOp::End { j },
+        82..=99 => ResOp::Deliver {
+            pick: rng.u32(..),
+            again: rng.u32(0..4) == 0,
+        },
+        _ => {
+            // Now and then a burst, so a capacity of 17-24 fills too.
+            let count = if rng.u32(0..4) == 0 {
+                rng.u32(3..=8)
+            } else {
+                1
+            };
+            *next += count;
+            ResOp::Reserve {
+                coord: rng.usize(0..coords),
+                r: drawn,
+                count,
+                process,
+            }
+        }
+    }
+}
+
+/// The limiters and the remover a simulation's steps run through (the World's proxied client).
+pub struct Actors {
+    limiters: [NonFungibleLimiter; 2],
+    remover: Remover,
+    attrs: Attrs,
+    table: String,
+}
+
+impl Actors {
+    /// Creates the non-fungible and limit tables beside the World's (dropped with them) and
+    /// builds two limiters and the remover on the World's (proxied) deps.
+    pub async fn new(w: &mut World, direct: &aws_sdk_dynamodb::Client) -> Actors {
+        for kind in [TableKind::NonFungibleTokens, TableKind::Limits] {
+            let def = shared::catalog::definition(kind, &w.env.deps.tables, w.env.deps.style);
+            shared::catalog::ensure(direct, &def)
+                .await
+                .expect("the simulation's reservation tables are created");
+            w.env.track_table(def.name);
+        }
+        let deps = &w.env.deps;
+        let limiter = || NonFungibleLimiter::from_deps(deps).expect("limiter from deps");
+        let processors = Processors::parse(include_str!(
+            "../../functions/token-remover/processors.example.yaml"
+        ))
+        .expect("the example processors parse");
+        Actors {
+            limiters: [limiter(), limiter()],
+            remover: Remover::new(deps, token_remover::Config { processors }),
+            attrs: Attrs::of(deps.style),
+            table: deps.tables.non_fungible_tokens.clone(),
+        }
+    }
+
+    /// The non-fungible table (a reservation mutation is switched on by its name).
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+/// What the model knows of one reservation its client got.
+#[derive(Debug)]
+struct Held {
+    coord: usize,
+    id: String,
+    /// The reservation's expiry (epoch s) until a bind's answer says otherwise.
+    exp: i64,
+    /// The resource a bind answered Ok for.
+    bound: Option<u32>,
+    /// Every resource a bind of it was started for.
+    tried: BTreeSet<u32>,
+    /// A release was started (or a bind released it: `ResourceEnded`).
+    released: bool,
+    /// A step on it crashed or failed: its entry may or may not be there.
+    uncertain: bool,
+}
+
+/// A resource's end as the remover saw it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ending {
+    emitted: bool,
+    /// A delivery started: the ended marker may exist.
+    started: bool,
+    /// A delivery was answered Ok.
+    acked: bool,
+}
+
+/// The reservation side of one run: the model, the remover's queue, the round's flags and the
+/// violations found between checkpoints.
+pub struct State {
+    spec: ResSpec,
+    coordinates: Vec<String>,
+    resource_ids: Vec<String>,
+    held: BTreeMap<u32, Held>,
+    ended: BTreeMap<u32, Ending>,
+    /// Queued events: (event number, resource).
+    queue: Vec<(u64, u32)>,
+    events: u64,
+    pub lane: Lane,
+}
+
+impl State {
+    pub fn new(seed: u64, spec: &ResSpec) -> State {
+        State {
+            spec: spec.clone(),
+            coordinates: (0..spec.capacities.len())
+                .map(|c| coordinate(seed, c))
+                .collect(),
+            resource_ids: (0..spec.resources)
+                .map(|j| format!("j-{seed:x}-{j}"))
+                .collect(),
+            held: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            queue: Vec::new(),
+            events: 0,
+            lane: Lane::default(),
+        }
+    }
+
+    /// A store error is documented only under an injected fault.
+    fn store_error(&mut self, what: &str, e: &ReservationError) {
+        let store = matches!(e, ReservationError::Store(_));
+        if !(store && self.lane.faulted) {
+            self.lane.violation(format!(
+                "undocumented answer to {what}: {e} (fault injected: {})",
+                self.lane.faulted
+            ));
+        }
+    }
+
+    /// Whether the client of `r` holds live capacity the ledger must show.
+    fn must_hold(&self, r: u32) -> bool {
+        let Some(h) = self.held.get(&r) else {
+            return false;
+        };
+        // Once a delivery for a resource any bind of it named has started, the remover may have
+        // found that bind's row and released it.
+        let ending = |j: &u32| self.ended.get(j).is_some_and(|e| e.started);
+        !h.released
+            && !h.uncertain
+            && !h.tried.iter().any(ending)
+            && Timestamp::from_secs(h.exp) > self.lane.now
+    }
+
+    /// Resource `j` ends: its event is queued, once.
+    fn emit(&mut self, j: u32) {
+        let e = self.ended.entry(j).or_default();
+        if !e.emitted {
+            e.emitted = true;
+            self.events += 1;
+            let n = self.events;
+            self.queue.push((n, j));
+        }
+    }
+
+    /// A crashed step: a bind's writes may be half done.
+    pub fn crashed(&mut self, op: &ResOp) {
+        if let ResOp::Bind { r, .. } = op {
+            if let Some(h) = self.held.get_mut(r) {
+                h.uncertain = true;
+            }
+        }
+    }
+
+    /// The checks of one checkpoint against the ledgers as read.
+    fn check(&mut self, ledgers: &[Coordinate]) {
+        let now = self.lane.now.as_secs();
+        for (c, l) in ledgers.iter().enumerate() {
+            let cap = self.spec.capacities[c];
+            let coord = self.coordinates[c].clone();
+            let mut total = 0;
+            for (k, entries) in &l.shards {
+                let live = entries.values().filter(|e| **e > now).count() as u64;
+                total += live;
+                if live > shard::share(*k, cap) {
+                    self.lane.violation(format!(
+                        "over-admission: ledger shard {k} of {coord} holds {live} live entries, \
+                         share {}",
+                        shard::share(*k, cap)
+                    ));
+                }
+            }
+            if total > cap {
+                self.lane.violation(format!(
+                    "over-admission: coordinate {coord} holds {total} live reservations, capacity \
+                     {cap}"
+                ));
+            }
+        }
+        let must: Vec<u32> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|r| self.must_hold(*r))
+            .collect();
+        for r in must {
+            let h = &self.held[&r];
+            let k = shard::of_reservation(&h.id).unwrap_or(0);
+            let there = ledgers[h.coord]
+                .shards
+                .get(&k)
+                .and_then(|e| e.get(&h.id))
+                .is_some_and(|e| *e > now);
+            if !there {
+                let bound = h.bound.map_or("unbound".to_string(), |j| {
+                    format!("bound to {}", self.resource_ids[j as usize])
+                });
+                let msg = format!(
+                    "capacity released twice: reservation r{r} ({}, {bound}) its client still \
+                     holds is missing from {}'s ledger",
+                    h.id, self.coordinates[h.coord]
+                );
+                self.lane.violation(msg);
+                // Reported once.
+                if let Some(h) = self.held.get_mut(&r) {
+                    h.uncertain = true;
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, j: u32) -> EventBridgeEvent<Value> {
+        let mut ev: EventBridgeEvent<Value> = serde_json::from_str(include_str!(
+            "../../events/token-remover/emr-terminated.json"
+        ))
+        .expect("the sample event parses");
+        ev.detail["clusterId"] = Value::String(self.resource_ids[j as usize].clone());
+        ev.id = Some(format!("sim-{}", self.resource_ids[j as usize]));
+        ev
+    }
+}
+
+/// One coordinate as the oracle read it: its shards' entries (id → expiry) and its rows (id →
+/// bound resource).
+#[derive(Debug, Default)]
+struct Coordinate {
+    shards: BTreeMap<u32, BTreeMap<String, i64>>,
+    rows: BTreeMap<String, Option<String>>,
+}
+
+fn coordinate(seed: u64, c: usize) -> String {
+    NonFungibleLimiter::coordinate(RESOURCE, &account(seed, c)).expect("a valid coordinate")
+}
+
+fn account(seed: u64, c: usize) -> String {
+    format!("sim{seed:x}-{c}")
+}
+
+/// Runs one reservation step, recording what its client saw in `state`.
+pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
+    match *op {
+        ResOp::Reserve {
+            coord,
+            r,
+            count,
+            process,
+        } => {
+            let cap = state.lock().unwrap().spec.capacities[coord];
+            let acct = account(seed, coord);
+            let limiter = &a.limiters[process];
+            let answers =
+                join_all((0..count).map(|_| limiter.get_reservation(RESOURCE, &acct, cap as i64)))
+                    .await;
+            let mut st = state.lock().unwrap();
+            for (i, ans) in answers.into_iter().enumerate() {
+                match ans {
+                    Ok(res) => {
+                        let exp = res.expires_at.map_or(0, |t| t.as_secs());
+                        st.held.insert(
+                            r + i as u32,
+                            Held {
+                                coord,
+                                id: res.id,
+                                exp,
+                                bound: None,
+                                tried: BTreeSet::new(),
+                                released: false,
+                                uncertain: false,
+                            },
+                        );
+                    }
+                    Err(ReservationError::Limited { .. }) => {}
+                    Err(e) => st.store_error("a reservation", &e),
+                }
+            }
+        }
+        ResOp::Bind { r, j, process } => {
+            let (handle, acked) = {
+                let mut st = state.lock().unwrap();
+                let acked = st.ended.get(&j).is_some_and(|e| e.acked);
+                let Some(h) = st.held.get_mut(&r) else {
+                    return;
+                };
+                h.tried.insert(j);
+                let (c, id) = (h.coord, h.id.clone());
+                let handle = a.limiters[process].reservation(RESOURCE, &account(seed, c), &id);
+                (handle, acked)
+            };
+            let Ok(handle) = handle else {
+                return;
+            };
+            let rid = state.lock().unwrap().resource_ids[j as usize].clone();
+            let ans = handle.create_token(&rid).await;
+            let mut st = state.lock().unwrap();
+            let must = st.must_hold(r);
+            let started = st.ended.get(&j).is_some_and(|e| e.started);
+            let other = st.held[&r].tried.iter().any(|t| *t != j);
+            let h = st.held.get_mut(&r).expect("held");
+            let verdict = match ans {
+                Ok(token) => {
+                    h.bound = Some(j);
+                    h.exp = token.expiration_time;
+                    acked.then(|| {
+                        format!(
+                            "a bind of r{r} to {rid} after its end was acknowledged held capacity"
+                        )
+                    })
+                }
+                Err(ReservationError::Gone { .. }) => {
+                    h.uncertain = true;
+                    must.then(|| {
+                        format!("a bind of r{r}, which its client holds live, answered Gone")
+                    })
+                }
+                Err(ReservationError::AlreadyBound { bound_to, .. }) => (!other).then(|| {
+                    format!("r{r} answered AlreadyBound ({bound_to}) with no other bind tried")
+                }),
+                Err(ReservationError::ResourceEnded { .. }) => {
+                    h.released = true;
+                    (!started).then(|| format!("r{r} answered ResourceEnded before {rid}'s event"))
+                }
+                Err(e) => {
+                    h.uncertain = true;
+                    st.store_error("a bind", &e);
+                    None
+                }
+            };
+            if let Some(v) = verdict {
+                st.lane.violation(v);
+            }
+        }
+        ResOp::Release { r, process } => {
+            let handle = {
+                let mut st = state.lock().unwrap();
+                let Some(h) = st.held.get_mut(&r) else {
+                    return;
+                };
+                h.released = true;
+                let (c, id) = (h.coord, h.id.clone());
+                a.limiters[process].reservation(RESOURCE, &account(seed, c), &id)
+            };
+            let Ok(handle) = handle else {
+                return;
+            };
+            if let Err(e) = handle.delete().await {
+                state.lock().unwrap().store_error("a release", &e);
+            }
+        }
+        ResOp::End { j } => state.lock().unwrap().emit(j),
+        ResOp::Deliver { pick, again } => {
+            let (n, j, ev) = {
+                let mut st = state.lock().unwrap();
+                if st.queue.is_empty() {
+                    return;
+                }
+                let (n, j) = st.queue[pick as usize % st.queue.len()];
+                st.ended.entry(j).or_default().started = true;
+                (n, j, st.event(j))
+            };
+            deliver(a, state, n, j, ev, !again).await;
+        }
+    }
+}
+
+/// One delivery of event `n` (resource `j`) to the remover; acknowledged (dequeued when `ack`) on
+/// `Removed`. Returns whether it succeeded.
+async fn deliver(
+    a: &Actors,
+    state: &Mutex<State>,
+    n: u64,
+    j: u32,
+    ev: EventBridgeEvent<Value>,
+    ack: bool,
+) -> bool {
+    let out = token_remover::handle(&a.remover, ev).await;
+    let mut st = state.lock().unwrap();
+    match out {
+        Ok(Removal::Removed { .. }) => {
+            st.ended.entry(j).or_default().acked = true;
+            if ack {
+                st.queue.retain(|q| q.0 != n);
+            }
+            true
+        }
+        Ok(other) => {
+            st.lane.violation(format!(
+                "the remover did not remove for an ended resource: {other:?}"
+            ));
+            false
+        }
+        Err(e) => {
+            if !st.lane.faulted {
+                st.lane
+                    .violation(format!("the remover failed with no fault injected: {e}"));
+            }
+            false
+        }
+    }
+}
+
+/// Reads every coordinate's items (unproxied, strongly consistent).
+async fn read(a: &Actors, direct: &aws_sdk_dynamodb::Client, st: &Mutex<State>) -> Vec<Coordinate> {
+    let coordinates = st.lock().unwrap().coordinates.clone();
+    let mut out = Vec::new();
+    for c in coordinates {
+        let mut coord = Coordinate::default();
+        let mut start = None;
+        loop {
+            let page = direct
+                .query()
+                .table_name(&a.table)
+                .key_condition_expression("#c = :c")
+                .expression_attribute_names("#c", a.attrs.resource_coordinate)
+                .expression_attribute_values(":c", AttributeValue::S(c.clone()))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("the oracle reads the ledger");
+            for item in page.items() {
+                let sk = item
+                    .get(a.attrs.reservation_id)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                if let Some(k) = shard::of_sort_key(&sk) {
+                    let entries: BTreeMap<String, i64> = item
+                        .get(LEDGER_MAP)
+                        .and_then(|v| v.as_m().ok())
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(id, v)| {
+                                    Some((id.clone(), v.as_n().ok()?.parse().ok()?))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    coord.shards.insert(k, entries);
+                } else {
+                    let bound = item
+                        .get(a.attrs.resource_id)
+                        .and_then(|v| v.as_s().ok())
+                        .cloned();
+                    coord.rows.insert(sk, bound);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        out.push(coord);
+    }
+    out
+}
+
+/// The checkpoint of a round: the ledgers read and checked; the violations found since the last
+/// one, returned.
+pub async fn checkpoint(
+    a: &Actors,
+    direct: &aws_sdk_dynamodb::Client,
+    st: &Mutex<State>,
+) -> Vec<String> {
+    let ledgers = read(a, direct, st).await;
+    let mut s = st.lock().unwrap();
+    s.check(&ledgers);
+    s.lane.take()
+}
+
+/// The end: every resource ends and its event is delivered until acknowledged (no fault, nothing
+/// in flight), the clock passes the reservation TTL, and then no ledger may count anything.
+pub async fn finish(
+    a: &Actors,
+    w: &World,
+    direct: &aws_sdk_dynamodb::Client,
+    st: &Mutex<State>,
+) -> Vec<String> {
+    let pending = {
+        let mut s = st.lock().unwrap();
+        let now = w.env.clock.now();
+        let round = s.lane.round + 1;
+        s.lane.start(round, now, false);
+        for j in 0..s.spec.resources {
+            s.emit(j);
+        }
+        s.queue.clone()
+    };
+    for (n, j) in pending {
+        // Until acknowledged: with no fault, a failure is already a violation; three tries
+        // bound the loop.
+        for _ in 0..3 {
+            let ev = {
+                let mut s = st.lock().unwrap();
+                s.ended.entry(j).or_default().started = true;
+                s.event(j)
+            };
+            if deliver(a, st, n, j, ev, true).await {
+                break;
+            }
+        }
+    }
+    w.env
+        .clock
+        .advance(DEFAULT_RESERVATION_TTL + Duration::from_secs(1));
+    let ledgers = read(a, direct, st).await;
+    let mut s = st.lock().unwrap();
+    s.lane.now = w.env.clock.now();
+    let now = s.lane.now.as_secs();
+    for (c, l) in ledgers.iter().enumerate() {
+        let live: Vec<String> = l
+            .shards
+            .values()
+            .flat_map(|e| e.iter())
+            .filter(|(_, exp)| **exp > now)
+            .map(|(id, _)| match l.rows.get(id) {
+                Some(Some(j)) => format!("{id} (bound to {j})"),
+                Some(None) => format!("{id} (a row without a resource)"),
+                None => format!("{id} (no row)"),
+            })
+            .collect();
+        if !live.is_empty() {
+            let coord = s.coordinates[c].clone();
+            s.lane.violation(format!(
+                "leaked: after every resource ended and every reservation expired, {coord} still \
+                 counts {} entries: {}",
+                live.len(),
+                live.join(", ")
+            ));
+        }
+    }
+    s.check(&ledgers);
+    s.lane.take()
+}
