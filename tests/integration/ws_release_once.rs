@@ -312,3 +312,73 @@ async fn a_put_over_an_expired_session_whose_answer_is_lost_releases_exactly_onc
     assert_eq!(w.connect(T, "s1", "e=", &limits()).await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));
 }
+
+/// `$default`'s pruning: a sender over its session's `messagesPerMinute` whose refusal, posted
+/// back, answers 410 is taken out of its session and released (`release::one_from_session`, as
+/// `$disconnect`). Its session write applied but lost its answer and the SDK sent it again: the
+/// retry recognises its own token and the count falls by exactly one; a late `$disconnect`
+/// releases nothing more.
+#[tokio::test]
+async fn a_pruned_sender_whose_session_answer_is_lost_releases_exactly_once() {
+    let (w, proxy) = proxied_world().await;
+    // One message a minute per session.
+    let lim = Limits::example(1_000, 1_000, 10, 10, 300, 1);
+    w.put_tenant(T, lim).await;
+    w.put_session(T, "s1").await;
+    for c in ["a=", "b="] {
+        assert_eq!(w.connect(T, "s1", c, &lim).await.status_code, 200);
+    }
+    assert_eq!(w.send(T, "s1", "a=", &lim, "first").await.status_code, 200);
+    w.recorder.mark_gone("a=");
+    // The message's own write passes (refused: over the limit); the pruning's session write
+    // applies and loses its answer.
+    proxy.set_policy(Policy::lose_answers(1).after(1).only(["UpdateItem"]));
+    w.env.counter.reset();
+    let r = w.send(T, "s1", "a=", &lim, "second").await;
+    let ops = w.env.counter.by_operation();
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    eprintln!("RELEASE_ONCE refused message, gone sender pruned, one answer lost: {ops:?}");
+    assert_eq!(r.status_code, 429);
+    assert_eq!(w.count(T).await, Some(1), "the sender released once");
+    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids, ["b="]);
+    assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1), "and never twice");
+}
+
+/// The reconciler's stale release (an id gone on two probes a grace apart) goes through
+/// `release::one_from_session` too. Its session write applied but lost its answer: the id is
+/// released exactly once by the run itself — the count it reads after its releases is already
+/// the truth, so there is nothing left to repair (a release skipped on the retry would show as
+/// `counted` 2 and a repair 2 → 1).
+#[tokio::test]
+async fn a_reconciler_stale_release_whose_session_answer_is_lost_releases_exactly_once() {
+    use shared::admission::reconcile::{Outcome, Pause};
+    let (w, proxy) = proxied_world().await;
+    two_open(&w).await;
+    w.recorder.mark_gone("a=");
+    let t = shared::ids::TenantId::parse(T).unwrap();
+    let grace = Duration::from_millis(50);
+    let report = reconcile_tenant_paced(w.deps(), &t, &w.api.url(), false, grace, |p| {
+        if p == Pause::AfterProbe {
+            // The next single-item write is the release's session write.
+            proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+        }
+        tokio::time::sleep(grace)
+    })
+    .await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    let r = &report.tenants[0];
+    eprintln!("{}", serde_json::to_string(&report).unwrap());
+    assert_eq!(r.stale_released, ["a="]);
+    assert_eq!(
+        (r.counted, r.truth, &r.outcome),
+        (Some(1), 1, &Outcome::Consistent),
+        "released once by the run, nothing to repair"
+    );
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids, ["b="]);
+    assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1), "and never twice");
+}
