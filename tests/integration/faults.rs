@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use shared::catalog;
 use shared::clock::{Clock, ManualClock, SharedClock};
 use shared::dynamo::{local_client, timeouts, CallCounter};
-use shared::limit::Quota;
 use shared::interleave::{Interleave, Point};
+use shared::limit::Quota;
 use shared::reservation::{NonFungibleLimiter, ReservationError};
 use shared::table::{AttributeStyle, TableKind, TableNames};
 use shared::tenant::{Limits, WindowAlgorithm};
@@ -1596,7 +1596,10 @@ async fn a_lost_release_answer_releases_once_and_says_so() {
         assert_eq!(proxy.stats().answers_lost, 1, "{account}");
         proxy.set_policy(Policy::passthrough());
         assert!(released.unwrap(), "{account}: this call released the unit");
-        assert!(nf.list("emr", account).await.unwrap().is_empty(), "{account}: nothing left");
+        assert!(
+            nf.list("emr", account).await.unwrap().is_empty(),
+            "{account}: nothing left"
+        );
         // Released once: one reservation fits again, a second does not.
         let again = nf.get_reservation("emr", account, 1).await.unwrap();
         assert!(matches!(

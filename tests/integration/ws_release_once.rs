@@ -279,7 +279,9 @@ async fn a_put_over_an_expired_session_whose_answer_is_lost_releases_exactly_onc
         w.session_call("PUT", &[("tenantId", T), ("sessionId", "s2")], None),
     )
     .await;
-    eprintln!("RELEASE_ONCE clean PUT over an expired session with 2 connections: {ops:?}, {wcu} WCU");
+    eprintln!(
+        "RELEASE_ONCE clean PUT over an expired session with 2 connections: {ops:?}, {wcu} WCU"
+    );
     assert_eq!(status, 200, "{body}");
     assert_eq!(w.count(T).await, Some(2), "s2's stale connections released");
 
@@ -309,7 +311,11 @@ async fn a_put_over_an_expired_session_whose_answer_is_lost_releases_exactly_onc
         .map(|r| r.connection_id)
         .collect();
     closed.sort();
-    assert_eq!(closed, ["a=", "b=", "c=", "d="], "every stale connection closed");
+    assert_eq!(
+        closed,
+        ["a=", "b=", "c=", "d="],
+        "every stale connection closed"
+    );
     // The fresh row admits again, counted once.
     assert_eq!(w.connect(T, "s1", "e=", &limits()).await.status_code, 200);
     assert_eq!(w.count(T).await, Some(1));
