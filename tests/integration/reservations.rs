@@ -111,8 +111,8 @@ async fn call_budget_is_three_on_first_use_two_cold_one_warm() {
     r2.delete().await.unwrap();
     assert_eq!(
         env.counter.by_operation(),
-        [("DeleteItem".to_string(), 1), ("UpdateItem".to_string(), 2)].into(),
-        "delete: the ledger entry, then the row and the release token's cleanup"
+        [("DeleteItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
+        "delete: the ledger entry, then the row"
     );
     // A refusal predicted by the cached ledger is confirmed with one read.
     let _r3 = l.get_reservation("emr", "acct", 2).await.unwrap();
@@ -679,8 +679,8 @@ async fn a_thousand_live_reservations_cost_the_same_write_units() {
     let release = env.counter.units().write;
     eprintln!("1,000 live: reserve + bind {reserve_bind} WCU, release {release} WCU ({usage:?})");
     assert_eq!(
-        usage["UpdateItem"].write_units, 2.0,
-        "the release's shard write and its token's cleanup"
+        usage["UpdateItem"].write_units, 1.0,
+        "the release's shard write"
     );
     assert_eq!(
         usage["DeleteItem"].write_units, 2.0,
@@ -691,8 +691,8 @@ async fn a_thousand_live_reservations_cost_the_same_write_units() {
         "reserve + bind cost {reserve_bind} WCU (3 + the index's 1)"
     );
     assert!(
-        release <= 4.0,
-        "release cost {release} WCU (3 + the index's 1)"
+        release <= 3.0,
+        "release cost {release} WCU (2 + the index's 1)"
     );
     assert_eq!(live(&l, "big").await, 1_000);
 }

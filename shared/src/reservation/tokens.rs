@@ -5,7 +5,7 @@
 //! | operation | 1st write | 2nd write | crash between leaves |
 //! |---|---|---|---|
 //! | bind | token row: `resourceId`, 8 h expiry | ledger entry → 8 h, if still live (and, beside it, the ended marker read) | a row whose entry expires with the reservation: as if never bound |
-//! | release | ledger entry removed (with this call's request token, `rel:{id}`) | token row deleted, and the token cleaned | a row holding no capacity (listed as not live) |
+//! | release | ledger entry removed | token row deleted | a row holding no capacity (listed as not live) |
 //!
 //! Capacity is decided by the ledger alone, so neither order can over-admit; binding first writes
 //! the row so that a bound token is always findable by the remover before it holds capacity for 8 h.
@@ -50,11 +50,6 @@ pub(super) fn bind_refusal(
             reservation_id: id.to_string(),
         },
     }
-}
-
-/// The shard attribute naming the request token of the release of entry `id` in flight.
-fn release_attr(id: &str) -> String {
-    format!("rel:{id}")
 }
 
 /// The shard an entry's write goes to first: the one its id names, else shard 0 (ids from before
@@ -248,32 +243,21 @@ impl NonFungibleLimiter {
     }
 
     /// Deletes a reservation or token and releases its capacity. Idempotent: deleting what is already
-    /// gone is a no-op. UpdateItem removing the ledger entry from the shard its id names (the
-    /// capacity, first), then DeleteItem of the row (a no-op for an unbound reservation, which has
-    /// none) and, when this call released the entry, at once the cleanup of its request token:
-    /// **3** calls (2 when nothing was released). Returns whether this call released the entry.
-    ///
-    /// The removal sets `rel:{id}` = a random token of this call on the shard, and is conditioned
-    /// on the entry being there *or* on that token: the SDK's retry of a removal that applied but
-    /// lost its answer passes on its own token and answers "released", where it used to fail on
-    /// the missing entry and answer "not released" (issue 22 item 11, decision 0101). Anyone
-    /// else's removal leaves another token (or none) and refuses. The cleanup removes the token
-    /// only while it is still this call's.
+    /// gone is a no-op. **2** calls: UpdateItem removing the ledger entry from the shard its id
+    /// names (the capacity, first),
+    /// then DeleteItem of the row (a no-op for an unbound reservation, which has none).
+    /// Returns whether a ledger entry was released.
     pub async fn release(&self, coordinate: &str, id: &str) -> Result<bool> {
         Self::check_id(id)?;
         let mut attempt = 0;
         let (mut k, mut searched) = (first_shard(id), false);
-        let token = format!("{:016x}", fastrand::u64(..));
-        let rel = release_attr(id);
         let released = loop {
             let sent = self
                 .update_row(coordinate, &shard::sort_key(k))
-                .update_expression("REMOVE #live.#id SET #rel = :tok")
-                .condition_expression("attribute_exists(#live.#id) OR #rel = :tok")
+                .update_expression("REMOVE #live.#id")
+                .condition_expression("attribute_exists(#live.#id)")
                 .expression_attribute_names("#live", LEDGER_MAP)
                 .expression_attribute_names("#id", id)
-                .expression_attribute_names("#rel", &rel)
-                .expression_attribute_values(":tok", s(&token))
                 .send()
                 .await;
             let outcome = match sent {
@@ -296,44 +280,17 @@ impl NonFungibleLimiter {
             }
         };
         self.forget_entry(coordinate, id);
-        let cleanup = async {
-            if !released {
-                return;
+        let mut attempt = 0;
+        loop {
+            let sent = self.delete_row(coordinate, id).send().await;
+            match sent {
+                Ok(_) => return Ok(released),
+                Err(err) => match attempt_of("DeleteItem", err, |_: &DeleteItemError| None)? {
+                    Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
+                    Attempt::Done(()) | Attempt::Failed(_) => return Ok(released),
+                },
             }
-            let sent = self
-                .update_row(coordinate, &shard::sort_key(k))
-                .update_expression("REMOVE #rel")
-                .condition_expression("#rel = :tok")
-                .expression_attribute_names("#rel", &rel)
-                .expression_attribute_values(":tok", s(&token))
-                .send()
-                .await;
-            if let Err(e) = sent {
-                if !matches!(
-                    e.as_service_error(),
-                    Some(UpdateItemError::ConditionalCheckFailedException(_))
-                ) {
-                    // A few bytes left on the shard; they hold no capacity.
-                    tracing::warn!(reservation = %id, error = %Error::dynamo("UpdateItem", e), "could not clean a release's token");
-                }
-            }
-        };
-        let row = async {
-            let mut attempt = 0;
-            loop {
-                let sent = self.delete_row(coordinate, id).send().await;
-                match sent {
-                    Ok(_) => return Ok(()),
-                    Err(err) => match attempt_of("DeleteItem", err, |_: &DeleteItemError| None)? {
-                        Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
-                        Attempt::Done(()) | Attempt::Failed(_) => return Ok(()),
-                    },
-                }
-            }
-        };
-        let ((), deleted): ((), Result<()>) = futures::join!(cleanup, row);
-        deleted?;
-        Ok(released)
+        }
     }
 
     /// Runs `work` with a fresh reservation; if `work` fails or panics the reservation is deleted
@@ -383,8 +340,7 @@ impl Reservation {
         self.limiter.bind(self, resource_id).await
     }
 
-    /// Deletes the reservation (or its token) and releases its capacity; idempotent. **3** calls
-    /// (2 when it was already released).
+    /// Deletes the reservation (or its token) and releases its capacity; idempotent. **2** calls.
     pub async fn delete(&self) -> Result<(), ReservationError> {
         self.limiter.release(&self.coordinate, &self.id).await?;
         Ok(())
