@@ -182,6 +182,17 @@ async fn a_disconnect_whose_session_answer_is_lost_releases_exactly_once() {
     assert_eq!(w.count(T).await, Some(0));
 }
 
+/// [`two_open`], and `s2` holding two more, joined out of sorted order (a condition on the set
+/// must compare sets, not lists).
+async fn four_open(w: &World) {
+    two_open(w).await;
+    w.put_session(T, "s2").await;
+    for c in ["d=", "c="] {
+        assert_eq!(w.connect(T, "s2", c, &limits()).await.status_code, 200);
+    }
+    assert_eq!(w.count(T).await, Some(4));
+}
+
 /// `DELETE /session` on `s1`, through the session API: (status, body).
 async fn delete_session(w: &World, s: &str) -> (i64, String) {
     w.session_call("DELETE", &[("tenantId", T), ("sessionId", s)], None)
@@ -211,13 +222,7 @@ async fn cost<F: std::future::Future>(
 #[tokio::test]
 async fn a_session_delete_whose_answer_is_lost_releases_exactly_once() {
     let (w, proxy) = proxied_world().await;
-    two_open(&w).await;
-    w.put_session(T, "s2").await;
-    // Joined out of sorted order: the condition compares sets, not lists.
-    for c in ["d=", "c="] {
-        assert_eq!(w.connect(T, "s2", c, &limits()).await.status_code, 200);
-    }
-    assert_eq!(w.count(T).await, Some(4));
+    four_open(&w).await;
     assert_eq!(w.count(&sessions_key()).await, Some(2));
 
     let ((status, body), ops, wcu) = cost(&w, delete_session(&w, "s2")).await;
@@ -238,14 +243,11 @@ async fn a_session_delete_whose_answer_is_lost_releases_exactly_once() {
         "the DELETE answered, its connections and its session released once ({body})"
     );
     assert!(w.session(T, "s1").await.is_none());
-    let mut closed: Vec<String> = w
-        .api
-        .received_by("DELETE")
-        .into_iter()
-        .map(|r| r.connection_id)
-        .collect();
-    closed.sort();
-    assert_eq!(closed, ["a=", "b=", "c=", "d="], "every connection closed");
+    assert_eq!(
+        w.closed(),
+        ["a=", "b=", "c=", "d="],
+        "every connection closed"
+    );
     // A second DELETE is a 404 and releases nothing more.
     assert_eq!(delete_session(&w, "s1").await.0, 404);
     assert_eq!(
@@ -263,13 +265,7 @@ async fn a_session_delete_whose_answer_is_lost_releases_exactly_once() {
 #[tokio::test]
 async fn a_put_over_an_expired_session_whose_answer_is_lost_releases_exactly_once() {
     let (w, proxy) = proxied_world().await;
-    two_open(&w).await;
-    w.put_session(T, "s2").await;
-    // Joined out of sorted order: the condition compares sets, not lists.
-    for c in ["d=", "c="] {
-        assert_eq!(w.connect(T, "s2", c, &limits()).await.status_code, 200);
-    }
-    assert_eq!(w.count(T).await, Some(4));
+    four_open(&w).await;
     w.env
         .clock
         .advance(Duration::from_secs(limits().session_ttl + 5));
@@ -304,15 +300,8 @@ async fn a_put_over_an_expired_session_whose_answer_is_lost_releases_exactly_onc
     );
     let fresh = w.session(T, "s1").await.unwrap();
     assert!(fresh.connection_ids.is_empty());
-    let mut closed: Vec<String> = w
-        .api
-        .received_by("DELETE")
-        .into_iter()
-        .map(|r| r.connection_id)
-        .collect();
-    closed.sort();
     assert_eq!(
-        closed,
+        w.closed(),
         ["a=", "b=", "c=", "d="],
         "every stale connection closed"
     );

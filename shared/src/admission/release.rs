@@ -14,7 +14,7 @@
 //! between the two leaves the count one too high — an under-admission that the reconciler repairs
 //! — never too low. Costs: a disconnect 3 `UpdateItem` (3 WCU), 1 when nothing was released.
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
 
 use super::connect::count_move;
 use super::shards;
@@ -331,17 +331,9 @@ pub async fn exactly_once(
 ) -> Result<Attempt> {
     let mut items = vec![lead];
     for ((key, floored), k) in plan {
+        let key = Item::from([(cattr::KEY.to_string(), s(key.clone()))]);
         let p = decrement_parts(*k, truth_before, *floored);
-        let update = Update::builder()
-            .table_name(&deps.tables.counters)
-            .key(cattr::KEY, s(key.clone()))
-            .set_condition_expression(p.condition())
-            .update_expression(p.update())
-            .set_expression_attribute_names(Some(p.names))
-            .set_expression_attribute_values(Some(p.values))
-            .build()
-            .map_err(|e| Error::build_request("a release's decrement", e))?;
-        items.push(TransactWriteItem::builder().update(update).build());
+        items.push(p.transact_update(&deps.tables.counters, key, "a release's decrement")?);
     }
     // Tokens are the account's: the table names this deployment's request apart.
     let mut text = format!("{}|{seed}", deps.tables.counters);
