@@ -17,7 +17,8 @@
 //! - **refuse**: close connections without answering (the endpoint is down);
 //! - **lose answers**: forward the request (DynamoDB applies it), then answer 500
 //!   `InternalServerError` instead of its answer, for the next N covered requests: the "applied,
-//!   answer lost" case that makes retrying a non-idempotent write unsafe.
+//!   answer lost" case that makes retrying a non-idempotent write unsafe (optionally after letting
+//!   K covered requests through, to reach a path's later write).
 //!
 //! It counts what it injected ([`Stats`]). See `docs/decisions/0900-fault-proxy.md`.
 
@@ -88,6 +89,9 @@ pub struct Policy {
     /// The next this many covered requests are forwarded, then answered with a 500
     /// `InternalServerError` (the upstream's answer is lost). Counted from [`FaultProxy::set_policy`].
     pub lose_answers: u64,
+    /// Covered requests answered untouched before the first answer is lost: a path's later write
+    /// (a release after its admission) is reached without a hook in the code under test.
+    pub lose_after: u64,
 }
 
 impl Policy {
@@ -138,6 +142,12 @@ impl Policy {
             lose_answers: n,
             ..Policy::default()
         }
+    }
+
+    /// Lets the next `k` covered requests through untouched before losing answers.
+    pub fn after(mut self, k: u64) -> Self {
+        self.lose_after = k;
+        self
     }
 
     /// Adds a delay before forwarding.
@@ -266,6 +276,8 @@ struct Shared {
     schemas: Mutex<HashMap<String, Vec<String>>>,
     /// Covered requests whose answer is still to be lost.
     lose_budget: AtomicU64,
+    /// Covered requests still to pass before answers are lost ([`Policy::lose_after`]).
+    lose_skip: AtomicU64,
 }
 
 /// A running proxy. Dropping it stops it (open connections are closed, stalled requests dropped).
@@ -303,6 +315,7 @@ impl FaultProxy {
             rates: ItemRates::default(),
             schemas: Mutex::new(HashMap::new()),
             lose_budget: AtomicU64::new(0),
+            lose_skip: AtomicU64::new(0),
         });
         let (shutdown, stop) = watch::channel(false);
         tokio::spawn(serve(listener, shared.clone(), stop));
@@ -327,6 +340,9 @@ impl FaultProxy {
         self.shared
             .lose_budget
             .store(policy.lose_answers, Ordering::SeqCst);
+        self.shared
+            .lose_skip
+            .store(policy.lose_after, Ordering::SeqCst);
         *self.shared.policy() = policy;
     }
 
@@ -537,11 +553,15 @@ impl Shared {
         if let (true, Some(d)) = (covered, policy.delay) {
             tokio::time::sleep(d).await;
         }
-        let lose = covered
-            && self
-                .lose_budget
+        let take = |budget: &AtomicU64| {
+            budget
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
+                .is_ok()
+        };
+        let lose = covered
+            && self.lose_budget.load(Ordering::SeqCst) > 0
+            && !take(&self.lose_skip)
+            && take(&self.lose_budget);
         let r = self.forward(parts, body).await;
         if r.is_err() {
             bump(&self.counters.upstream_errors);

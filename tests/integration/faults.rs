@@ -18,10 +18,12 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use futures::future::join_all;
+use futures::FutureExt;
 use serde_json::{json, Value};
 use shared::catalog;
 use shared::clock::{Clock, ManualClock, SharedClock};
 use shared::dynamo::{local_client, timeouts, CallCounter};
+use shared::interleave::{Interleave, Point};
 use shared::limit::Quota;
 use shared::reservation::{NonFungibleLimiter, ReservationError};
 use shared::table::{AttributeStyle, TableKind, TableNames};
@@ -1518,4 +1520,123 @@ async fn a_lost_reservation_answer_is_the_callers_reservation_once() {
         let again = nf.get_reservation("emr", account, capacity).await.unwrap();
         again.delete().await.unwrap();
     }
+}
+
+/// The coordinate's live entries as (reservation id, bound resource).
+async fn live_units(nf: &NonFungibleLimiter, account: &str) -> Vec<(String, Option<String>)> {
+    nf.list("emr", account)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|row| row.live)
+        .map(|row| (row.reservation_id, row.resource_id))
+        .collect()
+}
+
+/// Issue 22 item 11 (bind): `create_token` whose token-row write, or whose ledger write, applied
+/// but lost its answer, so the SDK sent it again. Decision 0101 says both are idempotent by their
+/// conditions (the row's `resourceId` absent or the same, the entry still live); this checks it:
+/// the caller gets its token, the unit is held exactly once (at capacity 1 another reservation is
+/// `Limited`) and one delete frees it. The ledger write is reached through the bind's own
+/// interleave point, right after the row write.
+#[tokio::test]
+async fn a_lost_bind_answer_binds_once() {
+    let mut env = TestEnv::new(&[TableKind::NonFungibleTokens, TableKind::Limits]).await;
+    let proxy = Arc::new(proxied(&mut env, None).await);
+    for (account, lost_at) in [("row", None), ("ledger", Some(Point::BindAfterRow))] {
+        let hook = proxy.clone();
+        let nf = NonFungibleLimiter::from_deps(&env.deps)
+            .unwrap()
+            .with_interleave(Interleave::with(move |p| {
+                if Some(p) == lost_at {
+                    hook.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+                }
+                futures::future::ready(()).boxed()
+            }));
+        let r = nf.get_reservation("emr", account, 1).await.unwrap();
+        proxy.reset_stats();
+        if lost_at.is_none() {
+            proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+        }
+        let bound = r.create_token("j-1").await;
+        assert_eq!(proxy.stats().answers_lost, 1, "{account}");
+        proxy.set_policy(Policy::passthrough());
+        let token = bound.unwrap_or_else(|e| panic!("{account}: the bind applied once: {e}"));
+        assert_eq!(token.resource_id, "j-1");
+        assert_eq!(
+            live_units(&nf, account).await,
+            vec![(r.id.clone(), Some("j-1".to_string()))],
+            "{account}: one unit, bound"
+        );
+        let other = nf.get_reservation("emr", account, 1).await;
+        assert!(
+            matches!(other, Err(ReservationError::Limited { .. })),
+            "{account}: the unit is held: {other:?}"
+        );
+        r.delete().await.unwrap();
+        assert!(live_units(&nf, account).await.is_empty(), "{account}");
+        nf.get_reservation("emr", account, 1)
+            .await
+            .unwrap()
+            .delete()
+            .await
+            .unwrap();
+    }
+}
+
+/// Issue 22 item 11 (release): `release` whose ledger write (the capacity) or whose token-row
+/// delete applied but lost its answer, so the SDK sent it again. The unit is released exactly
+/// once (free for one reservation, not two), nothing is left, and `Reservation::delete` succeeds.
+/// Whether `release` also *says* it released is [`a_lost_release_answer_says_it_released`].
+#[tokio::test]
+async fn a_lost_release_answer_releases_once() {
+    let mut env = TestEnv::new(&[TableKind::NonFungibleTokens, TableKind::Limits]).await;
+    let proxy = proxied(&mut env, None).await;
+    let nf = NonFungibleLimiter::from_deps(&env.deps).unwrap();
+    for (account, op) in [("ledger", "UpdateItem"), ("row", "DeleteItem")] {
+        let r = nf.get_reservation("emr", account, 1).await.unwrap();
+        r.create_token("j-2").await.unwrap();
+        proxy.reset_stats();
+        proxy.set_policy(Policy::lose_answers(1).only([op]));
+        let released = nf.release(&r.coordinate, &r.id).await;
+        assert_eq!(proxy.stats().answers_lost, 1, "{account}");
+        proxy.set_policy(Policy::passthrough());
+        released.unwrap_or_else(|e| panic!("{account}: {e}"));
+        assert!(
+            nf.list("emr", account).await.unwrap().is_empty(),
+            "{account}: nothing left"
+        );
+        // Released once: one reservation fits again, a second does not.
+        let again = nf.get_reservation("emr", account, 1).await.unwrap();
+        assert!(matches!(
+            nf.get_reservation("emr", account, 1).await,
+            Err(ReservationError::Limited { .. })
+        ));
+        // Deleting a reservation whose release answer is lost succeeds too.
+        proxy.set_policy(Policy::lose_answers(1).only([op]));
+        again.delete().await.unwrap();
+        proxy.set_policy(Policy::passthrough());
+        assert!(live_units(&nf, account).await.is_empty(), "{account}");
+    }
+}
+
+/// `release` answers whether this call released the entry (the CLI's `released_capacity`). After
+/// its ledger removal applied and lost its answer, the SDK's retry finds the entry gone and it
+/// answers `false` ("ledger: this call released the unit" fails). The fix that passes this (a
+/// request token `rel:{id}` on the shard, cleaned beside the row delete, as `$disconnect`'s) is
+/// commit a4d6476, reverted: +1 call and +1 WCU per release, past the bench's checked
+/// reservation-lifecycle budget (6 calls, 7 WCU) for a return value. Decision 0101.
+#[tokio::test]
+#[ignore = "known: release under-reports after a lost answer; fix a4d6476 awaits a budget decision (0101)"]
+async fn a_lost_release_answer_says_it_released() {
+    let mut env = TestEnv::new(&[TableKind::NonFungibleTokens, TableKind::Limits]).await;
+    let proxy = proxied(&mut env, None).await;
+    let nf = NonFungibleLimiter::from_deps(&env.deps).unwrap();
+    let r = nf.get_reservation("emr", "ledger", 1).await.unwrap();
+    r.create_token("j-2").await.unwrap();
+    proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+    let released = nf.release(&r.coordinate, &r.id).await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    assert!(released.unwrap(), "ledger: this call released the unit");
 }

@@ -181,3 +181,201 @@ async fn a_disconnect_whose_session_answer_is_lost_releases_exactly_once() {
     assert_eq!(w.disconnect(T, "s1", "b=").await.status_code, 200);
     assert_eq!(w.count(T).await, Some(0));
 }
+
+/// [`two_open`], and `s2` holding two more, joined out of sorted order (a condition on the set
+/// must compare sets, not lists).
+async fn four_open(w: &World) {
+    two_open(w).await;
+    w.put_session(T, "s2").await;
+    for c in ["d=", "c="] {
+        assert_eq!(w.connect(T, "s2", c, &limits()).await.status_code, 200);
+    }
+    assert_eq!(w.count(T).await, Some(4));
+}
+
+/// `DELETE /session` on `s1`, through the session API: (status, body).
+async fn delete_session(w: &World, s: &str) -> (i64, String) {
+    w.session_call("DELETE", &[("tenantId", T), ("sessionId", s)], None)
+        .await
+}
+
+/// What one clean call of `f` cost: (calls by operation, write units).
+async fn cost<F: std::future::Future>(
+    w: &World,
+    f: F,
+) -> (F::Output, std::collections::BTreeMap<String, u64>, f64) {
+    w.env.counter.reset();
+    let out = f.await;
+    (
+        out,
+        w.env.counter.by_operation(),
+        w.env.counter.units().write,
+    )
+}
+
+/// Session `DELETE` whose deleting write applied but whose answer was lost, so the SDK sent it
+/// again. Before, it was one `DeleteItem` returning `ALL_OLD`: the retry found nothing, the
+/// caller was told 404, and neither the two connections nor the session's unit were released
+/// (at most once; the reconciler repaired it later). Now the row leaves in a transaction with a
+/// request token whose retry is answered as committed: the release is exactly once, with no
+/// reconciler run. A clean `DELETE` of another session (same shape) is measured for the budget.
+#[tokio::test]
+async fn a_session_delete_whose_answer_is_lost_releases_exactly_once() {
+    let (w, proxy) = proxied_world().await;
+    four_open(&w).await;
+    assert_eq!(w.count(&sessions_key()).await, Some(2));
+
+    let ((status, body), ops, wcu) = cost(&w, delete_session(&w, "s2")).await;
+    eprintln!("RELEASE_ONCE clean DELETE of a session with 2 connections: {ops:?}, {wcu} WCU");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (w.count(T).await, w.count(&sessions_key()).await),
+        (Some(2), Some(1))
+    );
+
+    proxy.set_policy(Policy::lose_answers(1).only(["DeleteItem", "TransactWriteItems"]));
+    let (status, body) = delete_session(&w, "s1").await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    assert_eq!(
+        (status, w.count(T).await, w.count(&sessions_key()).await),
+        (200, Some(0), Some(0)),
+        "the DELETE answered, its connections and its session released once ({body})"
+    );
+    assert!(w.session(T, "s1").await.is_none());
+    assert_eq!(
+        w.closed(),
+        ["a=", "b=", "c=", "d="],
+        "every connection closed"
+    );
+    // A second DELETE is a 404 and releases nothing more.
+    assert_eq!(delete_session(&w, "s1").await.0, 404);
+    assert_eq!(
+        (w.count(T).await, w.count(&sessions_key()).await),
+        (Some(0), Some(0))
+    );
+}
+
+/// `PUT /session` over an expired row whose replacing write applied but whose answer was lost.
+/// Before, it was one `PutItem` (`ALL_OLD`) conditioned on the old TTL: the retry failed that
+/// condition, the PUT refreshed its own new row, and the expired row's two connections were
+/// neither closed nor released (the reconciler repaired it later). Now the replacement is a
+/// transaction with a request token: the retry is answered as committed and the stale
+/// connections are closed and released exactly once. A clean replacement is measured.
+#[tokio::test]
+async fn a_put_over_an_expired_session_whose_answer_is_lost_releases_exactly_once() {
+    let (w, proxy) = proxied_world().await;
+    four_open(&w).await;
+    w.env
+        .clock
+        .advance(Duration::from_secs(limits().session_ttl + 5));
+
+    let ((status, body), ops, wcu) = cost(
+        &w,
+        w.session_call("PUT", &[("tenantId", T), ("sessionId", "s2")], None),
+    )
+    .await;
+    eprintln!(
+        "RELEASE_ONCE clean PUT over an expired session with 2 connections: {ops:?}, {wcu} WCU"
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(w.count(T).await, Some(2), "s2's stale connections released");
+
+    proxy.set_policy(Policy::lose_answers(1).only(["PutItem", "TransactWriteItems"]));
+    let (status, body) = w
+        .session_call("PUT", &[("tenantId", T), ("sessionId", "s1")], None)
+        .await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        w.count(T).await,
+        Some(0),
+        "the expired row's connections released once ({body})"
+    );
+    assert_eq!(
+        w.count(&sessions_key()).await,
+        Some(2),
+        "one session replaced another"
+    );
+    let fresh = w.session(T, "s1").await.unwrap();
+    assert!(fresh.connection_ids.is_empty());
+    assert_eq!(
+        w.closed(),
+        ["a=", "b=", "c=", "d="],
+        "every stale connection closed"
+    );
+    // The fresh row admits again, counted once.
+    assert_eq!(w.connect(T, "s1", "e=", &limits()).await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1));
+}
+
+/// `$default`'s pruning: a sender over its session's `messagesPerMinute` whose refusal, posted
+/// back, answers 410 is taken out of its session and released (`release::one_from_session`, as
+/// `$disconnect`). Its session write applied but lost its answer and the SDK sent it again: the
+/// retry recognises its own token and the count falls by exactly one; a late `$disconnect`
+/// releases nothing more.
+#[tokio::test]
+async fn a_pruned_sender_whose_session_answer_is_lost_releases_exactly_once() {
+    let (w, proxy) = proxied_world().await;
+    // One message a minute per session.
+    let lim = Limits::example(1_000, 1_000, 10, 10, 300, 1);
+    w.put_tenant(T, lim).await;
+    w.put_session(T, "s1").await;
+    for c in ["a=", "b="] {
+        assert_eq!(w.connect(T, "s1", c, &lim).await.status_code, 200);
+    }
+    assert_eq!(w.send(T, "s1", "a=", &lim, "first").await.status_code, 200);
+    w.recorder.mark_gone("a=");
+    // The message's own write passes (refused: over the limit); the pruning's session write
+    // applies and loses its answer.
+    proxy.set_policy(Policy::lose_answers(1).after(1).only(["UpdateItem"]));
+    w.env.counter.reset();
+    let r = w.send(T, "s1", "a=", &lim, "second").await;
+    let ops = w.env.counter.by_operation();
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    eprintln!("RELEASE_ONCE refused message, gone sender pruned, one answer lost: {ops:?}");
+    assert_eq!(r.status_code, 429);
+    assert_eq!(w.count(T).await, Some(1), "the sender released once");
+    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids, ["b="]);
+    assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1), "and never twice");
+}
+
+/// The reconciler's stale release (an id gone on two probes a grace apart) goes through
+/// `release::one_from_session` too. Its session write applied but lost its answer: the id is
+/// released exactly once by the run itself — the count it reads after its releases is already
+/// the truth, so there is nothing left to repair (a release skipped on the retry would show as
+/// `counted` 2 and a repair 2 → 1).
+#[tokio::test]
+async fn a_reconciler_stale_release_whose_session_answer_is_lost_releases_exactly_once() {
+    use shared::admission::reconcile::{Outcome, Pause};
+    let (w, proxy) = proxied_world().await;
+    two_open(&w).await;
+    w.recorder.mark_gone("a=");
+    let t = shared::ids::TenantId::parse(T).unwrap();
+    let grace = Duration::from_millis(50);
+    let report = reconcile_tenant_paced(w.deps(), &t, &w.api.url(), false, grace, |p| {
+        if p == Pause::AfterProbe {
+            // The next single-item write is the release's session write.
+            proxy.set_policy(Policy::lose_answers(1).only(["UpdateItem"]));
+        }
+        tokio::time::sleep(grace)
+    })
+    .await;
+    assert_eq!(proxy.stats().answers_lost, 1);
+    proxy.set_policy(Policy::passthrough());
+    let r = &report.tenants[0];
+    eprintln!("{}", serde_json::to_string(&report).unwrap());
+    assert_eq!(r.stale_released, ["a="]);
+    assert_eq!(
+        (r.counted, r.truth, &r.outcome),
+        (Some(1), 1, &Outcome::Consistent),
+        "released once by the run, nothing to repair"
+    );
+    assert_eq!(w.count(T).await, Some(1));
+    assert_eq!(w.session(T, "s1").await.unwrap().connection_ids, ["b="]);
+    assert_eq!(w.disconnect(T, "s1", "a=").await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(1), "and never twice");
+}

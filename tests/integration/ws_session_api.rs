@@ -70,7 +70,7 @@ async fn delete_closes_and_releases_every_connection() {
     assert_eq!(
         w.env.counter.total(),
         3,
-        "DeleteItem + one UpdateItem on the session count + one on the connections': {:?}",
+        "GetItem + one TransactWriteItems (the row and the session count) + one UpdateItem on the connections' count: {:?}",
         w.env.counter.by_operation()
     );
     let closed: Vec<String> = w
@@ -98,7 +98,7 @@ async fn delete_closes_and_releases_every_connection() {
         .session_call("DELETE", &[("tenantId", T), ("sessionId", "s1")], None)
         .await;
     assert_eq!(status, 404);
-    // An empty session: the DeleteItem and the session count's decrement.
+    // An empty session: the read and the transaction of the row and the session count.
     w.put_session(T, "empty").await;
     w.env.counter.reset();
     let (status, _) = w

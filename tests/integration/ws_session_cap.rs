@@ -157,10 +157,17 @@ async fn delete_and_ttl_expiry_each_give_a_session_back_once() {
         "SESSION_CAP DELETE of a session without connections: {:?}, {units:?}",
         w.env.counter.by_operation()
     );
+    // The row read, then deleted with its unit of the count in one transaction with a request
+    // token (exactly once under the SDK's retries: decision 2206).
     assert_eq!(
         w.env.counter.by_operation(),
-        [("DeleteItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into()
+        [
+            ("GetItem".to_string(), 1),
+            ("TransactWriteItems".to_string(), 1)
+        ]
+        .into()
     );
+    assert_eq!(units.write, 4.0, "2 items, 2 WCU each (transactional)");
     assert_eq!(w.count(&sessions_key()).await, Some(1));
     let (status, _) = w
         .session_call("DELETE", &[("tenantId", T), ("sessionId", "s1")], None)

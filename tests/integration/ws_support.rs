@@ -126,6 +126,18 @@ impl World {
         &self.env.deps
     }
 
+    /// The connections the Management API was asked to close, sorted.
+    pub fn closed(&self) -> Vec<String> {
+        let mut closed: Vec<String> = self
+            .api
+            .received_by("DELETE")
+            .into_iter()
+            .map(|r| r.connection_id)
+            .collect();
+        closed.sort();
+        closed
+    }
+
     /// The `Deps` a function's `init` reads: these tables, with the functions' variables plus
     /// `extra` (a later pair wins).
     pub fn function_deps(&self, extra: &[(&str, &str)]) -> shared::Deps {

@@ -17,9 +17,11 @@
 //! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
 //! Budget: PUT 2 calls with a cold tenant cache (1 warm: a refresh's UpdateItem, or a new session's
 //! TransactWriteItems of the row and the tenant's session count; 2 for a named session that does
-//! not exist yet); POST ticket 1 GetItem (+1 cold tenant); GET 1; DELETE 1 + 1 UpdateItem (the
-//! session count) + 1 UpdateItem (the connections' count) when the session had connections; plus
-//! one Management API DELETE per closed connection. Minting a ticket makes no call.
+//! not exist yet; over an expired session 1 UpdateItem + 1 TransactWriteItems of the replacement,
+//! 3 WCU); POST ticket 1 GetItem (+1 cold tenant); GET 1; DELETE 1 GetItem + 1 TransactWriteItems
+//! (the row and the session count, 4 WCU) + 1 UpdateItem (the connections' count) when the session
+//! had connections; plus one Management API DELETE per closed connection. Minting a ticket makes
+//! no call.
 //!
 //! **Sessions per tenant** (`maxSessions`, decision 2204): a `PUT` that would create a session
 //! past the cap answers 429 problem+json naming `maxSessions` (`Retry-After: 10`, a pace: the cap
@@ -639,11 +641,11 @@ async fn delete(
     t: &TenantId,
     sid: &SessionId,
 ) -> Result<HttpAnswer, shared::Error> {
-    let Some(old) = store::delete(deps, t, sid).await? else {
+    // The row and its unit of the session count leave together, once however the SDK retries:
+    // this call alone then closes and releases the row's connections.
+    let Some(old) = sessions::delete(deps, t, sid).await? else {
         return Ok(not_found(t, sid));
     };
-    // This call deleted the row, so it alone gives back the row's unit of the session count.
-    release::session_ended(deps, t, None).await?;
     close_and_release(deps, state, t, &old).await?;
     Ok(respond::json_answer(
         200,

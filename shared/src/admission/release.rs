@@ -5,8 +5,8 @@
 //! | what removes the id | how the caller learns it | here |
 //! |---|---|---|
 //! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds` with a request token, `ALL_OLD` | [`from_session`] |
-//! | session `DELETE` | `DeleteItem`, `ALL_OLD` | [`left_session`] |
-//! | `PUT` over an expired session | `PutItem`, `ALL_OLD` | [`left_session`] |
+//! | session `DELETE` | the image read before, the row deleted on it unchanged in a transaction with a request token ([`exactly_once`]) | `sessions::delete`, then [`left_session`] |
+//! | `PUT` over an expired session | the expired image, the row replaced on it unchanged, likewise | `sessions::open`, then [`left_session`] |
 //! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the transaction of the decrements and the session count's) | [`swept`] |
 //!
 //! Each decrement goes to the counter the connection was charged on (`chg:{cid}`, decision 2206)
@@ -14,7 +14,7 @@
 //! between the two leaves the count one too high — an under-admission that the reconciler repairs
 //! — never too low. Costs: a disconnect 3 `UpdateItem` (3 WCU), 1 when nothing was released.
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
 
 use super::connect::count_move;
 use super::shards;
@@ -22,6 +22,7 @@ use super::write::{self, Parts, Retries, Written};
 use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, n, s, Item};
+use crate::dynamo::retry::Backoff;
 use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
@@ -195,15 +196,6 @@ async fn release(
     Ok(all)
 }
 
-/// Gives back the tenant's unit of session count for one session row that is gone (decision
-/// 2204): `DELETE`, whose `DeleteItem` returned the row to this caller only (a sweep gives it back
-/// inside its own transaction: [`swept`]). 1 `UpdateItem`, sent at most once, floored at 0.
-/// Whether it applied (a refusal leaves the count high: the safe side, for the reconciler).
-pub async fn session_ended(deps: &Deps, t: &TenantId, truth_before: Option<i64>) -> Result<bool> {
-    let key = keys::sessions(t)?;
-    decrement(deps, t, &key, 1, truth_before, true).await
-}
-
 /// What [`swept`] did with one TTL record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -262,7 +254,7 @@ pub async fn swept(
     // redelivered record releases again.
     let unfenced = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
     // Counters whose truth already left this session out (refused for `truthAt`) drop out.
-    for _ in 0..SWEEP_ATTEMPTS {
+    for attempt in 1..=SWEEP_ATTEMPTS {
         let plan: Vec<((String, bool), u64)> = per.iter().map(|(k, v)| (k.clone(), *v)).collect();
         if plan.is_empty() {
             return Ok(Swept::Counted);
@@ -278,33 +270,15 @@ pub async fn swept(
         let put = put
             .build()
             .map_err(|e| Error::build_request("a sweep tombstone", e))?;
-        let mut items = vec![TransactWriteItem::builder().put(put).build()];
-        for ((key, floored), k) in &plan {
-            let p = decrement_parts(*k, Some(before), *floored);
-            let update = Update::builder()
-                .table_name(&deps.tables.counters)
-                .key(cattr::KEY, s(key.clone()))
-                .set_condition_expression(p.condition())
-                .update_expression(p.update())
-                .set_expression_attribute_names(Some(p.names))
-                .set_expression_attribute_values(Some(p.values))
-                .build()
-                .map_err(|e| Error::build_request("a sweep decrement", e))?;
-            items.push(TransactWriteItem::builder().update(update).build());
-        }
+        let lead = TransactWriteItem::builder().put(put).build();
         // The same record and plan give the same token: a retry, or a redelivery within 10
         // minutes, of a sweep that applied is answered as committed and applies nothing.
-        // Tokens are the account's: the table names this deployment's record apart.
-        let mut text = format!("{}|{event_id}", deps.tables.counters);
-        for ((key, _), k) in &plan {
-            text.push_str(&format!("|{key}={k}"));
-        }
+        let mut seed = event_id.to_string();
         if unfenced {
-            text.push_str(&request_token());
+            seed.push_str(&request_token());
         }
-        let token = format!("{:016x}{:016x}", fnv(0, &text), fnv(1, &text));
-        match txn::send_with_token(&deps.dynamo, items, &token).await? {
-            txn::Outcome::Committed => {
+        match exactly_once(deps, lead, &plan, Some(before), &seed).await? {
+            Attempt::Committed => {
                 // Only the connection counters decide: the session count is not about them.
                 let conns = plan.iter().filter(|(k, _)| *k != session_key).count();
                 return Ok(if conns == connection_counters {
@@ -313,23 +287,85 @@ pub async fn swept(
                     Swept::Counted
                 });
             }
-            txn::Outcome::Cancelled(reasons) => {
-                if matches!(reasons.first(), Some(txn::Reason::ConditionFailed(_))) {
-                    return Ok(Swept::AlreadySwept);
-                }
-                for (((key, floored), _), r) in plan.iter().zip(reasons.iter().skip(1)) {
-                    if matches!(r, txn::Reason::ConditionFailed(_)) {
-                        tracing::warn!(tenant = %t, counter = %key, "sweep not decremented: counted by the reconciler's truth");
-                        per.remove(&(key.clone(), *floored));
-                    }
+            Attempt::LeadRefused(_) => return Ok(Swept::AlreadySwept),
+            Attempt::CountersRefused(refused) => {
+                for (key, floored) in refused {
+                    tracing::warn!(tenant = %t, counter = %key, "sweep not decremented: counted by the reconciler's truth");
+                    per.remove(&(key, floored));
                 }
             }
+            Attempt::Again => Backoff::TRANSACTION.wait(attempt).await,
         }
     }
     Err(Error::contended(
         format!("sweeping a session of tenant {t}"),
         SWEEP_ATTEMPTS,
     ))
+}
+
+/// What one [`exactly_once`] transaction did. Whatever was refused, nothing applied.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Every item applied (or a retry of this very request was answered as committed).
+    Committed,
+    /// The lead item's condition failed: the item as it is now (`None`: absent).
+    LeadRefused(Option<Item>),
+    /// These counters (`(key, floored)`) refused: their floor, or a reconciler truth that already
+    /// counted this release. Send again without them.
+    CountersRefused(Vec<(String, bool)>),
+    /// A conflict, or a throttled item: send again.
+    Again,
+}
+
+/// One `TransactWriteItems` of `lead` — the item whose condition decides that this caller is the
+/// one releasing: the sweep's tombstone, the session row's deletion or replacement — and `ADD
+/// itemCount -k` on each counter of `plan` (floored when marked, conditioned on a reconciler
+/// truth older than `truth_before` ms), sent with a `ClientRequestToken` made of the counters
+/// table, `seed` and the plan. The SDK's retry of an attempt whose answer was lost carries the
+/// same token and is answered as committed without applying again (decision 2206): the caller
+/// learns it released, and releases once. A different plan makes a different token (DynamoDB
+/// refuses a token reused with other parameters), so a caller changing anything else between
+/// attempts (the lead's condition) puts that in `seed`. 1 call, 2 WCU per item (per KB).
+pub async fn exactly_once(
+    deps: &Deps,
+    lead: TransactWriteItem,
+    plan: &[((String, bool), u64)],
+    truth_before: Option<i64>,
+    seed: &str,
+) -> Result<Attempt> {
+    let mut items = vec![lead];
+    for ((key, floored), k) in plan {
+        let key = Item::from([(cattr::KEY.to_string(), s(key.clone()))]);
+        let p = decrement_parts(*k, truth_before, *floored);
+        items.push(p.transact_update(&deps.tables.counters, key, "a release's decrement")?);
+    }
+    // Tokens are the account's: the table names this deployment's request apart.
+    let mut text = format!("{}|{seed}", deps.tables.counters);
+    for ((key, _), k) in plan {
+        text.push_str(&format!("|{key}={k}"));
+    }
+    let token = format!("{:016x}{:016x}", fnv(0, &text), fnv(1, &text));
+    Ok(
+        match txn::send_with_token(&deps.dynamo, items, &token).await? {
+            txn::Outcome::Committed => Attempt::Committed,
+            txn::Outcome::Cancelled(reasons) => match reasons.first() {
+                Some(txn::Reason::ConditionFailed(now)) => Attempt::LeadRefused(now.clone()),
+                _ => {
+                    let refused: Vec<(String, bool)> = plan
+                        .iter()
+                        .zip(reasons.iter().skip(1))
+                        .filter(|(_, r)| matches!(r, txn::Reason::ConditionFailed(_)))
+                        .map(|((k, _), _)| k.clone())
+                        .collect();
+                    if refused.is_empty() {
+                        Attempt::Again
+                    } else {
+                        Attempt::CountersRefused(refused)
+                    }
+                }
+            },
+        },
+    )
 }
 
 /// Transactions a sweep tries (conflicts, and counters dropping out for `truthAt`).

@@ -2,23 +2,26 @@
 //! with a unit of `{tenant}:sessions`, in one `TransactWriteItems`, so no create is ever admitted
 //! past the cap (DynamoDB evaluates the count's condition on the item as serialised writes leave
 //! it) and no crash leaves a row uncounted. The unit is given back exactly once, by whoever learns
-//! the row is gone: session `DELETE` (its `DeleteItem` returns the row to one caller only) and the
-//! TTL sweeper (once per stream record, in its tombstone's transaction: decision 2206). A lost give-back leaves the count
-//! high (refusing early: the safe side) until the reconciler repairs it.
+//! the row is gone: session `DELETE` (the row and the unit in one transaction with a request
+//! token, so the SDK's retry after a lost answer is answered as committed: [`delete`]) and the
+//! TTL sweeper (once per stream record, in its tombstone's transaction: decision 2206). A
+//! give-back lost otherwise (a caller stopped after its transaction, before closing) leaves the
+//! count high (refusing early: the safe side) until the reconciler repairs it.
 //!
 //! | path | calls | write units |
 //! |---|---|---|
 //! | `PUT` of a new session (no `sessionId`) | 1 TransactWriteItems (count + row) | 4 |
 //! | `PUT` naming a session that does not exist | 1 UpdateItem (refused) + 1 TransactWriteItems | 5 |
 //! | `PUT` refreshing a live session | 1 UpdateItem, as before | 1 |
-//! | `PUT` over an expired row | 1 UpdateItem + 1 PutItem, as before (one session replaces another) | 2 |
+//! | `PUT` over an expired row | 1 UpdateItem (refused) + 1 TransactWriteItems of the replacement, with a request token (one session replaces another) | 3 (2 before decision 2206's amendment: a `PutItem`) |
 //! | `PUT` refused by the cap | 1 TransactWriteItems (cancelled) | 4 as metered (a cancelled transaction charged in full) |
-//! | `DELETE` | + 1 UpdateItem (the count) | + 1 |
+//! | `DELETE` | 1 GetItem + 1 TransactWriteItems (row + count, with a request token) | 4 (2 before: `DeleteItem` + `UpdateItem`) |
 //! | TTL sweep of a session | + 1 item in the sweep's TransactWriteItems (1 call of tombstone + session count when it held no connection) | + 2 (4 without connections) |
 
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
 use super::connect::count_move;
+use super::release::{self, Attempt};
 use super::write::Parts;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{n, s, Item};
@@ -39,8 +42,8 @@ pub enum Opened {
     /// The session is live with the new TTL: created (and counted), or refreshed.
     Live(Session),
     /// A stored session had expired without DynamoDB deleting it yet: it was replaced by a fresh
-    /// one and `stale` is the replaced row (the put's `ALL_OLD`): the caller must close and release
-    /// its connections, which left with it. The count is unchanged.
+    /// one and `stale` is the replaced row (as read, and replaced only while unchanged): the caller
+    /// must close and release its connections, which left with it. The count is unchanged.
     Replaced { session: Session, stale: Session },
     /// The tenant holds `cap` sessions: nothing was written.
     Full { cap: u64 },
@@ -62,11 +65,10 @@ pub async fn open(
             match sstore::refresh(deps, t, sid, ttl).await? {
                 Refresh::Live(s) => return Ok(Opened::Live(s)),
                 Refresh::Expired(seen) => {
-                    // The ids to release come from the replaced item itself (`ALL_OLD` of the
-                    // put), not from this earlier image: a disconnect in between released its own.
+                    // The ids to release are this image's: the replacement applies only while the
+                    // row still holds exactly them (a disconnect in between released its own).
                     let nonce = sstore::new_nonce()?;
-                    let Some(stale) =
-                        sstore::replace_expired(deps, t, sid, ttl, &nonce, &seen).await?
+                    let Some(stale) = replace(deps, t, sid, ttl, &nonce, seen, attempt).await?
                     else {
                         // Another PUT replaced it (or it was refreshed or deleted) meanwhile:
                         // the row is live or gone now, so the next round refreshes or creates.
@@ -111,6 +113,72 @@ pub async fn open(
     }
     Err(Error::contended(
         format!("creating a session of tenant {t}"),
+        ATTEMPTS,
+    ))
+}
+
+/// Replaces the expired row `seen` with a fresh one, exactly once under the SDK's retries: a
+/// transaction of the replacement alone (one session replaces another: the count does not move)
+/// with a request token ([`release::exactly_once`]), so a retry after a lost answer is answered as
+/// committed and the caller still learns it must release `seen`'s connections. `None` when the
+/// row is no longer that expired one with those connections (replaced, refreshed, deleted, or a
+/// connection left meanwhile: a race found by the fault-schedule simulation, decision 2300).
+/// 1 TransactWriteItems (2 WCU per KB of the row).
+async fn replace(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+    nonce: &str,
+    seen: Session,
+    attempt: u32,
+) -> Result<Option<Session>> {
+    let fresh = sstore::new_row(t, sid, ttl, nonce);
+    let lead = sstore::replace_item(&deps.tables.sessions, fresh, &seen)?;
+    let seed = format!("replace|{t}|{sid}|{}|{attempt}", release::request_token());
+    match release::exactly_once(deps, lead, &[], None, &seed).await? {
+        Attempt::Committed => Ok(Some(seen)),
+        Attempt::LeadRefused(_) => Ok(None),
+        Attempt::CountersRefused(_) | Attempt::Again => {
+            Backoff::TRANSACTION.wait(attempt).await;
+            Ok(None)
+        }
+    }
+}
+
+/// Deletes the session and gives back its unit of the session count, exactly once under the
+/// SDK's retries: the row as read (strongly consistent) is deleted only while it still holds
+/// exactly those connections, together with the count's `-1`, in one transaction with a request
+/// token ([`release::exactly_once`]). A retry after a lost answer is answered as committed, so
+/// the caller still gets the row whose connections it must close and release; before, a
+/// `DeleteItem` retried after a lost answer found nothing and released nothing (decision 2206).
+/// A count already at zero (repaired) drops out; a row changed meanwhile is deleted on its new
+/// image. `None` when there is no row (or another caller deleted it first). 1 GetItem + 1
+/// TransactWriteItems of 2 items (4 WCU for a row under 1 KB).
+pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
+    let Some(mut seen) = sstore::get(deps, t, sid).await? else {
+        return Ok(None);
+    };
+    let mut plan = vec![((keys::sessions(t)?, true), 1)];
+    let call = release::request_token();
+    for attempt in 1..=ATTEMPTS {
+        let lead = sstore::delete_item(&deps.tables.sessions, t, sid, &seen)?;
+        let seed = format!("delete|{t}|{sid}|{call}|{attempt}");
+        match release::exactly_once(deps, lead, &plan, None, &seed).await? {
+            Attempt::Committed => return Ok(Some(seen)),
+            Attempt::LeadRefused(None) => return Ok(None),
+            Attempt::LeadRefused(Some(now)) => {
+                seen = sstore::from_item(&deps.tables.sessions, &now)?
+            }
+            Attempt::CountersRefused(_) => {
+                tracing::warn!(tenant = %t, "session count already at zero: not given back");
+                plan.clear();
+            }
+            Attempt::Again => Backoff::TRANSACTION.wait(attempt).await,
+        }
+    }
+    Err(Error::contended(
+        format!("deleting a session of tenant {t}"),
         ATTEMPTS,
     ))
 }

@@ -70,8 +70,9 @@ pub const TENANT_ACCESS: &[TenantAccess] = &[
         function: "message",
         tables: &[TENANT_READ, (Sessions, &["dynamodb:UpdateItem"]), RELEASE],
     },
-    // PUT (UpdateItem, PutItem replacing an expired row), GET, DELETE; the count down for the
-    // connections that left with the row
+    // PUT (UpdateItem, a transaction's Put replacing an expired row), GET, DELETE (a transaction's
+    // Delete with the session count's Update); the count down for the connections that left
+    // with the row
     TenantAccess {
         function: "session-api",
         tables: &[

@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Delete, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
+};
 
 use super::{attr, Session};
 use crate::dynamo::item::{self, n, s, Item};
@@ -130,51 +132,71 @@ pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session 
     }
 }
 
-/// Replaces the expired row with a fresh one, only if it is still the same expired row (same TTL),
-/// so a concurrent refresh is never overwritten. Returns the row it replaced, as it was then;
-/// `None` when the row is no longer that expired one (replaced, refreshed or deleted meanwhile: a
-/// race found by the fault-schedule simulation, decision 2300). One session replaces another: the
-/// tenant's session count does not move. 1 PutItem.
-pub async fn replace_expired(
-    deps: &Deps,
+/// The condition that the row still holds exactly the connections of `seen`, the image the
+/// caller will release from: `(expression, names, values)`. Only `connectionIds` is compared (a
+/// joining or leaving connection changes it; `$default`'s message counter on the same row does
+/// not), and each id's `chg:{cid}` is written with the id, so the image's charges hold too.
+fn holds_connections_of(seen: &Session) -> (String, HashMap<String, String>, Item) {
+    let names = HashMap::from([
+        ("#sid".to_string(), attr::SESSION_ID.to_string()),
+        ("#ids".to_string(), attr::CONNECTION_IDS.to_string()),
+    ]);
+    if seen.connection_ids.is_empty() {
+        // DynamoDB keeps no empty set: the last id leaving removes the attribute.
+        let cond = "attribute_exists(#sid) AND attribute_not_exists(#ids)".to_string();
+        return (cond, names, Item::new());
+    }
+    let values = Item::from([(
+        ":ids".to_string(),
+        AttributeValue::Ss(seen.connection_ids.clone()),
+    )]);
+    (
+        "attribute_exists(#sid) AND #ids = :ids".to_string(),
+        names,
+        values,
+    )
+}
+
+/// The deletion of the row `seen` was read from, as the lead item of a release transaction
+/// (`admission::release::exactly_once`): only while it holds exactly `seen`'s connections, so the
+/// image is what left with it. A refusal returns the row as it is now (`ALL_OLD`).
+pub fn delete_item(
+    table: &str,
     t: &TenantId,
     sid: &SessionId,
-    ttl: i64,
-    nonce: &str,
-    stale: &Session,
-) -> Result<Option<Session>> {
-    let it = new_row(t, sid, ttl, nonce);
-    let sent = deps
-        .dynamo
-        .put_item()
-        .table_name(&deps.tables.sessions)
-        .set_item(Some(it))
-        .condition_expression("#ttl = :old")
-        .expression_attribute_names("#ttl", attr::SESSION_TTL)
-        .expression_attribute_values(":old", n(stale.session_ttl))
-        .return_values(ReturnValue::AllOld)
-        .send()
-        .await;
-    let out = match sent {
-        Ok(out) => out,
-        Err(e)
-            if matches!(
-                e.as_service_error(),
-                Some(PutItemError::ConditionalCheckFailedException(_))
-            ) =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(Error::dynamo("PutItem", e)),
-    };
-    match out.attributes() {
-        Some(old) => from_item(&deps.tables.sessions, old).map(Some),
-        // Cannot happen (the condition needs the row); releasing nothing is the safe side.
-        None => Ok(Some(Session {
-            connection_ids: vec![],
-            ..stale.clone()
-        })),
-    }
+    seen: &Session,
+) -> Result<TransactWriteItem> {
+    let (cond, names, values) = holds_connections_of(seen);
+    let delete = Delete::builder()
+        .table_name(table)
+        .set_key(Some(key(t, sid)))
+        .condition_expression(cond)
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values((!values.is_empty()).then_some(values))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .map_err(|e| Error::build_request("a session deletion", e))?;
+    Ok(TransactWriteItem::builder().delete(delete).build())
+}
+
+/// The replacement of the expired row `stale` by `fresh` (a new row), as the lead item of a
+/// release transaction: only while the row is still that expired one (same TTL, so a concurrent
+/// refresh is never overwritten) holding exactly `stale`'s connections (so `stale` is what left
+/// with it). A refusal returns the row as it is now.
+pub fn replace_item(table: &str, fresh: Item, stale: &Session) -> Result<TransactWriteItem> {
+    let (cond, mut names, mut values) = holds_connections_of(stale);
+    names.insert("#ttl".into(), attr::SESSION_TTL.into());
+    values.insert(":old".into(), n(stale.session_ttl));
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(fresh))
+        .condition_expression(format!("{cond} AND #ttl = :old"))
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .map_err(|e| Error::build_request("a session replacement", e))?;
+    Ok(TransactWriteItem::builder().put(put).build())
 }
 
 /// 1 GetItem (strongly consistent). Returns the row whether or not it has expired.
@@ -193,7 +215,8 @@ pub async fn get(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Se
         .transpose()
 }
 
-/// 1 DeleteItem returning the deleted row (whose connections the caller closes and releases).
+/// 1 DeleteItem returning the deleted row. Releases nothing and gives nothing back: what a TTL
+/// deletion does to the row (tests). Session `DELETE` is `admission::sessions::delete`.
 pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
     let out = deps
         .dynamo
