@@ -193,7 +193,10 @@ mod tests {
     fn row(per_session: u64) -> HashMap<String, AttributeValue> {
         let n = |v: u64| AttributeValue::N(v.to_string());
         HashMap::from([
-            (attr::TENANT_ID.to_string(), AttributeValue::S("acme".into())),
+            (
+                attr::TENANT_ID.to_string(),
+                AttributeValue::S("acme".into()),
+            ),
             (attr::CONNECTIONS_PER_SESSION.to_string(), n(per_session)),
             (attr::TENANT_CONNECTIONS.to_string(), n(100)),
             (attr::SESSION_PER_MINUTE.to_string(), n(10)),
