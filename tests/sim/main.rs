@@ -140,7 +140,7 @@ async fn soak() {
     let summary = format!(
         "# Simulation soak\n\nSeeds {first}..{} in {:.0} s with {workers} workers: **{} schedules, {} \
          steps, {} DynamoDB calls, {} violations**.\n\nFaults injected (rounds, or steps for \
-         crashes):\n\n| fault | count |\n|---|---|\n{}\n| crashed steps | {} |\n\nViolations:\n\n{}\n",
+         crashes):\n\n| fault | count |\n|---|---|\n{}\n\nViolations:\n\n{}\n",
         first + totals.schedules,
         took.as_secs_f64(),
         totals.schedules,
@@ -148,7 +148,6 @@ async fn soak() {
         totals.calls,
         totals.violations.len(),
         faults.join("\n"),
-        totals.crashes,
         if totals.violations.is_empty() {
             "none".to_string()
         } else {
