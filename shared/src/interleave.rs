@@ -14,6 +14,9 @@ pub enum Point {
     /// `create_token`: the token row is written; neither the ledger entry extended nor the
     /// ended-resource marker read.
     BindAfterRow,
+    /// `create_token`: the ended-resource marker was read (absent or not); the ledger entry not
+    /// yet extended, nor the reservation released.
+    BindAfterMarkerRead,
     /// The remover: the ended marker is written, the resource index not yet queried.
     RemoverAfterMarker,
 }

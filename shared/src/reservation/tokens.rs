@@ -4,7 +4,7 @@
 //!
 //! | operation | 1st write | 2nd write | crash between leaves |
 //! |---|---|---|---|
-//! | bind | token row: `resourceId`, 8 h expiry | ledger entry → 8 h, if still live (and, beside it, the ended marker read) | a row whose entry expires with the reservation: as if never bound |
+//! | bind | token row: `resourceId`, 8 h expiry | (after the ended marker read, strongly consistent) ledger entry → 8 h, if still live | a row whose entry expires with the reservation: as if never bound |
 //! | release | ledger entry removed | token row deleted | a row holding no capacity (listed as not live) |
 //!
 //! Capacity is decided by the ledger alone, so neither order can over-admit; binding first writes
@@ -59,9 +59,9 @@ fn first_shard(id: &str) -> u32 {
 }
 
 impl NonFungibleLimiter {
-    /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **3** calls: the
-    /// token row (unbound, or bound to the same id), then at once the ledger entry (only while live)
-    /// and a strongly consistent read of the resource's ended marker. An expired or deleted
+    /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **3** calls, in
+    /// order: the token row (unbound, or bound to the same id), a strongly consistent read of the
+    /// resource's ended marker, then the ledger entry (only while live). An expired or deleted
     /// reservation is [`ReservationError::Gone`]: the row just written is deleted again (+1
     /// DeleteItem), so nothing is left behind; a resource that already ended is
     /// [`ReservationError::ResourceEnded`], the reservation released (+2).
@@ -116,18 +116,35 @@ impl NonFungibleLimiter {
             }
         }
         self.inner.interleave.at(Point::BindAfterRow).await;
-        // The ledger entry and the ended-resource check at once: the check must follow the row
-        // write (what the remover's index query finds), not the ledger write (ended.rs).
-        let (extended, mut ended) =
-            futures::join!(self.extend_ledger(r, exp, now), self.has_ended(resource_id));
+        // The ended-resource check after the row write (what the remover's index query finds) and
+        // *before* the ledger entry is extended: a bind stopped anywhere (a Lambda timeout, a
+        // crash) then never leaves an 8-hour entry for a resource whose event was already
+        // handled — extended only when the marker was absent, so any later remover run finds the
+        // row written before (decision 0101, "Ended resources"; found by the simulation, seeds
+        // 1078 and 1086).
+        let mut ended = self.has_ended(resource_id).await;
+        self.inner.interleave.at(Point::BindAfterMarkerRead).await;
         if crate::mutation::active_on(
             &self.inner.table,
             crate::mutation::Mutation::BindIgnoresEnded,
         ) {
             ended = Ok(false);
         }
-        match (extended, ended) {
-            (Ok(()), Ok(false)) => {
+        if !matches!(ended, Ok(false)) {
+            // The resource ended (or we cannot tell): give the unit back (the entry is still the
+            // reservation's) and delete the row, rather than hold it for a token's lifetime with
+            // no remover event left to come.
+            self.release(&r.coordinate, &r.id).await?;
+            return Err(match ended {
+                Ok(_) => ReservationError::ResourceEnded {
+                    reservation_id: r.id.clone(),
+                    resource_id: resource_id.to_string(),
+                },
+                Err(e) => e.into(),
+            });
+        }
+        match self.extend_ledger(r, exp, now).await {
+            Ok(()) => {
                 self.extend_entry(&r.coordinate, &r.id, exp);
                 Ok(Token {
                     coordinate: r.coordinate.clone(),
@@ -136,19 +153,7 @@ impl NonFungibleLimiter {
                     expiration_time: exp,
                 })
             }
-            (Ok(()), ended) => {
-                // The resource ended (or we cannot tell): give the unit back rather than hold it
-                // for a token's lifetime with no remover event left to come.
-                self.release(&r.coordinate, &r.id).await?;
-                Err(match ended {
-                    Ok(_) => ReservationError::ResourceEnded {
-                        reservation_id: r.id.clone(),
-                        resource_id: resource_id.to_string(),
-                    },
-                    Err(e) => e.into(),
-                })
-            }
-            (Err(failure), _) => {
+            Err(failure) => {
                 self.unbind(r, resource_id, exp).await;
                 Err(failure)
             }
