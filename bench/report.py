@@ -134,8 +134,8 @@ WORKLOAD_NOTES = {
     "reservation-lifecycle": "`reservation-lifecycle`: `get_reservation`, `create_token`, then `delete`, as a "
                              "caller uses a unique resource: 5 single-item writes and 1 `GetItem`, no transaction "
                              "(decision 0101): reserve in one shard of the coordinate's ledger under its share, "
-                             "the token row, then at once the shard entry and the read of the resource's ended "
-                             "marker (no write unit), then the shard entry and the row removed. Every ledger "
+                             "the token row, the read of the resource's ended marker (no write unit), then the "
+                             "shard entry, then the shard entry and the row removed. Every ledger "
                              "shard holds at most 16 entries (under 1 KB), so each write is 1 WCU: 5 in the "
                              "table, plus 1 for each of the two writes of the bound row to the resource index "
                              "(7 per decision).",

@@ -182,8 +182,8 @@ pub fn registry() -> Vec<Spec> {
             id: "reservation-lifecycle",
             title:
                 "Non-fungible get_reservation + create_token + delete (6 single-item calls, no transaction)",
-            // 1 UpdateItem on a ledger shard for the reservation; create_token's row, then at once
-            // its shard entry and the ended-resource marker's read; delete's shard entry, then
+            // 1 UpdateItem on a ledger shard for the reservation; create_token's row, the
+            // ended-resource marker's read, then its shard entry; delete's shard entry, then
             // the row (decision 0101). Concurrent callers can meet a shard filled meanwhile or
             // both create the next one: one more call each time, so 6 is the c = 1 promise.
             expected_calls: Some(6.0),
