@@ -332,7 +332,9 @@ async fn leaks_of_a_busy_tenant_are_repaired_under_load_never_below_the_truth() 
     let (report, cycles) = tokio::join!(run, load);
     let r = &report.tenants[0];
     eprintln!("under load ({cycles} connect/disconnect cycles): {r:?}");
-    assert!(cycles >= 5, "the load ran during the run: {cycles}");
+    // At least two cycles overlapped the run (a loaded 2-core machine managed 3; `in_flight`
+    // below is what matters).
+    assert!(cycles >= 2, "the load ran during the run: {cycles}");
     assert!(r.in_flight > 0, "the load was in flight: {r:?}");
     let Outcome::Repaired { from, to } = r.outcome else {
         panic!("expected a repair under load, got {r:?}");
