@@ -299,14 +299,16 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
             d = Cpu::now().unwrap().since(a);
-            if d.user + d.sys >= Duration::from_millis(20) {
+            if d.user >= Duration::from_millis(20) {
                 break;
             }
         }
+        // A spin is user time. (Not compared with sys: the counter is the whole process's, and
+        // tests running beside this one in other threads add their own system time — seen in CI:
+        // user 9.96 ms, sys 11.21 ms.)
         assert!(
-            d.user + d.sys >= Duration::from_millis(20),
+            d.user >= Duration::from_millis(20),
             "{d:?} after 20 s of spinning"
         );
-        assert!(d.user > d.sys, "a spin is user time: {d:?}");
     }
 }
