@@ -190,6 +190,9 @@ pub struct Stats {
     pub upstream_errors: u64,
     /// Requests forwarded whose answer was replaced by a 500 (lose-answers policy).
     pub answers_lost: u64,
+    /// The longest the upstream took to answer one forwarded request: a harness tells its own
+    /// injected faults from a slow upstream (a loaded machine) by it.
+    pub slowest_upstream: Duration,
 }
 
 impl Stats {
@@ -215,6 +218,8 @@ struct Counters {
     refused: AtomicU64,
     upstream_errors: AtomicU64,
     answers_lost: AtomicU64,
+    /// Microseconds; kept apart from [`Counters::all`] (a maximum, not a count).
+    slowest_upstream_us: AtomicU64,
 }
 
 impl Counters {
@@ -247,6 +252,9 @@ impl Counters {
             refused,
             upstream_errors,
             answers_lost,
+            slowest_upstream: Duration::from_micros(
+                self.slowest_upstream_us.load(Ordering::SeqCst),
+            ),
         }
     }
 }
@@ -358,6 +366,10 @@ impl FaultProxy {
         for a in self.shared.counters.all() {
             a.store(0, Ordering::SeqCst);
         }
+        self.shared
+            .counters
+            .slowest_upstream_us
+            .store(0, Ordering::SeqCst);
     }
 
     /// Items held by in-flight writes right now (0 once every request has its answer).
@@ -562,7 +574,12 @@ impl Shared {
             && self.lose_budget.load(Ordering::SeqCst) > 0
             && !take(&self.lose_skip)
             && take(&self.lose_budget);
+        let began = Instant::now();
         let r = self.forward(parts, body).await;
+        let took = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters
+            .slowest_upstream_us
+            .fetch_max(took, Ordering::SeqCst);
         if r.is_err() {
             bump(&self.counters.upstream_errors);
         } else {

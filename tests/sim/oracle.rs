@@ -71,6 +71,14 @@ impl Seen {
         self.caps.entry(t).or_default().push((at, caps));
     }
 
+    /// The round's answers are judged as under a fault: DynamoDB Local itself answered slower
+    /// than [`crate::run::SLOW`] (the machine's stall, not one the harness injected).
+    pub fn excuse_slow(&mut self) {
+        for a in &mut self.answers {
+            a.2 = true;
+        }
+    }
+
     pub fn answer(&mut self, op: &Op, a: Answer) {
         if let Op::PutSession { t, s } | Op::DeleteSession { t, s } = op {
             self.churned.insert((*t, format!("s{s}")));
@@ -120,9 +128,11 @@ fn documented(op: &Op, status: i64) -> bool {
         Op::Connect { .. } | Op::DisconnectFirst { .. } => [200, 404, 429].contains(&status),
         Op::Leave { .. } => status == 200,
         Op::Message { .. } => [200, 403, 410, 429].contains(&status),
-        Op::Deliver { .. } | Op::Reconcile { .. } | Op::Expire { .. } | Op::Limits { .. } => {
-            status == 200
-        }
+        Op::Deliver { .. }
+        | Op::Reconcile { .. }
+        | Op::Expire { .. }
+        | Op::Limits { .. }
+        | Op::Reshard { .. } => status == 200,
         // Checked by the reservation oracle, on the answers themselves.
         Op::Res(_) | Op::Kv(_) => true,
     }
@@ -166,8 +176,12 @@ impl Oracle {
         self.violations
     }
 
-    /// The checks after round `round` (every round's answers, limits and counts).
-    pub fn check(&mut self, round: usize, cp: &Checkpoint, seen: &Seen, _caps: &[Caps]) {
+    /// The checks after round `round` (every round's answers, limits and counts). `lowered[t]`:
+    /// for a sharded tenant, the highest `tenantConnections` in effect since its last reshard
+    /// (else 0). Lowering a sharded tenant's cap is exact only once every shard is under its new
+    /// share; meanwhile a shard under its new share admits (decision 1502: at most
+    /// `Σ max(cᵢ, sᵢ(new))`, which is at most the highest cap the shards admitted under).
+    pub fn check(&mut self, round: usize, cp: &Checkpoint, seen: &Seen, lowered: &[u64]) {
         let from = seen.now;
         for (op, a, faulted) in &seen.answers {
             let ok = match a {
@@ -184,7 +198,9 @@ impl Oracle {
         for (i, st) in cp.tenants.iter().enumerate() {
             let t = self.tenants[i].clone();
             let truth = st.truth();
-            let cap = seen.max_cap(i, from, st.at, |c| c.tenant_connections) as usize;
+            let cap = seen
+                .max_cap(i, from, st.at, |c| c.tenant_connections)
+                .max(lowered[i]) as usize;
             if truth.len() > cap.max(self.prev_truth[i]) {
                 self.violation(format!(
                     "round {round}: over-admission: tenant {t} holds {} open connections, cap {cap} \
@@ -359,6 +375,9 @@ pub struct Lane {
     /// Whether the round has an injected proxy fault.
     pub faulted: bool,
     violations: Vec<String>,
+    /// Store errors of an unfaulted round, held until [`Lane::end_round`] knows whether
+    /// DynamoDB Local answered slowly in it.
+    unless_slow: Vec<String>,
 }
 
 impl Lane {
@@ -366,6 +385,22 @@ impl Lane {
         self.round = round;
         self.now = now;
         self.faulted = faulted;
+    }
+
+    /// A store error or failure with no fault injected: a violation unless the round turns out
+    /// slow (see [`Seen::excuse_slow`]).
+    pub fn unless_slow(&mut self, v: String) {
+        let v = format!("round {}: {v}", self.round);
+        self.unless_slow.push(v);
+    }
+
+    /// The round is over: its held findings become violations unless it was `slow`.
+    pub fn end_round(&mut self, slow: bool) {
+        for v in std::mem::take(&mut self.unless_slow) {
+            if !slow && !self.violations.contains(&v) {
+                self.violations.push(v);
+            }
+        }
     }
 
     pub fn violation(&mut self, v: String) {

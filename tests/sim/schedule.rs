@@ -25,6 +25,14 @@ pub enum Fault {
     Conflicts,
     /// `UpdateItem`s never answered (the client's timeout ends them).
     StallUpdates,
+    /// The endpoint goes down `after_ms` into the round for `down_ms`, as during a restart of
+    /// DynamoDB: the next `lose` answers before it are lost (written, never answered), and every
+    /// connection meanwhile is closed unanswered.
+    Outage {
+        lose: u8,
+        after_ms: u16,
+        down_ms: u16,
+    },
 }
 
 impl Fault {
@@ -36,6 +44,7 @@ impl Fault {
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
             Fault::StallUpdates => "stall",
+            Fault::Outage { .. } => "outage",
         }
     }
 }
@@ -93,9 +102,19 @@ pub enum Op {
     Reconcile {
         t: usize,
     },
-    /// The tenant's limits change (caps only: its layout and algorithm stay).
+    /// The tenant's caps change (its layout and algorithm stay).
     Limits {
         t: usize,
+        caps: Caps,
+    },
+    /// The operator reshards the tenant to `shards` counter items with `caps`, as the docs say
+    /// (decisions 1502, 2206): drained first (every session deleted: its connections closed and
+    /// released), then `tenant put --reshard-drained` (the counters fenced, then the row), then
+    /// the sessions created again. A round without other WebSocket steps, after the clock moved
+    /// past the minute of the last connects.
+    Reshard {
+        t: usize,
+        shards: u64,
         caps: Caps,
     },
     /// A reservation or token-remover step ([`reservations`]).
@@ -130,7 +149,8 @@ pub struct TenantSpec {
 }
 
 impl TenantSpec {
-    pub fn limits(&self, caps: &Caps) -> Limits {
+    /// The tenant's limits with `caps` over `shards` counter items.
+    pub fn limits(&self, caps: &Caps, shards: u64) -> Limits {
         let mut l = Limits::example(
             caps.tenant_per_minute,
             caps.session_per_minute,
@@ -139,7 +159,7 @@ impl TenantSpec {
             self.session_ttl,
             caps.messages_per_minute,
         );
-        l.connection_shards = self.shards;
+        l.connection_shards = shards;
         if self.gcra {
             l.rate_algorithm = WindowAlgorithm::Gcra;
         }
@@ -192,6 +212,8 @@ pub struct Shape {
     pub reservation_pct: u32,
     /// Percent of schedules that also have kv lanes (a generator of their own too).
     pub kv_pct: u32,
+    /// Percent of schedules with a reshard round (a tenant drained, resharded, resumed).
+    pub reshard_pct: u32,
 }
 
 impl Default for Shape {
@@ -209,6 +231,7 @@ impl Default for Shape {
             message_pct: 0,
             reservation_pct: 50,
             kv_pct: 50,
+            reshard_pct: 25,
         }
     }
 }
@@ -240,23 +263,31 @@ impl Schedule {
             .collect();
         let sessions = rng.usize(2..=3);
         let mut next_c = 0u32;
+        // Each tenant's counter layout as the schedule reshards it.
+        let mut layout: Vec<u64> = tenants.iter().map(|t| t.shards).collect();
         // Connection ids generated so far, with their tenant and session.
         let mut conns: Vec<(usize, usize, u32)> = Vec::new();
         let n_rounds = rng.usize(shape.rounds.0..=shape.rounds.1);
         let reconcile_round =
             (rng.u32(0..100) < shape.reconcile_pct).then(|| rng.usize(1..n_rounds));
+        let reshard_round = (rng.u32(0..100) < shape.reshard_pct).then(|| rng.usize(2..n_rounds));
         let mut rounds = Vec::new();
         for r in 0..n_rounds {
             let fault = if r == 0 || rng.u32(0..100) >= shape.fault_pct {
                 Fault::None
             } else {
-                match rng.u32(0..7) {
+                match rng.u32(0..8) {
                     0 => Fault::Throttle(rng.u8(20..=70)),
                     1 => Fault::Delay(rng.u16(20..=120)),
                     2 => Fault::LoseAnswers(rng.u8(1..=4)),
                     3 => Fault::LoseUpdateAnswers(rng.u8(1..=4)),
                     4 | 5 => Fault::Conflicts,
-                    _ => Fault::StallUpdates,
+                    6 => Fault::StallUpdates,
+                    _ => Fault::Outage {
+                        lose: rng.u8(0..=3),
+                        after_ms: rng.u16(0..=60),
+                        down_ms: rng.u16(100..=1500),
+                    },
                 }
             };
             let fault = match (fault, shape.only_fault) {
@@ -269,6 +300,24 @@ impl Schedule {
                 7 | 8 => rng.u64(30..=70),
                 _ => rng.u64(100..=300),
             };
+            if reshard_round == Some(r) {
+                let t = rng.usize(0..tenants.len());
+                let shards = (layout[t] + rng.u64(1..=2)) % 3 + 1;
+                layout[t] = shards;
+                rounds.push(Round {
+                    fault: Fault::None,
+                    advance: rng.u64(61..=120),
+                    lanes: vec![vec![Step {
+                        op: Op::Reshard {
+                            t,
+                            shards,
+                            caps: caps(&mut rng, shards),
+                        },
+                        crash_ms: None,
+                    }]],
+                });
+                continue;
+            }
             let mut lanes = Vec::new();
             if r == 0 {
                 // Every session exists at the start.
@@ -291,7 +340,7 @@ impl Schedule {
                                 let (t, s, c) = conns[rng.usize(0..conns.len())];
                                 Op::Message { t, s, c }
                             } else {
-                                op(&mut rng, &tenants, sessions, &mut conns, &mut next_c)
+                                op(&mut rng, &layout, sessions, &mut conns, &mut next_c)
                             };
                             let crash_ms =
                                 (rng.u32(0..100) < shape.crash_pct).then(|| rng.u16(0..=40));
@@ -396,12 +445,12 @@ fn ttl_op(rng: &mut fastrand::Rng, tenants: usize, sessions: usize) -> Op {
 
 fn op(
     rng: &mut fastrand::Rng,
-    tenants: &[TenantSpec],
+    layout: &[u64],
     sessions: usize,
     conns: &mut Vec<(usize, usize, u32)>,
     next_c: &mut u32,
 ) -> Op {
-    let t = rng.usize(0..tenants.len());
+    let t = rng.usize(0..layout.len());
     let s = rng.usize(0..sessions);
     let mut fresh = |conns: &mut Vec<(usize, usize, u32)>| {
         *next_c += 1;
@@ -445,7 +494,7 @@ fn op(
         },
         _ => Op::Limits {
             t,
-            caps: caps(rng, tenants[t].shards),
+            caps: caps(rng, layout[t]),
         },
     }
 }
