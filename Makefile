@@ -58,7 +58,7 @@ bench-smoke:
 	@scripts/bench.sh smoke
 
 # Random fault schedules (issue 23, decision 2300) for SECONDS seconds (or until SCHEDULES have run),
-# WORKERS at once, on DynamoDB Local port 8020 (started and stopped here unless running); the summary
+# WORKERS at once, on DynamoDB Local port $(DYNAMODB_LOCAL_PORT) (started and stopped here unless running); the summary
 # goes to target/sim-soak.md. `make test` runs a fixed 12 schedules and the mutation tests.
 soak:
 	@SECONDS_TO_RUN=$(SECONDS) TURNSTILE_SIM_SCHEDULES=$(SCHEDULES) TURNSTILE_SIM_WORKERS=$(WORKERS) scripts/soak.sh

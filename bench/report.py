@@ -880,6 +880,12 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
         w("")
     for line in sim_section(data):
         w(line)
+    # The random-fault-schedule soaks (`make soak`, decision 2300) take an hour and run apart from
+    # `make bench`; their summaries are kept in bench/soak-history.md and quoted here.
+    soaks = Path(__file__).parent / "soak-history.md"
+    if soaks.is_file():
+        w(soaks.read_text().rstrip())
+        w("")
     w("## Caveats")
     w("")
     w("- DynamoDB Local shares the cores with the harness and the peers; it serialises writes to one item "

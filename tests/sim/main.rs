@@ -85,6 +85,12 @@ async fn fixed_seeds_find_no_violation_b() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the soak: `make soak SECONDS=N`"]
 async fn soak() {
+    // The handlers' ERROR events (a 5xx's cause: "failing closed: ...") go to the soak's
+    // output, so a violation's answer can be traced to its cause.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_writer(std::io::stderr)
+        .try_init();
     let secs: u64 = env_or("TURNSTILE_SIM_SECONDS", 60);
     let first: u64 = env_or("TURNSTILE_SIM_FIRST_SEED", 1000);
     let most: u64 = env_or("TURNSTILE_SIM_SCHEDULES", u64::MAX);

@@ -647,13 +647,18 @@ impl Sim {
             }
             Op::Reshard { t, shards, caps } => {
                 let _one = self.operator.lock().await;
-                // Drained: every session deleted (its connections closed and released).
+                // Drained: every session deleted (its connections closed and released); the
+                // operator repeats a DELETE that failed (a slow machine's timeout) until it is done.
                 for s in 0..sch.sessions {
-                    let a = self.session_call("DELETE", &tenants[t], s).await;
-                    run.lock()
-                        .unwrap()
-                        .seen
-                        .answer(&Op::DeleteSession { t, s }, a);
+                    for _ in 0..5 {
+                        let a = self.session_call("DELETE", &tenants[t], s).await;
+                        let done = matches!(a.status(), Some(200 | 404));
+                        let op = Op::DeleteSession { t, s };
+                        run.lock().unwrap().seen.answer(&op, a);
+                        if done {
+                            break;
+                        }
+                    }
                 }
                 // `turnstile tenant put --connection-shards M --reshard-drained` (decision 2206):
                 // the counters fenced first, then the row.
