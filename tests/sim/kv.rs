@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use shared::clock::Timestamp;
 use shared::kv::{KvError, LimitSet, Limiter, Limits};
@@ -318,6 +319,15 @@ impl State {
         }
     }
 
+    /// Records `cost` admitted on `bucket` at `now`; a lease's spend (`lease`) is never given
+    /// back by a refund step.
+    fn admitted(&mut self, bucket: Bucket, now: Timestamp, cost: u64, lease: bool) {
+        self.admits
+            .entry(bucket)
+            .or_default()
+            .push((now, cost, lease));
+    }
+
     /// Counts what a lease operation on `bucket` starting at `now` may give back as refunded:
     /// all a lease may hold above `keeps`. The most it may hold is bounded by the largest cost
     /// asked of its limit, not by what this client asked: another lane may be adjusting the
@@ -397,11 +407,7 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
             let out = limiter.spend(&format!("K{k}"), &id, cost, now).await;
             let mut st = state.lock().unwrap();
             match out {
-                Ok(o) if o.decision.allowed => st
-                    .admits
-                    .entry((k, i))
-                    .or_default()
-                    .push((now, cost, false)),
+                Ok(o) if o.decision.allowed => st.admitted((k, i), now, cost, false),
                 Ok(_) => {}
                 Err(e) => st.error("a spend", &e),
             }
@@ -445,10 +451,7 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
             match out {
                 Ok(b) if b.decision.allowed => {
                     for &k in &ks {
-                        st.admits
-                            .entry((k, i))
-                            .or_default()
-                            .push((now, cost, false));
+                        st.admitted((k, i), now, cost, false);
                     }
                 }
                 Ok(_) => {}
@@ -465,7 +468,7 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
         } => {
             let id = {
                 let mut st = state.lock().unwrap();
-                let deadline = now.plus(std::time::Duration::from_secs(ttl_s));
+                let deadline = now.plus(Duration::from_secs(ttl_s));
                 let seen = st
                     .leases
                     .entry(lease)
@@ -485,18 +488,13 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
                     &id,
                     &format!("L{lease}"),
                     estimate,
-                    std::time::Duration::from_secs(ttl_s),
+                    Duration::from_secs(ttl_s),
                     now,
                 )
                 .await;
             let mut st = state.lock().unwrap();
             match out {
-                // Spent now; a refund step never gives a lease's spend back (`true`).
-                Ok(o) if o.granted && !o.duplicate => st
-                    .admits
-                    .entry((k, i))
-                    .or_default()
-                    .push((now, estimate, true)),
+                Ok(o) if o.granted && !o.duplicate => st.admitted((k, i), now, estimate, true),
                 Ok(_) => {}
                 Err(e) => st.error("a lease acquire", &e),
             }
@@ -511,16 +509,15 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
             let (id, before) = {
                 let mut st = state.lock().unwrap();
                 // Not acquired yet (another lane of this round): skipped.
-                let Some(seen) = st.leases.get(&lease).copied() else {
+                let Some(seen) = st.leases.get_mut(&lease) else {
                     return;
                 };
+                let before = seen.most;
+                seen.most = seen.most.max(amount);
                 // What it may hold above `amount` may come back (all of it, once expired).
                 let keeps = if seen.deadline <= now { 0 } else { amount };
                 st.may_give_back((k, i), now, keeps);
-                if let Some(l) = st.leases.get_mut(&lease) {
-                    l.most = l.most.max(amount);
-                }
-                (st.id(i), seen.most)
+                (st.id(i), before)
             };
             let out = limiter
                 .adjust_lease(&format!("K{k}"), &id, &format!("L{lease}"), amount, now)
@@ -529,11 +526,9 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
             match out {
                 // Up: at least `amount - before` was spent now (`before`: the most it may have
                 // held, so this never counts more than was spent).
-                Ok(o) if o.granted && !o.duplicate && amount > before => st
-                    .admits
-                    .entry((k, i))
-                    .or_default()
-                    .push((now, amount - before, true)),
+                Ok(o) if o.granted && !o.duplicate && amount > before => {
+                    st.admitted((k, i), now, amount - before, true)
+                }
                 Ok(_) => {}
                 Err(e) => st.error("a lease adjust", &e),
             }

@@ -3,6 +3,7 @@
 //! each client saw for the [`oracle`](crate::oracle).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -237,6 +238,23 @@ impl Sim {
         }
     }
 
+    /// Runs `attempt` until it succeeds, again while DynamoDB Local was slow during it (4 tries
+    /// at most): the failure of an attempt during which every answer was fast, if any.
+    async fn again_while_slow<E, F: Future<Output = Result<(), E>>>(
+        &self,
+        mut attempt: impl FnMut() -> F,
+    ) -> Option<E> {
+        for _ in 0..4 {
+            self.proxy.reset_stats();
+            match attempt().await {
+                Ok(()) => return None,
+                Err(e) if !self.slow() => return Some(e),
+                Err(_) => {}
+            }
+        }
+        None
+    }
+
     /// Whether DynamoDB Local answered some request slower than [`SLOW`] since the proxy's stats
     /// were last reset.
     fn slow(&self) -> bool {
@@ -353,17 +371,14 @@ impl Sim {
             }
             if let Some(st) = res {
                 st.lock().unwrap().lane.end_round(slow);
-            }
-            if let Some(st) = kvs {
-                st.lock().unwrap().lane.end_round(slow);
-            }
-            if let Some(st) = res {
                 for v in reservations::checkpoint(&self.res, &self.direct, st).await {
                     oracle.violation(v);
                 }
             }
             if let Some(st) = kvs {
-                for v in st.lock().unwrap().check() {
+                let mut st = st.lock().unwrap();
+                st.lane.end_round(slow);
+                for v in st.check() {
                     oracle.violation(v);
                 }
             }
@@ -376,42 +391,41 @@ impl Sim {
         self.set_fault(Fault::None);
         let pending: Vec<Record> = std::mem::take(&mut run.lock().unwrap().queue);
         for rec in pending {
-            // Redelivered while DynamoDB Local is slow (as the event source retries); a failure
-            // with every answer fast is a violation.
-            for _ in 0..4 {
-                self.proxy.reset_stats();
-                let ev = rec.event.clone();
-                let r = ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, ev).await;
-                if r.batch_item_failures.is_empty() {
-                    break;
-                }
-                if !self.slow() {
-                    oracle.violation("a TTL record failed with no fault injected".into());
-                    break;
-                }
+            // Redelivered while DynamoDB Local is slow, as the event source retries.
+            let failed = self
+                .again_while_slow(|| async {
+                    let ev = rec.event.clone();
+                    let r = ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, ev).await;
+                    r.batch_item_failures.is_empty().then_some(()).ok_or(())
+                })
+                .await;
+            if failed.is_some() {
+                oracle.violation("a TTL record failed with no fault injected".into());
             }
         }
         // Twice: the first run's own releases of gone sockets move the count, so its repair may
-        // wait (`Busy`) for a quiet run; the second one is quiet.
-        // A run skipped while DynamoDB Local was slow is run again.
+        // wait (`Busy`) for a quiet run; the second one is quiet. A run skipped while DynamoDB
+        // Local was slow is run again.
         for t in tenants.iter().chain(&tenants) {
-            for _ in 0..4 {
-                self.proxy.reset_stats();
-                let report = crate::ws_support::reconcile_tenant(
-                    &self.w.env.deps,
-                    t,
-                    &self.w.api.url(),
-                    false,
-                    Duration::from_millis(20),
-                )
+            let failed = self
+                .again_while_slow(|| async {
+                    let report = crate::ws_support::reconcile_tenant(
+                        &self.w.env.deps,
+                        t,
+                        &self.w.api.url(),
+                        false,
+                        Duration::from_millis(20),
+                    )
+                    .await;
+                    if skipped(&report) {
+                        Err(report)
+                    } else {
+                        Ok(())
+                    }
+                })
                 .await;
-                if !skipped(&report) {
-                    break;
-                }
-                if !self.slow() {
-                    oracle.violation(format!("the final reconcile skipped {t}: {report:?}"));
-                    break;
-                }
+            if let Some(report) = failed {
+                oracle.violation(format!("the final reconcile skipped {t}: {report:?}"));
             }
         }
         let cp = self.checkpoint(&tenants).await;
