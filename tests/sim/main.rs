@@ -114,7 +114,13 @@ async fn soak() {
                 }
                 let sch = Schedule::generate(seed, &shape);
                 let began = Instant::now();
-                let out = sim.run(&sch).await;
+                // Every ERROR event of this schedule names its seed (`sim{seed=…}`), so a 5xx's
+                // cause is found among 16 workers' interleaved output.
+                let out = tracing::Instrument::instrument(
+                    sim.run(&sch),
+                    tracing::error_span!("sim", seed),
+                )
+                .await;
                 eprintln!(
                     "SIM seed {seed}: {} steps, {:?}, {} violations, {:.1} s",
                     out.steps,

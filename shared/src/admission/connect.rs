@@ -39,7 +39,9 @@ use crate::refusal::Refusal;
 use crate::session::attr as sattr;
 use crate::tenant::{Limits, WindowAlgorithm};
 
-/// Attempts per step (wrong bets, settling and throttling together) before giving up.
+/// Wrong bets per step before giving up (a write refused with room: another writer moved the
+/// item between this process's look and its write). Settle waits ([`SETTLE_ATTEMPTS`]) and
+/// throttled attempts have budgets of their own.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// How recent a reservation must be for a step-1 refusal to wait for it to settle.
 pub const SETTLE: Duration = Duration::from_millis(500);
