@@ -320,73 +320,6 @@ async fn rate_algorithm_is_stored_defaults_to_fixed_and_rejects_unknown_values()
     assert!(err.to_string().contains("rateAlgorithm"), "{err}");
 }
 
-/// Before each of `$connect`'s step-1 writes on one counter item, puts the next item of a script
-/// there (a plain client on its own thread: interceptor hooks cannot await), so a test fixes what
-/// every attempt meets instead of hoping concurrent connects produce that order.
-#[derive(Debug)]
-struct ScriptedCounter {
-    endpoint: String,
-    table: String,
-    key: String,
-    attempts: std::sync::atomic::AtomicUsize,
-    script: Vec<std::collections::HashMap<String, AttributeValue>>,
-}
-
-impl aws_smithy_runtime_api::client::interceptors::Intercept for ScriptedCounter {
-    fn name(&self) -> &'static str {
-        "ScriptedCounter"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
-        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let req = context.request();
-        let update = req
-            .headers()
-            .get("x-amz-target")
-            .is_some_and(|t| t.ends_with(".UpdateItem"));
-        let body: serde_json::Value = req
-            .body()
-            .bytes()
-            .and_then(|b| serde_json::from_slice(b).ok())
-            .unwrap_or_default();
-        if !update
-            || body["TableName"] != self.table.as_str()
-            || body["Key"]["key"]["S"] != self.key.as_str()
-        {
-            return Ok(());
-        }
-        let n = self
-            .attempts
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let Some(item) = self.script.get(n).cloned() else {
-            return Ok(());
-        };
-        let (endpoint, table) = (self.endpoint.clone(), self.table.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                shared::dynamo::local_client(&endpoint, None)
-                    .put_item()
-                    .table_name(table)
-                    .set_item(Some(item))
-                    .send()
-                    .await
-                    .unwrap()
-            });
-        })
-        .join()
-        .map_err(|_| "the scripted write failed")?;
-        Ok(())
-    }
-}
-
 /// Seen in the random-fault soak (decision 2300, seeds 7543, 40311, 40614): a GCRA tenant at its
 /// cap, with reservations still settling and other connects moving the bucket between idle and
 /// draining, used step 1's attempts on two wrong bets plus the settle waits, and the client got a
@@ -420,24 +353,32 @@ async fn settling_at_the_cap_after_wrong_bets_still_answers_the_refusal() {
     // the tenant stays at its cap, every reservation recent.
     let mut script = vec![counter(1, draining), counter(2, draining), counter(1, idle)];
     script.extend((0..10).map(|_| counter(2, idle)));
-    let scripted = std::sync::Arc::new(ScriptedCounter {
-        endpoint: w.env.endpoint.clone(),
-        table: w.deps().tables.counters.clone(),
-        key: T.into(),
-        attempts: Default::default(),
-        script,
-    });
-    let config = w
-        .deps()
-        .dynamo
-        .config()
-        .to_builder()
-        .interceptor(ScriptedInterceptor(scripted.clone()))
-        .build();
-    let deps = shared::Deps {
-        dynamo: aws_sdk_dynamodb::Client::from_conf(config),
-        ..w.deps().clone()
-    };
+    let script = std::sync::Arc::new(script);
+    let table = w.deps().tables.counters.clone();
+    let matched = table.clone();
+    let before = Before::new(
+        &w.env.endpoint,
+        move |op, body| {
+            op == "UpdateItem"
+                && body["TableName"] == matched.as_str()
+                && body["Key"]["key"]["S"] == T
+        },
+        move |n, client| {
+            let (script, table) = (script.clone(), table.clone());
+            Box::pin(async move {
+                if let Some(item) = script.get(n) {
+                    client
+                        .put_item()
+                        .table_name(table)
+                        .set_item(Some(item.clone()))
+                        .send()
+                        .await
+                        .unwrap();
+                }
+            })
+        },
+    );
+    let deps = before.deps(w.deps());
     let r = connect::handle(
         &deps,
         &w.connect,
@@ -445,7 +386,7 @@ async fn settling_at_the_cap_after_wrong_bets_still_answers_the_refusal() {
     )
     .await
     .unwrap();
-    let attempts = scripted.attempts.load(std::sync::atomic::Ordering::SeqCst);
+    let attempts = before.seen();
     assert_eq!(
         (r.status_code, attempts),
         (429, 9),
@@ -454,23 +395,4 @@ async fn settling_at_the_cap_after_wrong_bets_still_answers_the_refusal() {
     );
     assert_eq!(body_json(&r)["violated-policies"][0], "tenantConnections");
     assert_eq!(w.count(T).await, Some(2), "nothing reserved");
-}
-
-/// [`ScriptedCounter`] shared with the test, which reads its attempt count afterwards.
-#[derive(Debug)]
-struct ScriptedInterceptor(std::sync::Arc<ScriptedCounter>);
-
-impl aws_smithy_runtime_api::client::interceptors::Intercept for ScriptedInterceptor {
-    fn name(&self) -> &'static str {
-        "ScriptedInterceptor"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
-        rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
-        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        self.0.read_before_transmit(context, rc, cfg)
-    }
 }

@@ -921,3 +921,71 @@ async fn no_caller_reaches_another_tenant_in_any_configuration() {
     let s = w.session(B, "s1").await.expect("B's session is untouched");
     assert!(s.connection_ids.is_empty());
 }
+
+/// Seen in the random-fault soak (decision 2300, seed 57465): a session `DELETE` deletes the row
+/// only while it holds exactly the connections it read, so connections that kept joining between
+/// its attempts refused every one, and after 4 it answered 503 ("contended"). After the first
+/// refusal the row is now closed to joins (its TTL set to now, as an expiry would): only leaving
+/// can change it after that, so the deletion converges and releases every connection once.
+#[tokio::test]
+async fn a_delete_while_connections_keep_joining_releases_every_connection_once() {
+    let w = World::new().await;
+    let limits = shared::tenant::Limits::example(120, 60, 50, 100, 300, 600);
+    w.put_tenant(T, limits).await;
+    w.put_session(T, "s1").await;
+    for c in ["c1", "c2"] {
+        assert_eq!(w.connect(T, "s1", c, &limits).await.status_code, 200);
+    }
+    // Before each attempt of the deletion's transaction, a real `$connect` of one more connection.
+    let joins = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (table, functions) = (w.deps().tables.sessions.clone(), w.function_deps(&[]));
+    let seen = joins.clone();
+    let before = Before::new(
+        &w.env.endpoint,
+        move |op, body| {
+            op == "TransactWriteItems"
+                && body["TransactItems"][0]["Delete"]["TableName"] == table.as_str()
+        },
+        move |n, client| {
+            let deps = shared::Deps {
+                dynamo: client,
+                ..functions.clone()
+            };
+            let joins = seen.clone();
+            Box::pin(async move {
+                let state = connect::init(&deps).await.unwrap();
+                let cid = format!("x{n}");
+                let ev = ws_event("connect/connect.json", T, "s1", &cid, Some(&limits));
+                let r = connect::handle(&deps, &state, ev).await.unwrap();
+                joins.lock().unwrap().push((cid, r.status_code));
+            })
+        },
+    );
+    let ev = session_event(
+        "DELETE",
+        "/session",
+        &[("tenantId", T), ("sessionId", "s1")],
+        None,
+    );
+    let r = session_api::handle(&before.deps(w.deps()), &w.session_api, ev)
+        .await
+        .unwrap();
+    let joins = joins.lock().unwrap().clone();
+    assert_eq!(
+        r.status_code, 200,
+        "joins before each attempt: {joins:?}; {:?}",
+        r.body
+    );
+    // The first join got in (and made the first attempt fail); the next met a closed session.
+    assert_eq!(joins.len(), 2, "{joins:?}");
+    assert_eq!(joins[0], ("x0".to_string(), 200));
+    assert_ne!(joins[1].1, 200, "{joins:?}");
+    assert!(w.session(T, "s1").await.is_none());
+    assert_eq!(w.closed(), vec!["c1", "c2", "x0"], "each connection closed");
+    assert_eq!(w.count(T).await, Some(0), "each connection released once");
+    assert_eq!(
+        w.count(&format!("{T}:sessions")).await,
+        Some(0),
+        "the session given back"
+    );
+}

@@ -527,3 +527,111 @@ where
         .await
         .unwrap()
 }
+
+/// Which requests a [`Before`] runs before: (operation, JSON body) → whether.
+type Matches = dyn Fn(&str, &Value) -> bool + Send + Sync;
+/// What a [`Before`] runs: (matches so far, a plain client) → the work.
+type Action = dyn Fn(usize, aws_sdk_dynamodb::Client) -> futures::future::BoxFuture<'static, ()>
+    + Send
+    + Sync;
+
+/// Runs `action` before each request `matches` selects (by operation and JSON body), with the
+/// number of matches before it and a plain client of its own, on a thread of its own (interceptor
+/// hooks cannot await) and finished before the request goes out: a test fixes what each attempt of
+/// a retry loop meets instead of hoping concurrent tasks produce that order.
+pub struct Before {
+    endpoint: String,
+    matches: Box<Matches>,
+    action: Box<Action>,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Debug for Before {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Before").field("seen", &self.seen).finish()
+    }
+}
+
+impl Before {
+    pub fn new(
+        endpoint: &str,
+        matches: impl Fn(&str, &Value) -> bool + Send + Sync + 'static,
+        action: impl Fn(usize, aws_sdk_dynamodb::Client) -> futures::future::BoxFuture<'static, ()>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Arc<Before> {
+        Arc::new(Before {
+            endpoint: endpoint.to_string(),
+            matches: Box::new(matches),
+            action: Box::new(action),
+            seen: Default::default(),
+        })
+    }
+
+    /// Requests matched so far.
+    pub fn seen(&self) -> usize {
+        self.seen.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `deps` whose DynamoDB client runs this before each matching request.
+    pub fn deps(self: &Arc<Self>, deps: &shared::Deps) -> shared::Deps {
+        let config = deps
+            .dynamo
+            .config()
+            .to_builder()
+            .interceptor(BeforeHook(self.clone()))
+            .build();
+        shared::Deps {
+            dynamo: aws_sdk_dynamodb::Client::from_conf(config),
+            ..deps.clone()
+        }
+    }
+}
+
+#[derive(Debug)]
+struct BeforeHook(Arc<Before>);
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for BeforeHook {
+    fn name(&self) -> &'static str {
+        "Before"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let req = context.request();
+        let op = req
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or_default()
+            .to_string();
+        let body: Value = req
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or_default();
+        let before = &self.0;
+        if !(before.matches)(&op, &body) {
+            return Ok(());
+        }
+        let n = before
+            .seen
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let work = (before.action)(n, shared::dynamo::local_client(&before.endpoint, None));
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(work))
+        })
+        .join()
+        .map_err(|_| "a Before action panicked")?
+        .map_err(|e| format!("a Before action's runtime: {e}"))?;
+        Ok(())
+    }
+}

@@ -35,6 +35,9 @@ use crate::Deps;
 
 /// Creates that met a concurrent create of the same id, or a transaction conflict, tried again.
 const ATTEMPTS: u32 = 4;
+/// Attempts of a deletion: after the row is closed to joins each refusal means a connection left
+/// (or a conflict), so a session with many connections leaving at once needs more than [`ATTEMPTS`].
+const DELETE_ATTEMPTS: u32 = 12;
 
 /// What [`open`] did.
 #[derive(Debug)]
@@ -155,18 +158,32 @@ async fn replace(
 /// A count already at zero (repaired) drops out; a row changed meanwhile is deleted on its new
 /// image. `None` when there is no row (or another caller deleted it first). 1 GetItem + 1
 /// TransactWriteItems of 2 items (4 WCU for a row under 1 KB).
+///
+/// A row whose connections changed under the first attempt is closed to joins before the next
+/// (its TTL set to now, as an expiry would: 1 UpdateItem, [`sstore::close`]), so only leaving
+/// connections can change it after that and the deletion converges instead of losing every attempt
+/// to a busy session's joins (found by the random-fault soak, decision 2300). Should this call
+/// stop there, the closed row is deleted by TTL and its connections released by the sweep.
 pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
     let Some(mut seen) = sstore::get(deps, t, sid).await? else {
         return Ok(None);
     };
     let mut plan = vec![((keys::sessions(t)?, true), 1)];
     let call = release::request_token();
-    for attempt in 1..=ATTEMPTS {
+    let mut closed = false;
+    for attempt in 1..=DELETE_ATTEMPTS {
         let lead = sstore::delete_item(&deps.tables.sessions, t, sid, &seen)?;
         let seed = format!("delete|{t}|{sid}|{call}|{attempt}");
         match release::exactly_once(deps, lead, &plan, None, &seed).await? {
             Attempt::Committed => return Ok(Some(seen)),
             Attempt::LeadRefused(None) => return Ok(None),
+            Attempt::LeadRefused(Some(_)) if !closed => {
+                closed = true;
+                match sstore::close(deps, t, sid).await? {
+                    Some(row) => seen = row,
+                    None => return Ok(None),
+                }
+            }
             Attempt::LeadRefused(Some(now)) => {
                 seen = sstore::from_item(&deps.tables.sessions, &now)?
             }
@@ -179,7 +196,7 @@ pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option
     }
     Err(Error::contended(
         format!("deleting a session of tenant {t}"),
-        ATTEMPTS,
+        DELETE_ATTEMPTS,
     ))
 }
 
