@@ -120,9 +120,9 @@ def answer(posted: str | None) -> str:
 
 
 # Write units per decision the reservation paths promise (issue 25, decision 0101), at any
-# coordinate size: a target in the report and an invariant of the smoke run. Table writes 5 and 3,
-# plus 1 unit of the resource index per write of a bound token row (2 and 1).
-RESERVATION_WCU = {"reservation-lifecycle": 7.0, "reservation-at-1000-live": 4.0}
+# coordinate size: a target in the report and an invariant of the smoke run. The bound row has no
+# `resourceId`, so no write reaches the resource index.
+RESERVATION_WCU = {"reservation-lifecycle": 4.0, "reservation-at-1000-live": 3.0}
 
 WORKLOAD_NOTES = {
     "floor": "`floor`: one `UpdateItem` `ADD n 1` if `n < limit` on one item, straight through the SDK.",
@@ -132,17 +132,16 @@ WORKLOAD_NOTES = {
     "fungible-get-token-per-account": "`fungible-get-token-per-account` (diagnostic): the same call, one bucket "
                                       "per task (warmed in set-up), so no two decisions race.",
     "reservation-lifecycle": "`reservation-lifecycle`: `get_reservation`, `create_token`, then `delete`, as a "
-                             "caller uses a unique resource: 5 single-item writes and 1 `GetItem`, no transaction "
+                             "caller uses a unique resource: 4 single-item writes and 1 `GetItem`, no transaction "
                              "(decision 0101): reserve in one shard of the coordinate's ledger under its share, "
-                             "the token row, the read of the resource's ended marker (no write unit), then the "
-                             "shard entry, then the shard entry and the row removed. Every ledger "
-                             "shard holds at most 16 entries (under 1 KB), so each write is 1 WCU: 5 in the "
-                             "table, plus 1 for each of the two writes of the bound row to the resource index "
-                             "(7 per decision).",
+                             "the bound row in the resource's partition, the read of the resource's ended marker "
+                             "(no write unit), then the shard entry; the release removes the shard entry. Every "
+                             "ledger shard holds at most 16 entries (under 1 KB) and the bound row has no "
+                             "`resourceId` (no resource-index write), so each write is 1 WCU: 4 per decision.",
     "reservation-at-1000-live": "`reservation-at-1000-live`: `get_reservation` then `create_token` on a "
                                 "coordinate already holding 1,000 live reservations (filled before the run): "
-                                "the same 3 writes and 1 read as the lifecycle's first half: 3 WCU in the table "
-                                "and 1 in the resource index, whatever the coordinate holds.",
+                                "the same 3 writes and 1 read as the lifecycle's first three quarters: 3 WCU, "
+                                "whatever the coordinate holds.",
     "gcra-spend": "`gcra-spend`: `kv::Limiter::spend` of cost 1 on one bucket: 1 `UpdateItem` "
                   "(`tat = tat + inc` under `tat <= admitLimit`, re-evaluated by DynamoDB, so concurrent "
                   "spends do not race).",
@@ -907,9 +906,9 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
       "(\"contended: no definite outcome\"). Its calls/decision, its p99 and any *errors* above come from "
       "that; the per-account row is the same call without a shared bucket.")
     w("- The reservation rows write to ledger shards of at most 16 entries (decision 0101), so their WCU "
-      "column is flat in the coordinate's size: the lifecycle's 7 (5 table writes and 2 resource-index "
-      "writes of the bound row) and the 1,000-live row's 4 (3 + 1) are what DynamoDB Local reports for "
-      "these single-item writes.")
+      "column is flat in the coordinate's size: the lifecycle's 4 and the 1,000-live row's 3 are what "
+      "DynamoDB Local reports for these single-item writes (the bound row, in the resource's partition, "
+      "has no `resourceId`, so the resource index is not written).")
     w("- The authorizer's pre-check reads the session and the tenant counter (`BatchGetItem`, strongly "
       "consistent, each under 4 KB): the 2 RCU per decision of the WebSocket rows.")
     w("- rate-limiter-py 0.3.0's `get_token` is a limit query, a conditional decrement and a separate refill "

@@ -181,12 +181,12 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "reservation-lifecycle",
             title:
-                "Non-fungible get_reservation + create_token + delete (6 single-item calls, no transaction)",
-            // 1 UpdateItem on a ledger shard for the reservation; create_token's row, the
-            // ended-resource marker's read, then its shard entry; delete's shard entry, then
-            // the row (decision 0101). Concurrent callers can meet a shard filled meanwhile or
-            // both create the next one: one more call each time, so 6 is the c = 1 promise.
-            expected_calls: Some(6.0),
+                "Non-fungible get_reservation + create_token + delete (5 single-item calls, no transaction)",
+            // 1 UpdateItem on a ledger shard for the reservation; create_token's bound row, the
+            // ended-resource marker's read, then its shard entry; delete's shard entry (decision
+            // 0101). Concurrent callers can meet a shard filled meanwhile or both create the next
+            // one: one more call each time, so 5 is the c = 1 promise.
+            expected_calls: Some(5.0),
             races: true,
             single_call: false,
             accuracy: true,

@@ -11,13 +11,13 @@ use futures::future::BoxFuture;
 /// Where an operation may be paused, in the order its writes happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Point {
-    /// `create_token`: the token row is written; neither the ledger entry extended nor the
+    /// `create_token`: the bound row is written; neither the ledger entry extended nor the
     /// ended-resource marker read.
     BindAfterRow,
     /// `create_token`: the ended-resource marker was read (absent or not); the ledger entry not
     /// yet extended, nor the reservation released.
     BindAfterMarkerRead,
-    /// The remover: the ended marker is written, the resource index not yet queried.
+    /// The remover: the ended marker is written, the resource's tokens not yet queried.
     RemoverAfterMarker,
 }
 

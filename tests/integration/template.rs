@@ -206,7 +206,8 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
             ),
         ],
         // NonFungibleLimiter::remove_by_resource_id: PutItem of the ended marker, Query the
-        // resource index, then per token an UpdateItem of the ledger item and a DeleteItem of the row.
+        // resource's partition and the resource index, then per token an UpdateItem of the ledger
+        // item and a DeleteItem of the row.
         "token-remover" => vec![
             (None, &["dynamodb:Query"]),
             (
@@ -214,6 +215,7 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
                 &[
                     "dynamodb:DeleteItem",
                     "dynamodb:PutItem",
+                    "dynamodb:Query",
                     "dynamodb:UpdateItem",
                 ],
             ),

@@ -197,11 +197,12 @@ async fn terminated_clusters_lose_their_tokens_and_release_capacity() {
         [
             ("DeleteItem".to_string(), 1),
             ("PutItem".to_string(), 1),
-            ("Query".to_string(), 1),
+            ("Query".to_string(), 2),
             ("UpdateItem".to_string(), 1)
         ]
         .into(),
-        "the ended marker, the index query, then the token's ledger entry and row"
+        "the ended marker, the resource's partition (its bound row), the token's ledger entry and \
+         row, then the resource index (rows written before bound rows)"
     );
     let c = l
         .get_reservation("emr", "acct", 2)
@@ -462,4 +463,67 @@ async fn a_bind_between_the_marker_and_the_query_releases_itself() {
     );
     assert!(held(&l).await.is_empty());
     assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
+}
+
+/// Issue 25 (bound rows, decision 0101): a bind stopped after its row write (a crash) leaves that
+/// row in the first resource's partition, and the reservation is then bound to another resource.
+/// No per-reservation row says which binding is current, so the remover releases an entry only
+/// while it holds the expiry its row records (or is still unbound): the first resource's end finds
+/// the stale row, deletes it and leaves the unit the second binding holds; the second's end
+/// releases it.
+#[tokio::test]
+async fn a_row_left_by_a_stopped_bind_never_releases_a_later_binding() {
+    let (env, remover, l) = setup().await;
+    let stopping = NonFungibleLimiter::from_deps(&env.deps)
+        .unwrap()
+        .with_interleave(once_at(
+            Point::BindAfterRow,
+            futures::future::pending::<()>().boxed(),
+        ));
+    let r = stopping.get_reservation("emr", "acct", 1).await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_millis(300), r.create_token(CLUSTER)).await;
+    assert!(stopped.is_err(), "the bind stopped after its row");
+    assert_eq!(
+        l.find_by_resource_id(CLUSTER, None).await.unwrap().len(),
+        1,
+        "its row is left"
+    );
+    env.clock.advance(Duration::from_secs(1));
+    let token = l
+        .reservation("emr", "acct", &r.id)
+        .unwrap()
+        .create_token("j-OTHER")
+        .await
+        .expect("still unbound: it binds elsewhere");
+
+    let out = handle(&remover, event("emr-terminated.json"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(out, Outcome::Removed { ref tokens, .. } if tokens.len() == 1),
+        "the stale row was found: {out:?}"
+    );
+    let live = held(&l).await;
+    assert_eq!(
+        live.iter()
+            .map(|t| (t.reservation_id.as_str(), t.expiration_time))
+            .collect::<Vec<_>>(),
+        [(r.id.as_str(), Some(token.expiration_time))],
+        "the unit is still held by its binding to j-OTHER"
+    );
+    assert!(matches!(
+        l.get_reservation("emr", "acct", 1).await,
+        Err(ReservationError::Limited { .. })
+    ));
+    assert_eq!(
+        l.find_by_resource_id(CLUSTER, None).await.unwrap(),
+        [],
+        "the stale row is deleted"
+    );
+
+    l.remove_by_resource_id("j-OTHER", None).await.unwrap();
+    assert!(
+        held(&l).await.is_empty(),
+        "its own resource's end releases it"
+    );
 }

@@ -191,8 +191,10 @@ struct Held {
     id: String,
     /// The reservation's expiry (epoch s) until a bind's answer says otherwise.
     exp: i64,
-    /// The resource a bind answered Ok for.
-    bound: Option<u32>,
+    /// The resources binds answered Ok for, with the current binding's expiry: one, or more only
+    /// when binds to two resources answered Ok in the same second (both then hold the one
+    /// unit, and either's end releases it: decision 0101, "Bound rows").
+    bound: BTreeSet<u32>,
     /// Every resource a bind of it was started for.
     tried: BTreeSet<u32>,
     /// A release was started (or a bind released it: `ResourceEnded`).
@@ -262,12 +264,19 @@ impl State {
         let Some(h) = self.held.get(&r) else {
             return false;
         };
-        // Once a delivery for a resource any bind of it named has started, the remover may have
-        // found that bind's row and released it.
+        // Once bound, only its resource's end releases it: a row that another, failed bind left
+        // under another resource names an expiry the entry no longer holds (decision 0101, "Bound
+        // rows"). Before, a delivery for any resource a bind of it named may have found that
+        // bind's row and released the unbound entry.
         let ending = |j: &u32| self.ended.get(j).is_some_and(|e| e.started);
+        let released_by_an_end = if h.bound.is_empty() {
+            h.tried.iter().any(ending)
+        } else {
+            h.bound.iter().any(ending)
+        };
         !h.released
             && !h.uncertain
-            && !h.tried.iter().any(ending)
+            && !released_by_an_end
             && Timestamp::from_secs(h.exp) > self.lane.now
     }
 
@@ -331,9 +340,16 @@ impl State {
                 .and_then(|e| e.get(&h.id))
                 .is_some_and(|e| *e > now);
             if !there {
-                let bound = h.bound.map_or("unbound".to_string(), |j| {
-                    format!("bound to {}", self.resource_ids[j as usize])
-                });
+                let bound = if h.bound.is_empty() {
+                    "unbound".to_string()
+                } else {
+                    let names: Vec<&str> = h
+                        .bound
+                        .iter()
+                        .map(|j| self.resource_ids[*j as usize].as_str())
+                        .collect();
+                    format!("bound to {}", names.join(" and "))
+                };
                 let msg = format!(
                     "capacity released twice: reservation r{r} ({}, {bound}) its client still \
                      holds is missing from {}'s ledger",
@@ -401,7 +417,7 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
                                 coord,
                                 id: res.id,
                                 exp,
-                                bound: None,
+                                bound: BTreeSet::new(),
                                 tried: BTreeSet::new(),
                                 released: false,
                                 uncertain: false,
@@ -437,7 +453,10 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
             let h = st.held.get_mut(&r).expect("held");
             let verdict = match ans {
                 Ok(token) => {
-                    h.bound = Some(j);
+                    if h.bound.is_empty() || h.exp != token.expiration_time {
+                        h.bound.clear();
+                    }
+                    h.bound.insert(j);
                     h.exp = token.expiration_time;
                     acked.then(|| {
                         format!(
@@ -451,8 +470,10 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
                         format!("a bind of r{r}, which its client holds live, answered Gone")
                     })
                 }
-                Err(ReservationError::AlreadyBound { bound_to, .. }) => (!other).then(|| {
-                    format!("r{r} answered AlreadyBound ({bound_to}) with no other bind tried")
+                Err(ReservationError::AlreadyBound { bound_until, .. }) => (!other).then(|| {
+                    format!(
+                        "r{r} answered AlreadyBound (until {bound_until}) with no other bind tried"
+                    )
                 }),
                 Err(ReservationError::ResourceEnded { .. }) => {
                     h.released = true;

@@ -3,16 +3,15 @@
 //!
 //! - `reservation-lifecycle`: one decision = `get_reservation`, `Reservation::create_token` (bind
 //!   the reservation to the resource instance, as a caller does once its EMR cluster id is known),
-//!   then `Reservation::delete` (the resource ended). **6 calls, 7 write units, no transaction**:
-//!   1 `UpdateItem` on one ledger shard for the reservation; 3 for the bind (the token row, then at
-//!   once the shard entry's expiry and a strongly consistent `GetItem` of the ended marker, which
-//!   adds no write unit); 2 for the release (the shard entry, then the row). 5 units in the table,
-//!   and 1 in the resource index for each of the bound row's two writes. The coordinate holds
-//!   what is in flight, so this is the steady-state cost. The accuracy test binds without releasing
+//!   then `Reservation::delete` (the resource ended). **5 calls, 4 write units, no transaction**:
+//!   1 `UpdateItem` on one ledger shard for the reservation; 3 for the bind (the bound row in the
+//!   resource's partition, a strongly consistent `GetItem` of the ended marker, which adds no write
+//!   unit, then the shard entry's expiry); 1 for the release (the shard entry). The bound row has no
+//!   `resourceId`, so the resource index is not written. The coordinate holds what is in flight,
+//!   so this is the steady-state cost. The accuracy test binds without releasing
 //!   (a released unit may be admitted again, so "admitted ≤ limit" would not be the check).
 //! - `reservation-at-1000-live`: one decision = reserve + bind on a coordinate already holding
-//!   1,000 live reservations (filled before the run, untimed). **4 calls, 4 write units** (3 in
-//!   the table, 1 in the resource index): every
+//!   1,000 live reservations (filled before the run, untimed). **4 calls, 3 write units**: every
 //!   ledger write goes to one shard of at most 16 entries (under 1 KB), whatever the coordinate
 //!   holds.
 //!

@@ -76,7 +76,7 @@ impl Config {
 pub struct Remover {
     pub limiter: NonFungibleLimiter,
     pub config: Config,
-    /// Page size of the resource-index query (`None`: DynamoDB's own).
+    /// Page size of the queries for a resource's tokens (`None`: DynamoDB's own).
     pub page_size: Option<i32>,
 }
 
@@ -180,8 +180,9 @@ pub fn resolve(
     }
 }
 
-/// Handles one EventBridge event. Calls: none unless a processor matches; then one resource-index
-/// Query per page plus one TransactWriteItems per token removed.
+/// Handles one EventBridge event. Calls: none unless a processor matches; then the ended marker, one
+/// Query per page of the resource's partition and of the resource index, and two writes per token
+/// removed ([`NonFungibleLimiter::remove_by_resource_id`]).
 pub async fn handle(
     remover: &Remover,
     event: EventBridgeEvent<Value>,

@@ -1,21 +1,34 @@
-//! Ended resources (issue 22 item 14). The remover finds a resource's tokens through the resource
-//! index, which is eventually consistent: a TERMINATED event handled before a bind of that
-//! resource (or before the bind's row reached the index) found nothing, and the late bind then
-//! held capacity for the token's lifetime. So the remover first records that the resource ended,
-//! in an item keyed by the resource id, and a bind reads that item (strongly consistent) after
-//! writing its row: either the bind sees the marker and releases itself, or its row was written
-//! before the marker, hence before the remover's index query (decision 0101, "Ended resources").
+//! A resource's partition: its ended marker and the rows of the tokens bound to it.
 //!
-//! The marker lives in the non-fungible table under partition key `:ended:{resource id}`: a
-//! coordinate never starts with `:`, since an empty resource name is refused
-//! ([`super::coordinate::encode`]), so no coordinate's rows or ledger can be confused with it. It
-//! has no `resourceId` (it stays out of the resource index) and expires, by TTL, one token
-//! lifetime after the event: a bind later than that would be of a resource ended hours before.
+//! **Bound rows** (issue 25). A token's binding is a row keyed by the resource, partition
+//! `:ended:{resource id}`, sort key the reservation id, holding `resourceName`, `accountId` and the
+//! token's `expirationTime` (also its TTL). The remover reads a resource's tokens with one strongly
+//! consistent Query of that partition, so rows carry no `resourceId`: writing one costs 1 WCU and
+//! no resource-index write (the index stays, for rows written before and by rate-limiter-py).
+//! Binding one reservation to one resource only is the ledger's job: its entry moves from an
+//! unbound expiry to this row's expiry once (decision 0101, "Bound rows").
+//!
+//! **The ended marker** (issue 22 item 14), sort key `~ended` in the same partition. The remover
+//! first records that the resource ended, and a bind reads the marker (strongly consistent) after
+//! writing its row and before extending its ledger entry: either the bind sees the marker and
+//! releases itself, or its row was written before the marker, hence before the remover's Query
+//! (decision 0101, "Ended resources"). The marker expires, by TTL, one token lifetime after the
+//! event: a bind later than that would be of a resource ended hours before.
+//!
+//! The partition key is named for the marker, its first item. No coordinate starts with `:`,
+//! since an empty resource name is refused ([`super::coordinate::encode`]), so no coordinate's rows
+//! or ledger can be confused with it; a reservation id never starts with `~`, so no bound row is the
+//! marker.
+
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::ReturnValue;
 
 use super::coordinate::MAX_COORDINATE_BYTES;
 use super::ledger::is_live;
-use super::NonFungibleLimiter;
-use crate::dynamo::item::{n, opt_int};
+use super::limiter::attempt_of;
+use super::{NonFungibleLimiter, Reservation};
+use crate::dynamo::item::{n, opt_int, req_int, s};
 use crate::error::{Error, Result};
 
 /// Sort key of an ended-resource marker.
@@ -53,6 +66,70 @@ impl NonFungibleLimiter {
             .await
             .map_err(|e| Error::dynamo("PutItem", e))?;
         Ok(())
+    }
+
+    /// Bind's first write: the row of `r` in `resource_id`'s partition, expiring at `exp` unless the
+    /// row already holds an expiry (this bind retried after a lost answer, or run again by its
+    /// client), which is kept. Returns the expiry the row holds: the one the ledger entry is then
+    /// extended to, so a repeated bind is the same bind. 1 UpdateItem (1 WCU).
+    pub(super) async fn write_bound_row(
+        &self,
+        r: &Reservation,
+        resource_id: &str,
+        exp: i64,
+    ) -> Result<i64> {
+        let key = marker_key(resource_id)?;
+        let a = self.inner.attrs;
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .update_row(&key, &r.id)
+                .update_expression("SET #rn = :rn, #acct = :acct, #exp = if_not_exists(#exp, :exp)")
+                .expression_attribute_names("#rn", a.resource_name)
+                .expression_attribute_names("#acct", a.account_id)
+                .expression_attribute_names("#exp", a.expiration_time)
+                .expression_attribute_values(":rn", s(&r.resource))
+                .expression_attribute_values(":acct", s(&r.account))
+                .expression_attribute_values(":exp", n(exp))
+                .return_values(ReturnValue::UpdatedNew)
+                .send()
+                .await;
+            match sent {
+                Ok(out) => {
+                    let new = out.attributes().cloned().unwrap_or_default();
+                    return req_int(&new, &self.inner.table, a.expiration_time);
+                }
+                // Unconditional: the only answer short of an error is "throttled, retry".
+                Err(err) => {
+                    attempt_of("UpdateItem", err, |_: &UpdateItemError| None)?;
+                    Self::pause(&mut attempt, &r.coordinate).await?;
+                }
+            }
+        }
+    }
+
+    /// Deletes the row of `id` in `resource_id`'s partition while it still holds `exp` (a failed
+    /// bind's, or one the remover released). 1 DeleteItem; a failure is logged: the row holds no
+    /// capacity, and TTL removes it at `exp`.
+    pub(super) async fn delete_bound_row(&self, resource_id: &str, id: &str, exp: i64) {
+        let Ok(key) = marker_key(resource_id) else {
+            return;
+        };
+        let sent = self
+            .delete_row(&key, id)
+            .condition_expression("#exp = :exp")
+            .expression_attribute_names("#exp", self.inner.attrs.expiration_time)
+            .expression_attribute_values(":exp", n(exp))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            if !matches!(
+                e.as_service_error(),
+                Some(DeleteItemError::ConditionalCheckFailedException(_))
+            ) {
+                tracing::warn!(reservation = %id, resource_id = %resource_id, error = %Error::dynamo("DeleteItem", e), "could not delete a bound row; it holds no capacity and expires on its own");
+            }
+        }
     }
 
     /// Whether `resource_id` has ended (a live marker). 1 GetItem, strongly consistent.

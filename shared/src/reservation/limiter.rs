@@ -2,8 +2,9 @@
 //! operations live beside it by concept: [`super::reserve`] (admission), [`super::tokens`] (bind,
 //! release, scoped form) and [`super::queries`] (listings, the remover's work).
 //!
-//! Capacity lives only in the per-coordinate ledger item ([`super::ledger`]); token rows carry the
-//! binding to a resource id for the resource index and listings. Design: decision 0101.
+//! Capacity lives only in the per-coordinate ledger items ([`super::ledger`]); bound rows, in the
+//! resource's partition ([`super::ended`]), let the remover find a resource's tokens. Design:
+//! decision 0101.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,11 +65,13 @@ pub enum ReservationError {
         coordinate: String,
         reservation_id: String,
     },
-    /// The reservation is already bound to another resource.
-    #[error("reservation {reservation_id} is already bound to resource {bound_to}")]
+    /// The reservation is already bound to another resource, until `bound_until` (epoch seconds).
+    /// Which resource is not recorded per reservation (decision 0101, "Bound rows"); `turnstile
+    /// reservation list --resource-id` shows a resource's tokens.
+    #[error("reservation {reservation_id} is already bound to another resource (until {bound_until}, epoch seconds)")]
     AlreadyBound {
         reservation_id: String,
-        bound_to: String,
+        bound_until: i64,
     },
     /// The resource ended (the remover saw its event) before this bind could hold capacity for
     /// it: the reservation is released (issue 22 item 14).
@@ -128,8 +131,9 @@ pub struct TokenRow {
 /// Calls (no transactions): [`get_reservation`](Self::get_reservation) **1** UpdateItem warm,
 /// **2** cold (a BatchGetItem for the limit row and ledger first), **3** the first time a coordinate
 /// is used (a Query counts rows written without a ledger), +1 per lost race, +1 to confirm a
-/// refusal the cached ledger predicts; [`Reservation::create_token`] **3** (the token row, then the
-/// ledger entry and the ended-resource check at once); [`Reservation::delete`] **2** (the ledger entry, then the row).
+/// refusal the cached ledger predicts; [`Reservation::create_token`] **3** (the bound row, the
+/// ended-resource marker read, the ledger entry); [`Reservation::delete`] **1** (the ledger entry).
+/// Write units at any count of live reservations: reserve 1, bind 2, release 1.
 #[derive(Debug, Clone)]
 pub struct NonFungibleLimiter {
     pub(super) inner: Arc<Inner>,

@@ -1,20 +1,23 @@
 //! Reading a coordinate's reservations and tokens, and the token remover's work.
 //!
-//! A listing merges the token rows with the ledger, the only capacity record: an unbound
-//! reservation has no row (it is listed from its ledger entry), and a row whose ledger entry is gone
-//! (released, or left behind by a crash between two writes) is listed as not live.
+//! A listing merges the coordinate's token rows (rate-limiter-py's, and Turnstile's from before bound
+//! rows) with the ledger, the only capacity record: a reservation or token without such a row is
+//! listed from its ledger entry (its resource is in the resource's partition, listed by
+//! [`NonFungibleLimiter::find_by_resource_id`]), and a row whose ledger entry is gone (released, or
+//! left behind by a crash between two writes) is listed as not live.
 
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::ended::{marker_key, ENDED_ID};
 use super::ledger::{is_live, Ledger, LEDGER_ID};
 use super::shard;
 use super::view::View;
 use super::{NonFungibleLimiter, TokenRow};
 use crate::clock::Timestamp;
-use crate::dynamo::item::{opt_int, opt_str, req_str, s, Item};
+use crate::dynamo::item::{opt_int, opt_str, req_int, req_str, s, Item};
 use crate::dynamo::pages;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::interleave::Point;
 
 /// The listing of a coordinate: each row, live only while its ledger entry is (rows without a
@@ -167,9 +170,67 @@ impl NonFungibleLimiter {
         ))
     }
 
-    /// The rows bound to `resource_id`, by the resource index (eventually consistent), one Query per
-    /// page of `page_size` (None: DynamoDB's default page).
+    /// The tokens bound to `resource_id`: its bound rows (one strongly consistent Query of the
+    /// resource's partition per page), then rows written before bound rows existed or by
+    /// rate-limiter-py (the resource index, eventually consistent). Pages of `page_size` (None:
+    /// DynamoDB's default page). A row is listed live by its own expiry: a token deleted by its
+    /// client leaves its bound row until TTL removes it ([`Self::list`] shows what holds capacity).
     pub async fn find_by_resource_id(
+        &self,
+        resource_id: &str,
+        page_size: Option<i32>,
+    ) -> Result<Vec<TokenRow>> {
+        let mut rows = self.bound_rows(resource_id, page_size).await?;
+        rows.extend(self.indexed_rows(resource_id, page_size).await?);
+        Ok(rows)
+    }
+
+    /// The bound rows in `resource_id`'s partition ([`super::ended`]), without its marker.
+    async fn bound_rows(&self, resource_id: &str, page_size: Option<i32>) -> Result<Vec<TokenRow>> {
+        let key = marker_key(resource_id)?;
+        let a = self.inner.attrs;
+        let t = &self.inner.table;
+        let now = self.inner.clock.now();
+        let mut out = Vec::new();
+        self.query_pages(
+            |q| {
+                q.key_condition_expression("#pk = :pk")
+                    .expression_attribute_names("#pk", a.resource_coordinate)
+                    .expression_attribute_values(":pk", s(&key))
+                    .consistent_read(true)
+                    .set_limit(page_size)
+            },
+            |item| {
+                let id = req_str(item, t, a.reservation_id)?;
+                if id == ENDED_ID {
+                    return Ok(());
+                }
+                let resource = req_str(item, t, a.resource_name)?;
+                let account = req_str(item, t, a.account_id)?;
+                let coordinate =
+                    Self::coordinate(&resource, &account).map_err(|e| Error::MalformedItem {
+                        table: t.clone(),
+                        reason: format!("bound row {id} of {resource_id}: {e}"),
+                    })?;
+                let exp = req_int(item, t, a.expiration_time)?;
+                out.push(TokenRow {
+                    coordinate,
+                    reservation_id: id,
+                    resource_name: Some(resource),
+                    account_id: Some(account),
+                    resource_id: Some(resource_id.to_string()),
+                    expiration_time: Some(exp),
+                    live: is_live(exp, now),
+                });
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(out)
+    }
+
+    /// Rows keyed by their coordinate and bound to `resource_id`, by the resource index.
+    async fn indexed_rows(
         &self,
         resource_id: &str,
         page_size: Option<i32>,
@@ -195,9 +256,11 @@ impl NonFungibleLimiter {
     }
 
     /// Removes every token bound to `resource_id` and releases its capacity (the token remover's
-    /// work). First records that the resource ended, so a bind the index does not show yet releases
-    /// itself ([`super::ended`]). Already removed tokens are a no-op. Calls: 1 PutItem, Query pages,
-    /// 2 per token ([`release`](Self::release)).
+    /// work). First records that the resource ended, so a bind not yet at its ledger write releases
+    /// itself ([`super::ended`]). Then each bound row's entry is released only while it still holds
+    /// that binding or none ([`Self::release_binding`]) and the row deleted; rows found by the
+    /// resource index are released and deleted as before. Already removed tokens are a no-op.
+    /// Calls: 1 PutItem, 2 Queries (+1 per further page), 2 per token.
     pub async fn remove_by_resource_id(
         &self,
         resource_id: &str,
@@ -205,10 +268,21 @@ impl NonFungibleLimiter {
     ) -> Result<Vec<TokenRow>> {
         self.mark_ended(resource_id).await?;
         self.inner.interleave.at(Point::RemoverAfterMarker).await;
-        let rows = self.find_by_resource_id(resource_id, page_size).await?;
+        let mut rows = self.bound_rows(resource_id, page_size).await?;
         for row in &rows {
-            self.release(&row.coordinate, &row.reservation_id).await?;
+            let exp = row.expiration_time.unwrap_or_default();
+            self.release_binding(&row.coordinate, &row.reservation_id, exp)
+                .await?;
+            self.delete_bound_row(resource_id, &row.reservation_id, exp)
+                .await;
         }
+        let indexed = self.indexed_rows(resource_id, page_size).await?;
+        for row in &indexed {
+            self.release(&row.coordinate, &row.reservation_id).await?;
+            self.delete_coordinate_row(&row.coordinate, &row.reservation_id)
+                .await?;
+        }
+        rows.extend(indexed);
         Ok(rows)
     }
 }

@@ -1,14 +1,16 @@
 //! Binding a reservation to a resource ([`Reservation::create_token`]), releasing it
-//! ([`NonFungibleLimiter::release`]) and the scoped form. Each is two single-item writes in a fixed
-//! order, never a transaction; the order makes a crash between them harmless (decision 0101):
+//! ([`NonFungibleLimiter::release`]) and the scoped form. Never a transaction: single-item writes in
+//! a fixed order that makes a crash between them harmless (decision 0101):
 //!
-//! | operation | 1st write | 2nd write | crash between leaves |
-//! |---|---|---|---|
-//! | bind | token row: `resourceId`, 8 h expiry | (after the ended marker read, strongly consistent) ledger entry → 8 h, if still live | a row whose entry expires with the reservation: as if never bound |
-//! | release | ledger entry removed | token row deleted | a row holding no capacity (listed as not live) |
+//! | operation | writes, in order | a crash between leaves |
+//! |---|---|---|
+//! | bind | the bound row in the resource's partition ([`super::ended`]); (after the ended marker read, strongly consistent) the ledger entry → the row's expiry, if still unbound or already that | a row whose entry expires with the reservation: as if never bound |
+//! | release | the ledger entry removed | — |
 //!
-//! Capacity is decided by the ledger alone, so neither order can over-admit; binding first writes
-//! the row so that a bound token is always findable by the remover before it holds capacity for 8 h.
+//! Capacity is decided by the ledger alone, so no order can over-admit; binding writes the row
+//! first so that a bound token is always findable by the remover before it holds capacity for 8 h.
+//! A release leaves the bound row (it holds nothing; TTL removes it at its expiry, and the remover
+//! releases only an entry still holding that row's binding).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -18,33 +20,28 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures::FutureExt;
 
-use super::ended::marker_key;
-use super::ledger::{expiry_secs, is_live, LEDGER_MAP};
+use super::ledger::{expiry_secs, is_live, Ledger, LEDGER_MAP};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::shard;
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
 use crate::clock::Timestamp;
-use crate::dynamo::item::{n, opt_int, opt_str, s};
+use crate::dynamo::item::n;
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::interleave::Point;
 
-/// Why a bind's row write was refused, from the row as it is: bound to another resource and still
-/// live → [`ReservationError::AlreadyBound`]; otherwise the reservation is gone.
+/// What a bind's ledger write found when its condition failed: the entry `held` (its expiry, if
+/// any) is bound to another resource while live, else the reservation is gone.
 pub(super) fn bind_refusal(
-    bound: Option<String>,
-    exp: Option<i64>,
+    held: Option<i64>,
     (coordinate, id): (&str, &str),
-    resource_id: &str,
     now: Timestamp,
 ) -> ReservationError {
-    match (bound, exp) {
-        (Some(b), Some(e)) if b != resource_id && is_live(e, now) => {
-            ReservationError::AlreadyBound {
-                reservation_id: id.to_string(),
-                bound_to: b,
-            }
-        }
+    match held {
+        Some(e) if is_live(e, now) => ReservationError::AlreadyBound {
+            reservation_id: id.to_string(),
+            bound_until: e,
+        },
         _ => ReservationError::Gone {
             coordinate: coordinate.to_string(),
             reservation_id: id.to_string(),
@@ -58,65 +55,41 @@ fn first_shard(id: &str) -> u32 {
     shard::of_reservation(id).unwrap_or(0)
 }
 
+/// Which entries a ledger removal may take.
+#[derive(Debug, Clone, Copy)]
+enum Holding {
+    /// Whatever the entry holds (a client's release).
+    Any,
+    /// Only the binding a bound row records (its expiry), or an entry not bound yet: the remover's
+    /// release, which must not take an entry that has since been bound to another resource.
+    Binding { exp: i64, unbound_until: i64 },
+}
+
 impl NonFungibleLimiter {
+    /// The latest expiry an entry can have while unbound, for a bind at `at` (epoch seconds): a
+    /// reservation lives one reservation TTL, doubled to allow for the clock skew between the
+    /// process that reserved and this one. A token lives far longer (8 h against 5 min), so a
+    /// larger expiry is a binding; one in its last 2 × reservation TTL passes for unbound and may be
+    /// bound again (the binding then moves: decision 0101, "Bound rows").
+    fn unbound_until(&self, at: i64) -> i64 {
+        at + 2 * self.inner.reservation_ttl.as_secs() as i64
+    }
+
     /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **3** calls, in
-    /// order: the token row (unbound, or bound to the same id), a strongly consistent read of the
-    /// resource's ended marker, then the ledger entry (only while live). An expired or deleted
-    /// reservation is [`ReservationError::Gone`]: the row just written is deleted again (+1
-    /// DeleteItem), so nothing is left behind; a resource that already ended is
-    /// [`ReservationError::ResourceEnded`], the reservation released (+2).
+    /// order: the bound row, a strongly consistent read of the resource's ended marker, then the
+    /// ledger entry (only while live and unbound, or already this binding): 2 WCU + ½ RCU. An
+    /// expired or deleted reservation is [`ReservationError::Gone`], one bound to another resource
+    /// [`ReservationError::AlreadyBound`]: the row just written is deleted again (+1 DeleteItem),
+    /// so nothing is left behind; a resource that already ended is
+    /// [`ReservationError::ResourceEnded`], the reservation released (+2). Binding again to the
+    /// same resource is the same bind: it keeps the first bind's expiry.
     async fn bind(&self, r: &Reservation, resource_id: &str) -> Result<Token, ReservationError> {
-        // Refused before any write if the id could not key its ended-resource marker.
-        marker_key(resource_id)?;
-        let a = self.inner.attrs;
         let now = self.inner.clock.now();
-        let exp = expiry_secs(now.plus(self.inner.token_ttl));
-        let mut attempt = 0;
-        loop {
-            let sent = self
-                .update_row(&r.coordinate, &r.id)
-                .update_expression("SET #rn = :rn, #acct = :acct, #rid = :rid, #exp = :exp")
-                .condition_expression("attribute_not_exists(#rid) OR #rid = :rid")
-                .expression_attribute_names("#rn", a.resource_name)
-                .expression_attribute_names("#acct", a.account_id)
-                .expression_attribute_names("#rid", a.resource_id)
-                .expression_attribute_names("#exp", a.expiration_time)
-                .expression_attribute_values(":rn", s(&r.resource))
-                .expression_attribute_values(":acct", s(&r.account))
-                .expression_attribute_values(":rid", s(resource_id))
-                .expression_attribute_values(":exp", n(exp))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            let outcome = match sent {
-                Ok(_) => Attempt::Done(()),
-                Err(err) => attempt_of("UpdateItem", err, |e| match e {
-                    UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                    _ => None,
-                })?,
-            };
-            match outcome {
-                Attempt::Done(()) => break,
-                Attempt::Failed(old) => {
-                    let old = old.unwrap_or_default();
-                    let t = &self.inner.table;
-                    let bound = opt_str(&old, t, a.resource_id)?;
-                    let old_exp = opt_int(&old, t, a.expiration_time)?;
-                    return Err(bind_refusal(
-                        bound,
-                        old_exp,
-                        (&r.coordinate, &r.id),
-                        resource_id,
-                        now,
-                    ));
-                }
-                Attempt::Retry => Self::pause(&mut attempt, &r.coordinate).await?,
-            }
-        }
+        let exp = self
+            .write_bound_row(r, resource_id, expiry_secs(now.plus(self.inner.token_ttl)))
+            .await?;
         self.inner.interleave.at(Point::BindAfterRow).await;
-        // The ended-resource check after the row write (what the remover's index query finds) and
+        // The ended-resource check after the row write (what the remover's Query finds) and
         // *before* the ledger entry is extended: a bind stopped anywhere (a Lambda timeout, a
         // crash) then never leaves an 8-hour entry for a resource whose event was already
         // handled — extended only when the marker was absent, so any later remover run finds the
@@ -135,6 +108,7 @@ impl NonFungibleLimiter {
             // reservation's) and delete the row, rather than hold it for a token's lifetime with
             // no remover event left to come.
             self.release(&r.coordinate, &r.id).await?;
+            self.delete_bound_row(resource_id, &r.id, exp).await;
             return Err(match ended {
                 Ok(_) => ReservationError::ResourceEnded {
                     reservation_id: r.id.clone(),
@@ -154,14 +128,16 @@ impl NonFungibleLimiter {
                 })
             }
             Err(failure) => {
-                self.unbind(r, resource_id, exp).await;
+                self.delete_bound_row(resource_id, &r.id, exp).await;
                 Err(failure)
             }
         }
     }
 
     /// Bind's second write: the ledger entry's expiry (in the shard its id names) moved to the
-    /// token's, only while the entry is live. 1 UpdateItem; an entry expired or released is [`ReservationError::Gone`].
+    /// bound row's, only while the entry is live and unbound, or already holds that expiry (the same
+    /// bind again, or its own write re-sent after a lost answer). 1 UpdateItem; a refusal is decided
+    /// from the entry as it is ([`bind_refusal`]).
     async fn extend_ledger(
         &self,
         r: &Reservation,
@@ -174,59 +150,47 @@ impl NonFungibleLimiter {
             let sent = self
                 .update_row(&r.coordinate, &shard::sort_key(k))
                 .update_expression("SET #live.#id = :exp")
-                .condition_expression("#live.#id > :now")
+                .condition_expression(
+                    "#live.#id > :now AND (#live.#id <= :unbound OR #live.#id = :exp)",
+                )
                 .expression_attribute_names("#live", LEDGER_MAP)
                 .expression_attribute_names("#id", &r.id)
                 .expression_attribute_values(":exp", n(exp))
                 .expression_attribute_values(":now", n(now.as_secs()))
+                .expression_attribute_values(":unbound", n(self.unbound_until(now.as_secs())))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .send()
                 .await;
             let outcome = match sent {
                 Ok(_) => Attempt::Done(()),
-                Err(err) => attempt_of("UpdateItem", err, |e| {
-                    matches!(e, UpdateItemError::ConditionalCheckFailedException(_)).then_some(None)
+                Err(err) => attempt_of("UpdateItem", err, |e| match e {
+                    UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                    _ => None,
                 })?,
             };
             match outcome {
                 Attempt::Done(()) => return Ok(()),
-                Attempt::Failed(_) => {
-                    if !searched {
+                Attempt::Failed(old) => {
+                    let held = Ledger::parse(&self.inner.table, old.as_ref())?
+                        .live
+                        .get(&r.id)
+                        .map(|(e, _)| *e);
+                    if held.is_none() && !searched {
                         searched = true;
                         if let Some(found) = self.find_unsuffixed(&r.coordinate, &r.id, k).await? {
                             k = found;
                             continue;
                         }
                     }
-                    self.forget_entry(&r.coordinate, &r.id);
-                    return Err(ReservationError::Gone {
-                        coordinate: r.coordinate.clone(),
-                        reservation_id: r.id.clone(),
-                    });
+                    let refusal = bind_refusal(held, (&r.coordinate, &r.id), now);
+                    if matches!(refusal, ReservationError::Gone { .. }) {
+                        self.forget_entry(&r.coordinate, &r.id);
+                    }
+                    return Err(refusal);
                 }
                 Attempt::Retry => Self::pause(&mut attempt, &r.coordinate).await?,
-            }
-        }
-    }
-
-    /// Deletes the row a failed bind wrote (only if it still holds what the bind wrote). 1 DeleteItem;
-    /// a failure is logged: the row holds no capacity, and listings show it as not live.
-    async fn unbind(&self, r: &Reservation, resource_id: &str, exp: i64) {
-        let a = self.inner.attrs;
-        let sent = self
-            .delete_row(&r.coordinate, &r.id)
-            .condition_expression("#rid = :rid AND #exp = :exp")
-            .expression_attribute_names("#rid", a.resource_id)
-            .expression_attribute_names("#exp", a.expiration_time)
-            .expression_attribute_values(":rid", s(resource_id))
-            .expression_attribute_values(":exp", n(exp))
-            .send()
-            .await;
-        if let Err(e) = sent {
-            if !matches!(
-                e.as_service_error(),
-                Some(DeleteItemError::ConditionalCheckFailedException(_))
-            ) {
-                tracing::warn!(reservation = %r.id, error = %Error::dynamo("DeleteItem", e), "could not delete the row of a failed bind; it holds no capacity");
             }
         }
     }
@@ -244,7 +208,7 @@ impl NonFungibleLimiter {
     }
 
     /// Backs off before retrying a throttled write; an error after [`MAX_ATTEMPTS`].
-    async fn pause(attempt: &mut u32, coordinate: &str) -> Result<()> {
+    pub(super) async fn pause(attempt: &mut u32, coordinate: &str) -> Result<()> {
         *attempt += 1;
         if *attempt >= MAX_ATTEMPTS {
             return Err(Error::contended(coordinate, MAX_ATTEMPTS));
@@ -254,24 +218,51 @@ impl NonFungibleLimiter {
     }
 
     /// Deletes a reservation or token and releases its capacity. Idempotent: deleting what is already
-    /// gone is a no-op. **2** calls: UpdateItem removing the ledger entry from the shard its id
-    /// names (the capacity, first),
-    /// then DeleteItem of the row (a no-op for an unbound reservation, which has none).
-    /// Returns whether a ledger entry was released.
+    /// gone is a no-op. **1** call: UpdateItem removing the ledger entry from the shard its id names
+    /// (1 WCU). A token's bound row is left to its TTL (it holds nothing). Returns whether a ledger
+    /// entry was released.
     pub async fn release(&self, coordinate: &str, id: &str) -> Result<bool> {
         Self::check_id(id)?;
+        self.remove_entry(coordinate, id, Holding::Any).await
+    }
+
+    /// The remover's release of the entry a bound row names: only while the entry still holds that
+    /// row's binding (`exp`) or is not bound yet (a bind between its row and its ledger write), so a
+    /// row left behind by a bind that failed never releases a later binding to another resource.
+    pub(super) async fn release_binding(
+        &self,
+        coordinate: &str,
+        id: &str,
+        exp: i64,
+    ) -> Result<bool> {
+        Self::check_id(id)?;
+        let token_ttl = self.inner.token_ttl.as_secs() as i64;
+        let holding = Holding::Binding {
+            exp,
+            unbound_until: self.unbound_until(exp - token_ttl),
+        };
+        self.remove_entry(coordinate, id, holding).await
+    }
+
+    /// Removes an entry from the shard its id names (or, for ids without a shard number, the one
+    /// holding it), under `holding`'s condition. 1 UpdateItem; `false` when nothing was removed.
+    async fn remove_entry(&self, coordinate: &str, id: &str, holding: Holding) -> Result<bool> {
         let mut attempt = 0;
         let (mut k, mut searched) = (first_shard(id), false);
         let released = loop {
-            let sent = self
+            let req = self
                 .update_row(coordinate, &shard::sort_key(k))
                 .update_expression("REMOVE #live.#id")
-                .condition_expression("attribute_exists(#live.#id)")
                 .expression_attribute_names("#live", LEDGER_MAP)
-                .expression_attribute_names("#id", id)
-                .send()
-                .await;
-            let outcome = match sent {
+                .expression_attribute_names("#id", id);
+            let req = match holding {
+                Holding::Any => req.condition_expression("attribute_exists(#live.#id)"),
+                Holding::Binding { exp, unbound_until } => req
+                    .condition_expression("#live.#id = :exp OR #live.#id <= :unbound")
+                    .expression_attribute_values(":exp", n(exp))
+                    .expression_attribute_values(":unbound", n(unbound_until)),
+            };
+            let outcome = match req.send().await {
                 Ok(_) => Attempt::Done(()),
                 Err(err) => attempt_of("UpdateItem", err, |e| {
                     matches!(e, UpdateItemError::ConditionalCheckFailedException(_)).then_some(None)
@@ -291,14 +282,19 @@ impl NonFungibleLimiter {
             }
         };
         self.forget_entry(coordinate, id);
+        Ok(released)
+    }
+
+    /// Deletes a token row keyed by its coordinate (written before bound rows, or by rate-limiter-py)
+    /// once the remover has released it. 1 DeleteItem.
+    pub(super) async fn delete_coordinate_row(&self, coordinate: &str, id: &str) -> Result<()> {
         let mut attempt = 0;
         loop {
-            let sent = self.delete_row(coordinate, id).send().await;
-            match sent {
-                Ok(_) => return Ok(released),
+            match self.delete_row(coordinate, id).send().await {
+                Ok(_) => return Ok(()),
                 Err(err) => match attempt_of("DeleteItem", err, |_: &DeleteItemError| None)? {
                     Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
-                    Attempt::Done(()) | Attempt::Failed(_) => return Ok(released),
+                    Attempt::Done(()) | Attempt::Failed(_) => return Ok(()),
                 },
             }
         }
@@ -346,12 +342,13 @@ impl NonFungibleLimiter {
 impl Reservation {
     /// Binds this reservation to a resource instance for the token TTL (8 h default). An expired or
     /// deleted reservation is [`ReservationError::Gone`] and leaves nothing behind; a resource the
-    /// remover has seen end is [`ReservationError::ResourceEnded`]. **3** calls.
+    /// remover has seen end is [`ReservationError::ResourceEnded`]; one bound to another resource is
+    /// [`ReservationError::AlreadyBound`]. **3** calls, 2 WCU.
     pub async fn create_token(&self, resource_id: &str) -> Result<Token, ReservationError> {
         self.limiter.bind(self, resource_id).await
     }
 
-    /// Deletes the reservation (or its token) and releases its capacity; idempotent. **2** calls.
+    /// Deletes the reservation (or its token) and releases its capacity; idempotent. **1** call.
     pub async fn delete(&self) -> Result<(), ReservationError> {
         self.limiter.release(&self.coordinate, &self.id).await?;
         Ok(())
@@ -363,28 +360,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refused_bind_is_already_bound_only_to_a_live_other_resource() {
+    fn a_refused_bind_is_already_bound_only_while_the_entry_is_live() {
         let now = Timestamp::from_secs(100);
-        let r = |e: ReservationError| match e {
-            ReservationError::AlreadyBound { bound_to, .. } => format!("bound:{bound_to}"),
+        let refuse = |held: Option<i64>| match bind_refusal(held, ("emr:1", "r"), now) {
+            ReservationError::AlreadyBound { bound_until, .. } => format!("bound:{bound_until}"),
             ReservationError::Gone { .. } => "gone".into(),
             other => format!("{other}"),
         };
-        let refuse = |b: Option<&str>, e: Option<i64>| {
-            r(bind_refusal(
-                b.map(String::from),
-                e,
-                ("emr:1", "r"),
-                "j-1",
-                now,
-            ))
-        };
-        assert_eq!(refuse(Some("j-2"), Some(200)), "bound:j-2");
-        assert_eq!(
-            refuse(Some("j-2"), Some(100)),
-            "gone",
-            "that token has expired"
-        );
-        assert_eq!(refuse(None, None), "gone", "no row");
+        assert_eq!(refuse(Some(200)), "bound:200");
+        assert_eq!(refuse(Some(100)), "gone", "that token has expired");
+        assert_eq!(refuse(None), "gone", "released, or never there");
     }
 }
