@@ -8,6 +8,9 @@
 //! The Python peer drivers (bench/peers/drive.py) emit the same JSON lines; bench/report.py turns
 //! them all into BENCHMARKS.md and bench/results.json. To add a workload see [`workload`].
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -339,9 +342,29 @@ async fn cold_start(
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `client-cost` measures the functions' client, so it runs on the functions' runtime: one
+    // thread (a Lambda handles one event at a time). The throughput runs (up to c = 32, the local
+    // stack in process) and the stub keep the multi-thread runtime.
+    let rt = match cli.command {
+        Command::ClientCost { .. } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    };
+    match rt {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("turnstile-bench: starting the tokio runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     let res = match cli.command {
         Command::Ours {
             endpoint,

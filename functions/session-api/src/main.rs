@@ -1,4 +1,9 @@
-#[tokio::main]
+// The functions' process setup (decision 0806, "The functions' runtime and allocator"): mimalloc,
+// and one thread, since a Lambda handles one event at a time (`lambda_runtime::run` is sequential).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     shared::function::serve("session-api", session_api::init, session_api::handle).await
 }

@@ -174,10 +174,11 @@ impl SpendPlan {
             update.push_str(&format!(" REMOVE {}", remove.join(", ")));
         }
         // DynamoDB refuses names or values the expressions do not use.
-        let text = format!("{condition} {update}");
-        let used = |p: &str| tokens(&text).any(|t| t == p);
-        names.retain(|k: &String, _| used(k));
-        values.retain(|k: &String, _| used(k));
+        // The words of both expressions, split once (not once per placeholder).
+        let words: std::collections::HashSet<&str> =
+            tokens(&condition).chain(tokens(&update)).collect();
+        names.retain(|k: &String, _| words.contains(k.as_str()));
+        values.retain(|k: &String, _| words.contains(k.as_str()));
         Expr {
             condition,
             update,
