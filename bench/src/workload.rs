@@ -298,8 +298,8 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "reservation-conflicts",
             title: "Reservation lifecycle with TransactionConflict injected (fault proxy)",
-            // As reservation-lifecycle: 5 writes and the ended-marker read (decision 0101).
-            expected_calls: Some(6.0),
+            // As reservation-lifecycle: 4 writes and the ended-marker read (decision 0101).
+            expected_calls: Some(5.0),
             races: true,
             single_call: false,
             accuracy: false,
