@@ -196,3 +196,71 @@ async fn buckets_without_items_and_other_tables() {
         Err(StateError::Key(_))
     ));
 }
+
+/// Decision 0603, "The rate stamp": a hot bucket's draining spends leave out the rate and name
+/// the item is known to carry, yet the state view follows a changed rate at the next spend, and an
+/// item deleted behind the limiter's back is recreated with its stamp.
+#[tokio::test]
+async fn the_rate_stamp_is_written_once_and_follows_a_changed_rate() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let lim = limiter(&env);
+    let t0 = env.clock.now();
+    for _ in 0..3 {
+        assert!(
+            lim.spend("Worked", "hot", 1, t0)
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+    }
+    let s = reader(&env, None).state("2:hot", t0).await.unwrap();
+    assert_eq!((s.token_capacity, s.refill_rate), (Some(10), Some(1.0)));
+    assert_eq!(s.entity_type, "Worked");
+    assert_eq!(s.updated_at, t0.to_rfc3339(), "a spend's lastRequestAt");
+
+    // The limits file changes: the next (draining) spend stamps the new rate.
+    lim.limits()
+        .reload_yaml(&LIMITS.replace("burst: 10, count: 1", "burst: 20, count: 2"))
+        .unwrap();
+    let t1 = t0.plus(Duration::from_millis(100));
+    let (o, calls) = env.counter.measure(lim.spend("Worked", "hot", 1, t1)).await;
+    assert!(o.unwrap().decision.allowed);
+    assert_eq!(calls, 1);
+    let s = reader(&env, None).state("2:hot", t1).await.unwrap();
+    assert_eq!((s.token_capacity, s.refill_rate), (Some(20), Some(2.0)));
+    assert_eq!(s.request_count, Some(4));
+
+    // Another process on the old file: its cold bet fails, the old item shows it a stamp that
+    // is not its own, and its retry writes its rate (the last writer's rate is the one shown).
+    let old = limiter(&env);
+    let (o, calls) = env.counter.measure(old.spend("Worked", "hot", 1, t1)).await;
+    assert!(o.unwrap().decision.allowed);
+    assert_eq!(calls, 2, "a cold bet on idle, then the draining write");
+    let s = reader(&env, None).state("2:hot", t1).await.unwrap();
+    assert_eq!(s.token_capacity, Some(10));
+
+    // The item goes (as after its TTL) while `lim` still holds a hint: the write that recreates it
+    // carries the stamp again.
+    env.deps
+        .dynamo
+        .delete_item()
+        .table_name(&env.deps.tables.buckets)
+        .key(
+            shared::kv::attr::BUCKET,
+            aws_sdk_dynamodb::types::AttributeValue::S("2:hot".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        lim.spend("Worked", "hot", 1, t1)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let s = reader(&env, None).state("2:hot", t1).await.unwrap();
+    assert_eq!((s.token_capacity, s.request_count), (Some(20), Some(1)));
+    assert_eq!(s.entity_type, "Worked");
+}

@@ -96,6 +96,14 @@ pub enum KvError {
     Store(#[from] crate::Error),
 }
 
+/// What this process last saw of a bucket's item.
+#[derive(Debug, Clone)]
+struct Hint {
+    tat: Timestamp,
+    /// The rate and name the item carried (`None`: not seen, so the next write sets them).
+    stamp: Option<write::Stamp>,
+}
+
 /// A decision about one bucket, with what the caller needs for headers and logs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -135,9 +143,10 @@ pub struct Limiter {
     table: String,
     limits: Arc<Limits>,
     ttl_margin: Duration,
-    /// The TAT last seen per bucket item, to bet on the right case (a hint is only an
-    /// optimisation: a wrong or missing one costs one more write).
-    hints: Cache<String, Timestamp>,
+    /// What this process last saw of each bucket item, to bet on the right case and to leave
+    /// out a stamp the item already carries (a hint is only an optimisation: a wrong or missing
+    /// one costs one more write, or a stamp written again).
+    hints: Cache<String, Hint>,
     pending: Held,
     /// Which shards a sharded spend tries, and the write budget behind `shards: auto`.
     picker: crate::shard::Picker,
@@ -173,14 +182,47 @@ impl Limiter {
     }
 
     fn hint(&self, key: &str) -> Option<Timestamp> {
-        self.hints.get(key)
+        self.hints.update(key, |h| h.tat)
     }
 
+    /// The TAT last seen for `key`, and whether its item was seen carrying `rate` and `name`.
+    fn seen(&self, key: &str, rate: &Rate, name: &str) -> (Option<Timestamp>, bool) {
+        self.hints
+            .update(key, |h| {
+                let known = h
+                    .stamp
+                    .as_ref()
+                    .is_some_and(|s| s.matches(rate, Some(name)));
+                (Some(h.tat), known)
+            })
+            .unwrap_or((None, false))
+    }
+
+    /// A new TAT for `key`; the stamp seen stays (`None`: no TAT, the hint goes).
     fn remember(&self, key: &str, tat: Option<Timestamp>) {
         match tat {
-            Some(t) => self.hints.insert(key.to_string(), t),
+            Some(t) => self.hints.upsert(
+                key.to_string(),
+                || Hint {
+                    tat: t,
+                    stamp: None,
+                },
+                |h| h.tat = t,
+            ),
             None => self.hints.remove(key).is_some(),
         };
+    }
+
+    /// What a whole item says: its TAT and its stamp.
+    fn remember_item(&self, key: &str, item: Option<&Item>) {
+        match write::stored_tat(item, write::attr::TAT) {
+            Some(tat) => self.remember_stamped(key, tat, write::Stamp::of_item(item)),
+            None => self.remember(key, None),
+        }
+    }
+
+    fn remember_stamped(&self, key: &str, tat: Timestamp, stamp: Option<write::Stamp>) {
+        self.hints.insert(key.to_string(), Hint { tat, stamp });
     }
 
     /// The bucket of `name` for `id` as the limits `set` places it.
@@ -268,12 +310,6 @@ impl Limiter {
             Op::Spend => self.pending.take(key),
             Op::Refund => None,
         };
-        let state = StateWrite {
-            limit_name: Some(bucket.name.clone()),
-            pending_throttles: pending.map_or(0, |p| p.count),
-            first_throttle: pending.map(|p| p.first),
-        };
-        let hint = self.hint(key);
         let over = crate::mutation::active_on(&self.table, crate::mutation::Mutation::KvOverBurst);
         let rate = if over && op == Op::Spend {
             Rate {
@@ -282,6 +318,13 @@ impl Limiter {
             }
         } else {
             rate
+        };
+        let (hint, stamp_known) = self.seen(key, &rate, &bucket.name);
+        let state = StateWrite {
+            limit_name: Some(bucket.name.clone()),
+            pending_throttles: pending.map_or(0, |p| p.count),
+            first_throttle: pending.map(|p| p.first),
+            stamp_known,
         };
         let plan = match op {
             Op::Spend => SpendPlan::spend(rate, now, cost, hint),
@@ -338,7 +381,10 @@ impl Limiter {
                         _ => write::stored_tat(out.attributes(), write::attr::TAT),
                     };
                     let d = plan.admitted(new_tat, None);
-                    self.remember(key, Some(d.new_tat));
+                    match plan.stamp() {
+                        Some(stamp) => self.remember_stamped(key, d.new_tat, Some(stamp)),
+                        None => self.remember(key, Some(d.new_tat)),
+                    }
                     return Ok(Wrote::Admitted(d));
                 }
                 Err(SdkError::ServiceError(e))
@@ -349,7 +395,8 @@ impl Limiter {
                         _ => None,
                     };
                     let stored = write::stored_tat(old.as_ref(), write::attr::TAT);
-                    self.remember(key, stored);
+                    self.remember_item(key, old.as_ref());
+                    plan.learn_stamp(write::Stamp::of_item(old.as_ref()).as_ref());
                     if let Some(id) = plan.refund_id {
                         match write::RefundId::stored(old.as_ref()) {
                             // Applied by an earlier send whose answer was lost.
@@ -415,7 +462,7 @@ impl Limiter {
         let (bucket, rate) = (&at.bucket, at.rate);
         let item = self.read(&bucket.key()).await?;
         let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
-        self.remember(&bucket.key(), tat);
+        self.remember_item(&bucket.key(), item.as_ref());
         // The decision a spend of `cost` would get (remaining after it, as Boulder reports), with
         // the stored TAT left as it is.
         let d = gcra::spend(&rate, tat, now, cost)?;

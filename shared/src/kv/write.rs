@@ -126,6 +126,41 @@ pub struct StateWrite {
     /// Added by a draining spend; dropped by an idle one (their window is over).
     pub pending_throttles: u64,
     pub first_throttle: Option<Timestamp>,
+    /// This process has seen the item carry this write's rate and limit name ([`Stamp`]), so a
+    /// write that cannot create the item leaves them out: a hot bucket's draining spends then
+    /// write 5 attributes and get 5 back, not 9 (decision 0603, "The rate stamp").
+    pub stamp_known: bool,
+}
+
+/// The rate and limit name a bucket's item carries (`burst`, `count`, `periodNs`, `limitName`), so
+/// the state view needs no limits file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub rate: Rate,
+    pub limit_name: Option<String>,
+}
+
+impl Stamp {
+    /// The stamp an item carries (`None`: none, or not a valid rate).
+    pub fn of_item(item: Option<&Item>) -> Option<Stamp> {
+        let item = item?;
+        let uint = |a: &str| num(item, a).and_then(|v| u64::try_from(v).ok());
+        let rate = Rate::new(
+            uint(attr::BURST)?,
+            uint(attr::COUNT)?,
+            Duration::from_nanos(uint(attr::PERIOD_NS)?),
+        )
+        .ok()?;
+        let limit_name = match item.get(attr::LIMIT_NAME) {
+            Some(AttributeValue::S(name)) => Some(name.clone()),
+            _ => None,
+        };
+        Some(Stamp { rate, limit_name })
+    }
+
+    pub fn matches(&self, rate: &Rate, limit_name: Option<&str>) -> bool {
+        self.rate == *rate && self.limit_name.as_deref() == limit_name
+    }
 }
 
 /// A spend or refund of `cost` at `now`, betting on one [`Case`].
@@ -281,6 +316,34 @@ impl SpendPlan {
     pub fn with_refund_id(mut self, id: RefundId) -> Self {
         self.refund_id = Some(id);
         self
+    }
+
+    /// Whether this write sets the item's [`Stamp`]: every write with state, but those whose item
+    /// is known to carry it already and which cannot create the item (every case but idle
+    /// requires a stored TAT, so the item exists; an idle spend may create it, or recreate it
+    /// after its TTL).
+    pub fn writes_stamp(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| !s.stamp_known || self.case == Case::Idle)
+    }
+
+    /// The stamp this write sets, if it sets one.
+    pub fn stamp(&self) -> Option<Stamp> {
+        let state = self.state.as_ref().filter(|_| self.writes_stamp())?;
+        Some(Stamp {
+            rate: self.rate,
+            limit_name: state.limit_name.clone(),
+        })
+    }
+
+    /// After a failed condition returned `old`: whether the item carries this write's stamp (the
+    /// retry leaves it out only then).
+    pub fn learn_stamp(&mut self, old: Option<&Stamp>) {
+        let rate = self.rate;
+        if let Some(state) = self.state.as_mut() {
+            state.stamp_known = old.is_some_and(|s| s.matches(&rate, state.limit_name.as_deref()));
+        }
     }
 
     pub fn is_refund(&self) -> bool {
@@ -505,6 +568,10 @@ mod fuzz_tests {
             refund in any::<bool>(),
             old in proptest::option::of(tat_text()),
             margin in any::<u64>(),
+            named in any::<bool>(),
+            pending in 0u64..3,
+            refund_id in proptest::option::of(any::<i128>()),
+            stamp_known in any::<bool>(),
         ) {
             let Ok(rate) = Rate::new(burst, count, Duration::from_secs(period_s)) else {
                 return Ok(());
@@ -518,13 +585,22 @@ mod fuzz_tests {
             }
             .unwrap()
             .with_state(StateWrite {
-                limit_name: Some("L".into()),
-                pending_throttles: 1,
+                limit_name: named.then(|| "L".into()),
+                pending_throttles: pending,
                 first_throttle: Some(now),
+                stamp_known,
             });
+            let plan = match refund_id {
+                Some(id) => plan.with_refund_id(RefundId(id)),
+                None => plan,
+            };
             let target = Target::bucket("t", "1:x", Duration::from_secs(margin));
             let e = plan.expression(&target);
             prop_assert!(!e.condition.is_empty() && e.update.starts_with("SET "));
+            prop_assert_eq!(expr::placeholders_match(&e), Ok(()));
+            let bare = SpendPlan { state: None, ..plan.clone() };
+            let bare = bare.expression(&Target { ttl_attr: None, ..target.clone() });
+            prop_assert_eq!(expr::placeholders_match(&bare), Ok(()));
             let item = old.map(|v| HashMap::from([(attr::TAT.to_string(), AttributeValue::N(v))]));
             let stored = stored_tat(item.as_ref(), attr::TAT);
             match plan.on_condition_failed(item.as_ref(), attr::TAT) {

@@ -172,7 +172,8 @@ impl RateLimitState {
             peak_request_rate: last_request
                 .map(|lr| per_sec(request_count, lr.since(window_start))),
             version: count_of(attr::VERSION),
-            updated_at: ts(get(attr::UPDATED_AT).unwrap_or(now)),
+            // A spend sets `lastRequestAt` only, a refund or a throttle flush `updatedAt`.
+            updated_at: ts(get(attr::UPDATED_AT).max(last_request).unwrap_or(now)),
         })
     }
 

@@ -54,6 +54,8 @@ impl Limiter {
                 limit_name: Some(bucket.name.clone()),
                 pending_throttles: p.map_or(0, |p| p.count),
                 first_throttle: p.map(|p| p.first),
+                // A transaction returns nothing on success, so the stamp is always written.
+                stamp_known: false,
             });
         }
         let keys: Vec<String> = items.iter().map(|(b, ..)| b.key()).collect();

@@ -24,8 +24,36 @@ pub struct Expr {
 }
 
 /// The words of an expression: placeholders (`#name`, `:value`), attribute paths and keywords.
+#[cfg(test)]
 fn tokens(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':' || c == '_'))
+}
+
+/// What DynamoDB checks of an expression's placeholders: every one the text uses is defined, and
+/// every one defined is used. `Err` names the first that is not.
+#[cfg(test)]
+pub(super) fn placeholders_match(e: &Expr) -> Result<(), String> {
+    let text = format!("{} {}", e.condition, e.update);
+    let used: std::collections::HashSet<&str> = tokens(&text).collect();
+    for word in &used {
+        let defined = match word.chars().next() {
+            Some('#') => e.names.contains_key(*word),
+            Some(':') => e.values.contains_key(*word),
+            _ => true,
+        };
+        if !defined {
+            return Err(format!("{word} is used but not defined in {text}"));
+        }
+    }
+    match e
+        .names
+        .keys()
+        .chain(e.values.keys())
+        .find(|k| !used.contains(k.as_str()))
+    {
+        Some(k) => Err(format!("{k} is defined but unused in {text}")),
+        None => Ok(()),
+    }
 }
 
 /// The one conditional write on `target` with `expr`, returning the old item when the condition
@@ -45,54 +73,120 @@ macro_rules! conditional {
     }};
 }
 
+/// An expression under construction: each placeholder is defined where the text that uses it is
+/// written, so nothing unused is ever sent (DynamoDB refuses unused names and values) and nothing
+/// has to be filtered afterwards. Built on every admission, so it writes into pre-sized buffers
+/// rather than joining formatted fragments (decision 0806).
+struct Parts {
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+    set: String,
+    add: String,
+    remove: String,
+}
+
+impl Parts {
+    fn new() -> Self {
+        Parts {
+            names: HashMap::with_capacity(14),
+            values: HashMap::with_capacity(12),
+            set: String::with_capacity(192),
+            add: String::new(),
+            remove: String::new(),
+        }
+    }
+
+    fn name(&mut self, placeholder: &str, attr: &str) {
+        self.names.insert(placeholder.to_string(), attr.to_string());
+    }
+
+    fn value(&mut self, placeholder: &str, v: AttributeValue) {
+        self.values.insert(placeholder.to_string(), v);
+    }
+
+    fn clause(list: &mut String, clause: &str) {
+        if !list.is_empty() {
+            list.push_str(", ");
+        }
+        list.push_str(clause);
+    }
+
+    fn set(&mut self, clause: &str) {
+        Self::clause(&mut self.set, clause);
+    }
+
+    fn add(&mut self, clause: &str) {
+        Self::clause(&mut self.add, clause);
+    }
+
+    fn update(&self) -> String {
+        let mut update =
+            String::with_capacity(4 + self.set.len() + 5 + self.add.len() + 8 + self.remove.len());
+        update.push_str("SET ");
+        update.push_str(&self.set);
+        if !self.add.is_empty() {
+            update.push_str(" ADD ");
+            update.push_str(&self.add);
+        }
+        if !self.remove.is_empty() {
+            update.push_str(" REMOVE ");
+            update.push_str(&self.remove);
+        }
+        update
+    }
+}
+
 impl SpendPlan {
     /// The condition and update for `target`.
     pub fn expression(&self, target: &Target) -> Expr {
         let now = self.now.as_nanos();
         let inc = self.inc;
-        let mut names: HashMap<String, String> =
-            HashMap::from([("#tat".to_string(), target.tat_attr.clone())]);
-        let mut values: HashMap<String, AttributeValue> = HashMap::new();
-        let mut set: Vec<String> = Vec::new();
-        let mut add: Vec<String> = Vec::new();
-        let mut remove: Vec<String> = Vec::new();
-        values.insert(":now".into(), n(now));
+        let mut p = Parts::new();
+        p.name("#tat", &target.tat_attr);
+        // `:now` is used by every case's text but a partial refund's, and by every state write.
+        let mut uses_now = self.state.is_some();
         let condition = match self.case {
             Case::Idle => {
-                values.insert(":newTat".into(), n(now.saturating_add(inc)));
-                set.push("#tat = :newTat".into());
-                "attribute_not_exists(#tat) OR #tat <= :now".to_string()
+                p.value(":newTat", n(now.saturating_add(inc)));
+                p.set("#tat = :newTat");
+                uses_now = true;
+                "attribute_not_exists(#tat) OR #tat <= :now"
             }
             Case::Draining => {
-                values.insert(":inc".into(), n(inc));
-                values.insert(
-                    ":lim".into(),
+                p.value(":inc", n(inc));
+                p.value(
+                    ":lim",
                     n(gcra::admit_limit(&self.rate, self.now, self.cost).as_nanos()),
                 );
-                set.push("#tat = #tat + :inc".into());
-                "#tat > :now AND #tat <= :lim".to_string()
+                p.set("#tat = #tat + :inc");
+                uses_now = true;
+                "#tat > :now AND #tat <= :lim"
             }
             Case::RefundPartial => {
-                values.insert(":inc".into(), n(inc));
-                values.insert(":floor".into(), n(now.saturating_add(inc)));
-                set.push("#tat = #tat - :inc".into());
-                "#tat >= :floor".to_string()
+                p.value(":inc", n(inc));
+                p.value(":floor", n(now.saturating_add(inc)));
+                p.set("#tat = #tat - :inc");
+                "#tat >= :floor"
             }
             Case::RefundToFull => {
-                values.insert(":floor".into(), n(now.saturating_add(inc)));
-                set.push("#tat = :now".into());
-                "#tat > :now AND #tat < :floor".to_string()
+                p.value(":floor", n(now.saturating_add(inc)));
+                p.set("#tat = :now");
+                uses_now = true;
+                "#tat > :now AND #tat < :floor"
             }
         };
         let condition = match (self.refund_id, self.is_refund()) {
             (Some(id), true) => {
-                names.insert("#rid".into(), attr::REFUND_ID.to_string());
-                values.insert(":rid".into(), AttributeValue::N(id.0.to_string()));
-                set.push("#rid = :rid".into());
+                p.name("#rid", attr::REFUND_ID);
+                p.value(":rid", AttributeValue::N(id.0.to_string()));
+                p.set("#rid = :rid");
                 format!("({condition}) AND (attribute_not_exists(#rid) OR #rid < :rid)")
             }
-            _ => condition,
+            _ => condition.to_string(),
         };
+        if uses_now {
+            p.value(":now", n(now));
+        }
         if let Some(ttl) = &target.ttl_attr {
             // The TAT after this write is at most now + burst offset (the admit limit + inc), so
             // the item outlives the moment the bucket is full again by at least the margin.
@@ -100,98 +194,85 @@ impl SpendPlan {
             let secs = full_at.div_euclid(1_000_000_000)
                 + i64::from(full_at.rem_euclid(1_000_000_000) > 0);
             let margin = i64::try_from(target.ttl_margin.as_secs()).unwrap_or(i64::MAX / 4);
-            names.insert("#ttl".into(), ttl.clone());
-            values.insert(":ttl".into(), n(secs.saturating_add(margin)));
-            set.push("#ttl = :ttl".into());
+            p.name("#ttl", ttl);
+            p.value(":ttl", n(secs.saturating_add(margin)));
+            p.set("#ttl = :ttl");
         }
         if let Some(state) = &self.state {
-            let mut name = |placeholder: &str, attr: &str| {
-                names.insert(placeholder.to_string(), attr.to_string());
-            };
-            name("#ver", attr::VERSION);
-            name("#ua", attr::UPDATED_AT);
-            name("#burst", attr::BURST);
-            name("#count", attr::COUNT);
-            name("#period", attr::PERIOD_NS);
-            values.insert(":one".into(), n(1));
-            values.insert(
-                ":burst".into(),
+            self.state_parts(state, &mut p);
+        }
+        Expr {
+            update: p.update(),
+            condition,
+            names: p.names,
+            values: p.values,
+        }
+    }
+
+    /// Seed 002's fields (decision 0603), written by the same write; `:now` is defined by the caller.
+    /// A spend sets `lastRequestAt` and not `updatedAt` (the state view reads the later of the
+    /// two): one attribute fewer to write and to get back on the admission path.
+    fn state_parts(&self, state: &super::StateWrite, p: &mut Parts) {
+        p.name("#ver", attr::VERSION);
+        p.value(":one", n(1));
+        p.add("#ver :one");
+        if self.writes_stamp() {
+            p.name("#burst", attr::BURST);
+            p.name("#count", attr::COUNT);
+            p.name("#period", attr::PERIOD_NS);
+            p.value(
+                ":burst",
                 n(i64::try_from(self.rate.burst).unwrap_or(i64::MAX)),
             );
-            values.insert(
-                ":count".into(),
+            p.value(
+                ":count",
                 n(i64::try_from(self.rate.count).unwrap_or(i64::MAX)),
             );
-            values.insert(
-                ":period".into(),
-                n(crate::clock::duration_nanos(self.rate.period)),
-            );
-            add.push("#ver :one".into());
-            set.push("#ua = :now".into());
-            set.push("#burst = :burst".into());
-            set.push("#count = :count".into());
-            set.push("#period = :period".into());
+            p.value(":period", n(crate::clock::duration_nanos(self.rate.period)));
+            p.set("#burst = :burst, #count = :count, #period = :period");
             if let Some(ln) = &state.limit_name {
-                name("#ln", attr::LIMIT_NAME);
-                values.insert(":ln".into(), AttributeValue::S(ln.clone()));
-                set.push("#ln = :ln".into());
-            }
-            if !self.is_refund() {
-                name("#lr", attr::LAST_REQUEST_AT);
-                name("#rc", attr::REQUEST_COUNT);
-                set.push("#lr = :now".into());
-                let pending = i64::try_from(state.pending_throttles).unwrap_or(i64::MAX);
-                let first = state.first_throttle.map(|t| t.as_nanos());
-                if self.case == Case::Idle {
-                    // A new window: the counters restart. Denials this process still holds were
-                    // of the window that has ended (the bucket filled up since), so they are dropped.
-                    name("#ws", attr::WINDOW_START);
-                    name("#tc", attr::THROTTLE_COUNT);
-                    name("#ta", attr::THROTTLED_AT);
-                    set.push("#ws = :now".into());
-                    set.push("#rc = :one".into());
-                    values.insert(":zero".into(), n(0));
-                    set.push("#tc = :zero".into());
-                    remove.push("#ta".into());
-                } else {
-                    add.push("#rc :one".into());
-                    if let (Some(t), true) = (first, pending > 0) {
-                        name("#tc", attr::THROTTLE_COUNT);
-                        name("#ta", attr::THROTTLED_AT);
-                        values.insert(":pend".into(), n(pending));
-                        values.insert(":ft".into(), n(t));
-                        add.push("#tc :pend".into());
-                        set.push("#ta = if_not_exists(#ta, :ft)".into());
-                    }
-                }
+                p.name("#ln", attr::LIMIT_NAME);
+                p.value(":ln", AttributeValue::S(ln.clone()));
+                p.set("#ln = :ln");
             }
         }
-        let mut update = format!("SET {}", set.join(", "));
-        if !add.is_empty() {
-            update.push_str(&format!(" ADD {}", add.join(", ")));
+        if self.is_refund() {
+            p.name("#ua", attr::UPDATED_AT);
+            p.set("#ua = :now");
+            return;
         }
-        if !remove.is_empty() {
-            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        p.name("#lr", attr::LAST_REQUEST_AT);
+        p.name("#rc", attr::REQUEST_COUNT);
+        p.set("#lr = :now");
+        if self.case == Case::Idle {
+            // A new window: the counters restart. Denials this process still holds were of the
+            // window that has ended (the bucket filled up since), so they are dropped.
+            p.name("#ws", attr::WINDOW_START);
+            p.name("#tc", attr::THROTTLE_COUNT);
+            p.name("#ta", attr::THROTTLED_AT);
+            p.value(":zero", n(0));
+            p.set("#ws = :now, #rc = :one, #tc = :zero");
+            p.remove.push_str("#ta");
+            return;
         }
-        // DynamoDB refuses names or values the expressions do not use.
-        // The words of both expressions, split once (not once per placeholder).
-        let words: std::collections::HashSet<&str> =
-            tokens(&condition).chain(tokens(&update)).collect();
-        names.retain(|k: &String, _| words.contains(k.as_str()));
-        values.retain(|k: &String, _| words.contains(k.as_str()));
-        Expr {
-            condition,
-            update,
-            names,
-            values,
+        p.add("#rc :one");
+        let pending = i64::try_from(state.pending_throttles).unwrap_or(i64::MAX);
+        if let (Some(first), true) = (state.first_throttle, pending > 0) {
+            p.name("#tc", attr::THROTTLE_COUNT);
+            p.name("#ta", attr::THROTTLED_AT);
+            p.value(":pend", n(pending));
+            p.value(":ft", n(first.as_nanos()));
+            p.add("#tc :pend");
+            p.set("#ta = if_not_exists(#ta, :ft)");
         }
     }
 
     /// The write as a single `UpdateItem` (1 call): the old item on a failed condition; on success
     /// the updated attributes only where the new TAT depends on the stored one (draining, partial
     /// refund). An idle spend sets `now + inc` and a refund to full `now`, both known here, so
-    /// they ask for nothing back: `UPDATED_NEW` would return every state field written (12 with
-    /// seed 002's, ~300 bytes to parse) for a value the caller already has (decision 0806).
+    /// they ask for nothing back: `UPDATED_NEW` would return every state field written (up to 12
+    /// with seed 002's) for a value the caller already has (decision 0806). A hot bucket's
+    /// draining spend names 5 (`StateWrite::stamp_known`, decision 0603 "The rate stamp").
     pub fn update_item(&self, client: &Client, target: &Target) -> UpdateItemFluentBuilder {
         let req = conditional!(client.update_item(), target, self.expression(target));
         match self.case {
@@ -220,12 +301,10 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
-    /// DynamoDB refuses unused names or values, so every one must appear in the expressions.
+    /// DynamoDB refuses unused names or values, and undefined ones.
     fn all_used(e: &Expr) {
-        let text = format!("{} {}", e.condition, e.update);
-        let used = |p: &str| tokens(&text).any(|t| t == p);
-        for k in e.names.keys().chain(e.values.keys()) {
-            assert!(used(k), "{k} unused in {text}");
+        if let Err(why) = placeholders_match(e) {
+            panic!("{why}");
         }
     }
 
@@ -260,6 +339,7 @@ mod tests {
                 limit_name: Some("L".into()),
                 pending_throttles: 2,
                 first_throttle: Some(now),
+                stamp_known: false,
             });
         let e = plan.expression(&target);
         assert_eq!(e.condition, "#tat > :now AND #tat <= :lim");
@@ -319,5 +399,79 @@ mod tests {
         let e = idle.expression(&target);
         assert_eq!(e.condition, "attribute_not_exists(#tat) OR #tat <= :now");
         assert!(e.update.ends_with("REMOVE #ta"), "{}", e.update);
+    }
+
+    /// The attributes an update sets, adds or removes, by name.
+    fn written(e: &Expr) -> Vec<String> {
+        let mut out: Vec<String> = tokens(&e.update)
+            .filter(|w| w.starts_with('#'))
+            .filter_map(|w| e.names.get(w).cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn a_stamp_the_item_is_known_to_carry_is_left_out_unless_the_write_may_create_the_item() {
+        let now = Timestamp::from_nanos(100 * S);
+        let target = Target::bucket("b", "1:x", Duration::from_secs(60));
+        let state = |stamp_known| StateWrite {
+            limit_name: Some("L".into()),
+            stamp_known,
+            ..StateWrite::default()
+        };
+        let draining = SpendPlan::spend(rate(), now, 1, Some(Timestamp::from_secs(105))).unwrap();
+        let hot = draining.clone().with_state(state(true));
+        assert!(!hot.writes_stamp() && hot.stamp().is_none());
+        assert_eq!(
+            written(&hot.expression(&target)),
+            [
+                "expiresAt",
+                "lastRequestAt",
+                "requestCount",
+                "tat",
+                "version"
+            ]
+        );
+        let first = draining.with_state(state(false));
+        let stamp = first.stamp().expect("an unknown stamp is written");
+        assert!(stamp.matches(&rate(), Some("L")));
+        let e = first.expression(&target);
+        for a in [attr::BURST, attr::COUNT, attr::PERIOD_NS, attr::LIMIT_NAME] {
+            assert!(written(&e).iter().any(|w| w == a), "{a} in {}", e.update);
+        }
+        // An idle spend may create the item (or recreate it after its TTL): always stamped.
+        let idle = SpendPlan::spend(rate(), now, 1, None)
+            .unwrap()
+            .with_state(state(true));
+        assert!(idle.writes_stamp());
+        assert!(written(&idle.expression(&target)).contains(&attr::BURST.to_string()));
+        // A spend sets lastRequestAt, not updatedAt; a refund sets updatedAt.
+        assert!(!written(&hot.expression(&target)).contains(&attr::UPDATED_AT.to_string()));
+        let refund = SpendPlan::refund(rate(), now, 1, Some(Timestamp::from_secs(105)))
+            .unwrap()
+            .with_state(state(true));
+        assert!(written(&refund.expression(&target)).contains(&attr::UPDATED_AT.to_string()));
+        // A failed condition teaches the retry what the item carries.
+        let mut retry = first_plan_for_learning();
+        retry.learn_stamp(Some(&stamp));
+        assert!(!retry.writes_stamp());
+        retry.learn_stamp(None);
+        assert!(retry.writes_stamp());
+    }
+
+    fn first_plan_for_learning() -> SpendPlan {
+        SpendPlan::spend(
+            rate(),
+            Timestamp::from_secs(100),
+            1,
+            Some(Timestamp::from_secs(105)),
+        )
+        .unwrap()
+        .with_state(StateWrite {
+            limit_name: Some("L".into()),
+            ..StateWrite::default()
+        })
     }
 }
