@@ -213,16 +213,12 @@ impl Limiter {
         };
     }
 
-    /// What a whole item says: its TAT and its stamp.
-    fn remember_item(&self, key: &str, item: Option<&Item>) {
-        match write::stored_tat(item, write::attr::TAT) {
-            Some(tat) => self.remember_stamped(key, tat, write::Stamp::of_item(item)),
-            None => self.remember(key, None),
-        }
-    }
-
-    fn remember_stamped(&self, key: &str, tat: Timestamp, stamp: Option<write::Stamp>) {
-        self.hints.insert(key.to_string(), Hint { tat, stamp });
+    /// A TAT and the stamp seen with it (a whole item read, or a write that set the stamp).
+    fn remember_seen(&self, key: &str, tat: Option<Timestamp>, stamp: Option<write::Stamp>) {
+        match tat {
+            Some(tat) => self.hints.insert(key.to_string(), Hint { tat, stamp }),
+            None => self.hints.remove(key).is_some(),
+        };
     }
 
     /// The bucket of `name` for `id` as the limits `set` places it.
@@ -382,7 +378,7 @@ impl Limiter {
                     };
                     let d = plan.admitted(new_tat, None);
                     match plan.stamp() {
-                        Some(stamp) => self.remember_stamped(key, d.new_tat, Some(stamp)),
+                        Some(stamp) => self.remember_seen(key, Some(d.new_tat), Some(stamp)),
                         None => self.remember(key, Some(d.new_tat)),
                     }
                     return Ok(Wrote::Admitted(d));
@@ -395,8 +391,9 @@ impl Limiter {
                         _ => None,
                     };
                     let stored = write::stored_tat(old.as_ref(), write::attr::TAT);
-                    self.remember_item(key, old.as_ref());
-                    plan.learn_stamp(write::Stamp::of_item(old.as_ref()).as_ref());
+                    let seen = write::Stamp::of_item(old.as_ref());
+                    plan.learn_stamp(seen.as_ref());
+                    self.remember_seen(key, stored, seen);
                     if let Some(id) = plan.refund_id {
                         match write::RefundId::stored(old.as_ref()) {
                             // Applied by an earlier send whose answer was lost.
@@ -462,7 +459,7 @@ impl Limiter {
         let (bucket, rate) = (&at.bucket, at.rate);
         let item = self.read(&bucket.key()).await?;
         let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
-        self.remember_item(&bucket.key(), item.as_ref());
+        self.remember_seen(&bucket.key(), tat, write::Stamp::of_item(item.as_ref()));
         // The decision a spend of `cost` would get (remaining after it, as Boulder reports), with
         // the stored TAT left as it is.
         let d = gcra::spend(&rate, tat, now, cost)?;

@@ -109,13 +109,8 @@ impl RateLimitState {
         rate: Option<Rate>,
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        let stored_rate = item.and_then(|i| {
-            let burst = uint(i, attr::BURST)?;
-            let count = uint(i, attr::COUNT)?;
-            let period = Duration::from_nanos(uint(i, attr::PERIOD_NS)?);
-            Rate::new(burst, count, period).ok()
-        });
-        let rate = stored_rate
+        let rate = crate::kv::write::Stamp::of_item(item)
+            .map(|stamp| stamp.rate)
             .or(rate)
             .ok_or_else(|| StateError::NoRate(bucket.to_string()))?;
         // i128: a stored TAT is outside input and may sit anywhere in the i64 range.
