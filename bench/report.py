@@ -395,7 +395,8 @@ def cc_section(data: dict[str, Any]) -> list[str]:
         "client's alone. *CPU* is user + sys of the client process (`getrusage(RUSAGE_SELF)` around the timed "
         "decisions) ÷ decisions; *p50* is per decision in the client (it includes a loopback round trip to the "
         "stub). *Calls* and *bytes* are counted by the stub; *misses* are requests no recorded answer matched "
-        "(forwarded instead; 0 means the timed run never reached the emulator). Median of the rounds, spread in "
+        "(forwarded instead; 0 means the timed run never reached the emulator). Median of the "
+        f"{f(meta.get('client_cost_rounds', meta.get('rounds')))} interleaved rounds, spread in "
         "brackets; *× floor* is CPU over the floor's.",
         "",
         "| implementation | workload | CPU µs/decision | user / sys µs | × floor | p50 ms | calls/decision "

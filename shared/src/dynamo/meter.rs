@@ -1,14 +1,16 @@
 //! The one SDK interceptor on every DynamoDB client Turnstile builds. Always: each attempt's
 //! operation, latency and failure kind (`DynamoDbCalls`, `DynamoDbLatency`, `DynamoDbErrors`), read
-//! from what the SDK already has. With a [`CallCounter`] (tests and benchmarks only): every
+//! from what the SDK already has, and the [`user_agent`](super::user_agent) built once in place of
+//! the SDK's per-request one (one interceptor, not two: each costs a check at every SDK hook). With a [`CallCounter`] (tests and benchmarks only): every
 //! request counted, and `ReturnConsumedCapacity=TOTAL` added so each call's units are charged.
 
 use std::time::Instant;
 
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::{
-    AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextMut,
-    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+    AfterDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextRef,
+    BeforeTransmitInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+    FinalizerInterceptorContextRef,
 };
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
@@ -19,6 +21,7 @@ use serde_json::Value;
 
 use super::counter::{units_of, CallCounter, CAPACITY_OPERATIONS};
 use super::retry::is_throttle;
+use super::user_agent;
 use crate::telemetry::catalogue;
 
 /// The interceptor; `counter` only on clients built to be counted.
@@ -76,13 +79,28 @@ impl Intercept for Meter {
         "TurnstileDynamoMeter"
     }
 
-    /// Asks for `ReturnConsumedCapacity=TOTAL` and keeps the request for [`units_of`].
+    /// The first hook of a call: the SDK's user-agent interceptor is off for it.
+    fn read_before_execution(
+        &self,
+        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        cfg.interceptor_state()
+            .store_put(user_agent::disable_sdk_user_agent());
+        Ok(())
+    }
+
+    /// Sets the user agent; with a counter, also asks for `ReturnConsumedCapacity=TOTAL` and keeps the request for [`units_of`].
     fn modify_before_signing(
         &self,
         context: &mut BeforeTransmitInterceptorContextMut<'_>,
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        let ua = user_agent::header();
+        let headers = context.request_mut().headers_mut();
+        headers.try_insert("user-agent", ua)?;
+        headers.try_insert("x-amz-user-agent", ua)?;
         if self.counter.is_none() {
             return Ok(());
         }

@@ -1,6 +1,6 @@
 //! The ground floor every concept builds on to talk to DynamoDB: [`client`] (clients, timeouts, the
 //! dummy-credential local SDK config, `BatchGetItem`), [`meter`] (the interceptor on every client:
-//! metrics, and the [`counter`] tests use), [`item`] (reading and writing attribute values),
+//! metrics, the [`user_agent`] and the [`counter`] tests use), [`item`] (reading and writing attribute values),
 //! [`txn`] (TransactWriteItems and its cancellation reasons), [`retry`] (pacing retries) and
 //! [`pages`] (paginated Query and Scan).
 //! Nothing here knows a table or a concept.
@@ -12,6 +12,7 @@ pub mod meter;
 pub mod pages;
 pub mod retry;
 pub mod txn;
+pub mod user_agent;
 
 pub use client::{
     batch_get, client, env_timeout, is_loopback, local_client, local_sdk_config, timeouts,
