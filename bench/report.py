@@ -388,7 +388,8 @@ def cc_section(data: dict[str, Any]) -> list[str]:
         return out
     meta = data["meta"]
     out += [
-        "Every implementation at c = 1 against a record-then-replay stub (`turnstile-bench stub`, another process): "
+        "Every implementation at c = 1 against a record-then-replay stub (`turnstile-bench stub`, another process; "
+        f"ours built with the `{meta.get('client_cost_profile', meta.get('profile'))}` profile): "
         f"its {f(meta.get('client_cost_warmup'))} warm-up decisions go through to DynamoDB Local while the stub records "
         f"each answer, then its {f(meta.get('client_cost_decisions'))} timed decisions get those real answers back at "
         "once (byte for byte, `x-amz-crc32` included), so each stays on its success path and the time and CPU are the "
@@ -586,6 +587,7 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
                  ("load average at end", meta.get("loadavg_end")),
                  ("rustc", meta.get("rustc")), ("build profile (harness)", meta.get("profile")),
                  ("build profile (cold-start binaries)", meta.get("coldstart_profile", meta.get("profile"))),
+                 ("build profile (client-cost harness)", meta.get("client_cost_profile", meta.get("profile"))),
                  ("Java (DynamoDB Local)", meta.get("java")), ("DynamoDB Local", meta.get("ddb_local")),
                  ("Python (peers)", meta.get("python")),
                  ("rounds (interleaved; each unit on a fresh DynamoDB Local)", meta.get("rounds", 1)),

@@ -35,6 +35,9 @@
 #   BENCH_CC_ROUNDS     interleaved rounds of the client-cost phase (5 / 1): its rows are short (ours
 #                       ~0.5 s each), so more rounds than BENCH_ROUNDS keep a busy second of the host
 #                       from deciding a median
+#   BENCH_CLIENT_COST_PROFILE cargo profile of the harness the client-cost phase runs (full: release,
+#                       the functions' shipping profile, so our client is measured as it ships; smoke:
+#                       = BENCH_PROFILE, no second build)
 #   BENCH_COLDSTART_PROFILE cargo profile of the function binaries whose cold start is timed (= BENCH_PROFILE);
 #                       `release` times the shipping binaries without building the harness with fat LTO
 # Outputs: full → BENCHMARKS.md, bench/results.json (and raw lines in bench/out/full/);
@@ -92,10 +95,20 @@ if [ "$cold_profile" != "$profile" ]; then
     say "build ($cold_profile) failed"; exit 1
   fi
 fi
+# The client-cost phase measures our client as the functions ship it (opt-level s, fat LTO: ~10 %
+# less CPU per call than bench-fast here, decision 0806 stop 34); built like them, so the two
+# builds share one aws-lc.
+cc_profile="${BENCH_CLIENT_COST_PROFILE:-release}"; [ "$mode" = smoke ] && cc_profile="${BENCH_CLIENT_COST_PROFILE:-$profile}"
+if [ "$cc_profile" != "$profile" ]; then
+  if ! AWS_LC_SYS_NO_JITTER_ENTROPY=1 cargo build --locked --profile "$cc_profile" -p turnstile-bench --bins; then
+    say "build ($cc_profile, client cost) failed"; exit 1
+  fi
+fi
 end build
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 profile_dir() { case "$1" in dev) echo "$target_dir/debug" ;; *) echo "$target_dir/$1" ;; esac; }
 bench_bin="$(profile_dir "$profile")/turnstile-bench"
+cc_bin="$(profile_dir "$cc_profile")/turnstile-bench"
 cold_bin_dir="$(profile_dir "$cold_profile")"
 
 # --- peers' virtualenvs (each peer its own: rate-limiter-py 0.3.0 pins botocore 1.13) ------------
@@ -222,7 +235,7 @@ if [ -s "$out/stub.addr" ]; then
       kind="${u%%:*}"; what="${u#*:}"
       begin client-cost
       if [ "$kind" = ours ]; then
-        "$bench_bin" client-cost --stub "$stub_url" --decisions "$cc_decisions" --warmup "$cc_warmup" \
+        "$cc_bin" client-cost --stub "$stub_url" --decisions "$cc_decisions" --warmup "$cc_warmup" \
           --only "$what" --round "$round" >>"$out/client-cost.jsonl" \
           || { say "client cost of $what (round $round) failed"; status=1; }
       else
@@ -271,7 +284,7 @@ WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut 
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
 PEER_PY="$("$root/bench/peers/.venv-zae/bin/python" -V 2>/dev/null || python3 -V)" COLD_RUNS="$cold_runs" \
-COLD_PROFILE="$cold_profile" \
+COLD_PROFILE="$cold_profile" CC_PROFILE="$cc_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
@@ -286,7 +299,7 @@ print(json.dumps({
     "prime_requests": int(os.environ["PRIME"]),
     "peer_decisions": int(os.environ["PEER_DECISIONS"]), "readme_decisions": int(os.environ["README_DECISIONS"]),
     "warmup": int(os.environ["WARMUP"]), "concurrency": os.environ["CONCURRENCY"],
-    "coldstart_runs": int(os.environ["COLD_RUNS"]), "coldstart_profile": os.environ["COLD_PROFILE"],
+    "coldstart_runs": int(os.environ["COLD_RUNS"]), "coldstart_profile": os.environ["COLD_PROFILE"], "client_cost_profile": os.environ["CC_PROFILE"],
     "loadavg_start": os.environ["LOAD0"], "loadavg_end": os.environ["LOAD1"],
     "durations": {k: float(d[k]) for k in order if k in d},
     "skipped": kv(os.environ["SKIPS"]), "peers_requested": os.environ["PEERS_READY"].split(),
