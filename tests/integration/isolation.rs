@@ -528,8 +528,8 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
     assert_eq!(r.status_code, 200, "{:?}", r.body);
     assert_eq!(
         w.env.counter.by_operation(),
-        [("UpdateItem".to_string(), 6)].into(),
-        "connect 2, message 1, disconnect 3 (decision 2206)"
+        [("GetItem".to_string(), 1), ("UpdateItem".to_string(), 6)].into(),
+        "connect 2, message 1 and its tenant row (a cold cache), disconnect 3 (decision 2206)"
     );
     let functions: Vec<&str> = assumed().iter().map(|(_, f)| *f).collect();
     assert_eq!(

@@ -612,7 +612,14 @@ async fn write_units_per_path_meet_the_targets() {
 
     w.env.counter.reset();
     assert_eq!(w.send(T, "s1", "c1", &limits, "hi").await.status_code, 200);
-    assert_eq!(units(&w), Units::write(1.0), "message");
+    assert_eq!(
+        units(&w),
+        Units {
+            write: 1.0,
+            read: 1.0
+        },
+        "message: 1 WCU, and the tenant row read once (a cold tenant cache)"
+    );
 
     // Refused by the session (one connection per session): reserve, refused, give back.
     w.env.counter.reset();

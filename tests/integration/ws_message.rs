@@ -25,10 +25,11 @@ async fn a_message_is_echoed_and_forwarded_in_one_call_and_refreshes_the_ttl() {
     w.env.counter.reset();
     let r = w.send(T, "s1", "alice", &SMALL, "hello").await;
     assert_eq!(r.status_code, 200, "{:?}", r.body);
-    // First message of the minute in this process: the guess (new minute) is right.
+    // First message of the minute in this process: the guess (new minute) is right; the tenant
+    // row is read once (a cold cache).
     assert_eq!(
         w.env.counter.total(),
-        1,
+        2,
         "{:?}",
         w.env.counter.by_operation()
     );
@@ -52,7 +53,7 @@ async fn a_message_is_echoed_and_forwarded_in_one_call_and_refreshes_the_ttl() {
     );
     assert_eq!(w.session(T, "s1").await.unwrap().session_ttl, now + 200);
 
-    // Same minute, warm hint: still one call.
+    // Same minute, warm hint and tenant cache: one call.
     w.env.counter.reset();
     assert_eq!(w.send(T, "s1", "bob", &SMALL, "hi").await.status_code, 200);
     assert_eq!(w.env.counter.total(), 1);
@@ -107,8 +108,8 @@ async fn a_wrong_minute_guess_costs_one_more_call() {
     w.put_session(T, "s1").await;
     assert_eq!(w.connect(T, "s1", "a", &SMALL).await.status_code, 200);
     assert_eq!(w.send(T, "s1", "a", &SMALL, "1").await.status_code, 200);
-    // Another process (fresh hint) sends in the same minute: it guesses "new minute", is told the
-    // stored minute is current, and increments instead.
+    // Another process (fresh hint, cold tenant cache: 1 GetItem) sends in the same minute: it
+    // guesses "new minute", is told the stored minute is current, and increments instead.
     let other = message::init(&w.function_deps(&[])).await.unwrap();
     w.env.counter.reset();
     let ev = {
@@ -123,7 +124,7 @@ async fn a_wrong_minute_guess_costs_one_more_call() {
             .status_code,
         200
     );
-    assert_eq!(w.env.counter.total(), 2);
+    assert_eq!(w.env.counter.total(), 3);
     let out = w
         .deps()
         .dynamo
@@ -161,8 +162,8 @@ async fn a_recipient_answering_410_is_not_released_by_a_message() {
     assert_eq!(body_json(&r)["gone"], serde_json::json!(["b"]));
     assert_eq!(
         w.env.counter.by_operation(),
-        [("UpdateItem".to_string(), 1)].into(),
-        "the message only: nothing released on one 410"
+        [("GetItem".to_string(), 1), ("UpdateItem".to_string(), 1)].into(),
+        "the tenant (a cold cache) and the message only: nothing released on one 410"
     );
     assert_eq!(w.count(T).await, Some(3));
     assert_eq!(
@@ -326,7 +327,7 @@ async fn a_tenant_with_no_message_allowance_still_keeps_its_sessions_alive() {
         w.send("quiet", "q1", "q", &none, "x").await.status_code,
         429
     );
-    assert_eq!(w.env.counter.total(), 1);
+    assert_eq!(w.env.counter.total(), 2, "the tenant (a cold cache) and the message");
     assert_eq!(
         w.session("quiet", "q1").await.unwrap().session_ttl,
         now + 200
@@ -430,4 +431,153 @@ async fn a_message_to_a_large_session_posts_a_bounded_number_at_once() {
     let body = body_json(&r);
     assert_eq!(body["delivered"], members, "{body}");
     counts.assert_bounded(members as usize);
+}
+
+/// A `$default` event from `cid` of `t`/`s` whose authorizer context says the socket was
+/// admitted under `auth` (as the authorizer's Allow records it) with `limits`.
+fn message_admitted_as(
+    t: &str,
+    s: &str,
+    cid: &str,
+    limits: &Limits,
+    auth: shared::tenant::ConnectAuth,
+    body: &str,
+) -> aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest {
+    let mut ev = ws_event("message/message.json", t, s, cid, Some(limits));
+    ev.request_context.authorizer.fields.insert(
+        shared::admission::context::CONNECT_AUTH.into(),
+        Value::String(auth.as_str().into()),
+    );
+    ev.body = Some(body.to_string());
+    ev
+}
+
+/// Issue 36 item 3: a socket of a tenant deleted after its `$connect` is told and closed on its
+/// next message once the tenant cache's time has passed (the staleness bound), instead of going
+/// on with the limits the authorizer captured until API Gateway's 2-hour cap.
+#[tokio::test]
+async fn a_deleted_tenants_socket_is_told_and_closed_on_its_next_message() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &SMALL).await.status_code, 200);
+    assert_eq!(w.send(T, "s1", "a", &SMALL, "1").await.status_code, 200);
+    assert!(shared::tenant::store::delete(w.deps(), &T.parse().unwrap())
+        .await
+        .unwrap());
+    // Within the cache's time the row read before is still served (the documented bound).
+    w.env.clock.advance(Duration::from_secs(30));
+    assert_eq!(w.send(T, "s1", "a", &SMALL, "2").await.status_code, 200);
+    w.env.clock.advance(Duration::from_secs(31));
+    w.api.clear();
+    let r = w.send(T, "s1", "a", &SMALL, "3").await;
+    assert_eq!(r.status_code, 410, "{:?}", r.body);
+    let frames = w.api.received_by("POST");
+    assert_eq!(frames.len(), 1, "one frame, to the sender: {frames:?}");
+    assert_eq!(frames[0].connection_id, "a");
+    assert!(
+        frames[0].body_str().contains("no longer exists"),
+        "{}",
+        frames[0].body_str()
+    );
+    assert_eq!(w.closed(), ["a"], "and the socket closed");
+}
+
+/// Issue 36 item 3: lowered message limits apply to the next message once the tenant cache's
+/// time has passed, not only to sockets admitted after the change.
+#[tokio::test]
+async fn lowered_message_limits_apply_to_the_next_message() {
+    let w = World::new().await;
+    let before = Limits::example(60, 5, 5, 10, 200, 60);
+    w.put_tenant(T, before).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &before).await.status_code, 200);
+    let quick = message::init(&w.function_deps(&[("TURNSTILE_TENANT_CACHE_SECS", "5")]))
+        .await
+        .unwrap();
+    let start =
+        shared::counter::window::MinuteWindow::at(shared::clock::Clock::now(&w.env.clock)).start;
+    w.env
+        .clock
+        .set(shared::clock::Timestamp::from_secs(start + 60 + 1));
+    for i in 0..3 {
+        let ev = message_admitted_as(T, "s1", "a", &before, Default::default(), &i.to_string());
+        let r = message::handle(w.deps(), &quick, ev).await.unwrap();
+        assert_eq!(r.status_code, 200, "{:?}", r.body);
+    }
+    w.put_tenant(T, Limits::example(60, 5, 5, 10, 200, 2)).await;
+    w.env.clock.advance(Duration::from_secs(6));
+    // The context still says 60 a minute (what the authorizer captured at connect).
+    let ev = message_admitted_as(T, "s1", "a", &before, Default::default(), "late");
+    let r = message::handle(w.deps(), &quick, ev).await.unwrap();
+    assert_eq!(r.status_code, 429, "{:?}", r.body);
+    assert_eq!(body_json(&r)["violated-policies"][0], "messagesPerMinute");
+}
+
+/// Issue 36 item 3: a tenant whose `connectAuth` became stricter closes, on their next message,
+/// the sockets admitted under the old mode (the authorizer context records the mode each socket
+/// was admitted under); sockets admitted under the mode now required go on.
+#[tokio::test]
+async fn a_stricter_connect_auth_closes_sockets_admitted_under_the_old_one() {
+    use shared::tenant::ConnectAuth;
+    let w = World::new().await;
+    let open = SMALL.with_connect_auth(ConnectAuth::None);
+    w.put_tenant(T, open).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "anon", &open).await.status_code, 200);
+    assert_eq!(w.connect(T, "s1", "held", &open).await.status_code, 200);
+    let send = |cid: &'static str, auth: ConnectAuth| {
+        let ev = message_admitted_as(T, "s1", cid, &open, auth, "x");
+        message::handle(w.deps(), &w.message, ev)
+    };
+    assert_eq!(send("anon", ConnectAuth::None).await.unwrap().status_code, 200);
+    w.put_tenant(T, SMALL.with_connect_auth(ConnectAuth::Ticket))
+        .await;
+    w.env.clock.advance(Duration::from_secs(61));
+    w.api.clear();
+    let r = send("anon", ConnectAuth::None).await.unwrap();
+    assert_eq!(r.status_code, 403, "{:?}", r.body);
+    let frames = w.api.received_by("POST");
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert!(frames[0].body_str().contains("ticket"), "{}", frames[0].body_str());
+    assert_eq!(w.closed(), ["anon"]);
+    // A socket that presented a ticket meets the new mode: it goes on.
+    let r = send("held", ConnectAuth::Ticket).await.unwrap();
+    assert_eq!(r.status_code, 200, "{:?}", r.body);
+}
+
+/// Issue 36 item 3: `$default`'s DynamoDB budget with the tenant read on every message: a cache
+/// hit adds no call (1 UpdateItem), a miss adds 1 GetItem of the tenant row (2 calls).
+#[tokio::test]
+async fn a_message_reads_its_tenant_from_the_cache_and_pays_one_call_on_a_miss() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_session(T, "s1").await;
+    assert_eq!(w.connect(T, "s1", "a", &SMALL).await.status_code, 200);
+    let ops = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    w.env.counter.reset();
+    assert_eq!(w.send(T, "s1", "a", &SMALL, "1").await.status_code, 200);
+    assert_eq!(
+        w.env.counter.by_operation(),
+        ops(&[("GetItem", 1), ("UpdateItem", 1)]),
+        "a cold cache: the tenant row, then the message"
+    );
+    w.env.counter.reset();
+    w.env.clock.advance(Duration::from_secs(59));
+    assert_eq!(w.send(T, "s1", "a", &SMALL, "2").await.status_code, 200);
+    assert_eq!(
+        w.env.counter.by_operation(),
+        ops(&[("UpdateItem", 1)]),
+        "a hit adds no call"
+    );
+    w.env.counter.reset();
+    w.env.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.send(T, "s1", "a", &SMALL, "3").await.status_code, 200);
+    assert_eq!(
+        w.env.counter.by_operation(),
+        ops(&[("GetItem", 1), ("UpdateItem", 1)]),
+        "the entry expired at the cache's time: read again"
+    );
 }

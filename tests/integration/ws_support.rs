@@ -404,7 +404,9 @@ pub fn authorizer_event(query: &[(&str, &str)]) -> ApiGatewayCustomAuthorizerReq
 }
 
 /// A WebSocket route event from a sample, for this tenant/session/connection; `limits` None leaves
-/// the limits out of the authorizer context (the handler then reads the tenant).
+/// the limits out of the authorizer context (the handler then reads the tenant). The context says
+/// the socket was admitted under the limits' `connectAuth` (the default, a ticket, without
+/// limits), as the authorizer's Allow records it.
 pub fn ws_event(
     sample_path: &str,
     t: &str,
@@ -433,6 +435,11 @@ pub fn ws_event(
     };
     auth.insert(context::TENANT_ID.into(), Value::String(t.into()));
     auth.insert(context::SESSION_ID.into(), Value::String(s.into()));
+    let admitted = limits.map(|l| l.connect_auth).unwrap_or_default();
+    auth.insert(
+        context::CONNECT_AUTH.into(),
+        Value::String(admitted.as_str().into()),
+    );
     auth.insert("principalId".into(), Value::String(format!("{t}/{s}")));
     v["requestContext"]["authorizer"] = serde_json::to_value(auth).unwrap();
     v["requestContext"]["connectionId"] = Value::String(cid.into());

@@ -243,7 +243,7 @@ pub async fn authenticate(
 /// Why a tenant refuses the method a request used, if it does.
 fn method_refused(t: &TenantId, wanted: ConnectAuth, used: ConnectAuth) -> Option<String> {
     match wanted {
-        _ if wanted == used => None,
+        _ if wanted.admits(used) => None,
         ConnectAuth::None => None,
         ConnectAuth::Ticket => Some(format!(
             "tenant {t} connects with a ticket (from PUT /session or POST /session/ticket), \

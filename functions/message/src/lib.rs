@@ -1,8 +1,14 @@
-//! `$default` (seed 003 step 6): counts the message against the session's `messagesPerMinute`,
-//! refreshes the session TTL and reads the recipients in one conditional UpdateItem
-//! (`shared::admission::message`), then echoes the message to the sender and forwards it to the
-//! session's other connections through the Management API (one post per recipient).
+//! `$default` (seed 003 step 6): holds the sender against its tenant as the tenant cache has it
+//! now (`shared::admission::message::standing`), counts the message against the session's current
+//! `messagesPerMinute`, refreshes the session TTL and reads the recipients in one conditional
+//! UpdateItem (`shared::admission::message`), then echoes the message to the sender and forwards
+//! it to the session's other connections through the Management API (one post per recipient).
 //!
+//! - The tenant no longer exists (410), or its `connectAuth` no longer admits the way this socket
+//!   was admitted (the authorizer context's `connectAuth`; 403): the sender gets a frame saying so
+//!   and is closed. Lowered limits count the message. A change is seen within the tenant cache's
+//!   time (`TURNSTILE_TENANT_CACHE_SECS`, default 60 s); the context's limits are used only for
+//!   the failure policy when the tenant row cannot be read.
 //! - Over the limit: the sender gets an error frame (problem+json from `shared::refusal`, with
 //!   `retryAfter` seconds) and the answer is 429. The refused message still refreshed the session
 //!   TTL (seed 003: every inbound message does), in the same single UpdateItem.
@@ -17,12 +23,13 @@
 //!
 //! Frames: the sender receives its message back as sent; every other connection receives
 //! `{"from": "<sender connection id>", "message": "<the message>"}` — the inbound message and the
-//! echo in one frame. Budget: 1 DynamoDB call, 1 post per recipient.
+//! echo in one frame. Budget: 1 DynamoDB call with the tenant cached (2 when the tenant row is
+//! read: a cold or expired cache entry), 1 post per recipient.
 
 use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::message::{MessageAdmission, MinuteHint};
+use shared::admission::message::{self, MessageAdmission, MinuteHint, Standing};
 use shared::admission::verdict::{self, Verdict};
 use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
@@ -33,7 +40,8 @@ use shared::Deps;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// `TURNSTILE_TENANT_CACHE_SECS`: used only when the authorizer context lacks the limits.
+    /// `TURNSTILE_TENANT_CACHE_SECS`: how long the tenant row read for a message is served from
+    /// memory, so how long a deleted or changed tenant may still be seen as it was.
     pub tenant_cache: Duration,
     /// `TURNSTILE_MANAGEMENT_ENDPOINT`: overrides the endpoint built from the event's domain/stage.
     pub management_endpoint: Option<String>,
@@ -101,15 +109,27 @@ async fn answer(
     let endpoint = state
         .gateway
         .endpoint(rc.domain_name.as_deref(), rc.stage.as_deref())?;
-    let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
-        state.gateway.close(&endpoint, cid.as_str()).await?;
-        return Ok(respond::websocket(&respond::message(
-            410,
-            format!("tenant {t} does not exist"),
-        )));
+    let fields = &rc.authorizer.fields;
+    let admitted = context::connect_auth(fields);
+    let verdict = match message::standing(deps, &state.tenants, &t, admitted).await {
+        Ok(Standing::Current(limits)) => {
+            verdict::message(deps, &t, &sid, &cid, &limits, &state.hint).await
+        }
+        Ok(Standing::TenantGone) => {
+            let why = format!("tenant {t} no longer exists; connection closed");
+            return end(state, &endpoint, &cid, respond::message(410, why)).await;
+        }
+        Ok(Standing::Revoked { admitted, required }) => {
+            let why = format!(
+                "tenant {t} now connects with connectAuth={required}; this connection was \
+                 admitted with {admitted} and is closed: connect again with a {required} credential"
+            );
+            return end(state, &endpoint, &cid, respond::message(403, why)).await;
+        }
+        Err(e) => verdict::message_unread(e, context::limits(fields).as_ref(), &t),
     };
     let body = event.body.clone().unwrap_or_default();
-    let admission = match verdict::message(deps, &t, &sid, &cid, &limits, &state.hint).await {
+    let admission = match verdict {
         Verdict::Decided(a) => a,
         // A shadow tenant's would-refuse (logged and metered by `verdict`): delivered.
         Verdict::Shadow { admitted, .. } => admitted,
@@ -180,4 +200,20 @@ async fn answer(
             )))
         }
     }
+}
+
+/// Tells the sender why (`answer`'s body, as a frame) and closes its socket: 1 post, 1 close. A
+/// sender already gone is fine either way; its `$disconnect` releases it.
+async fn end(
+    state: &State,
+    endpoint: &str,
+    cid: &shared::ids::ConnectionId,
+    answer: shared::refusal::HttpAnswer,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    state
+        .gateway
+        .post(endpoint, cid.as_str(), answer.body.as_bytes())
+        .await?;
+    state.gateway.close(endpoint, cid.as_str()).await?;
+    Ok(respond::websocket(&answer))
 }

@@ -43,6 +43,14 @@ impl Grant {
     }
 }
 
+/// How the connection was admitted, as the authorizer's Allow recorded it: `$default` holds it
+/// against the tenant's current `connectAuth`. Absent or unknown counts as `none` (nothing shown).
+pub fn connect_auth(fields: &HashMap<String, Value>) -> crate::tenant::ConnectAuth {
+    text(fields, CONNECT_AUTH)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(crate::tenant::ConnectAuth::None)
+}
+
 /// The session nonce a `$connect` event's context carries.
 pub fn nonce(fields: &HashMap<String, Value>) -> Option<String> {
     text(fields, SESSION_NONCE)
@@ -165,6 +173,26 @@ pub async fn websocket_limits(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connect_auth_travels_in_the_context_and_absent_means_none() {
+        use crate::tenant::ConnectAuth;
+        let t = TenantId::parse("acme").unwrap();
+        let s = SessionId::parse("s1").unwrap();
+        let mut v = build(&t, &s, &Limits::example(60, 5, 2, 10, 200, 60));
+        let bare: HashMap<String, Value> = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(connect_auth(&bare), ConnectAuth::None);
+        let grant = Grant {
+            method: ConnectAuth::Jwt,
+            nonce: None,
+            subject: None,
+        };
+        grant.add_to(&mut v);
+        let mut f: HashMap<String, Value> = serde_json::from_value(v).unwrap();
+        assert_eq!(connect_auth(&f), ConnectAuth::Jwt);
+        f.insert(CONNECT_AUTH.into(), Value::from("magic"));
+        assert_eq!(connect_auth(&f), ConnectAuth::None);
+    }
 
     #[test]
     fn connection_shards_travel_in_the_context_and_absent_means_one() {

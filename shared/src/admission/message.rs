@@ -11,6 +11,13 @@
 //! Whether this message opens a new minute or continues the stored one is guessed from the last
 //! minute this process saw ([`MinuteHint`]); a wrong guess costs one more UpdateItem, decided from
 //! the `ALL_OLD` image the failed condition returns (no read).
+//!
+//! Before counting, [`standing`] holds the sender against its tenant as the process's tenant cache
+//! has it now (not the limits the authorizer captured at `$connect`): a deleted tenant, or a
+//! `connectAuth` that no longer admits how the socket was admitted, ends the socket, and the
+//! current limits count the message. The cache serves a row for `TURNSTILE_TENANT_CACHE_SECS`
+//! (60 by default), so a change reaches every socket's next message within that time. A hit costs
+//! no call; a miss 1 GetItem (strongly consistent).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -22,8 +29,10 @@ use super::{Limit, Request};
 use crate::counter::window::MinuteWindow;
 use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
+use crate::ids::TenantId;
 use crate::refusal::Refusal;
 use crate::session::{attr as sattr, store as sstore};
+use crate::tenant::{ConnectAuth, Limits, TenantCache};
 
 /// Writes per message before giving up (the session's counter kept changing).
 const ATTEMPTS: u32 = 3;
@@ -39,6 +48,38 @@ impl MinuteHint {
     fn set(&self, m: i64) {
         self.0.fetch_max(m, Ordering::Relaxed);
     }
+}
+
+/// What the tenant, as the cache has it now, says about a socket admitted earlier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// The tenant's current limits count this message.
+    Current(Limits),
+    /// The tenant row is gone: the socket is closed.
+    TenantGone,
+    /// The tenant now asks `required` at `$connect`, which the way the socket was admitted
+    /// (`admitted`, from the authorizer context) does not meet: the socket is closed.
+    Revoked {
+        admitted: ConnectAuth,
+        required: ConnectAuth,
+    },
+}
+
+/// The sender's [`Standing`]: 0 calls on a cache hit, 1 GetItem on a miss.
+pub async fn standing(
+    deps: &crate::Deps,
+    tenants: &TenantCache,
+    t: &TenantId,
+    admitted: ConnectAuth,
+) -> Result<Standing> {
+    Ok(match tenants.get(deps, t).await? {
+        None => Standing::TenantGone,
+        Some(tenant) if !tenant.limits.connect_auth.admits(admitted) => Standing::Revoked {
+            admitted,
+            required: tenant.limits.connect_auth,
+        },
+        Some(tenant) => Standing::Current(tenant.limits),
+    })
 }
 
 #[derive(Debug)]

@@ -174,6 +174,13 @@ pub async fn message(
     }
 }
 
+/// `$default` when its tenant row could not be read: the failure policy the authorizer captured
+/// at `$connect` (`captured`, from the context) decides; without one it fails closed.
+pub fn message_unread(e: Error, captured: Option<&Limits>, t: &TenantId) -> Verdict<MessageAdmission> {
+    let closed = Limits::example(0, 0, 0, 0, 0, 0);
+    failed(Path::Message, e, captured.unwrap_or(&closed), t, Instant::now())
+}
+
 /// The authorizer's pre-check under the tenant's policy, metered: a shadow tenant's
 /// `OverLimit` becomes `Allow` (logged and metered `shadow_refused`); a store failure becomes
 /// `Allow` for a tenant failing open, and stays an error (API Gateway answers 500) otherwise.

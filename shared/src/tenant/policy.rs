@@ -63,6 +63,16 @@ macro_rules! named {
     };
 }
 
+impl ConnectAuth {
+    /// Whether a connection admitted with `used` meets this requirement: the same mode, or `none`
+    /// (which asks nothing). `ticket` and `jwt` are not ordered: a connection that presented one
+    /// never showed the other. The authorizer admits by it, and `$default` closes a connection
+    /// admitted under a mode its tenant no longer accepts.
+    pub fn admits(self, used: ConnectAuth) -> bool {
+        self == used || self == ConnectAuth::None
+    }
+}
+
 named!(Enforcement, "an enforcement (enforce or shadow)", Enforce => "enforce", Shadow => "shadow");
 named!(OnFailure, "a failure policy (closed or open)", Closed => "closed", Open => "open");
 named!(ConnectAuth, "a connect authentication (ticket, jwt or none)", Ticket => "ticket", Jwt => "jwt", None => "none");
@@ -85,5 +95,17 @@ mod tests {
         assert_eq!(ConnectAuth::default(), ConnectAuth::Ticket);
         assert_eq!("none".parse(), Ok(ConnectAuth::None));
         assert!("off".parse::<ConnectAuth>().is_err());
+        use ConnectAuth::{Jwt, None as Open, Ticket};
+        for (wanted, used, ok) in [
+            (Open, Open, true),
+            (Open, Ticket, true),
+            (Ticket, Ticket, true),
+            (Ticket, Open, false),
+            (Ticket, Jwt, false),
+            (Jwt, Ticket, false),
+            (Jwt, Open, false),
+        ] {
+            assert_eq!(wanted.admits(used), ok, "{wanted} admits {used}");
+        }
     }
 }
