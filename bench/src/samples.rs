@@ -76,7 +76,8 @@ pub async fn ensure_sample_session(deps: &shared::Deps) -> Result<(), BenchError
     let sid = SessionId::parse(SESSION).map_err(bad)?;
     let ttl = deps.clock.now().as_secs() + 3600;
     let cap = shared::tenant::MAX_SESSIONS_CEILING;
-    shared::admission::sessions::open(deps, &t, &sid, ttl, cap, false).await?;
+    let none = shared::admission::closing::NoSockets::default();
+    shared::admission::sessions::open(deps, &t, &sid, ttl, cap, false, &none).await?;
     deps.dynamo
         .update_item()
         .table_name(&deps.tables.sessions)

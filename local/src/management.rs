@@ -83,6 +83,14 @@ impl Recorder {
         }
     }
 
+    /// From now on, the connection is live again (a socket that answered 410 while still inside
+    /// its `$connect`, whose handshake then completed).
+    pub fn mark_live(&self, connection_id: &str) {
+        if let Ok(mut g) = self.gone.lock() {
+            g.remove(connection_id);
+        }
+    }
+
     pub fn is_gone(&self, connection_id: &str) -> bool {
         self.gone
             .lock()

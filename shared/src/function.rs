@@ -97,12 +97,15 @@ pub fn bad_ids(e: &IdError) -> ApiGatewayProxyResponse {
 }
 
 /// The Management API at the one endpoint `TURNSTILE_MANAGEMENT_ENDPOINT` names: where the session
-/// API and the TTL sweeper close connections.
+/// API, the TTL sweeper and `turnstile tenant delete` close connections when they end sessions
+/// (`admission::closing`).
 #[cfg(feature = "gateway")]
 #[derive(Debug)]
 pub struct Connections {
     pub gateway: crate::gateway::Gateway,
     pub endpoint: String,
+    /// Run between the steps of ending a session: none in production; tests stop an end there.
+    pub interleave: crate::interleave::Interleave,
 }
 
 #[cfg(feature = "gateway")]
@@ -112,7 +115,40 @@ impl Connections {
             gateway: crate::gateway::Gateway::from_vars(Some(endpoint.to_string()), &deps.vars)
                 .await,
             endpoint: endpoint.to_string(),
+            interleave: crate::interleave::Interleave::none(),
         }
+    }
+}
+
+#[cfg(feature = "gateway")]
+impl crate::admission::closing::Sockets for Connections {
+    fn close_each<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Vec<(String, crate::admission::closing::Closed)>> {
+        use crate::admission::closing::Closed;
+        use crate::gateway::Delivery;
+        Box::pin(async move {
+            let closed = self.gateway.close_each(&self.endpoint, ids).await;
+            closed
+                .into_iter()
+                .map(|(c, r)| {
+                    let answer = match r {
+                        Ok(Delivery::Delivered) => Closed::Closed,
+                        Ok(Delivery::Gone) => Closed::Gone,
+                        Err(e) => {
+                            tracing::warn!(connection = %c, error = %e, "close failed");
+                            Closed::Failed
+                        }
+                    };
+                    (c, answer)
+                })
+                .collect()
+        })
+    }
+
+    fn interleave(&self) -> &crate::interleave::Interleave {
+        &self.interleave
     }
 }
 

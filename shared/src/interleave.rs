@@ -19,6 +19,13 @@ pub enum Point {
     BindAfterMarkerRead,
     /// The remover: the ended marker is written, the resource's tokens not yet queried.
     RemoverAfterMarker,
+    /// Ending a session: the row is ended (closed to joins, its session unit given back); none of
+    /// its sockets closed yet.
+    EndAfterMark,
+    /// Ending a session (or replacing an expired one): its sockets are closed; none released yet.
+    EndAfterClose,
+    /// The TTL sweeper: the expired session's sockets are closed; nothing released yet.
+    SweepAfterClose,
 }
 
 type Hook = Arc<dyn Fn(Point) -> BoxFuture<'static, ()> + Send + Sync>;

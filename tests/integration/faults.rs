@@ -1099,6 +1099,7 @@ async fn dynamodb_local_killed_and_restarted_loses_no_acknowledged_admission() {
             ttl,
             limits.max_sessions,
             false,
+            &shared::admission::closing::NoSockets::default(),
         )
         .await
         .unwrap();

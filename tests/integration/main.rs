@@ -21,6 +21,7 @@ mod tokens_limits;
 mod tokens_shards;
 mod ws_admission;
 mod ws_authorizer;
+mod ws_closing;
 mod ws_gcra;
 mod ws_message;
 mod ws_reconcile;

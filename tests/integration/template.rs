@@ -195,7 +195,15 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
         // shards are read with BatchGetItem and repaired in a TransactWriteItems of UpdateItems.
         "reconciler" => vec![
             (Some(Tenants), &["dynamodb:GetItem", "dynamodb:Scan"]),
-            (Some(Sessions), &["dynamodb:Query", "dynamodb:UpdateItem"]),
+            // the truth; releasing gone ids; deleting ended sessions left empty (decision 2208)
+            (
+                Some(Sessions),
+                &[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:Query",
+                    "dynamodb:UpdateItem",
+                ],
+            ),
             (
                 Some(Counters),
                 &[
@@ -1507,8 +1515,9 @@ fn manage_connections_allows_only_the_methods_each_function_calls() {
             "session-api" => &["DELETE"],
             // a TTL-deleted session's sockets are closed
             "ttl-sweeper" => &["DELETE"],
-            // probes whether a counted connection is still open
-            "reconciler" => &["GET"],
+            // probes whether a counted connection is still open; closes the open sockets of
+            // ended sessions (decision 2208)
+            "reconciler" => &["DELETE", "GET"],
             _ => &[],
         }
     };

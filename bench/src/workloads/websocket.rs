@@ -28,6 +28,7 @@ use aws_lambda_events::apigw::{
 };
 use futures::future::{try_join_all, BoxFuture};
 use serde_json::Value;
+use shared::admission::closing::NoSockets;
 use shared::admission::respond;
 use shared::admission::sessions::{self, Opened};
 use shared::ids::{SessionId, TenantId};
@@ -97,14 +98,22 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
             let sid = SessionId::parse(&format!("s{i}"))
                 .map_err(|e| BenchError::Other(format!("session id: {e}")))?;
             let cap = shared::tenant::MAX_SESSIONS_CEILING;
-            let session = match sessions::open(deps, tenant_id, &sid, ttl, cap, false).await? {
-                Opened::Live(s) | Opened::Replaced { session: s, .. } => s,
-                Opened::Full { cap } => {
-                    return Err(BenchError::Other(format!(
-                        "{cap} sessions: the tenant is full"
-                    )))
-                }
-            };
+            let none = NoSockets::default();
+            let session =
+                match sessions::open(deps, tenant_id, &sid, ttl, cap, false, &none).await? {
+                    Opened::Live(s) | Opened::Replaced { session: s, .. } => s,
+                    Opened::Closing { pending } => {
+                        return Err(BenchError::Other(format!(
+                            "session {sid} expired holding {} open connections",
+                            pending.len()
+                        )))
+                    }
+                    Opened::Full { cap } => {
+                        return Err(BenchError::Other(format!(
+                            "{cap} sessions: the tenant is full"
+                        )))
+                    }
+                };
             let claims = ticket::Claims {
                 tenant: tenant_id.clone(),
                 session: sid,

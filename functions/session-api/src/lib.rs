@@ -4,24 +4,24 @@
 //!   (`sessionTTL = now + tenant.sessionTTL`) and returns it with a **connect ticket** (for tenants
 //!   whose `connectAuth` is `ticket`, the default). Without a `sessionId` a new one with 128 random
 //!   bits is made. A stored session that had expired without DynamoDB deleting it yet is replaced
-//!   (a new `sessionNonce`, so old tickets stop working): its stale connections are closed, and the
-//!   ones whose close succeeded released. The ids (and an optional `subject`, the user the ticket
-//!   is for) may also come in a JSON body.
+//!   (a new `sessionNonce`, so old tickets stop working) once its stale sockets, closed first, are
+//!   all known gone; until then 503 with `Retry-After` (decision 2208). The ids (and an optional
+//!   `subject`, the user the ticket is for) may also come in a JSON body.
 //! - `POST /session/ticket?tenantId=&sessionId=` returns a fresh ticket for a live session.
 //! - `GET /session?...` returns the session with its connections (404 if missing or expired).
-//! - `DELETE /session?...` deletes it (its tickets with it), closes its connections and releases
-//!   the capacity of those whose close succeeded (an id answering 410 is left to the reconciler:
-//!   decision 0306).
+//! - `DELETE /session?...` ends it (its tickets with it), closes its connections and releases the
+//!   ones known gone; any other (`closing` in the answer) stays counted in the ended row until its
+//!   `$disconnect`, the reconciler or the sweep releases it (decision 2208).
 //!
 //! Bad input never reaches DynamoDB: missing or malformed ids → 400 naming the parameter; a body
 //! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
 //! Budget: PUT 2 calls with a cold tenant cache (1 warm: a refresh's UpdateItem, or a new session's
 //! TransactWriteItems of the row and the tenant's session count; 2 for a named session that does
-//! not exist yet; over an expired session 1 UpdateItem + 1 TransactWriteItems of the replacement,
-//! 3 WCU); POST ticket 1 GetItem (+1 cold tenant); GET 1; DELETE 1 GetItem + 1 TransactWriteItems
-//! (the row and the session count, 4 WCU) + 1 UpdateItem (the connections' count) when the session
-//! had connections; plus one Management API DELETE per closed connection. Minting a ticket makes
-//! no call.
+//! not exist yet; over an expired session 1 UpdateItem + 1 GetItem + 1 TransactWriteItems of the
+//! replacement and the connections' release); POST ticket 1 GetItem (+1 cold tenant); GET 1;
+//! DELETE 1 GetItem + 1 TransactWriteItems (the row and the session count, 4 WCU), and when the
+//! session had connections 1 TransactWriteItems more (the end mark) before the closes; plus one
+//! Management API DELETE per connection. Minting a ticket makes no call.
 //!
 //! **Sessions per tenant** (`maxSessions`, decision 2204): a `PUT` that would create a session
 //! past the cap answers 429 problem+json naming `maxSessions` (`Retry-After: 10`, a pace: the cap
@@ -44,10 +44,10 @@ use http::Method;
 use serde_json::{json, Value};
 use shared::admission::sessions::{self, Opened};
 use shared::admission::Limit;
-use shared::admission::{release, respond};
+use shared::admission::{closing, respond};
 use shared::config::{ConfigError, Vars};
 use shared::function::{Connections, Tenancy};
-use shared::gateway::{self, Delivery};
+use shared::gateway;
 use shared::ids::{SessionId, TenantId};
 use shared::refusal::HttpAnswer;
 use shared::session::store;
@@ -572,14 +572,14 @@ async fn put(deps: &Deps, state: &State, target: Target) -> Result<HttpAnswer, s
     let now = deps.clock.now();
     let ttl = now.as_secs().saturating_add(ttl_secs);
     let cap = tenant.limits.session_cap();
-    let session = match sessions::open(deps, t, &sid, ttl, cap, new).await? {
+    let session = match sessions::open(deps, t, &sid, ttl, cap, new, &state.connections).await? {
         Opened::Live(s) => s,
         Opened::Replaced { session, stale } => {
-            let closed = close_and_release(deps, state, t, &stale).await?;
-            let fp = fingerprint(sid.as_str());
+            let (fp, closed) = (fingerprint(sid.as_str()), stale.connection_ids.len());
             tracing::info!(tenant = %t, session = %fp, closed, "replaced an expired session");
             session
         }
+        Opened::Closing { pending } => return Ok(still_closing(t, &sid, &pending)),
         Opened::Full { cap } => {
             tracing::info!(tenant = %t, cap, "session refused: maxSessions");
             let who = format!("tenant {t}");
@@ -635,61 +635,37 @@ async fn ticket_for(
     Ok(respond::json_answer(200, &body))
 }
 
+/// `DELETE`: `shared::admission::closing::delete` ends the session, closes its sockets and
+/// releases the ones known gone; the others stay counted in the ended row (`closing`).
 async fn delete(
     deps: &Deps,
     state: &State,
     t: &TenantId,
     sid: &SessionId,
 ) -> Result<HttpAnswer, shared::Error> {
-    // The row and its unit of the session count leave together, once however the SDK retries:
-    // this call alone then closes and releases the row's connections.
-    let Some(old) = sessions::delete(deps, t, sid).await? else {
+    let Some(ended) = closing::delete(deps, t, sid, &state.connections).await? else {
         return Ok(not_found(t, sid));
     };
-    close_and_release(deps, state, t, &old).await?;
     Ok(respond::json_answer(
         200,
-        &json!({ "deleted": old, "closed": old.connection_ids }),
+        &json!({ "deleted": ended.session, "closed": ended.closed, "closing": ended.closing }),
     ))
 }
 
-/// Closes `ids`, which left the session with the row this call deleted or replaced (1 Management
-/// API DELETE each, a failed one tried again), then releases the capacity of the ones whose close
-/// succeeded (1 UpdateItem). Closing comes first and a 410 releases nothing: the socket may still
-/// be inside its own `$connect` (it answers 410 until its handshake completes) and would go live
-/// counted nowhere. An id not closed keeps the count one too high (the safe side) until the
-/// reconciler, whose truth no longer holds it, repairs the count (decision 0306). Returns the
-/// number closed.
-async fn close_and_release(
-    deps: &Deps,
-    state: &State,
-    t: &TenantId,
-    session: &shared::session::Session,
-) -> Result<usize, shared::Error> {
-    let ids = &session.connection_ids;
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let Connections { gateway, endpoint } = &state.connections;
-    let closed: Vec<String> = gateway
-        .close_each(endpoint, ids)
-        .await
-        .into_iter()
-        .filter_map(|(c, r)| match r {
-            Ok(Delivery::Delivered) => Some(c),
-            Ok(Delivery::Gone) => {
-                tracing::info!(tenant = %t, connection = %c, "close answered 410: not released");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(tenant = %t, connection = %c, error = %e, "close failed: not released");
-                None
-            }
-        })
-        .collect();
-    let released = release::parse_ids(&closed);
-    release::left_session(deps, t, &released, &session.charges).await?;
-    Ok(closed.len())
+/// 503: the expired session `PUT` names still has sockets not known gone (decision 2208).
+fn still_closing(t: &TenantId, sid: &SessionId, pending: &[String]) -> HttpAnswer {
+    let wait = closing::MIN_GRACE.as_secs();
+    let mut a = respond::problem(
+        503,
+        "Service Unavailable",
+        format!(
+            "session {sid} of tenant {t} expired and {} of its connections are still closing; \
+             try again in {wait} s",
+            pending.len()
+        ),
+    );
+    a.headers.push(("Retry-After", wait.to_string()));
+    a
 }
 
 #[cfg(test)]

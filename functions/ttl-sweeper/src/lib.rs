@@ -1,18 +1,20 @@
 //! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
-//! dynamodb.amazonaws.com}` — it gives back the session's unit of the tenant's session count and
-//! releases the capacity of every connection in the old image, to the counter each was charged on
-//! (one `TransactWriteItems` per record: a conditional tombstone, `-1` on the session count and
-//! the decrement of each charged counter, with a request token, so a lost answer, a stop or a
-//! redelivery gives back exactly once; decisions 0306, 2204, 2206) and closes each connection
-//! through the Management API (a gone one is fine). Other
-//! records (inserts, updates, user deletes, which the session API already handled) are ignored.
-//! A record that fails is reported in `batchItemFailures` (by sequence number) for redelivery;
-//! a record whose image is unusable is logged and acknowledged, since retrying cannot fix it.
+//! dynamodb.amazonaws.com}` — it closes every connection of the old image through the Management
+//! API first, and once every one is known gone (a 2xx, or a 410 a grace after the row's last
+//! join: decision 2208) gives back the session's unit of the tenant's session count (unless a
+//! session `DELETE` had ended the row and given it back) and releases each connection's capacity
+//! to the counter it was charged on, in one `TransactWriteItems` per record (a conditional
+//! tombstone, the count, the decrements, with a request token, so a lost answer, a stop or a
+//! redelivery gives back exactly once; decisions 0306, 2204, 2206): `shared::admission::closing::
+//! sweep`. A socket not known gone yet releases nothing: the record is reported in
+//! `batchItemFailures` (by sequence number) and comes again. Other records (inserts, updates, user
+//! deletes, which the session API already handled) are ignored; a record whose image is unusable
+//! is logged and acknowledged, since retrying cannot fix it.
 
 use aws_lambda_events::dynamodb::Event;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use shared::admission::release;
+use shared::admission::closing::{self, Sweep};
 use shared::config::{ConfigError, Vars};
 use shared::function::{Connections, Tenancy};
 use shared::gateway;
@@ -60,39 +62,32 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         if !stream::is_ttl_removal(r) {
             continue;
         }
-        let (t, sid, ids) = match stream::expired_session(r) {
+        let expired = match closing::expired_of(r) {
             Ok(x) => x,
             Err(reason) => {
                 tracing::error!(event_id = %r.event_id, %reason, "unusable TTL record; skipped");
                 continue;
             }
         };
-        // Every TTL deletion gives back its session (decision 2204), connections or not.
         // Each record is its own tenant's: its release runs with that tenant's credentials.
-        let released = match state.tenancy.deps(deps, &t).await {
-            Ok(deps) => {
-                let released = release::parse_ids(&ids);
-                release::swept(
-                    &deps,
-                    &t,
-                    &sid,
-                    &stream::record_id(r),
-                    stream::deleted_at(r),
-                    &released,
-                    &stream::charges(r),
-                )
-                .await
-            }
+        let t = &expired.tenant;
+        let swept = match state.tenancy.deps(deps, t).await {
+            Ok(deps) => closing::sweep(&deps, &expired, &state.connections).await,
             Err(e) => Err(e),
         };
-        let ok = match released {
-            Ok(swept) => {
-                tracing::info!(tenant = %t, session = %shared::ticket::fingerprint(sid.as_str()), ?swept, connections = ids.len(), "expired session swept");
-                let Connections { gateway, endpoint } = &state.connections;
-                gateway.close_all(endpoint, &ids).await.is_empty()
+        let session = shared::ticket::fingerprint(expired.session.as_str());
+        let ok = match swept {
+            Ok(Sweep::Released(swept)) => {
+                let connections = expired.connection_ids.len();
+                tracing::info!(tenant = %t, %session, ?swept, connections, "expired session swept");
+                true
+            }
+            Ok(Sweep::Closing(closing)) => {
+                tracing::info!(tenant = %t, %session, ?closing, "sockets not known gone yet: the record comes again");
+                false
             }
             Err(e) => {
-                tracing::warn!(event_id = %r.event_id, error = %e, "releasing an expired session failed");
+                tracing::warn!(event_id = %r.event_id, error = %e, "sweeping an expired session failed");
                 false
             }
         };

@@ -14,6 +14,7 @@
 //! - Sharded tenants (`connectionShards` > 1, [`shards`], decision 1502): the same 2 writes when
 //!   the random shard admits; 1 BatchGetItem of the shards and a write per shard tried otherwise.
 
+pub mod closing;
 pub mod connect;
 pub mod context;
 pub mod message;

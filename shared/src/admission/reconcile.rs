@@ -3,7 +3,8 @@
 //! TTL sweep that ended in the DLQ — and releases connection ids whose socket is gone.
 //!
 //! The truth of a tenant is the union of its sessions' `connectionIds` (one `Query` of the session
-//! table's tenant partition). A run goes in three phases, `grace` apart (decision 0306):
+//! table's tenant partition), rows a session `DELETE` ended included: their sockets are not known
+//! gone yet (decision 2208). A run goes in three phases, `grace` apart (decision 0306):
 //!
 //! 1. **before**: read the counter (`resvTotal`, `ver`); ask the Management API about every id
 //!    (`GET @connections`). A 410 is only a candidate: a connection inside its own `$connect` answers
@@ -34,6 +35,10 @@
 //! The session count (decision 2204, `sessions`): 2 GetItem, at most 1 UpdateItem. With probing,
 //! 1 GetItem of where the probes start, and 1 UpdateItem when that moves (`probe`).
 //!
+//! Ended rows are finished here too ([`ended`], decision 2208): their sockets found open in phase 1
+//! are closed (1 DeleteConnection each), and those the truth finds empty are deleted in phase 3 (1
+//! DeleteItem each).
+//!
 //! A run fits its function (decision 2205, [`budget`]): the grace is at most [`MAX_GRACE`], each
 //! tenant's probes have a time budget, tenants are taken while the run's budget lasts (the rest are
 //! `Deferred`), and a run over every tenant starts after the last one the previous run took.
@@ -42,26 +47,27 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::ReturnValue;
 
 use super::release;
 use super::write::{self, Parts, Retries, Written};
 use crate::counter::{attr as cattr, keys};
-use crate::dynamo::item::{self, n, s, Item};
-use crate::dynamo::pages;
+use crate::dynamo::item::{n, s, Item};
 use crate::error::{Error, Result};
 use crate::gateway::Gateway;
 use crate::ids::{SessionId, TenantId};
-use crate::session::attr as sattr;
 use crate::Deps;
 
 pub mod budget;
+mod ended;
 mod probe;
 mod report;
 mod sessions;
 mod start;
+mod truth;
 pub use budget::{Budget, MAX_GRACE};
 pub use report::{Outcome, Report, TenantReport};
+use truth::{sessions, truth_of};
 
 /// Default grace between the phases: longer than any `$connect` or release can be half-way.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -118,56 +124,6 @@ pub struct Options {
 pub struct Probe<'a> {
     pub gateway: &'a Gateway,
     pub endpoint: String,
-}
-
-/// Session id → its connection ids, for one tenant (strongly consistent Query, every page).
-/// A resharded tenant (`each`) is read whole (each id's `chg:{cid}`) and counted per counter.
-async fn sessions(
-    deps: &Deps,
-    t: &TenantId,
-    n: u64,
-    mut each: Option<&mut super::reconcile_shards::Each>,
-    fenced: bool,
-) -> Result<BTreeMap<String, Vec<String>>> {
-    let mut query = deps
-        .dynamo
-        .query()
-        .table_name(&deps.tables.sessions)
-        .key_condition_expression("#t = :t")
-        .expression_attribute_names("#t", sattr::TENANT_ID)
-        .expression_attribute_names("#s", sattr::SESSION_ID)
-        .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
-        .expression_attribute_names("#nsh", sattr::CONNECTION_SHARDS)
-        .expression_attribute_values(":t", s(t.as_str()))
-        .projection_expression("#s, #ids, #nsh")
-        .consistent_read(true);
-    if fenced {
-        query = query
-            .set_projection_expression(None)
-            .set_expression_attribute_names(Some(
-                [("#t".to_string(), sattr::TENANT_ID.to_string())].into(),
-            ));
-    }
-    let mut out = BTreeMap::new();
-    pages::query(query, |it| {
-        if !fenced {
-            super::reconcile_shards::same_layout(it, n)?;
-        }
-        if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
-            let ids = item::string_set(it, sattr::CONNECTION_IDS);
-            if let Some(e) = each.as_deref_mut() {
-                e.count_truth(t, &ids, &crate::session::store::charges(it))?;
-            }
-            out.insert(sid.clone(), ids);
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(out)
-}
-
-fn truth_of(sessions: &BTreeMap<String, Vec<String>>) -> u64 {
-    sessions.values().flatten().collect::<BTreeSet<_>>().len() as u64
 }
 
 /// What one read of the tenant's counter showed.
@@ -256,6 +212,8 @@ struct Work {
     released: Vec<Option<i64>>,
     /// A resharded tenant: every counter on its own (decision 2206).
     each: Option<super::reconcile_shards::Each>,
+    /// Ended session rows the truth found empty: deleted in phase 3 (decision 2208).
+    ended_empty: Vec<String>,
 }
 
 impl Work {
@@ -273,6 +231,7 @@ impl Work {
             shards,
             released: vec![],
             each: None,
+            ended_empty: vec![],
         }
     }
 }
@@ -390,9 +349,11 @@ where
         }
         let fenced = w.each.is_some();
         match self::sessions(&w.deps, &w.tenant, w.shards, w.each.as_mut(), fenced).await {
-            Ok(ss) => {
+            Ok(rows) => {
                 w.truth_at = w.deps.clock.now().as_millis();
-                w.report.sessions_truth = ss.len() as u64;
+                w.report.sessions_truth = rows.sessions();
+                w.ended_empty = rows.ended_empty();
+                let ss = rows.ids;
                 let mut t = truth_of(&ss);
                 // A dry run released nothing: count its stale ids out as a real run would.
                 if options.dry_run {
@@ -429,6 +390,14 @@ where
                     reason: format!("repairing the session count: {e}"),
                 },
             };
+        if !options.dry_run && !w.ended_empty.is_empty() {
+            match ended::delete_empty(&w.deps, &w.tenant, &w.ended_empty).await {
+                Ok(n) => w.report.ended_deleted = n,
+                Err(e) => {
+                    tracing::warn!(tenant = %w.tenant, error = %e, "ended sessions not deleted")
+                }
+            }
+        }
         tracing::info!(tenant = %w.tenant, report = ?w.report, "reconciled");
     }
     let mut tenants: Vec<TenantReport> = work.into_iter().map(|w| w.report).collect();

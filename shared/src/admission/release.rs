@@ -5,9 +5,12 @@
 //! | what removes the id | how the caller learns it | here |
 //! |---|---|---|
 //! | `$disconnect`, pruning a gone socket, the reconciler | `UpdateItem DELETE connectionIds` with a request token, `ALL_OLD` | [`from_session`] |
-//! | session `DELETE` | the image read before, the row deleted on it unchanged in a transaction with a request token ([`exactly_once`]) | `sessions::delete`, then [`left_session`] |
-//! | `PUT` over an expired session | the expired image, the row replaced on it unchanged, likewise | `sessions::open`, then [`left_session`] |
-//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the transaction of the decrements and the session count's) | [`swept`] |
+//! | session `DELETE` | the image read before, the row deleted (or the known-gone ids taken out of it) on it unchanged, in a transaction with the decrements and a request token ([`exactly_once`]) | `closing::delete` |
+//! | `PUT` over an expired session | the expired image, the row replaced on it unchanged, likewise | `closing::drain_expired` |
+//! | DynamoDB's TTL deletion | the stream record's `OldImage`, once per record (a tombstone in the transaction of the decrements and the session count's) | [`swept`], from `closing::sweep` |
+//!
+//! The last three close the sockets first and release only the ones known gone (decision 2208):
+//! an open socket's id stays in its row, where the reconciler's truth counts it.
 //!
 //! Each decrement goes to the counter the connection was charged on (`chg:{cid}`, decision 2206)
 //! and comes second, sent at most once (no SDK retry of an unknown outcome): a crash or timeout
@@ -145,20 +148,6 @@ async fn one_from_session(
     Ok(true)
 }
 
-/// Decrements the tenant's count for the connections `released` that left a session the caller
-/// deleted or replaced (it holds the old image, and where each was charged: `charges`). 1
-/// `UpdateItem` per counter charged; none when nothing was released.
-pub async fn left_session(
-    deps: &Deps,
-    t: &TenantId,
-    released: &[ConnectionId],
-    charges: &Charges,
-) -> Result<()> {
-    let ids: Vec<&str> = released.iter().map(ConnectionId::as_str).collect();
-    release(deps, t, &ids, charges, None).await?;
-    Ok(())
-}
-
 /// The counter item a connection's release decrements: the one its `chg:{cid}` names (decision
 /// 2206), or, for a connection that joined before that record existed, `{tenant}` or the shard
 /// its id hashes to among the session's `connShards` (decision 1502). `(key, floored)`: only
@@ -208,22 +197,32 @@ pub enum Swept {
     Counted,
 }
 
+/// What a TTL record says DynamoDB deleted.
+#[derive(Debug, Clone)]
+pub struct Expired {
+    pub tenant: TenantId,
+    pub session: SessionId,
+    /// The record's identity (its tombstone's key).
+    pub event_id: String,
+    pub deleted_at: Timestamp,
+    pub connection_ids: Vec<String>,
+    pub charges: Charges,
+    /// Every connection of the row joined at or before this (epoch seconds; decision 2208).
+    pub joined_by: i64,
+}
+
 /// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
 /// delivered and whatever stops the sweeper: the tombstone `{tenant}:swept:{session}:{eventId}`
-/// (conditional), the session count's decrement (decision 2204, sessions per tenant) and the
-/// decrement of each counter its connections were charged on are one `TransactWriteItems` with a
-/// `ClientRequestToken` (a retry after a lost answer applies nothing twice: decision 2206). A
-/// counter whose reconciler truth already left this session out (`truthAt` at or after
-/// `deleted_at`, within [`TRUTH_MARGIN`]) drops out. The return value is about the connections.
-pub async fn swept(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    event_id: &str,
-    deleted_at: Timestamp,
-    ids: &[ConnectionId],
-    charges: &Charges,
-) -> Result<Swept> {
+/// (conditional), the session count's decrement (decision 2204, sessions per tenant; a row a
+/// `DELETE` ended has no TTL, so DynamoDB never deletes it) and the decrement of each counter its connections were
+/// charged on are one `TransactWriteItems` with a `ClientRequestToken` (a retry after a lost
+/// answer applies nothing twice: decision 2206). A counter whose reconciler truth already left
+/// this session out (`truthAt` at or after the deletion, within [`TRUTH_MARGIN`]) drops out. The
+/// return value is about the connections. The caller closes the sockets first (decision 2208).
+pub async fn swept(deps: &Deps, e: &Expired) -> Result<Swept> {
+    let (t, sid, event_id, deleted_at) = (&e.tenant, &e.session, e.event_id.as_str(), e.deleted_at);
+    let ids = parse_ids(&e.connection_ids);
+    let charges = &e.charges;
     let released = ids.len() as u64;
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
@@ -242,7 +241,7 @@ pub async fn swept(
     tomb.retain(|_, v| !matches!(v, AttributeValue::S(s) if s.is_empty()));
     let before = deleted_at.minus(TRUTH_MARGIN).as_millis();
     let mut per: std::collections::BTreeMap<(String, bool), u64> = Default::default();
-    for c in ids {
+    for c in &ids {
         *per.entry(target(t, c.as_str(), charges)?).or_default() += 1;
     }
     let connection_counters = per.len();

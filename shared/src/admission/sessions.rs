@@ -1,27 +1,35 @@
 //! The tenant's session count (`maxSessions`, decision 2204): a session row is created only together
 //! with a unit of `{tenant}:sessions`, in one `TransactWriteItems`, so no create is ever admitted
 //! past the cap (DynamoDB evaluates the count's condition on the item as serialised writes leave
-//! it) and no crash leaves a row uncounted. The unit is given back exactly once, by whoever learns
-//! the row is gone: session `DELETE` (the row and the unit in one transaction with a request
-//! token, so the SDK's retry after a lost answer is answered as committed: [`delete`]) and the
-//! TTL sweeper (once per stream record, in its tombstone's transaction: decision 2206). A
-//! give-back lost otherwise (a caller stopped after its transaction, before closing) leaves the
-//! count high (refusing early: the safe side) until the reconciler repairs it.
+//! it) and no crash leaves a row uncounted. The unit is given back exactly once, by whoever ends
+//! the row: session `DELETE` (`closing::delete`: the row's deletion, or for a row still holding
+//! connections its end mark, with the unit in one transaction with a request token, so the SDK's
+//! retry after a lost answer is answered as committed) and the TTL sweeper (once per stream
+//! record, in its tombstone's transaction: decision 2206; not for a row a `DELETE` ended). A
+//! give-back lost otherwise (a caller stopped after its transaction) leaves the count high
+//! (refusing early: the safe side) until the reconciler, whose truth is the rows not ended,
+//! repairs it.
 //!
 //! | path | calls | write units |
 //! |---|---|---|
 //! | `PUT` of a new session (no `sessionId`) | 1 TransactWriteItems (count + row) | 4 |
 //! | `PUT` naming a session that does not exist | 1 UpdateItem (refused) + 1 TransactWriteItems | 5 |
 //! | `PUT` refreshing a live session | 1 UpdateItem, as before | 1 |
-//! | `PUT` over an expired row | 1 UpdateItem (refused) + 1 TransactWriteItems of the replacement, with a request token (one session replaces another) | 3 (2 before decision 2206's amendment: a `PutItem`) |
+//! | `PUT` over an expired row | 1 UpdateItem (refused) + 1 GetItem + 1 DeleteConnection per connection + 1 TransactWriteItems of the replacement and the connections' decrements, with a request token (one session replaces another) | 3 + 2 per counter charged |
 //! | `PUT` refused by the cap | 1 TransactWriteItems (cancelled) | 4 as metered (a cancelled transaction charged in full) |
-//! | `DELETE` | 1 GetItem + 1 TransactWriteItems (row + count, with a request token) | 4 (2 before: `DeleteItem` + `UpdateItem`) |
+//! | `DELETE` | `closing::delete`: 1 GetItem + 1 TransactWriteItems (row + count) without connections; with them 1 more (the end mark + count), the closes, then the release | 4; 4 + 2 per item of the release |
 //! | TTL sweep of a session | + 1 item in the sweep's TransactWriteItems (1 call of tombstone + session count when it held no connection) | + 2 (4 without connections) |
+//!
+//! A `PUT` over an expired row closes its sockets first and replaces the row only once every one
+//! is known gone (decision 2208): a socket not known gone yet (a failed close, a 410 within a grace
+//! of its join) leaves the row as it is, counting it, and the `PUT` answers that the session is
+//! still closing. An expired row a `DELETE` ended (its unit given back) is deleted instead, and a
+//! counted session created in its place.
 
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
+use super::closing::{self, Drained, Sockets};
 use super::connect::count_move;
-use super::release::{self, Attempt};
 use super::write::Parts;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{n, s, Item};
@@ -33,27 +41,30 @@ use crate::session::store::{self as sstore, Refresh};
 use crate::session::{attr as sattr, Session};
 use crate::Deps;
 
-/// Creates that met a concurrent create of the same id, or a transaction conflict, tried again.
+/// Creates that met a concurrent create of the same id, an expired row changing under its
+/// replacement, or a transaction conflict, tried again.
 const ATTEMPTS: u32 = 4;
-/// Attempts of a deletion: after the row is closed to joins each refusal means a connection left
-/// (or a conflict), so a session with many connections leaving at once needs more than [`ATTEMPTS`].
-const DELETE_ATTEMPTS: u32 = 12;
 
 /// What [`open`] did.
 #[derive(Debug)]
 pub enum Opened {
     /// The session is live with the new TTL: created (and counted), or refreshed.
     Live(Session),
-    /// A stored session had expired without DynamoDB deleting it yet: it was replaced by a fresh
-    /// one and `stale` is the replaced row (as read, and replaced only while unchanged): the caller
-    /// must close and release its connections, which left with it. The count is unchanged.
+    /// A stored session had expired without DynamoDB deleting it yet: its sockets were closed,
+    /// and once every one was known gone it was replaced by a fresh one together with their
+    /// release. `stale` is the replaced row as read. The session count is unchanged.
     Replaced { session: Session, stale: Session },
+    /// A stored session had expired, and these of its sockets are not known gone yet (a failed
+    /// close, or a 410 within a grace of its last join): the row stays, counting them. Try again
+    /// after [`closing::MIN_GRACE`].
+    Closing { pending: Vec<String> },
     /// The tenant holds `cap` sessions: nothing was written.
     Full { cap: u64 },
 }
 
 /// Creates the session (counted against `cap`) or refreshes it to `ttl` (epoch seconds). `new`:
-/// the id was just generated, so there is nothing to refresh and the create is tried first.
+/// the id was just generated, so there is nothing to refresh and the create is tried first. An
+/// expired row is replaced once its sockets, closed through `sockets`, are all known gone.
 pub async fn open(
     deps: &Deps,
     t: &TenantId,
@@ -61,24 +72,28 @@ pub async fn open(
     ttl: i64,
     cap: u64,
     new: bool,
+    sockets: &dyn Sockets,
 ) -> Result<Opened> {
     let mut try_create = new;
     for attempt in 1..=ATTEMPTS {
         if !try_create {
             match sstore::refresh(deps, t, sid, ttl).await? {
                 Refresh::Live(s) => return Ok(Opened::Live(s)),
-                Refresh::Expired(seen) => {
-                    // The ids to release are this image's: the replacement applies only while the
-                    // row still holds exactly them (a disconnect in between released its own).
+                Refresh::Expired(_) => {
                     let nonce = sstore::new_nonce()?;
-                    let Some(stale) = replace(deps, t, sid, ttl, &nonce, seen, attempt).await?
-                    else {
-                        // Another PUT replaced it (or it was refreshed or deleted) meanwhile:
-                        // the row is live or gone now, so the next round refreshes or creates.
-                        continue;
-                    };
-                    let session = sstore::fresh(t, sid, ttl, nonce);
-                    return Ok(Opened::Replaced { session, stale });
+                    let fresh = sstore::new_row(t, sid, ttl, &nonce);
+                    match closing::drain_expired(deps, t, sid, fresh, sockets).await? {
+                        Drained::Replaced(stale) => {
+                            let session = sstore::fresh(t, sid, ttl, nonce);
+                            return Ok(Opened::Replaced { session, stale });
+                        }
+                        Drained::Closing(pending) => return Ok(Opened::Closing { pending }),
+                        // Deleted (it had been ended: create a counted one), or another PUT
+                        // replaced it or it changed meanwhile: the next round looks again.
+                        Drained::Deleted(_) => try_create = true,
+                        Drained::Changed => Backoff::TRANSACTION.wait(attempt).await,
+                    }
+                    continue;
                 }
                 Refresh::Missing => {}
             }
@@ -117,86 +132,6 @@ pub async fn open(
     Err(Error::contended(
         format!("creating a session of tenant {t}"),
         ATTEMPTS,
-    ))
-}
-
-/// Replaces the expired row `seen` with a fresh one, exactly once under the SDK's retries: a
-/// transaction of the replacement alone (one session replaces another: the count does not move)
-/// with a request token ([`release::exactly_once`]), so a retry after a lost answer is answered as
-/// committed and the caller still learns it must release `seen`'s connections. `None` when the
-/// row is no longer that expired one with those connections (replaced, refreshed, deleted, or a
-/// connection left meanwhile: a race found by the fault-schedule simulation, decision 2300).
-/// 1 TransactWriteItems (2 WCU per KB of the row).
-async fn replace(
-    deps: &Deps,
-    t: &TenantId,
-    sid: &SessionId,
-    ttl: i64,
-    nonce: &str,
-    seen: Session,
-    attempt: u32,
-) -> Result<Option<Session>> {
-    let fresh = sstore::new_row(t, sid, ttl, nonce);
-    let lead = sstore::replace_item(&deps.tables.sessions, fresh, &seen)?;
-    let seed = format!("replace|{t}|{sid}|{}|{attempt}", release::request_token());
-    match release::exactly_once(deps, lead, &[], None, &seed).await? {
-        Attempt::Committed => Ok(Some(seen)),
-        Attempt::LeadRefused(_) => Ok(None),
-        Attempt::CountersRefused(_) | Attempt::Again => {
-            Backoff::TRANSACTION.wait(attempt).await;
-            Ok(None)
-        }
-    }
-}
-
-/// Deletes the session and gives back its unit of the session count, exactly once under the
-/// SDK's retries: the row as read (strongly consistent) is deleted only while it still holds
-/// exactly those connections, together with the count's `-1`, in one transaction with a request
-/// token ([`release::exactly_once`]). A retry after a lost answer is answered as committed, so
-/// the caller still gets the row whose connections it must close and release; before, a
-/// `DeleteItem` retried after a lost answer found nothing and released nothing (decision 2206).
-/// A count already at zero (repaired) drops out; a row changed meanwhile is deleted on its new
-/// image. `None` when there is no row (or another caller deleted it first). 1 GetItem + 1
-/// TransactWriteItems of 2 items (4 WCU for a row under 1 KB).
-///
-/// A row whose connections changed under the first attempt is closed to joins before the next
-/// (its TTL set to now, as an expiry would: 1 UpdateItem, [`sstore::close`]), so only leaving
-/// connections can change it after that and the deletion converges instead of losing every attempt
-/// to a busy session's joins (found by the random-fault soak, decision 2300). Should this call
-/// stop there, the closed row is deleted by TTL and its connections released by the sweep.
-pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
-    let Some(mut seen) = sstore::get(deps, t, sid).await? else {
-        return Ok(None);
-    };
-    let mut plan = vec![((keys::sessions(t)?, true), 1)];
-    let call = release::request_token();
-    let mut closed = false;
-    for attempt in 1..=DELETE_ATTEMPTS {
-        let lead = sstore::delete_item(&deps.tables.sessions, t, sid, &seen)?;
-        let seed = format!("delete|{t}|{sid}|{call}|{attempt}");
-        match release::exactly_once(deps, lead, &plan, None, &seed).await? {
-            Attempt::Committed => return Ok(Some(seen)),
-            Attempt::LeadRefused(None) => return Ok(None),
-            Attempt::LeadRefused(Some(_)) if !closed => {
-                closed = true;
-                match sstore::close(deps, t, sid).await? {
-                    Some(row) => seen = row,
-                    None => return Ok(None),
-                }
-            }
-            Attempt::LeadRefused(Some(now)) => {
-                seen = sstore::from_item(&deps.tables.sessions, &now)?
-            }
-            Attempt::CountersRefused(_) => {
-                tracing::warn!(tenant = %t, "session count already at zero: not given back");
-                plan.clear();
-            }
-            Attempt::Again => Backoff::TRANSACTION.wait(attempt).await,
-        }
-    }
-    Err(Error::contended(
-        format!("deleting a session of tenant {t}"),
-        DELETE_ATTEMPTS,
     ))
 }
 

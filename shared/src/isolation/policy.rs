@@ -94,13 +94,21 @@ pub const TENANT_ACCESS: &[TenantAccess] = &[
         function: "ttl-sweeper",
         tables: &[(Counters, &["dynamodb:PutItem", "dynamodb:UpdateItem"])],
     },
-    // a named tenant's row; Query its sessions and release gone ids; read the count (a sharded
-    // tenant: BatchGetItem of its shards) and repair it (UpdateItem, or a transaction of them)
+    // a named tenant's row; Query its sessions, release gone ids and delete ended sessions left
+    // empty; read the count (a sharded tenant: BatchGetItem of its shards) and repair it
+    // (UpdateItem, or a transaction of them)
     TenantAccess {
         function: "reconciler",
         tables: &[
             TENANT_READ,
-            (Sessions, &["dynamodb:Query", "dynamodb:UpdateItem"]),
+            (
+                Sessions,
+                &[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:Query",
+                    "dynamodb:UpdateItem",
+                ],
+            ),
             (
                 Counters,
                 &[

@@ -24,6 +24,15 @@ pub mod attr {
     pub const CONN_MINUTE_COUNT: &str = "connMinuteCount";
     /// The session's per-minute connection bucket (`rateAlgorithm = gcra`): its TAT, epoch ns.
     pub const CONN_TAT: &str = "connTat";
+    /// Epoch seconds of the latest join: every connection of the row joined by then, so a close
+    /// answering 410 a grace later proves the socket gone (`admission::closing`, decision 2208).
+    pub const JOINED_AT: &str = "joinedAt";
+    /// The request token of the session `DELETE` that ended the row: its `sessionTTL` removed (so
+    /// every path sees it as expired, and DynamoDB's TTL never deletes it while it still counts
+    /// sockets) and its session unit given back (decision 2208).
+    pub const ENDED_BY: &str = "endedBy";
+    /// Epoch seconds of that end: no connection joined the row after it.
+    pub const ENDED_AT: &str = "endedAt";
     /// The tenant's `connectionShards` when a connection last joined (only when above 1): a
     /// release finds the counter shard of each id from it (decision 1502).
     pub const CONNECTION_SHARDS: &str = "connShards";

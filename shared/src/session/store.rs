@@ -112,18 +112,6 @@ pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Re
     }
 }
 
-/// Closes a live session to joins: its TTL set to now, so `$connect`'s join (`sessionTTL > now`)
-/// and the authorizer refuse it as expired, while leaving connections still remove themselves.
-/// The row as it is afterwards (already expired: as it was); `None` when there is none.
-/// 1 UpdateItem ([`refresh`] to now).
-pub async fn close(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
-    let now = deps.clock.now().as_secs();
-    Ok(match refresh(deps, t, sid, now).await? {
-        Refresh::Live(row) | Refresh::Expired(row) => Some(row),
-        Refresh::Missing => None,
-    })
-}
-
 /// A new, empty session row (the item a create puts).
 pub fn new_row(t: &TenantId, sid: &SessionId, ttl: i64, nonce: &str) -> Item {
     let mut it = key(t, sid);
@@ -228,7 +216,7 @@ pub async fn get(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Se
 }
 
 /// 1 DeleteItem returning the deleted row. Releases nothing and gives nothing back: what a TTL
-/// deletion does to the row (tests). Session `DELETE` is `admission::sessions::delete`.
+/// deletion does to the row (tests). Session `DELETE` is `admission::closing::delete`.
 pub async fn delete(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
     let out = deps
         .dynamo

@@ -79,6 +79,22 @@ pub fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<Stri
     Ok((t, sid, ids))
 }
 
+/// A number of the old image (`None` when absent or not a number).
+fn old_number(r: &EventRecord, name: &str) -> Option<i64> {
+    match r.change.old_image.get(name) {
+        Some(AttributeValue::N(v)) => v.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The old image's `joinedAt` (epoch seconds of its last join) and `sessionTTL`.
+pub fn joined_at_and_ttl(r: &EventRecord) -> (Option<i64>, Option<i64>) {
+    (
+        old_number(r, attr::JOINED_AT),
+        old_number(r, attr::SESSION_TTL),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +140,14 @@ mod tests {
         assert_eq!(recorded_shards(&r), 4);
         assert_eq!(record_id(&r), "e1");
         assert_eq!(deleted_at(&r), Timestamp::from_millis(1_700_000_300_000));
+        assert_eq!(joined_at_and_ttl(&r), (None, None));
+        let joined = ttl_record(json!({
+            "joinedAt": {"N": "1700000100"}, "sessionTTL": {"N": "1700000200"}
+        }));
+        assert_eq!(
+            joined_at_and_ttl(&joined),
+            (Some(1_700_000_100), Some(1_700_000_200))
+        );
     }
 
     #[test]

@@ -322,6 +322,12 @@ mod tests {
             (s::CONN_MINUTE, big.clone()),
             (s::CONN_MINUTE_COUNT, big.clone()),
             (s::CONN_TAT, json!({"N": i64::MAX.to_string()})),
+            (s::JOINED_AT, big.clone()),
+            (s::ENDED_AT, big.clone()),
+            (
+                s::ENDED_BY,
+                json!({"S": crate::admission::release::request_token()}),
+            ),
             (
                 s::CONNECTION_SHARDS,
                 json!({"N": MAX_CONNECTION_SHARDS.to_string()}),

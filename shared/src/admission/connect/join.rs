@@ -81,6 +81,10 @@ pub(super) async fn join_inner(
         minute.write(&mut p, &SESSION_MINUTE);
         p.add.push("#ids :cidset".into());
         p.set.push("#ttl = :ttl".into());
+        // When the last join happened: a close answering 410 a grace later proves its socket
+        // gone (decision 2208).
+        p.name("#jat", sattr::JOINED_AT);
+        p.set.push("#jat = :nows".into());
         if let Some(nonce) = r.nonce {
             p.name("#nonce", sattr::SESSION_NONCE);
             p.value(":nonce", s(nonce));

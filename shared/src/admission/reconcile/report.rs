@@ -44,10 +44,21 @@ pub struct TenantReport {
     /// The session count (`{tenant}:sessions`, decision 2204) read before the truth; `None` when
     /// the tenant had none.
     pub sessions_counted: Option<i64>,
-    /// Session rows when the truth was read (expired ones DynamoDB has not deleted included).
+    /// Session rows when the truth was read (expired ones DynamoDB has not deleted included;
+    /// rows a `DELETE` ended not).
     pub sessions_truth: u64,
     /// What happened to the session count.
     pub sessions: Outcome,
+    /// Sockets of ended sessions (decision 2208) found open and closed in phase 1.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ended_closed: u64,
+    /// Ended sessions found holding no connection, deleted in phase 3.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ended_deleted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TenantReport {
@@ -65,6 +76,8 @@ impl TenantReport {
             sessions_counted: None,
             sessions_truth: 0,
             sessions: Outcome::Consistent,
+            ended_closed: 0,
+            ended_deleted: 0,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The reconciler's repair of a tenant's session count (`{tenant}:sessions`, decision 2204), on the
-//! phases of 0306. A create adds its unit in the same transaction as its row, so no create is ever
-//! half-way; a give-back (`DELETE`, a sweep) comes after the row left, within a handler's timeout,
-//! or never (a leak), or — a TTL deletion — any time later, which the stamped `truthAt` turns into
-//! nothing. So with `C` read just before the truth `T` (the rows the truth's Query found) and
+//! phases of 0306. The truth is the rows not ended (decision 2208). A create adds its unit in the
+//! same transaction as its row, so no create is ever half-way; a `DELETE` gives it back in the same
+//! transaction as the row's end or deletion, so neither is; a sweep gives it back after the row
+//! left, any time later (or never: a leak), which the stamped `truthAt` turns into nothing. So with `C` read just before the truth `T` (the rows the truth's Query found) and
 //! `in_flight` = the growth of `relTotal` from that read to the phase-3 read (a grace later),
 //! `C − T − in_flight` units are leaked for sure, and `ADD itemCount −leak` is safe whatever runs
 //! meanwhile (conditioned on `relTotal` and `repairs` unchanged since the phase-3 read). When

@@ -1,5 +1,6 @@
-//! How a tenant enters a run: its credentials and layout, then phase 1 (the counter before, and a
-//! probe of its ids within the tenant's budget).
+//! How a tenant enters a run: its credentials and layout, then phase 1 (the counter before, a
+//! probe of its ids within the tenant's budget, and the close of ended sessions' sockets found
+//! open: decision 2208).
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,8 +56,10 @@ pub(super) async fn before(
         return;
     };
     match sessions(&w.deps, &w.tenant, w.shards, None, w.each.is_some()).await {
-        Ok(ss) => {
-            let ids: Vec<(String, String)> = ss
+        Ok(rows) => {
+            let of_ended = rows.of_ended();
+            let ids: Vec<(String, String)> = rows
+                .ids
                 .into_iter()
                 .flat_map(|(sid, cids)| cids.into_iter().map(move |c| (sid.clone(), c)))
                 .collect();
@@ -71,6 +74,16 @@ pub(super) async fn before(
             };
             let until = w.deps.clock.now().plus(budget);
             let (candidates, errors, unprobed) = probe::gone(p, &w.deps, until, ids.clone()).await;
+            if !dry_run {
+                // Sockets of ended sessions not found gone: closed, so they can be released.
+                let open: Vec<(String, String)> = of_ended
+                    .into_iter()
+                    .filter(|id| !candidates.contains(id))
+                    .collect();
+                if !open.is_empty() {
+                    w.report.ended_closed = super::ended::close_open(p, &open).await;
+                }
+            }
             w.candidates = candidates;
             w.report.probe_errors += errors;
             w.report.unprobed += unprobed;
