@@ -327,7 +327,11 @@ async fn a_tenant_with_no_message_allowance_still_keeps_its_sessions_alive() {
         w.send("quiet", "q1", "q", &none, "x").await.status_code,
         429
     );
-    assert_eq!(w.env.counter.total(), 2, "the tenant (a cold cache) and the message");
+    assert_eq!(
+        w.env.counter.total(),
+        2,
+        "the tenant (a cold cache) and the message"
+    );
     assert_eq!(
         w.session("quiet", "q1").await.unwrap().session_ttl,
         now + 200
@@ -530,7 +534,10 @@ async fn a_stricter_connect_auth_closes_sockets_admitted_under_the_old_one() {
         let ev = message_admitted_as(T, "s1", cid, &open, auth, "x");
         message::handle(w.deps(), &w.message, ev)
     };
-    assert_eq!(send("anon", ConnectAuth::None).await.unwrap().status_code, 200);
+    assert_eq!(
+        send("anon", ConnectAuth::None).await.unwrap().status_code,
+        200
+    );
     w.put_tenant(T, SMALL.with_connect_auth(ConnectAuth::Ticket))
         .await;
     w.env.clock.advance(Duration::from_secs(61));
@@ -539,7 +546,11 @@ async fn a_stricter_connect_auth_closes_sockets_admitted_under_the_old_one() {
     assert_eq!(r.status_code, 403, "{:?}", r.body);
     let frames = w.api.received_by("POST");
     assert_eq!(frames.len(), 1, "{frames:?}");
-    assert!(frames[0].body_str().contains("ticket"), "{}", frames[0].body_str());
+    assert!(
+        frames[0].body_str().contains("ticket"),
+        "{}",
+        frames[0].body_str()
+    );
     assert_eq!(w.closed(), ["anon"]);
     // A socket that presented a ticket meets the new mode: it goes on.
     let r = send("held", ConnectAuth::Ticket).await.unwrap();

@@ -176,9 +176,19 @@ pub async fn message(
 
 /// `$default` when its tenant row could not be read: the failure policy the authorizer captured
 /// at `$connect` (`captured`, from the context) decides; without one it fails closed.
-pub fn message_unread(e: Error, captured: Option<&Limits>, t: &TenantId) -> Verdict<MessageAdmission> {
+pub fn message_unread(
+    e: Error,
+    captured: Option<&Limits>,
+    t: &TenantId,
+) -> Verdict<MessageAdmission> {
     let closed = Limits::example(0, 0, 0, 0, 0, 0);
-    failed(Path::Message, e, captured.unwrap_or(&closed), t, Instant::now())
+    failed(
+        Path::Message,
+        e,
+        captured.unwrap_or(&closed),
+        t,
+        Instant::now(),
+    )
 }
 
 /// The authorizer's pre-check under the tenant's policy, metered: a shadow tenant's
