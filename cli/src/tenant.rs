@@ -2,6 +2,9 @@
 //! WebSocket limits. Output is JSON on stdout.
 
 use clap::Subcommand;
+use shared::admission::closing;
+use shared::function::Connections;
+use shared::gateway::Gateway;
 use shared::ids::TenantId;
 use shared::tenant::{self, Limits, Tenant};
 use shared::{Deps, Error, Result};
@@ -75,10 +78,18 @@ enum Cmd {
     },
     /// Print every tenant.
     List,
-    /// Delete a tenant (exit status 1 if it did not exist).
+    /// Delete a tenant and end its sessions: each session is deleted as the session API's DELETE
+    /// deletes it, its sockets closed through the Management API (exit status 1 if the tenant
+    /// neither existed nor held sessions).
     Delete {
         #[arg(long)]
         tenant_id: TenantId,
+        /// The WebSocket API's Management API endpoint, where the tenant's sockets are closed
+        /// (`https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`; default
+        /// TURNSTILE_MANAGEMENT_ENDPOINT). Without either, a tenant holding sessions is not
+        /// deleted: its sockets would stay open.
+        #[arg(long)]
+        management_endpoint: Option<String>,
     },
 }
 
@@ -153,14 +164,44 @@ pub async fn run(args: Args) -> Result<()> {
             }
             crate::print_json(&tenants)
         }
-        Cmd::Delete { tenant_id } => {
-            if tenant::store::delete(&deps, &tenant_id).await? {
-                crate::print_json(&serde_json::json!({ "deleted": tenant_id }))
-            } else {
-                Err(Error::Other(format!("tenant {tenant_id} does not exist")))
-            }
-        }
+        Cmd::Delete {
+            tenant_id,
+            management_endpoint,
+        } => delete(&deps, &tenant_id, management_endpoint).await,
     }
+}
+
+/// `tenant delete`: the row, then every session ended with its sockets closed
+/// (`admission::closing::end_tenant`). Without a Management API endpoint only a tenant holding no
+/// session is deleted.
+async fn delete(deps: &Deps, t: &TenantId, endpoint: Option<String>) -> Result<()> {
+    let endpoint = match endpoint {
+        Some(e) => Some(e.trim_end_matches('/').to_string()),
+        None => Gateway::endpoint_from_vars(&deps.vars)?,
+    };
+    let Some(endpoint) = endpoint else {
+        if closing::has_sessions(deps, t).await? {
+            return Err(Error::Other(format!(
+                "tenant {t} holds sessions whose sockets must be closed: pass \
+                 --management-endpoint https://{{api-id}}.execute-api.{{region}}.amazonaws.com/{{stage}} \
+                 (or set TURNSTILE_MANAGEMENT_ENDPOINT)"
+            )));
+        }
+        if !tenant::store::delete(deps, t).await? {
+            return Err(Error::Other(format!("tenant {t} does not exist")));
+        }
+        return crate::print_json(&closing::TenantEnded {
+            tenant_id: t.to_string(),
+            deleted: true,
+            ..Default::default()
+        });
+    };
+    let sockets = Connections::new(deps, &endpoint).await;
+    let ended = closing::end_tenant(deps, t, &sockets).await?;
+    if !ended.deleted && ended.sessions == 0 {
+        return Err(Error::Other(format!("tenant {t} does not exist")));
+    }
+    crate::print_json(&ended)
 }
 
 #[cfg(test)]
@@ -223,6 +264,24 @@ mod tests {
         assert_eq!(shards(put(&["--connection-shards", "8"]).unwrap()), 8);
         assert!(put(&["--connection-shards", "0"]).is_err());
         assert!(put(&["--connection-shards", "101"]).is_err());
+    }
+
+    #[test]
+    fn delete_takes_the_management_endpoint_by_a_named_flag() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["tenant", "delete", "--tenant-id", "acme"];
+            argv.extend_from_slice(extra);
+            match Wrapper::try_parse_from(argv).unwrap().args.command {
+                Cmd::Delete {
+                    management_endpoint,
+                    ..
+                } => management_endpoint,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(parse(&[]), None);
+        let url = "https://abc.execute-api.eu-west-1.amazonaws.com/prod";
+        assert_eq!(parse(&["--management-endpoint", url]).as_deref(), Some(url));
     }
 
     #[test]

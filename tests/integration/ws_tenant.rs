@@ -164,3 +164,43 @@ async fn the_tenant_cache_serves_from_memory_for_its_configured_time_only() {
         Duration::from_secs(60)
     );
 }
+
+/// Issue 36 item 3: `turnstile tenant delete` (`closing::end_tenant`) deletes the row, then pages
+/// through the tenant's sessions and ends each as the session API's `DELETE` does: its sockets
+/// closed through the Management API and released, its session unit given back, the row gone.
+/// More sessions than one page; another tenant is untouched.
+#[tokio::test]
+async fn deleting_a_tenant_ends_its_sessions_and_closes_their_sockets() {
+    use shared::admission::closing;
+    let w = World::new().await;
+    w.put_tenant("gone", MEDIUM).await;
+    w.put_tenant("kept", MEDIUM).await;
+    let many = 105;
+    for i in 0..many {
+        w.put_session("gone", &format!("s{i:03}")).await;
+    }
+    for (s, c) in [("s000", "a"), ("s000", "b"), ("s104", "c")] {
+        assert_eq!(w.connect("gone", s, c, &MEDIUM).await.status_code, 200);
+    }
+    w.put_session("kept", "k1").await;
+    assert_eq!(w.connect("kept", "k1", "k", &MEDIUM).await.status_code, 200);
+    let t: shared::ids::TenantId = "gone".parse().unwrap();
+    assert!(closing::has_sessions(w.deps(), &t).await.unwrap());
+    let sockets = shared::function::Connections::new(w.deps(), &w.api.url()).await;
+    let ended = closing::end_tenant(w.deps(), &t, &sockets).await.unwrap();
+    assert!(ended.deleted);
+    assert_eq!((ended.sessions, ended.closed), (many, 3), "{ended:?}");
+    assert!(ended.closing.is_empty(), "{ended:?}");
+    assert!(tenant::store::get(w.deps(), &t).await.unwrap().is_none());
+    assert!(!closing::has_sessions(w.deps(), &t).await.unwrap());
+    assert_eq!(w.closed(), ["a", "b", "c"]);
+    assert_eq!(w.count("gone").await, Some(0));
+    assert_eq!(w.count("gone:sessions").await, Some(0));
+    // The other tenant keeps its session, its socket and its counts.
+    assert_eq!(w.session("kept", "k1").await.unwrap().connection_ids, ["k"]);
+    assert_eq!(w.count("kept").await, Some(1));
+    assert_eq!(w.count("kept:sessions").await, Some(1));
+    // Again: nothing left to end, nothing to delete.
+    let again = closing::end_tenant(w.deps(), &t, &sockets).await.unwrap();
+    assert_eq!((again.deleted, again.sessions), (false, 0));
+}
