@@ -1,6 +1,8 @@
-//! A bounded-time, in-memory cache of tenant rows, so a warm authorizer spends no call on the tenant.
-//! Found tenants are kept for the configured time (`TURNSTILE_TENANT_CACHE_SECS`: a deleted or
-//! changed one is seen within it). Ids found to name no tenant are kept apart, briefly
+//! A bounded-time, in-memory cache of tenant rows, so a warm authorizer, `$connect`, `$default` and
+//! session API spend no call on the tenant. Found tenants are kept for the configured time
+//! (`TURNSTILE_TENANT_CACHE_SECS`): a deleted or changed one is seen within it — by `$default` too,
+//! which holds every message against the tenant it reads here, so that time bounds how long an open
+//! socket goes on under a deleted tenant, a stricter `connectAuth` or higher limits. Ids found to name no tenant are kept apart, briefly
 //! ([`MISSING_TTL`]) and in a bounded set of their own: a flood of made-up ids costs one GetItem per
 //! id per few seconds, never evicts a real tenant, and a tenant created a moment ago is seen within
 //! seconds.
