@@ -9,7 +9,10 @@
 //! - [`connect::admit`] (`$connect`): 2 UpdateItem, 2 WCU (1 more per wrong minute bet; a refusal
 //!   by the session costs 3, by the tenant 1, by a zero limit 0).
 //! - [`release::disconnect`] (`$disconnect`): 3 UpdateItem, 3 WCU (1 when nothing is released; decision 2206).
-//! - [`message::count`] (`$default`): 1 UpdateItem, 1 WCU (2 when the cached minute guess is wrong).
+//! - [`message::count`] (`$default`): 1 UpdateItem, 1 WCU (2 when the cached minute guess is wrong),
+//!   after [`message::standing`]: no call with the tenant cached, 1 GetItem on a cache miss.
+//! - [`closing::delete`] (session `DELETE`): 1 GetItem + 1 TransactWriteItems without connections;
+//!   with them 1 more for the end, then one per release attempt (decision 2208).
 //! - [`reconcile::run`]: per tenant 1 GetItem, 2 Query pages, at most 1 UpdateItem.
 //! - Sharded tenants (`connectionShards` > 1, [`shards`], decision 1502): the same 2 writes when
 //!   the random shard admits; 1 BatchGetItem of the shards and a write per shard tried otherwise.
