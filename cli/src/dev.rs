@@ -35,7 +35,7 @@ pub struct Args {
     /// Stage name in events and in the Management API endpoint.
     #[arg(long, env = "TURNSTILE_DEV_STAGE", default_value = "local")]
     stage: String,
-    /// Tenants to load at start (JSON list with the seed's fields); empty to load none.
+    /// Tenants to load at start (a JSON list of tenant rows, as config/demo-tenants.json); empty to load none.
     #[arg(
         long,
         env = "TURNSTILE_DEV_TENANTS",
