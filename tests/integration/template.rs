@@ -1701,6 +1701,265 @@ fn the_apis_rule_and_outputs_are_wired() {
     }
 }
 
+/// What API Gateway invokes a function for, and the `execute-api` ARN it presents to Lambda as the
+/// invocation's source: one per route (and per method of an `ANY` route), and one per Lambda
+/// authorizer.
+struct Invocation {
+    /// The API's logical id, its route key or `authorizer {id}`, for messages.
+    what: String,
+    /// Logical id of the function invoked.
+    function: String,
+    source_arn: String,
+}
+
+/// The `execute-api` ARN prefix of one API (`arn:aws:execute-api:{region}:{account}:{api id}`).
+fn execute_api_arn(api: &str) -> String {
+    format!("arn:aws:execute-api:{REGION}:{ACCOUNT}:{api}")
+}
+
+/// A concrete request path for a route's path: `{param}` -> a value, `{proxy+}` -> two segments.
+fn sample_path(route_path: &str) -> String {
+    route_path
+        .split('/')
+        .map(|seg| {
+            if seg.starts_with('{') && seg.ends_with("+}") {
+                "a/b"
+            } else if seg.starts_with('{') && seg.ends_with('}') {
+                "sample"
+            } else {
+                seg
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+impl Stack<'_> {
+    /// The function an integration or authorizer URI invokes: a function's ARN, alone
+    /// (`!GetAtt F.Arn`) or inside the `apigateway:...:lambda:path/.../functions/{arn}/invocations`
+    /// form.
+    fn invoked_function(&self, uri: &str, ctx: &str) -> String {
+        let found: Vec<String> = self
+            .functions()
+            .into_keys()
+            .filter(|id| {
+                let arn = self.eval_str(&json!({ "Fn::GetAtt": [id, "Arn"] }));
+                uri == arn || uri.contains(&format!("/functions/{arn}/invocations"))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{ctx}: {uri} invokes {found:?}");
+        found[0].clone()
+    }
+
+    /// Every invocation of a function by API Gateway this stack can make, with its source ARN:
+    /// `{api}/{stage}/{METHOD}/{path}` for an HTTP API route, `{api}/{stage}/{route key}` for a
+    /// WebSocket route, `{api}/authorizers/{id}` for a Lambda authorizer.
+    fn api_invocations(&self, variant: &str) -> Vec<Invocation> {
+        let res = self.resources();
+        for (id, r) in &res {
+            let ty = r["Type"].as_str().unwrap_or_default();
+            assert!(
+                !ty.starts_with("AWS::ApiGateway::")
+                    && ty != "AWS::Serverless::Api"
+                    && ty != "AWS::Serverless::HttpApi"
+                    && ty != "AWS::Serverless::WebSocketApi",
+                "{variant}: {id} is a {ty}, which this test does not read yet: teach \
+                 api_invocations its routes"
+            );
+            if ty == "AWS::Serverless::Function" {
+                for (name, e) in r["Properties"]["Events"].as_object().into_iter().flatten() {
+                    let et = e["Type"].as_str().unwrap_or_default();
+                    assert!(
+                        et != "Api" && et != "HttpApi",
+                        "{variant}: {id}'s event {name} is an {et} route, which this test \
+                         does not read yet"
+                    );
+                }
+            }
+        }
+        let props = |id: &str| self.eval(&res[id]["Properties"]).unwrap();
+        let of_type = |ty: &str| -> Vec<String> {
+            res.iter()
+                .filter(|(_, r)| r["Type"] == ty)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mut out = Vec::new();
+        for api in of_type("AWS::ApiGatewayV2::Api") {
+            let api_ref = format!("ref-{api}");
+            let protocol = props(&api)["ProtocolType"].as_str().unwrap().to_string();
+            let stages: Vec<String> = of_type("AWS::ApiGatewayV2::Stage")
+                .iter()
+                .map(|s| props(s))
+                .filter(|p| p["ApiId"] == api_ref.as_str())
+                .map(|p| p["StageName"].as_str().unwrap().to_string())
+                .collect();
+            assert!(!stages.is_empty(), "{variant}: {api} has no stage");
+            let arn = execute_api_arn(&api_ref);
+            let routes: Vec<Value> = of_type("AWS::ApiGatewayV2::Route")
+                .iter()
+                .map(|r| props(r))
+                .filter(|p| p["ApiId"] == api_ref.as_str())
+                .collect();
+            assert!(!routes.is_empty(), "{variant}: {api} has no route");
+            for route in routes {
+                let key = route["RouteKey"].as_str().unwrap().to_string();
+                let ctx = format!("{variant}: {api} {key}");
+                let target = route["Target"].as_str().unwrap_or_else(|| panic!("{ctx}: no Target"));
+                let integration = target
+                    .strip_prefix("integrations/ref-")
+                    .unwrap_or_else(|| panic!("{ctx}: target {target}"));
+                let uri = props(integration)["IntegrationUri"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let function = self.invoked_function(&uri, &ctx);
+                // What follows `{stage}/` in the source ARN, per request the route takes.
+                let suffixes: Vec<String> = match protocol.as_str() {
+                    "WEBSOCKET" => vec![key.clone()],
+                    "HTTP" if key == "$default" => vec!["*/*".to_string()],
+                    "HTTP" => {
+                        let (method, path) = key
+                            .split_once(' ')
+                            .unwrap_or_else(|| panic!("{ctx}: not `METHOD /path`"));
+                        let path = sample_path(path);
+                        let methods: Vec<&str> = if method == "ANY" {
+                            vec!["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+                        } else {
+                            vec![method]
+                        };
+                        methods.iter().map(|m| format!("{m}{path}")).collect()
+                    }
+                    other => panic!("{ctx}: protocol {other}"),
+                };
+                for stage in &stages {
+                    for suffix in &suffixes {
+                        out.push(Invocation {
+                            what: ctx.clone(),
+                            function: function.clone(),
+                            source_arn: format!("{arn}/{stage}/{suffix}"),
+                        });
+                    }
+                }
+            }
+        }
+        for auth in of_type("AWS::ApiGatewayV2::Authorizer") {
+            let p = props(&auth);
+            // JWT authorizers are API Gateway's own: no function is invoked.
+            let Some(uri) = p["AuthorizerUri"].as_str() else {
+                assert_eq!(p["AuthorizerType"], "JWT", "{variant}: {auth}");
+                continue;
+            };
+            let api = p["ApiId"].as_str().unwrap();
+            let ctx = format!("{variant}: authorizer {auth}");
+            out.push(Invocation {
+                function: self.invoked_function(uri, &ctx),
+                what: ctx,
+                source_arn: format!("{}/authorizers/ref-{auth}", execute_api_arn(api)),
+            });
+        }
+        out
+    }
+}
+
+/// Lambda lets API Gateway invoke a function only when the invocation's `execute-api` ARN matches
+/// the `SourceArn` of a permission for `apigateway.amazonaws.com` on it (`*` any run of characters,
+/// `/` included; `?` one). Every route of every API (HTTP and WebSocket) and every Lambda
+/// authorizer must be covered, in every parameter variant, or each call to it is a 500.
+#[test]
+fn every_route_and_authorizer_may_invoke_its_function() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let res = stack.resources();
+        let apis: Vec<String> = res
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::ApiGatewayV2::Api")
+            .map(|(id, _)| execute_api_arn(&format!("ref-{id}")))
+            .collect();
+        let mut allowed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, r) in &res {
+            if r["Type"] != "AWS::Lambda::Permission" {
+                continue;
+            }
+            let p = stack.eval(&r["Properties"]).unwrap();
+            if p["Principal"] != "apigateway.amazonaws.com" {
+                continue;
+            }
+            assert_eq!(p["Action"], "lambda:InvokeFunction", "{variant}: {id}");
+            let source = p["SourceArn"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{variant}: {id} lets any API invoke it"))
+                .to_string();
+            // Only this stack's APIs, named by id (no wildcard API or account).
+            assert!(
+                apis.iter().any(|a| source.starts_with(&format!("{a}/"))),
+                "{variant}: {id}'s SourceArn {source} names none of this stack's APIs"
+            );
+            let function = p["FunctionName"]
+                .as_str()
+                .and_then(|f| f.strip_prefix("ref-"))
+                .unwrap_or_else(|| panic!("{variant}: {id}: FunctionName"));
+            allowed
+                .entry(function.to_string())
+                .or_default()
+                .push(source);
+        }
+        let invocations = stack.api_invocations(variant);
+        assert!(invocations.len() >= 8, "{variant}: {} invocations", invocations.len());
+        for i in &invocations {
+            let patterns = allowed.get(&i.function).cloned().unwrap_or_default();
+            assert!(
+                patterns.iter().any(|p| string_like(p, &i.source_arn)),
+                "{}: API Gateway invokes {} as {}, which no permission allows (SourceArn {:?})",
+                i.what,
+                i.function,
+                i.source_arn,
+                patterns
+            );
+        }
+        // Under IAM, the session API's callers may invoke every IAM-authorised route.
+        if stack.exists("SessionCallerRole") {
+            let role = stack
+                .eval(&stack.resource("SessionCallerRole")["Properties"])
+                .unwrap();
+            let resources: Vec<String> = role["Policies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+                .filter(|s| strings(&s["Action"]).contains(&"execute-api:Invoke".to_string()))
+                .flat_map(|s| strings(&s["Resource"]))
+                .collect();
+            for i in invocations
+                .iter()
+                .filter(|i| i.function == "SessionApiFunction" && !i.what.contains("authorizer"))
+            {
+                assert!(
+                    resources.iter().any(|r| string_like(r, &i.source_arn)),
+                    "{}: SessionCallerRole may not invoke {} ({resources:?})",
+                    i.what,
+                    i.source_arn
+                );
+            }
+        }
+    }
+}
+
+/// The matcher above is the one Lambda applies to `SourceArn`: `*` crosses `/`.
+#[test]
+fn source_arn_patterns_match_as_lambda_matches_them() {
+    let api = "arn:aws:execute-api:us-east-1:123456789012:abc";
+    assert!(string_like(&format!("{api}/*/*/session"), &format!("{api}/$default/PUT/session")));
+    assert!(!string_like(
+        &format!("{api}/*/*/session"),
+        &format!("{api}/$default/POST/session/ticket")
+    ));
+    assert!(string_like(&format!("{api}/*"), &format!("{api}/live/$connect")));
+    assert!(string_like(&format!("{api}/?ive/$connect"), &format!("{api}/live/$connect")));
+    assert!(!string_like(&format!("{api}/*/$connect"), &format!("{api}/live/$default")));
+}
+
 /// `parameter_overrides` of each `[env.deploy.parameters]` table in samconfig.toml.
 fn samconfig_overrides() -> BTreeMap<String, BTreeMap<String, String>> {
     let text = std::fs::read_to_string(root().join("samconfig.toml")).expect("read samconfig.toml");
