@@ -469,6 +469,11 @@ impl<'t> Stack<'t> {
                     .collect();
                 s(parts.join(sep))
             }
+            "Fn::Split" => {
+                let sep = arg[0].as_str().unwrap();
+                let text = self.eval_str(&arg[1]);
+                Some(Value::Array(text.split(sep).map(|p| json!(p)).collect()))
+            }
             "Condition" => Some(Value::Bool(self.condition(arg.as_str().unwrap()))),
             "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
                 self.try_condition(&json!({ f: arg })).map(Value::Bool)
@@ -691,8 +696,19 @@ fn crates_in_functions_dir() -> BTreeSet<String> {
 }
 
 /// The parameter sets the checks run under: defaults, snake-case attributes, isolation off, JWT,
-/// and every table pre-existing.
+/// and every table pre-existing. Each IAM one names the backend roles `SessionCallerRole` trusts,
+/// without which the template refuses to deploy.
 fn variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    let mut all = base_variants();
+    for (_, params) in &mut all {
+        if !params.contains(&("SessionApiAuth", "JWT")) {
+            params.push(("SessionCallerPrincipal", BACKEND_ROLES));
+        }
+    }
+    all
+}
+
+fn base_variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
     vec![
         ("defaults", vec![]),
         ("snake", vec![("AttributeStyle", "snake")]),
@@ -1960,6 +1976,120 @@ fn source_arn_patterns_match_as_lambda_matches_them() {
     assert!(!string_like(&format!("{api}/*/$connect"), &format!("{api}/live/$default")));
 }
 
+impl Stack<'_> {
+    /// The `AssertDescription` of every rule assertion these parameters fail: CloudFormation then
+    /// creates nothing and shows them.
+    fn rule_failures(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        for (name, rule) in self.t["Rules"].as_object().into_iter().flatten() {
+            let applies = match rule.get("RuleCondition") {
+                None => true,
+                Some(c) => self
+                    .try_condition(c)
+                    .unwrap_or_else(|| panic!("rule {name}: condition {c}")),
+            };
+            if !applies {
+                continue;
+            }
+            for a in rule["Assertions"].as_array().unwrap() {
+                let holds = self
+                    .try_condition(&a["Assert"])
+                    .unwrap_or_else(|| panic!("rule {name}: assertion {}", a["Assert"]));
+                if !holds {
+                    failed.push(a["AssertDescription"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// Backend roles the IAM variants name as `SessionCallerPrincipal`.
+const BACKEND_ROLES: &str =
+    "arn:aws:iam::123456789012:role/backend-a,arn:aws:iam::123456789012:role/team/backend-b";
+
+/// The principals `SessionCallerRole` trusts, or `None` when these parameters create no such role.
+fn session_caller_principals(stack: &Stack) -> Option<Vec<String>> {
+    if !stack.exists("SessionCallerRole") {
+        return None;
+    }
+    let role = stack
+        .eval(&stack.resource("SessionCallerRole")["Properties"])
+        .unwrap();
+    let statements = role["AssumeRolePolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap();
+    let mut principals = Vec::new();
+    for s in statements {
+        assert_eq!(s["Effect"], "Allow");
+        assert_eq!(
+            s["Condition"],
+            json!({"StringEquals": {"sts:RoleSessionName": "${aws:PrincipalTag/tenantId}"}}),
+            "every trust statement pins the session name to the caller's tenantId tag"
+        );
+        principals.extend(strings(&s["Principal"]["AWS"]));
+    }
+    Some(principals)
+}
+
+/// `SessionCallerRole` takes the caller's tenant from its `tenantId` principal tag, so whoever may
+/// assume it must be a named backend role: trusting the account would let any principal that can
+/// tag itself (`iam:TagUser`, `iam:TagRole`) or pass session tags act as any tenant. With IAM and
+/// `role-session-name`, the template refuses to deploy until `SessionCallerPrincipal` names roles,
+/// and the trust policy names exactly those.
+#[test]
+fn the_session_caller_role_trusts_only_named_backend_roles() {
+    let t = load_template();
+    let binding = [
+        ("SessionApiAuth", "IAM"),
+        ("SessionIamTenantBinding", "role-session-name"),
+    ];
+    // Without the roles: refused, with a message naming the parameter.
+    let unnamed = Stack::new(&t, &binding);
+    let failures = unnamed.rule_failures();
+    assert!(
+        failures.iter().any(|f| f.contains("SessionCallerPrincipal")),
+        "deploying IAM role-session-name without SessionCallerPrincipal must fail: {failures:?}"
+    );
+    // With them: exactly those roles, never an account or everyone.
+    let mut named = binding.to_vec();
+    named.push(("SessionCallerPrincipal", BACKEND_ROLES));
+    let stack = Stack::new(&t, &named);
+    assert_eq!(stack.rule_failures(), Vec::<String>::new());
+    let principals = session_caller_principals(&stack).expect("SessionCallerRole");
+    assert_eq!(principals, BACKEND_ROLES.split(',').collect::<Vec<_>>());
+    // The parameter takes role ARNs only (CloudFormation checks AllowedPattern).
+    let param = &t["Parameters"]["SessionCallerPrincipal"];
+    let pattern = param["AllowedPattern"].as_str().unwrap_or_default();
+    assert!(
+        pattern.contains(":role/") && !pattern.contains("root"),
+        "SessionCallerPrincipal's AllowedPattern admits role ARNs only: {pattern:?}"
+    );
+    // No binding by role session name: no role, nothing to name.
+    for other in [
+        vec![("SessionIamTenantBinding", "any-tenant")],
+        vec![
+            ("SessionApiAuth", "JWT"),
+            ("JwtIssuer", "https://issuer.example.com"),
+            ("JwtAudience", "turnstile"),
+        ],
+    ] {
+        let stack = Stack::new(&t, &other);
+        assert_eq!(stack.rule_failures(), Vec::<String>::new(), "{other:?}");
+        assert_eq!(session_caller_principals(&stack), None, "{other:?}");
+    }
+    // Every parameter set the other checks run under deploys.
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        assert_eq!(stack.rule_failures(), Vec::<String>::new(), "{variant}");
+        if let Some(p) = session_caller_principals(&stack) {
+            for arn in p {
+                assert!(arn.contains(":role/"), "{variant}: trusts {arn}");
+            }
+        }
+    }
+}
+
 /// `parameter_overrides` of each `[env.deploy.parameters]` table in samconfig.toml.
 fn samconfig_overrides() -> BTreeMap<String, BTreeMap<String, String>> {
     let text = std::fs::read_to_string(root().join("samconfig.toml")).expect("read samconfig.toml");
@@ -2050,6 +2180,32 @@ fn samconfig_has_default_and_prod_with_every_parameter() {
         let stack = Stack::new(&t, &pairs);
         let env_vars = stack.environment(&stack.function_id("connect"));
         TableNames::from_vars(&Vars::from_pairs(env_vars)).unwrap();
+        // The one value only the deployer knows: the backend roles SessionCallerRole trusts. Left
+        // empty, the template's rule refuses the deployment and names it; given, every rule holds.
+        let failures = stack.rule_failures();
+        if overrides["SessionCallerPrincipal"].is_empty() {
+            assert!(
+                failures.len() == 1 && failures[0].contains("SessionCallerPrincipal"),
+                "[{env}]: {failures:?}"
+            );
+            let filled: Vec<(&str, &str)> = pairs
+                .iter()
+                .map(|&(k, v)| {
+                    if k == "SessionCallerPrincipal" {
+                        (k, BACKEND_ROLES)
+                    } else {
+                        (k, v)
+                    }
+                })
+                .collect();
+            assert_eq!(
+                Stack::new(&t, &filled).rule_failures(),
+                Vec::<String>::new(),
+                "[{env}]"
+            );
+        } else {
+            assert_eq!(failures, Vec::<String>::new(), "[{env}]");
+        }
     }
 }
 
