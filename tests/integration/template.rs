@@ -2264,7 +2264,7 @@ fn alarms_and_the_dashboard_use_the_metric_catalogue() {
             }
         }
     }
-    for want in ["Decisions", "DynamoDbErrors", "DecisionLatency"] {
+    for want in ["Decisions", "DynamoDbErrors", "DecisionLatency", "TicketKeys"] {
         assert!(ours.contains(want), "no alarm on {want}: {ours:?}");
     }
     // The dashboard: every metric and SEARCH names a catalogued metric and its dimensions.
