@@ -1821,7 +1821,9 @@ impl Stack<'_> {
             for route in routes {
                 let key = route["RouteKey"].as_str().unwrap().to_string();
                 let ctx = format!("{variant}: {api} {key}");
-                let target = route["Target"].as_str().unwrap_or_else(|| panic!("{ctx}: no Target"));
+                let target = route["Target"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{ctx}: no Target"));
                 let integration = target
                     .strip_prefix("integrations/ref-")
                     .unwrap_or_else(|| panic!("{ctx}: target {target}"));
@@ -1922,7 +1924,11 @@ fn every_route_and_authorizer_may_invoke_its_function() {
                 .push(source);
         }
         let invocations = stack.api_invocations(variant);
-        assert!(invocations.len() >= 8, "{variant}: {} invocations", invocations.len());
+        assert!(
+            invocations.len() >= 8,
+            "{variant}: {} invocations",
+            invocations.len()
+        );
         for i in &invocations {
             let patterns = allowed.get(&i.function).cloned().unwrap_or_default();
             assert!(
@@ -1966,14 +1972,26 @@ fn every_route_and_authorizer_may_invoke_its_function() {
 #[test]
 fn source_arn_patterns_match_as_lambda_matches_them() {
     let api = "arn:aws:execute-api:us-east-1:123456789012:abc";
-    assert!(string_like(&format!("{api}/*/*/session"), &format!("{api}/$default/PUT/session")));
+    assert!(string_like(
+        &format!("{api}/*/*/session"),
+        &format!("{api}/$default/PUT/session")
+    ));
     assert!(!string_like(
         &format!("{api}/*/*/session"),
         &format!("{api}/$default/POST/session/ticket")
     ));
-    assert!(string_like(&format!("{api}/*"), &format!("{api}/live/$connect")));
-    assert!(string_like(&format!("{api}/?ive/$connect"), &format!("{api}/live/$connect")));
-    assert!(!string_like(&format!("{api}/*/$connect"), &format!("{api}/live/$default")));
+    assert!(string_like(
+        &format!("{api}/*"),
+        &format!("{api}/live/$connect")
+    ));
+    assert!(string_like(
+        &format!("{api}/?ive/$connect"),
+        &format!("{api}/live/$connect")
+    ));
+    assert!(!string_like(
+        &format!("{api}/*/$connect"),
+        &format!("{api}/live/$default")
+    ));
 }
 
 impl Stack<'_> {
@@ -2048,7 +2066,9 @@ fn the_session_caller_role_trusts_only_named_backend_roles() {
     let unnamed = Stack::new(&t, &binding);
     let failures = unnamed.rule_failures();
     assert!(
-        failures.iter().any(|f| f.contains("SessionCallerPrincipal")),
+        failures
+            .iter()
+            .any(|f| f.contains("SessionCallerPrincipal")),
         "deploying IAM role-session-name without SessionCallerPrincipal must fail: {failures:?}"
     );
     // With them: exactly those roles, never an account or everyone.
@@ -2264,7 +2284,12 @@ fn alarms_and_the_dashboard_use_the_metric_catalogue() {
             }
         }
     }
-    for want in ["Decisions", "DynamoDbErrors", "DecisionLatency", "TicketKeys"] {
+    for want in [
+        "Decisions",
+        "DynamoDbErrors",
+        "DecisionLatency",
+        "TicketKeys",
+    ] {
         assert!(ours.contains(want), "no alarm on {want}: {ours:?}");
     }
     // The dashboard: every metric and SEARCH names a catalogued metric and its dimensions.

@@ -402,11 +402,19 @@ async fn a_stale_key_set_is_refused_after_its_maximum_age() {
     // From now on every read of the secret fails.
     sm.put("keys", "not json");
     w.env.clock.advance(Duration::from_secs(301));
-    assert_eq!(attempt().await.unwrap(), Decision::Allow, "stale, within its age");
+    assert_eq!(
+        attempt().await.unwrap(),
+        Decision::Allow,
+        "stale, within its age"
+    );
     assert_eq!(sm.reads(), 2);
     // Read at 0 s, due at 300 s: usable until 300 + 900 = 1200 s.
     w.env.clock.advance(Duration::from_secs(1199 - 301));
-    assert_eq!(attempt().await.unwrap(), Decision::Allow, "1199 s after the read");
+    assert_eq!(
+        attempt().await.unwrap(),
+        Decision::Allow,
+        "1199 s after the read"
+    );
     w.env.clock.advance(Duration::from_secs(2));
     let refused = attempt().await;
     assert!(
@@ -440,7 +448,10 @@ fn the_maximum_stale_age_defaults_to_fifteen_minutes_and_is_bounded() {
         other => panic!("{other:?}"),
     };
     assert_eq!(stale(with(&[]).unwrap()), Duration::from_secs(900));
-    assert_eq!(stale(with(&[(MAX_STALE_VAR, "0")]).unwrap()), Duration::ZERO);
+    assert_eq!(
+        stale(with(&[(MAX_STALE_VAR, "0")]).unwrap()),
+        Duration::ZERO
+    );
     assert_eq!(
         stale(with(&[(MAX_STALE_VAR, "86400")]).unwrap()),
         Duration::from_secs(86_400)

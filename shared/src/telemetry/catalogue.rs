@@ -231,7 +231,12 @@ pub const METRICS: &[Spec] = &[
         Unit::Count,
         &[dim::FUNCTION, dim::RESULT],
     ),
-    spec(name::TICKET_KEYS, Kind::Counter, Unit::Count, &[dim::RESULT]),
+    spec(
+        name::TICKET_KEYS,
+        Kind::Counter,
+        Unit::Count,
+        &[dim::RESULT],
+    ),
 ];
 
 /// The spec of `name`, if it is one of ours.
