@@ -186,6 +186,7 @@ Turnstile local stack is up (DynamoDB at {endpoint}).
   Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})
                   {http}/session/ticket?tenantId=..&sessionId=..   (POST: a fresh ticket)
   EventBridge     POST {http}/events   (rules: {rules})
+  (POSTs must be Content-Type: application/json; pages of other origins are refused)
   Tenants loaded  {tenants}
 
 Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):

@@ -357,6 +357,111 @@ async fn key_rotation_admits_both_live_keys_and_refuses_the_retired_one() {
     assert!(err.contains("no-such-secret"), "{err}");
 }
 
+/// A key set whose re-reads keep failing is used for at most `TURNSTILE_TICKET_KEYS_MAX_STALE_SECS`
+/// past its cache period: a retired or compromised key must not stay valid in a warm container
+/// forever. Past that age every ticket is refused (fail closed: the authorizer errs, API Gateway
+/// answers 500) until a read succeeds, and the secret is retried every 30 s, not per request.
+#[tokio::test]
+async fn a_stale_key_set_is_refused_after_its_maximum_age() {
+    let w = World::new().await;
+    w.put_tenant(T, shared::tenant::Limits::example(60, 5, 2, 10, 86_400, 60))
+        .await;
+    w.put_session(T, "s1").await;
+    let sm = turnstile_local::secrets::SecretsManager::start(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        0,
+    )))
+    .await
+    .unwrap();
+    let keys = KeySet::generate("k1").unwrap();
+    sm.put("keys", &keys.to_json());
+    let sm_url = sm.url();
+    let deps = shared::Deps {
+        vars: shared::config::Vars::from_pairs([
+            ("TURNSTILE_TENANT_CACHE_SECS", "60"),
+            ("TURNSTILE_TICKET_KEYS_SECRET", "keys"),
+            ("TURNSTILE_TICKET_KEYS_CACHE_SECS", "300"),
+            ("TURNSTILE_TICKET_KEYS_MAX_STALE_SECS", "900"),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", sm_url.as_str()),
+        ]),
+        ..w.deps().clone()
+    };
+    let auth = authorizer::init(&deps).await.unwrap();
+    let nonce = nonce_of(&w, T, "s1").await;
+    let tk = ticket::mint(&keys, &claims(&w, T, "s1", &nonce, 86_000));
+    let attempt = || {
+        let ev = authorizer_event(&[("ticket", &tk)]);
+        let (deps, auth) = (w.deps(), &auth);
+        async move {
+            authorizer::handle(deps, auth, ev)
+                .await
+                .map(|r| authorizer::decision(&r))
+        }
+    };
+    assert_eq!(attempt().await.unwrap(), Decision::Allow);
+    // From now on every read of the secret fails.
+    sm.put("keys", "not json");
+    w.env.clock.advance(Duration::from_secs(301));
+    assert_eq!(
+        attempt().await.unwrap(),
+        Decision::Allow,
+        "stale, within its age"
+    );
+    assert_eq!(sm.reads(), 2);
+    // Read at 0 s, due at 300 s: usable until 300 + 900 = 1200 s.
+    w.env.clock.advance(Duration::from_secs(1199 - 301));
+    assert_eq!(
+        attempt().await.unwrap(),
+        Decision::Allow,
+        "1199 s after the read"
+    );
+    w.env.clock.advance(Duration::from_secs(2));
+    let refused = attempt().await;
+    assert!(
+        refused.is_err(),
+        "1201 s after the last good read, tickets must be refused: {refused:?}"
+    );
+    let err = refused.unwrap_err().to_string();
+    assert!(err.contains("keys") && err.contains("900"), "{err}");
+    // Refused without a read per request: the secret is tried again 30 s later.
+    let reads = sm.reads();
+    assert!(attempt().await.is_err());
+    assert_eq!(sm.reads(), reads, "no read within the retry interval");
+    // The secret readable again: the next read restores service.
+    sm.put("keys", &keys.to_json());
+    w.env.clock.advance(Duration::from_secs(31));
+    assert_eq!(attempt().await.unwrap(), Decision::Allow);
+    assert_eq!(sm.reads(), reads + 1);
+}
+
+/// `TURNSTILE_TICKET_KEYS_MAX_STALE_SECS`: 15 minutes unless set, 0 (no stale use) to a day.
+#[test]
+fn the_maximum_stale_age_defaults_to_fifteen_minutes_and_is_bounded() {
+    use shared::ticket::source::{KeyConfig, MAX_STALE_VAR};
+    let with = |extra: &[(&str, &str)]| {
+        let mut pairs = vec![("TURNSTILE_TICKET_KEYS_SECRET", "keys")];
+        pairs.extend_from_slice(extra);
+        KeyConfig::from_vars(&shared::config::Vars::from_pairs(pairs))
+    };
+    let stale = |c: KeyConfig| match c {
+        KeyConfig::Secret { max_stale, .. } => max_stale,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(stale(with(&[]).unwrap()), Duration::from_secs(900));
+    assert_eq!(
+        stale(with(&[(MAX_STALE_VAR, "0")]).unwrap()),
+        Duration::ZERO
+    );
+    assert_eq!(
+        stale(with(&[(MAX_STALE_VAR, "86400")]).unwrap()),
+        Duration::from_secs(86_400)
+    );
+    for bad in ["86401", "-1", "forever"] {
+        let e = with(&[(MAX_STALE_VAR, bad)]).unwrap_err().to_string();
+        assert!(e.contains(MAX_STALE_VAR), "{bad}: {e}");
+    }
+}
+
 /// A `tracing` writer into a buffer, for the log assertions below.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
