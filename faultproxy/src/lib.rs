@@ -420,10 +420,14 @@ impl FaultProxy {
     /// Returns once the upstream has answered, so the write has landed (or failed) by then.
     pub async fn deliver(&self, index: usize) -> Result<Delivered, DeliverError> {
         let taken = self.shared.late.take(index)?;
-        let (parts, body) =
-            send_upstream(&self.shared.client, &self.shared.upstream, taken.parts, taken.body)
-                .await
-                .map_err(|detail| DeliverError::Upstream { index, detail })?;
+        let (parts, body) = send_upstream(
+            &self.shared.client,
+            &self.shared.upstream,
+            taken.parts,
+            taken.body,
+        )
+        .await
+        .map_err(|detail| DeliverError::Upstream { index, detail })?;
         bump(&self.shared.counters.forwarded);
         let status = parts.status.as_u16();
         let answer = Response::from_parts(parts, Full::new(body.clone()));

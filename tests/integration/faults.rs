@@ -1454,7 +1454,12 @@ impl Told {
 }
 
 /// Spends 1 at a time at `now` until refused: the capacity a frozen bucket still hands out.
-async fn hands_out(lim: &shared::kv::Limiter, name: &str, id: &str, now: shared::clock::Timestamp) -> u64 {
+async fn hands_out(
+    lim: &shared::kv::Limiter,
+    name: &str,
+    id: &str,
+    now: shared::clock::Timestamp,
+) -> u64 {
     let mut n = 0;
     while lim.spend(name, id, 1, now).await.unwrap().decision.allowed {
         n += 1;

@@ -840,8 +840,20 @@ async fn a_refund_under_a_lowered_rate_never_expires_a_drained_bucket_early() {
     let wall = shared::clock::SystemClock.now();
     let then = wall.minus(Duration::from_secs(3 * 3_600));
     // Drained under the old rate until then + 10 h; a refund of 1 under the new rate: + 9 h.
-    assert!(old.spend("Slow", "low", 10, then).await.unwrap().decision.allowed);
-    assert!(new.refund("Slow", "low", 1, then).await.unwrap().decision.allowed);
+    assert!(
+        old.spend("Slow", "low", 10, then)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        new.refund("Slow", "low", 1, then)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
     let item = || async {
         env.deps
             .dynamo
@@ -855,7 +867,10 @@ async fn a_refund_under_a_lowered_rate_never_expires_a_drained_bucket_early() {
             .item
     };
     let stored = item().await.expect("the bucket's item");
-    let (tat, expires) = (num(&stored, "tat").unwrap(), num(&stored, "expiresAt").unwrap());
+    let (tat, expires) = (
+        num(&stored, "tat").unwrap(),
+        num(&stored, "expiresAt").unwrap(),
+    );
     let mut admitted_early = 0;
     if expires <= wall.as_secs() {
         // Expired already: the sweep deletes it within seconds, and the drained bucket reads full.
@@ -865,7 +880,13 @@ async fn a_refund_under_a_lowered_rate_never_expires_a_drained_bucket_early() {
             }
             tokio::time::sleep(ms(500)).await;
         }
-        while new.spend("Slow", "low", 1, wall).await.unwrap().decision.allowed {
+        while new
+            .spend("Slow", "low", 1, wall)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+        {
             admitted_early += 1;
         }
     }

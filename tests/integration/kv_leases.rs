@@ -785,11 +785,20 @@ async fn a_release_on_a_clock_behind_gives_back_at_most_the_skew_more() {
         );
         // Without the lease the bucket would hold 6 now; the refill has returned 4 of the 10, so 6
         // are outstanding. B releases on its own clock.
-        let r = b.release_lease("Fast", id, "L", b_clock.now()).await.unwrap();
+        let r = b
+            .release_lease("Fast", id, "L", b_clock.now())
+            .await
+            .unwrap();
         let left = fast_left(&a, id, truth.now()).await;
-        println!("lease released on a clock {id}: returned {}, {left} left", r.returned);
+        println!(
+            "lease released on a clock {id}: returned {}, {left} left",
+            r.returned
+        );
         assert_eq!(
-            (i64::try_from(r.returned).unwrap(), i64::try_from(left).unwrap()),
+            (
+                i64::try_from(r.returned).unwrap(),
+                i64::try_from(left).unwrap()
+            ),
             (6 + owed_more, 6 + owed_more),
             "clock {id} by {skew:?}: the ideal bucket has 6; the skew moves it by 2 at most"
         );

@@ -279,9 +279,18 @@ async fn the_view_says_which_rate_it_read() {
         &env.deps.tables.buckets,
         Arc::new(Limits::new(LimitSet::from_yaml(&newer).unwrap())),
     );
-    assert!(new.spend("Worked", "dep", 1, t0).await.unwrap().decision.allowed);
+    assert!(
+        new.spend("Worked", "dep", 1, t0)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
     // Read with the old file: the stamp (20, 2/s) is shown, and said to be the stored one.
-    let s = reader(&env, Some(set())).state("Worked:dep", t0).await.unwrap();
+    let s = reader(&env, Some(set()))
+        .state("Worked:dep", t0)
+        .await
+        .unwrap();
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(
         (&json["tokenCapacity"], &json["rateSource"]),

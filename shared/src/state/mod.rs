@@ -496,8 +496,8 @@ mod tests {
         );
         // The stamp wins over another rate in the limits file, which is shown beside it.
         let other = Rate::new(20, 2, Duration::from_secs(1)).unwrap();
-        let s = RateLimitState::from_gcra_item("2:a", "2", "a", Some(&item), Some(other), now)
-            .unwrap();
+        let s =
+            RateLimitState::from_gcra_item("2:a", "2", "a", Some(&item), Some(other), now).unwrap();
         assert_eq!(
             (s.token_capacity, s.rate_source),
             (Some(10), Some(RateSource::Stored))
