@@ -1505,8 +1505,10 @@ async fn a_refund_delivered_late_is_applied_once() {
         let third = proxy.deliver(1).await.unwrap();
         (spent, landed, refunded, third)
     };
-    let (back, (spent, landed, refunded, third)) =
-        tokio::join!(p.refund("Slow", "r", 2, now), script);
+    // Bounded: were the sends to go otherwise than scripted, `wait_held` would wait forever.
+    let both = async { tokio::join!(p.refund("Slow", "r", 2, now), script) };
+    let ((back, (spent, landed, refunded, third)), _) =
+        timed(Duration::from_secs(60), "the scripted refund", both).await;
     told.spend(&spent, 4);
     told.refund(&refunded, 1);
     assert!(
