@@ -35,6 +35,9 @@ pub fn allowed_hosts(addr: SocketAddr, extra: &[String]) -> Vec<String> {
         format!("[::1]:{port}"),
     ];
     hosts.extend(extra.iter().map(|h| h.to_ascii_lowercase()));
+    // Bound to 127.0.0.1, the address is also a loopback name: name each host once.
+    let mut seen = std::collections::HashSet::new();
+    hosts.retain(|h| seen.insert(h.clone()));
     hosts
 }
 
@@ -144,6 +147,7 @@ mod tests {
         assert!(hosts.contains(&"127.0.0.1:3000".to_string()));
         assert!(hosts.contains(&"dev.box:3000".to_string()));
         assert!(!hosts.iter().any(|h| h.starts_with("evil")));
+        assert_eq!(hosts.iter().filter(|h| *h == "127.0.0.1:3000").count(), 1);
         let origins = origins_of(&hosts);
         assert!(origins.contains(&"http://localhost:3000".to_string()));
         assert!(origins.contains(&"http://dev.box:3000".to_string()));
