@@ -447,3 +447,173 @@ fn the_sample_ticket_is_the_sample_sessions() {
         (samples::TENANT, samples::SESSION, samples::NONCE)
     );
 }
+
+/// Sets one attribute of a tenant row, as `turnstile tenant put` stores the setting.
+async fn set_tenant_attr(w: &World, t: &str, name: &str, value: aws_sdk_dynamodb::types::AttributeValue) {
+    w.deps()
+        .dynamo
+        .update_item()
+        .table_name(&w.deps().tables.tenants)
+        .key("tenantId", shared::dynamo::item::s(t))
+        .update_expression("SET #a = :v")
+        .expression_attribute_names("#a", name)
+        .expression_attribute_values(":v", value)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The authorizer on `tk` presented in the subprotocol list (as a browser sends it), then, when
+/// it allows, `$connect` for `cid` with the authorizer's context: the `$connect` status (the
+/// authorizer's Deny: 403), and the `$connect` calls and write units.
+async fn connect_with(w: &World, tk: &str, sid: &str, cid: &str) -> (i64, u64, f64) {
+    let mut ev = authorizer_event(&[]);
+    ev.headers.insert(
+        "sec-websocket-protocol",
+        format!("turnstile, {tk}").parse().unwrap(),
+    );
+    let r = authorizer::handle(w.deps(), &w.authorizer, ev).await.unwrap();
+    if authorizer::decision(&r) != Decision::Allow {
+        return (403, 0, 0.0);
+    }
+    let mut ev = ws_event("connect/connect.json", T, sid, cid, None);
+    ev.request_context.authorizer.fields = r
+        .context
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    w.env.counter.reset();
+    let c = connect::handle(w.deps(), &w.connect, ev).await.unwrap();
+    (c.status_code, w.env.counter.total(), w.env.counter.units().write)
+}
+
+/// Issue 36 item 7: whoever holds a ticket (a leaked URL) could take every `connectionsPerSession`
+/// slot for its minute of life. A ticket now admits as many `$connect`s as it was minted for: 1
+/// for a browser's (a JWT caller's), up to `connectionsPerSession` when a backend asks.
+#[tokio::test]
+async fn a_ticket_admits_only_the_connects_it_was_minted_for() {
+    let w = World::new().await;
+    let roomy = shared::tenant::Limits::example(60, 30, 5, 10, 200, 60);
+    w.put_tenant(T, roomy).await;
+    let api = session_api::init(&w.function_deps(&[("TURNSTILE_SESSION_API_AUTH", "jwt")]))
+        .await
+        .unwrap();
+    let claims = serde_json::json!({"jwt": {"claims": {"sub": "user-1", "tenantId": T}, "scopes": null}});
+    let mut put = serde_json::to_value(session_event("PUT", "/session", &[], None)).unwrap();
+    put["requestContext"]["authorizer"] = claims;
+    let r = session_api::handle(w.deps(), &api, typed(put)).await.unwrap();
+    let body = shared::admission::respond::body_text(&r.body);
+    assert_eq!(r.status_code, 200, "{body}");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let (sid, tk) = (s["sessionId"].as_str().unwrap(), s["ticket"].as_str().unwrap());
+    // A browser's ticket: one connect. The admitted one costs 3 UpdateItem, 3 WCU (the ticket's
+    // use, the tenant, the session).
+    let (status, calls, wcu) = connect_with(&w, tk, sid, "c1").await;
+    assert_eq!(status, 200);
+    eprintln!("TICKET_USE connect admitted: {calls} calls, {wcu} WCU");
+    assert_eq!((calls, wcu), (3, 3.0));
+    let (status, calls, _) = connect_with(&w, tk, sid, "c2").await;
+    assert_eq!(status, 403, "a second connect on a one-connect ticket");
+    assert_eq!(calls, 1, "refused by the ticket's use alone");
+    // API Gateway's repeated `$connect` of the same connection is still the one admitted.
+    assert_eq!(connect_with(&w, tk, sid, "c1").await.0, 200);
+    assert_eq!(w.session(T, sid).await.unwrap().connection_ids, ["c1"]);
+
+    // A backend asks for 3: the fourth connect is refused though the session has room for 5.
+    let post = |connects: &str| {
+        session_event(
+            "POST",
+            "/session/ticket",
+            &[("tenantId", T), ("sessionId", sid), ("connects", connects)],
+            None,
+        )
+    };
+    let (status, body) = w.session_raw(post("3")).await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let three = v["ticket"].as_str().unwrap().to_string();
+    for cid in ["c3", "c4", "c5"] {
+        assert_eq!(connect_with(&w, &three, sid, cid).await.0, 200, "{cid}");
+    }
+    assert_eq!(connect_with(&w, &three, sid, "c6").await.0, 403);
+    assert_eq!(w.session(T, sid).await.unwrap().connection_ids.len(), 4);
+    // More than connectionsPerSession, or none: refused when minted.
+    for bad in ["6", "0", "x"] {
+        let (status, body) = w.session_raw(post(bad)).await;
+        assert_eq!(status, 400, "connects={bad}: {body}");
+    }
+    // A browser (JWT caller) cannot ask for more than one.
+    let mut ask = serde_json::to_value(session_event(
+        "POST",
+        "/session/ticket",
+        &[("sessionId", sid), ("connects", "2")],
+        None,
+    ))
+    .unwrap();
+    ask["requestContext"]["authorizer"] =
+        serde_json::json!({"jwt": {"claims": {"sub": "user-1", "tenantId": T}, "scopes": null}});
+    let r = session_api::handle(w.deps(), &api, typed(ask)).await.unwrap();
+    assert_eq!(r.status_code, 403, "{:?}", r.body);
+    // A refused connect gives its use back: a ticket whose connect met a full session still
+    // admits once a slot frees.
+    let (status, body) = w.session_raw(post("1")).await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let one = v["ticket"].as_str().unwrap().to_string();
+    assert_eq!(connect_with(&w, &one, sid, "c7").await.0, 200, "the fifth slot");
+    let spare = {
+        let (_, body) = w.session_raw(post("1")).await;
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["ticket"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(connect_with(&w, &spare, sid, "c8").await.0, 429, "the session is full");
+    assert_eq!(w.disconnect(T, sid, "c7").await.status_code, 200);
+    assert_eq!(connect_with(&w, &spare, sid, "c8").await.0, 200);
+}
+
+/// Issue 36 item 7: `?ticket=` (kept in URL logs) is taken only from tenants that opt in
+/// (`ticketInQuery`); the subprotocol list works for every tenant.
+#[tokio::test]
+async fn a_ticket_in_the_query_string_is_taken_only_where_the_tenant_opts_in() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    w.put_tenant("tenant-2", SMALL).await;
+    set_tenant_attr(&w, "tenant-2", "ticketInQuery", aws_sdk_dynamodb::types::AttributeValue::Bool(true)).await;
+    w.put_session(T, "s1").await;
+    w.put_session("tenant-2", "s1").await;
+    let tk = w.ticket(T, "s1").await;
+    let (d, calls, _) = authorize_query(&w, &[("ticket", &tk)]).await;
+    assert!(denied(&d, "ticketInQuery"), "{d:?}");
+    assert!(!calls.contains_key("BatchGetItem"), "refused before the session read: {calls:?}");
+    let mut ev = authorizer_event(&[]);
+    ev.headers.insert("sec-websocket-protocol", format!("turnstile, {tk}").parse().unwrap());
+    let r = authorizer::handle(w.deps(), &w.authorizer, ev).await.unwrap();
+    assert_eq!(authorizer::decision(&r), Decision::Allow);
+    let tk2 = w.ticket("tenant-2", "s1").await;
+    let (d, _, _) = authorize_query(&w, &[("ticket", &tk2)]).await;
+    assert_eq!(d, Decision::Allow);
+}
+
+/// Issue 36 item 8: API Gateway gives `queryStringParameters` one value per name (the last);
+/// `?ticket=a&ticket=b` shows only in `multiValueQueryStringParameters`, and is refused there.
+#[tokio::test]
+async fn a_ticket_named_twice_in_the_multi_value_query_is_refused() {
+    let w = World::new().await;
+    w.put_tenant(T, SMALL).await;
+    set_tenant_attr(&w, T, "ticketInQuery", aws_sdk_dynamodb::types::AttributeValue::Bool(true)).await;
+    w.put_session(T, "s1").await;
+    let good = w.ticket(T, "s1").await;
+    let mut v = serde_json::to_value(authorizer_event(&[("ticket", &good)])).unwrap();
+    v["multiValueQueryStringParameters"] = serde_json::json!({ "ticket": ["tst1.other.x.y", good] });
+    let ev: aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest = typed(v);
+    assert_eq!(ev.query_string_parameters.all("ticket").map(|v| v.len()), Some(1));
+    w.env.counter.reset();
+    let r = authorizer::handle(w.deps(), &w.authorizer, ev).await.unwrap();
+    let d = authorizer::decision(&r);
+    assert!(denied(&d, "more than once"), "{d:?}");
+    assert_eq!(w.env.counter.total(), 0, "refused before any call");
+}
