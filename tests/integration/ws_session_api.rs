@@ -665,7 +665,7 @@ async fn the_tenant_claim_is_configurable_for_cognito() {
     )
     .await;
     // Only the configured claim counts; a plain "tenantId" claim is ignored.
-    let claims = || jwt(serde_json::json!({"custom:tenantId": A, "tenantId": B}));
+    let claims = || jwt(serde_json::json!({"sub": "user-1", "custom:tenantId": A, "tenantId": B}));
     let ev = authorized(
         "PUT",
         &[("tenantId", B), ("sessionId", "s1")],
@@ -1037,7 +1037,11 @@ async fn a_jwt_user_reaches_only_the_sessions_it_created() {
     assert_eq!(status, 200, "{body}");
     let s: Value = serde_json::from_str(&body).unwrap();
     let tk = shared::ticket::verify(&test_keys(), s["ticket"].as_str().unwrap(), now()).unwrap();
-    assert_eq!(tk.subject.as_deref(), Some("user-1"), "the ticket is the caller's");
+    assert_eq!(
+        tk.subject.as_deref(),
+        Some("user-1"),
+        "the ticket is the caller's"
+    );
     assert_eq!(w.connect(A, "s1", "c1", &SMALL).await.status_code, 200);
     let before = w.session(A, "s1").await.unwrap();
 
@@ -1079,18 +1083,29 @@ async fn a_jwt_user_reaches_only_the_sessions_it_created() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["owner"], "user-1");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["owner"],
+        "user-1"
+    );
     // A tenant admin (the configured claim) reaches every session of its tenant; its tickets are
     // its own.
-    let admin = || jwt(serde_json::json!({"sub": "ops-1", "tenantId": A, "turnstile:admin": "true"}));
-    let ev = authorized_at("POST", "/session/ticket", &[("sessionId", "s1")], None, admin());
+    let admin =
+        || jwt(serde_json::json!({"sub": "ops-1", "tenantId": A, "turnstile:admin": "true"}));
+    let ev = authorized_at(
+        "POST",
+        "/session/ticket",
+        &[("sessionId", "s1")],
+        None,
+        admin(),
+    );
     let (status, body, _) = call(&w, &api, ev).await;
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     let tk = shared::ticket::verify(&test_keys(), v["ticket"].as_str().unwrap(), now()).unwrap();
     assert_eq!(tk.subject.as_deref(), Some("ops-1"));
     // The claim with another value is no admin.
-    let not_admin = jwt(serde_json::json!({"sub": "ops-2", "tenantId": A, "turnstile:admin": "false"}));
+    let not_admin =
+        jwt(serde_json::json!({"sub": "ops-2", "tenantId": A, "turnstile:admin": "false"}));
     let ev = authorized("GET", &[("sessionId", "s1")], None, not_admin);
     assert_eq!(call(&w, &api, ev).await.0, 404);
     // A backend (trusted caller) acts on any session of its tenant, and names the subject.
@@ -1135,7 +1150,10 @@ async fn one_user_cannot_take_the_tenants_sessions() {
         let (w, api) = (&w, &api);
         async move {
             let (status, body, _) = call(w, api, authorized("PUT", &[], None, user(sub))).await;
-            (status, serde_json::from_str::<Value>(&body).unwrap_or(Value::Null))
+            (
+                status,
+                serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+            )
         }
     };
     let answers = futures::future::join_all((0..20).map(|_| put("user-1"))).await;
@@ -1147,13 +1165,22 @@ async fn one_user_cannot_take_the_tenants_sessions() {
     assert_eq!(created.len(), 3, "one user's sessions: {answers:?}");
     for (status, b) in answers.iter().filter(|(s, _)| *s != 200) {
         assert_eq!(*status, 429, "{b}");
-        assert_eq!(b["violated-policies"], serde_json::json!(["maxSessionsPerSubject"]), "{b}");
+        assert_eq!(
+            b["violated-policies"],
+            serde_json::json!(["maxSessionsPerSubject"]),
+            "{b}"
+        );
     }
     // Another user of the tenant is not held by user-1's quota.
     assert_eq!(put("user-2").await.0, 200);
     assert_eq!(w.count(&format!("{A}:sessions")).await, Some(4));
     // DELETE gives user-1 one back.
-    let ev = authorized("DELETE", &[("sessionId", &created[0])], None, user("user-1"));
+    let ev = authorized(
+        "DELETE",
+        &[("sessionId", &created[0])],
+        None,
+        user("user-1"),
+    );
     assert_eq!(call(&w, &api, ev).await.0, 200);
     assert_eq!(put("user-1").await.0, 200);
     assert_eq!(put("user-1").await.0, 429);
@@ -1162,7 +1189,9 @@ async fn one_user_cannot_take_the_tenants_sessions() {
         shared::ids::TenantId::parse(A).unwrap(),
         shared::ids::SessionId::parse(&created[1]).unwrap(),
     );
-    let row = shared::session::store::delete(w.deps(), &t, &sid).await.unwrap();
+    let row = shared::session::store::delete(w.deps(), &t, &sid)
+        .await
+        .unwrap();
     assert!(row.is_some());
     let mut record = ttl_record(A, &created[1], &[], "71");
     record["dynamodb"]["OldImage"]["owner"] = serde_json::json!({"S": "user-1"});

@@ -1,6 +1,7 @@
 //! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
-//! dynamodb.amazonaws.com}` — it gives back the session's unit of the tenant's session count and
+//! dynamodb.amazonaws.com}` — it gives back the session's unit of the tenant's session count (and
+//! of its owner's, when a signed-in user created it) and
 //! releases the capacity of every connection in the old image, to the counter each was charged on
 //! (one `TransactWriteItems` per record: a conditional tombstone, `-1` on the session count and
 //! the decrement of each charged counter, with a request token, so a lost answer, a stop or a
@@ -80,6 +81,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
                     stream::deleted_at(r),
                     &released,
                     &stream::charges(r),
+                    stream::owner(r).as_deref(),
                 )
                 .await
             }
