@@ -73,15 +73,19 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         let released = match state.tenancy.deps(deps, &t).await {
             Ok(deps) => {
                 let released = release::parse_ids(&ids);
+                let (charges, owner) = (stream::charges(r), stream::owner(r));
+                let image = release::ExpiredImage {
+                    ids: &released,
+                    charges: &charges,
+                    owner: owner.as_deref(),
+                };
                 release::swept(
                     &deps,
                     &t,
                     &sid,
                     &stream::record_id(r),
                     stream::deleted_at(r),
-                    &released,
-                    &stream::charges(r),
-                    stream::owner(r).as_deref(),
+                    image,
                 )
                 .await
             }

@@ -208,6 +208,17 @@ pub enum Swept {
     Counted,
 }
 
+/// What an expired session's old image (its TTL stream record) held.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpiredImage<'a> {
+    /// Its connections, each released.
+    pub ids: &'a [ConnectionId],
+    /// Where each was charged.
+    pub charges: &'a Charges,
+    /// The user who created it, whose session count is given back too.
+    pub owner: Option<&'a str>,
+}
+
 /// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
 /// delivered and whatever stops the sweeper: the tombstone `{tenant}:swept:{session}:{eventId}`
 /// (conditional), the session count's decrement (decision 2204, sessions per tenant; and its
@@ -222,10 +233,13 @@ pub async fn swept(
     sid: &SessionId,
     event_id: &str,
     deleted_at: Timestamp,
-    ids: &[ConnectionId],
-    charges: &Charges,
-    owner: Option<&str>,
+    image: ExpiredImage<'_>,
 ) -> Result<Swept> {
+    let ExpiredImage {
+        ids,
+        charges,
+        owner,
+    } = image;
     let released = ids.len() as u64;
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
