@@ -68,7 +68,8 @@ enum Cmd {
               value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
         max_sessions: u64,
         /// Sessions one signed-in user (a JWT caller's `sub`) may hold at once (0-1000000; default
-        /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject (decision 3602).
+        /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject (decision
+        /// 3602).
         #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
               value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
         max_sessions_per_subject: u64,

@@ -16,9 +16,10 @@
 //! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm
 //! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 3 `UpdateItem`: the ticket's
 //! use, the tenant, the session; `$disconnect` 3 `UpdateItem`: the session with its release
-//! token, then the charged counter and the token's cleanup; decisions 0306, 2206, 3607): **7**; at c > 1 concurrent first connects of a minute can lose their
-//! bet on the window and re-bet (each a counted call), and refusals right after a reservation
-//! wait for it to settle (each retry a counted call).
+//! token, then the charged counter and the token's cleanup; decisions 0306, 2206, 3607): **7**;
+//! at c > 1 concurrent first connects of a minute can lose their bet on the window and re-bet
+//! (each a counted call), and refusals right after a reservation wait for it to settle (each
+//! retry a counted call).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -21,7 +21,8 @@
 //! Allow carries the context `tenantId`, `sessionId`, the tenant's limits, `connectAuth`,
 //! `sessionNonce`, `subject` and the ticket's `ticketId`, `ticketConnects` and `ticketExpiresAt`,
 //! so `$connect` needs no tenant read, joins only the ticket's session and counts the ticket's
-//! uses (decision 3607). The checks here are advisory: `$connect`'s conditional writes are the authority.
+//! uses (decision 3607). The checks here are advisory: `$connect`'s conditional writes are the
+//! authority.
 //! Budget: 2 DynamoDB calls with a cold tenant cache, 1 warm; 0 for a bad ticket. A denial is
 //! logged with its reason; no ticket or token is ever logged, and session ids only as fingerprints.
 
@@ -182,12 +183,9 @@ pub async fn authenticate(
         grant,
         in_query,
     };
-    Ok(
-        match credential(deps, state, event, presented.credential).await? {
-            Ok(found) => Ok(who(found)),
-            Err(reason) => Err(reason),
-        },
-    )
+    Ok(credential(deps, state, event, presented.credential)
+        .await?
+        .map(who))
 }
 
 /// The tenant, session and grant a credential (or its absence) gives, or the reason for a Deny.

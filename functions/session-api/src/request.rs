@@ -23,9 +23,9 @@ pub struct Target {
     pub connects: Option<u64>,
 }
 
-/// The [`Target`] of a request. `bound` is the caller's tenant (see [`crate::caller_tenant`]): it fills a
-/// missing `tenantId`, and a different one is refused with 403. Public so it is fuzzed without
-/// DynamoDB (tests/integration/fuzz.rs).
+/// The [`Target`] of a request. `bound` is the caller's tenant (see [`crate::caller_tenant`]): it
+/// fills a missing `tenantId`, and a different one is refused with 403. Public so it is fuzzed
+/// without DynamoDB (tests/integration/fuzz.rs).
 pub fn target(
     event: &ApiGatewayV2httpRequest,
     bound: Option<&TenantId>,

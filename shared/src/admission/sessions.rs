@@ -234,12 +234,13 @@ async fn replace(
 /// once under the SDK's retries: the row as read (strongly consistent) is deleted only while it
 /// still holds exactly those connections, together with the counts' `-1`, in one transaction with
 /// a request token ([`release::exactly_once`]). With `own`, only a row that user owns is deleted
-/// (another's answers `None`, as a missing one). A retry after a lost answer is answered as committed, so
-/// the caller still gets the row whose connections it must close and release; before, a
-/// `DeleteItem` retried after a lost answer found nothing and released nothing (decision 2206).
-/// A count already at zero (repaired) drops out; a row changed meanwhile is deleted on its new
-/// image. `None` when there is no row (or another caller deleted it first). 1 GetItem + 1
-/// TransactWriteItems of 2 items (4 WCU for a row under 1 KB).
+/// (another's answers `None`, as a missing one). A retry after a lost answer is answered as
+/// committed, so the caller still gets the row whose connections it must close and release;
+/// before, a `DeleteItem` retried after a lost answer found nothing and released nothing
+/// (decision 2206). A count already at zero (repaired) drops out; a row changed meanwhile is
+/// deleted on its new image. `None` when there is no row (or another caller deleted it first). 1
+/// GetItem + 1 TransactWriteItems of 2 items (4 WCU for a row under 1 KB; 3 items, 6 WCU, when it
+/// has an owner).
 ///
 /// A row whose connections changed under the first attempt is closed to joins before the next
 /// (its TTL set to now, as an expiry would: 1 UpdateItem, [`sstore::close`]), so only leaving
@@ -284,7 +285,7 @@ pub async fn delete(
                 seen = sstore::from_item(&deps.tables.sessions, &now)?
             }
             Attempt::CountersRefused(refused) => {
-                tracing::warn!(tenant = %t, counts = ?refused, "session count already at zero: not given back");
+                tracing::warn!(tenant = %t, counts = ?refused, "count at zero: not given back");
                 floored.extend(refused);
             }
             Attempt::Again => Backoff::TRANSACTION.wait(attempt).await,

@@ -9,11 +9,11 @@
 //! ```
 //!
 //! The claims name the tenant, the session, the session's nonce (fixed when its row is created, so
-//! a ticket outlives neither a delete nor a re-create of the same name), the expiry (epoch seconds),
-//! an optional subject the handlers see in the authorizer context, the ticket's own random id and
-//! how many `$connect`s it may admit (counted by id on `$connect`: decision 3607). A client
-//! presents it as the second entry of `Sec-WebSocket-Protocol: turnstile, <ticket>`, or as the
-//! `ticket` query parameter where its tenant allows that (`ticketInQuery`).
+//! a ticket outlives neither a delete nor a re-create of the same name), the expiry (epoch
+//! seconds), an optional subject the handlers see in the authorizer context, the ticket's own
+//! random id and how many `$connect`s it may admit (counted by id on `$connect`: decision 3607). A
+//! client presents it as the second entry of `Sec-WebSocket-Protocol: turnstile, <ticket>`, or as
+//! the `ticket` query parameter where its tenant allows that (`ticketInQuery`).
 //!
 //! Verification order: length, shape, version, key id, signature (constant time), and only then the
 //! claims: nothing an attacker writes is parsed as JSON before its signature holds. No error names
