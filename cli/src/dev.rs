@@ -181,7 +181,7 @@ pub async fn run(args: Args) -> Result<()> {
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
   Dashboard       {http}/   (live: decisions per second, connections against caps, bucket levels)
-  WebSocket API   {ws}/   (a connect ticket: ?ticket=.. or the subprotocol list "turnstile, <ticket>")
+  WebSocket API   {ws}/   (a connect ticket in the subprotocol list "turnstile, <ticket>"; ?ticket=.. where a tenant has ticketInQuery)
   @connections    {mgmt}/@connections/{{id}}
   Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})
                   {http}/session/ticket?tenantId=..&sessionId=..   (POST: a fresh ticket)
@@ -190,12 +190,14 @@ Turnstile local stack is up (DynamoDB at {endpoint}).
   Tenants loaded  {tenants}
 
 Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
-  S=$(curl -s -X PUT "{http}/session?tenantId=acme")     # a new session, its id and a ticket
+  S=$(curl -s -X PUT "{http}/session?tenantId=acme&connects=2")  # a new session, its id, a ticket for 2 sockets
   SID=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])')
   TICKET=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
   websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 1: type a line, see it echoed
   websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 2: sees terminal 1's lines as {{"from","message"}}
-  websocat --protocol "turnstile, $TICKET" "{ws}/"   # a third socket: refused, acme allows 2 per session
+  websocat --protocol "turnstile, $TICKET" "{ws}/"   # a third socket: refused, the ticket admits 2 connects
+  T2=$(curl -s -X POST "{http}/session/ticket?tenantId=acme&sessionId=$SID" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
+  websocat --protocol "turnstile, $T2" "{ws}/"       # a fresh ticket: refused too, acme allows 2 per session
   websocat "{ws}/?tenantId=acme&sessionId=$SID"      # no ticket: refused (403)
   curl -s "{http}/session?tenantId=acme&sessionId=$SID"  # the session and its live connections
   curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=$SID"   # closes both sockets

@@ -1350,6 +1350,7 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
         cid: &"c1".parse().unwrap(),
         limits: &limits,
         nonce: None,
+        ticket: None,
     })
     .await;
     assert!(lost.is_err(), "a lost answer is an error: {lost:?}");

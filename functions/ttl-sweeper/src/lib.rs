@@ -1,6 +1,7 @@
 //! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
-//! dynamodb.amazonaws.com}` — it gives back the session's unit of the tenant's session count and
+//! dynamodb.amazonaws.com}` — it gives back the session's unit of the tenant's session count (and
+//! of its owner's, when a signed-in user created it) and
 //! releases the capacity of every connection in the old image, to the counter each was charged on
 //! (one `TransactWriteItems` per record: a conditional tombstone, `-1` on the session count and
 //! the decrement of each charged counter, with a request token, so a lost answer, a stop or a
@@ -72,14 +73,19 @@ pub async fn handle(deps: &Deps, state: &State, event: Event) -> DynamoDbEventRe
         let released = match state.tenancy.deps(deps, &t).await {
             Ok(deps) => {
                 let released = release::parse_ids(&ids);
+                let (charges, owner) = (stream::charges(r), stream::owner(r));
+                let image = release::ExpiredImage {
+                    ids: &released,
+                    charges: &charges,
+                    owner: owner.as_deref(),
+                };
                 release::swept(
                     &deps,
                     &t,
                     &sid,
                     &stream::record_id(r),
                     stream::deleted_at(r),
-                    &released,
-                    &stream::charges(r),
+                    image,
                 )
                 .await
             }

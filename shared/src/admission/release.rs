@@ -208,9 +208,21 @@ pub enum Swept {
     Counted,
 }
 
+/// What an expired session's old image (its TTL stream record) held.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpiredImage<'a> {
+    /// Its connections, each released.
+    pub ids: &'a [ConnectionId],
+    /// Where each was charged.
+    pub charges: &'a Charges,
+    /// The user who created it, whose session count is given back too.
+    pub owner: Option<&'a str>,
+}
+
 /// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
 /// delivered and whatever stops the sweeper: the tombstone `{tenant}:swept:{session}:{eventId}`
-/// (conditional), the session count's decrement (decision 2204, sessions per tenant) and the
+/// (conditional), the session count's decrement (decision 2204, sessions per tenant; and its
+/// owner's, `{tenant}:subject:{hash}`, when a user created it: decision 3602) and the
 /// decrement of each counter its connections were charged on are one `TransactWriteItems` with a
 /// `ClientRequestToken` (a retry after a lost answer applies nothing twice: decision 2206). A
 /// counter whose reconciler truth already left this session out (`truthAt` at or after
@@ -221,9 +233,13 @@ pub async fn swept(
     sid: &SessionId,
     event_id: &str,
     deleted_at: Timestamp,
-    ids: &[ConnectionId],
-    charges: &Charges,
+    image: ExpiredImage<'_>,
 ) -> Result<Swept> {
+    let ExpiredImage {
+        ids,
+        charges,
+        owner,
+    } = image;
     let released = ids.len() as u64;
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
@@ -250,6 +266,12 @@ pub async fn swept(
     // transaction: given back exactly when the connections are.
     let session_key = (keys::sessions(t)?, true);
     per.insert(session_key.clone(), 1);
+    let owner_key = owner
+        .map(|o| keys::subject_sessions(t, o).map(|k| (k, true)))
+        .transpose()?;
+    if let Some(k) = &owner_key {
+        per.insert(k.clone(), 1);
+    }
     // A mutation test's defect (decision 2300): no tombstone condition and a fresh token, so a
     // redelivered record releases again.
     let unfenced = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
@@ -279,8 +301,11 @@ pub async fn swept(
         }
         match exactly_once(deps, lead, &plan, Some(before), &seed).await? {
             Attempt::Committed => {
-                // Only the connection counters decide: the session count is not about them.
-                let conns = plan.iter().filter(|(k, _)| *k != session_key).count();
+                // Only the connection counters decide: the session counts are not about them.
+                let conns = plan
+                    .iter()
+                    .filter(|(k, _)| *k != session_key && Some(k) != owner_key.as_ref())
+                    .count();
                 return Ok(if conns == connection_counters {
                     Swept::Released(released)
                 } else {

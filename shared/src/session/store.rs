@@ -52,6 +52,7 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
         connection_ids,
         charges: charges(it),
         nonce: item::opt_str(it, table, attr::SESSION_NONCE)?,
+        owner: item::opt_str(it, table, attr::OWNER)?,
     })
 }
 
@@ -64,6 +65,9 @@ pub enum Refresh {
     Missing,
     /// A stored session had expired without DynamoDB deleting it yet (the row as it was).
     Expired(Session),
+    /// The row is another user's (live or expired): nothing was written; the caller answers as
+    /// for a missing session.
+    NotYours,
 }
 
 /// A fresh `sessionNonce` (128 random bits).
@@ -73,17 +77,30 @@ pub fn new_nonce() -> Result<String> {
 
 /// Refreshes a live session's TTL to `ttl` (epoch seconds), keeping its `sessionNonce` (or giving
 /// it one, for rows from before tickets). Never creates a row: a missing one is created with the
-/// tenant's session count (`admission::sessions`). 1 UpdateItem.
-pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Result<Refresh> {
+/// tenant's session count (`admission::sessions`). `own`: only a session this user owns is
+/// refreshed (another's answers [`Refresh::NotYours`]). 1 UpdateItem.
+pub async fn refresh(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+    own: Option<&str>,
+) -> Result<Refresh> {
     let now = deps.clock.now().as_secs();
     let table = &deps.tables.sessions;
-    let res = deps
-        .dynamo
-        .update_item()
+    let mut req = deps.dynamo.update_item();
+    let mut cond = "attribute_exists(#sid) AND #ttl > :now".to_string();
+    if let Some(o) = own {
+        cond.push_str(" AND #owner = :owner");
+        req = req
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":owner", s(o));
+    }
+    let res = req
         .table_name(table)
         .set_key(Some(key(t, sid)))
         .update_expression("SET #ttl = :ttl, #nonce = if_not_exists(#nonce, :nonce)")
-        .condition_expression("attribute_exists(#sid) AND #ttl > :now")
+        .condition_expression(cond)
         .expression_attribute_names("#ttl", attr::SESSION_TTL)
         .expression_attribute_names("#sid", attr::SESSION_ID)
         .expression_attribute_names("#nonce", attr::SESSION_NONCE)
@@ -103,7 +120,14 @@ pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Re
             UpdateItemError::ConditionalCheckFailedException(e) => {
                 match e.item().filter(|i| !i.is_empty()) {
                     None => Ok(Refresh::Missing),
-                    Some(old) => Ok(Refresh::Expired(from_item(table, old)?)),
+                    Some(old) => {
+                        let row = from_item(table, old)?;
+                        Ok(if row.reached_by(own) {
+                            Refresh::Expired(row)
+                        } else {
+                            Refresh::NotYours
+                        })
+                    }
                 }
             }
             _ => Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
@@ -114,26 +138,40 @@ pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Re
 
 /// Closes a live session to joins: its TTL set to now, so `$connect`'s join (`sessionTTL > now`)
 /// and the authorizer refuse it as expired, while leaving connections still remove themselves.
-/// The row as it is afterwards (already expired: as it was); `None` when there is none.
-/// 1 UpdateItem ([`refresh`] to now).
-pub async fn close(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
+/// The row as it is afterwards (already expired: as it was); `None` when there is none (or, with
+/// `own`, it is another user's). 1 UpdateItem ([`refresh`] to now).
+pub async fn close(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    own: Option<&str>,
+) -> Result<Option<Session>> {
     let now = deps.clock.now().as_secs();
-    Ok(match refresh(deps, t, sid, now).await? {
+    Ok(match refresh(deps, t, sid, now, own).await? {
         Refresh::Live(row) | Refresh::Expired(row) => Some(row),
-        Refresh::Missing => None,
+        Refresh::Missing | Refresh::NotYours => None,
     })
 }
 
-/// A new, empty session row (the item a create puts).
-pub fn new_row(t: &TenantId, sid: &SessionId, ttl: i64, nonce: &str) -> Item {
+/// A new, empty session row (the item a create puts), owned by `owner` when a user created it.
+pub fn new_row(t: &TenantId, sid: &SessionId, ttl: i64, nonce: &str, owner: Option<&str>) -> Item {
     let mut it = key(t, sid);
     it.insert(attr::SESSION_TTL.to_string(), n(ttl));
     it.insert(attr::SESSION_NONCE.to_string(), s(nonce));
+    if let Some(o) = owner {
+        it.insert(attr::OWNER.to_string(), s(o));
+    }
     it
 }
 
 /// The session a create or a replace wrote.
-pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session {
+pub fn fresh(
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+    nonce: String,
+    owner: Option<String>,
+) -> Session {
     Session {
         tenant_id: t.to_string(),
         session_id: sid.to_string(),
@@ -141,6 +179,7 @@ pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session 
         connection_ids: vec![],
         charges: Default::default(),
         nonce: Some(nonce),
+        owner,
     }
 }
 
