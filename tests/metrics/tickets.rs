@@ -44,6 +44,8 @@ async fn failed_key_reads_and_refusals_past_the_maximum_age_are_metered() {
         nonce: w.session_nonce(t, "s1").await.unwrap(),
         expires_at: w.env.clock.now().as_secs() + 86_000,
         subject: None,
+        id: ticket::new_id().unwrap(),
+        connects: ticket::DEFAULT_CONNECTS,
     };
     let tk = ticket::mint(&keys, &claims);
     let attempt = || {
