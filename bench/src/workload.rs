@@ -237,12 +237,12 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "websocket-handlers",
             title: "WebSocket path at handler level: authorizer + $connect + $disconnect",
-            // 1 BatchGetItem (authorizer, tenant cached) + 2 UpdateItem for $connect (tenant
-            // counter, then session) + 3 for $disconnect (session with its release token, then the
-            // charged counter and the token's cleanup): decisions 0306, 2206. Concurrent first
-            // connects of a minute both bet "new window": the loser re-bets (one more call), so the
-            // 6 is the c = 1 promise.
-            expected_calls: Some(6.0),
+            // 1 BatchGetItem (authorizer, tenant cached) + 3 UpdateItem for $connect (the ticket's
+            // use, the tenant counter, then the session) + 3 for $disconnect (session with its
+            // release token, then the charged counter and the token's cleanup): decisions 0306,
+            // 2206, 3607. Concurrent first connects of a minute both bet "new window": the loser
+            // re-bets (one more call), so the 7 is the c = 1 promise.
+            expected_calls: Some(7.0),
             races: true,
             single_call: false,
             accuracy: true,
@@ -283,9 +283,10 @@ pub fn registry() -> Vec<Spec> {
         Spec {
             id: "websocket-handlers-conflicts",
             title: "WebSocket handlers with TransactionConflict injected (fault proxy)",
-            // authorizer 1 + $connect 2 + $disconnect 3, as `websocket-handlers` (decisions 0306,
-            // 2206): no transaction on the path, so the injected conflicts find nothing to cancel.
-            expected_calls: Some(6.0),
+            // authorizer 1 + $connect 3 + $disconnect 3, as `websocket-handlers` (decisions 0306,
+            // 2206, 3607): no transaction on the path, so the injected conflicts find nothing to
+            // cancel.
+            expected_calls: Some(7.0),
             races: true,
             single_call: false,
             accuracy: false,

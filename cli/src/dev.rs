@@ -35,7 +35,7 @@ pub struct Args {
     /// Stage name in events and in the Management API endpoint.
     #[arg(long, env = "TURNSTILE_DEV_STAGE", default_value = "local")]
     stage: String,
-    /// Tenants to load at start (JSON list with the seed's fields); empty to load none.
+    /// Tenants to load at start (a JSON list of tenant rows, as config/demo-tenants.json); empty to load none.
     #[arg(
         long,
         env = "TURNSTILE_DEV_TENANTS",
@@ -181,20 +181,23 @@ pub async fn run(args: Args) -> Result<()> {
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
   Dashboard       {http}/   (live: decisions per second, connections against caps, bucket levels)
-  WebSocket API   {ws}/   (a connect ticket: ?ticket=.. or the subprotocol list "turnstile, <ticket>")
+  WebSocket API   {ws}/   (a connect ticket in the subprotocol list "turnstile, <ticket>"; ?ticket=.. where a tenant has ticketInQuery)
   @connections    {mgmt}/@connections/{{id}}
   Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})
                   {http}/session/ticket?tenantId=..&sessionId=..   (POST: a fresh ticket)
   EventBridge     POST {http}/events   (rules: {rules})
+  (POSTs must be Content-Type: application/json; pages of other origins are refused)
   Tenants loaded  {tenants}
 
 Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
-  S=$(curl -s -X PUT "{http}/session?tenantId=acme")     # a new session, its id and a ticket
+  S=$(curl -s -X PUT "{http}/session?tenantId=acme&connects=2")  # a new session, its id, a ticket for 2 sockets
   SID=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])')
   TICKET=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
   websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 1: type a line, see it echoed
   websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 2: sees terminal 1's lines as {{"from","message"}}
-  websocat --protocol "turnstile, $TICKET" "{ws}/"   # a third socket: refused, acme allows 2 per session
+  websocat --protocol "turnstile, $TICKET" "{ws}/"   # a third socket: refused, the ticket admits 2 connects
+  T2=$(curl -s -X POST "{http}/session/ticket?tenantId=acme&sessionId=$SID" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
+  websocat --protocol "turnstile, $T2" "{ws}/"       # a fresh ticket: refused too, acme allows 2 per session
   websocat "{ws}/?tenantId=acme&sessionId=$SID"      # no ticket: refused (403)
   curl -s "{http}/session?tenantId=acme&sessionId=$SID"  # the session and its live connections
   curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=$SID"   # closes both sockets

@@ -61,8 +61,7 @@ enum Cmd {
     },
     /// Validate the limits file and print its names; no AWS call.
     Validate,
-    /// Leases: hold an estimated cost, adjust it to the real cost, commit or release it
-    /// (decision 1501).
+    /// Leases: hold an estimated cost, adjust it to the real cost, commit or release it.
     #[command(subcommand)]
     Lease(LeaseCmd),
 }

@@ -45,11 +45,11 @@ enum Command {
     Reservation(reservation::Args),
     /// Load and list per-account limits (rate-limiter-py's JSON format).
     Limits(limits::Args),
-    /// Key-value GCRA limits (seed 004): check, spend, refund or reset one bucket; validate a file.
+    /// Key-value GCRA limits from a limits file: check, spend, refund or reset one bucket; validate a file.
     Kv(kv::Args),
-    /// Print a bucket's rate-limit state (seed 002) as JSON.
+    /// Print a bucket's rate-limit state (remaining, reset, retry hint, last request) as JSON.
     State(state::Args),
-    /// Create, show, list or delete tenants and their WebSocket limits (seed 003).
+    /// Create, show, list or delete tenants and their WebSocket limits.
     Tenant(tenant::Args),
     /// Connect-ticket keys: make a set, or take one rotation step (stdin to stdout).
     Tickets(tickets::Args),

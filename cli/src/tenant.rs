@@ -70,6 +70,16 @@ enum Cmd {
         #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS,
               value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
         max_sessions: u64,
+        /// Sessions one signed-in user (a JWT caller's `sub`) may hold at once (0-1000000; default
+        /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject (decision
+        /// 3602).
+        #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
+              value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
+        max_sessions_per_subject: u64,
+        /// Also take a connect ticket from the URL (`?ticket=`), which access logs keep; without
+        /// it only the `Sec-WebSocket-Protocol: turnstile, <ticket>` form is taken (decision 3607).
+        #[arg(long)]
+        ticket_in_query: bool,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -111,6 +121,8 @@ pub async fn run(args: Args) -> Result<()> {
             reshard_drained,
             connect_auth,
             max_sessions,
+            max_sessions_per_subject,
+            ticket_in_query,
         } => {
             if connect_auth == tenant::ConnectAuth::None {
                 eprintln!(
@@ -133,6 +145,8 @@ pub async fn run(args: Args) -> Result<()> {
                     connection_shards,
                     connect_auth,
                     max_sessions,
+                    max_sessions_per_subject,
+                    ticket_in_query,
                 },
             };
             if let Some(old) = tenant::store::get(&deps, &t.tenant_id).await? {

@@ -18,13 +18,17 @@
 //! - **lose answers**: forward the request (DynamoDB applies it), then answer 500
 //!   `InternalServerError` instead of its answer, for the next N covered requests: the "applied,
 //!   answer lost" case that makes retrying a non-idempotent write unsafe (optionally after letting
-//!   K covered requests through, to reach a path's later write).
+//!   K covered requests through, to reach a path's later write);
+//! - **deliver late**: hold the covered requests the policy lists (by their order) without
+//!   forwarding them, and forward each only when the test calls [`FaultProxy::deliver`]: a write
+//!   whose client timed out lands after the client's resends and after other writes.
 //!
 //! It counts what it injected ([`Stats`]). See `docs/decisions/0900-fault-proxy.md`.
 
 pub mod answer;
 mod inflight;
 pub mod keys;
+mod late;
 mod rate;
 pub mod replay;
 
@@ -48,6 +52,7 @@ use tokio::sync::watch;
 
 pub use answer::{Reason, ThrottleError};
 pub use keys::{ItemKey, Writes};
+pub use late::{DeliverError, Delivered};
 
 use inflight::InFlight;
 use rate::ItemRates;
@@ -83,8 +88,8 @@ pub struct Policy {
     pub stall: bool,
     /// Close every connection without answering.
     pub refuse: bool,
-    /// Operations that throttle, delay and stall apply to (`"TransactWriteItems"`, `"GetItem"`);
-    /// empty means all. Conflicts and refusals ignore it.
+    /// Operations that throttle, delay, stall, lost answers and held requests apply to
+    /// (`"TransactWriteItems"`, `"GetItem"`); empty means all. Conflicts and refusals ignore it.
     pub only: Vec<String>,
     /// The next this many covered requests are forwarded, then answered with a 500
     /// `InternalServerError` (the upstream's answer is lost). Counted from [`FaultProxy::set_policy`].
@@ -92,6 +97,11 @@ pub struct Policy {
     /// Covered requests answered untouched before the first answer is lost: a path's later write
     /// (a release after its admission) is reached without a hook in the code under test.
     pub lose_after: u64,
+    /// Covered requests held instead of forwarded, by their 0-based position among the covered
+    /// requests since [`FaultProxy::set_policy`]: each is forwarded only by
+    /// [`FaultProxy::deliver`], whether or not its client still waits (a timed-out write landing
+    /// late). Its client gets the answer if it is still waiting then.
+    pub hold: Vec<u64>,
 }
 
 impl Policy {
@@ -150,6 +160,15 @@ impl Policy {
         self
     }
 
+    /// Holds the covered requests at these positions (0-based, counted from
+    /// [`FaultProxy::set_policy`]) until [`FaultProxy::deliver`] forwards them.
+    pub fn hold(positions: impl IntoIterator<Item = u64>) -> Self {
+        Policy {
+            hold: positions.into_iter().collect(),
+            ..Policy::default()
+        }
+    }
+
     /// Adds a delay before forwarding.
     pub fn with_delay(mut self, d: Duration) -> Self {
         self.delay = Some(d);
@@ -190,6 +209,10 @@ pub struct Stats {
     pub upstream_errors: u64,
     /// Requests forwarded whose answer was replaced by a 500 (lose-answers policy).
     pub answers_lost: u64,
+    /// Requests held back (hold policy), delivered or not.
+    pub held: u64,
+    /// Held requests delivered after their client had stopped waiting for the answer.
+    pub delivered_late: u64,
     /// The longest the upstream took to answer one forwarded request: a harness tells its own
     /// injected faults from a slow upstream (a loaded machine) by it.
     pub slowest_upstream: Duration,
@@ -218,12 +241,14 @@ struct Counters {
     refused: AtomicU64,
     upstream_errors: AtomicU64,
     answers_lost: AtomicU64,
+    held: AtomicU64,
+    delivered_late: AtomicU64,
     /// Microseconds; kept apart from [`Counters::all`] (a maximum, not a count).
     slowest_upstream_us: AtomicU64,
 }
 
 impl Counters {
-    fn all(&self) -> [&AtomicU64; 10] {
+    fn all(&self) -> [&AtomicU64; 12] {
         [
             &self.requests,
             &self.forwarded,
@@ -235,11 +260,13 @@ impl Counters {
             &self.refused,
             &self.upstream_errors,
             &self.answers_lost,
+            &self.held,
+            &self.delivered_late,
         ]
     }
 
     fn snapshot(&self) -> Stats {
-        let [requests, forwarded, transactions, conflicts, conflict_exceptions, throttled, stalled, refused, upstream_errors, answers_lost] =
+        let [requests, forwarded, transactions, conflicts, conflict_exceptions, throttled, stalled, refused, upstream_errors, answers_lost, held, delivered_late] =
             self.all().map(|a| a.load(Ordering::SeqCst));
         Stats {
             requests,
@@ -252,6 +279,8 @@ impl Counters {
             refused,
             upstream_errors,
             answers_lost,
+            held,
+            delivered_late,
             slowest_upstream: Duration::from_micros(
                 self.slowest_upstream_us.load(Ordering::SeqCst),
             ),
@@ -272,6 +301,8 @@ enum Dropped {
     Upstream(String),
     #[error("reading the request: {0}")]
     Request(String),
+    #[error("held and never delivered")]
+    NeverDelivered,
 }
 
 struct Shared {
@@ -286,6 +317,9 @@ struct Shared {
     lose_budget: AtomicU64,
     /// Covered requests still to pass before answers are lost ([`Policy::lose_after`]).
     lose_skip: AtomicU64,
+    /// Covered requests seen since the policy was set (the positions [`Policy::hold`] names).
+    covered_seen: AtomicU64,
+    late: late::Late,
 }
 
 /// A running proxy. Dropping it stops it (open connections are closed, stalled requests dropped).
@@ -324,6 +358,8 @@ impl FaultProxy {
             schemas: Mutex::new(HashMap::new()),
             lose_budget: AtomicU64::new(0),
             lose_skip: AtomicU64::new(0),
+            covered_seen: AtomicU64::new(0),
+            late: late::Late::default(),
         });
         let (shutdown, stop) = watch::channel(false);
         tokio::spawn(serve(listener, shared.clone(), stop));
@@ -351,6 +387,7 @@ impl FaultProxy {
         self.shared
             .lose_skip
             .store(policy.lose_after, Ordering::SeqCst);
+        self.shared.covered_seen.store(0, Ordering::SeqCst);
         *self.shared.policy() = policy;
     }
 
@@ -370,6 +407,39 @@ impl FaultProxy {
             .counters
             .slowest_upstream_us
             .store(0, Ordering::SeqCst);
+    }
+
+    /// Waits until `n` requests have been held ([`Policy::hold`]) since the proxy started: the
+    /// test's cue that a write it means to deliver late has arrived.
+    pub async fn wait_held(&self, n: usize) {
+        self.shared.late.wait(n).await;
+    }
+
+    /// Forwards held request `index` (numbered from 0 in the order held, since the proxy
+    /// started) to the upstream now, and hands the answer to its client if it is still waiting.
+    /// Returns once the upstream has answered, so the write has landed (or failed) by then.
+    pub async fn deliver(&self, index: usize) -> Result<Delivered, DeliverError> {
+        let taken = self.shared.late.take(index)?;
+        let (parts, body) = send_upstream(
+            &self.shared.client,
+            &self.shared.upstream,
+            taken.parts,
+            taken.body,
+        )
+        .await
+        .map_err(|detail| DeliverError::Upstream { index, detail })?;
+        bump(&self.shared.counters.forwarded);
+        let status = parts.status.as_u16();
+        let answer = Response::from_parts(parts, Full::new(body.clone()));
+        let client_waiting = taken.answer.is_some_and(|tx| tx.send(answer).is_ok());
+        if !client_waiting {
+            bump(&self.shared.counters.delivered_late);
+        }
+        Ok(Delivered {
+            status,
+            body,
+            client_waiting,
+        })
     }
 
     /// Items held by in-flight writes right now (0 once every request has its answer).
@@ -570,6 +640,14 @@ impl Shared {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         };
+        let position = covered.then(|| self.covered_seen.fetch_add(1, Ordering::SeqCst));
+        if position.is_some_and(|p| policy.hold.contains(&p)) {
+            bump(&self.counters.held);
+            let answer = self.late.hold(&parts, body);
+            // The answer comes when the test delivers the request; until then the client waits
+            // (or gives up, and the request is still delivered later).
+            return answer.await.map_err(|_| Dropped::NeverDelivered);
+        }
         let lose = covered
             && self.lose_budget.load(Ordering::SeqCst) > 0
             && !take(&self.lose_skip)

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::dashboard::{self, DecisionLog, Recorded};
+use crate::host_check::{self, Guard};
 use crate::http_api::{self, Rule};
 use crate::lambda::Invoke;
 use crate::stream_bridge::{local_streams_client, StartAt, StreamBridge};
@@ -36,7 +37,8 @@ pub struct StackConfig {
     /// decisions and live sockets.
     pub dashboard: Option<shared::Deps>,
     /// `Host` values answered besides the bound address and the loopback names
-    /// (`TURNSTILE_DEV_ALLOWED_HOSTS`; [`crate::host_check`]).
+    /// (`TURNSTILE_DEV_ALLOWED_HOSTS`; [`crate::host_check`]); pages served from them are the
+    /// stack's own origins too.
     pub allowed_hosts: Vec<String>,
     /// The installed npm packages the dashboard's charting library is served from
     /// (`TURNSTILE_DEV_DASHBOARD_ASSETS`; [`dashboard::assets`]).
@@ -148,8 +150,23 @@ impl Stack {
             region: cfg.region.clone(),
             domain_name: endpoints.ws_addr.to_string(),
         };
+        // Who may reach each listener (crate::host_check): its own hosts; pages of the HTTP
+        // listener's origin (the dashboard) on both, and on the WebSocket listener its own too;
+        // JSON POSTs only on the HTTP listener (the Management API's callers are the functions).
+        let http_hosts = host_check::allowed_hosts(endpoints.http_addr, &cfg.allowed_hosts);
+        let ws_hosts = host_check::allowed_hosts(endpoints.ws_addr, &cfg.allowed_hosts);
+        let http_guard = Guard {
+            hosts: http_hosts.clone(),
+            origins: host_check::origins_of(&http_hosts),
+            json_posts: true,
+        };
+        let ws_guard = Guard {
+            origins: host_check::origins_of(&[http_hosts, ws_hosts.clone()].concat()),
+            hosts: ws_hosts,
+            json_posts: false,
+        };
         let ws_app = websocket::router(api, functions.clone(), live.clone(), clock.clone());
-        tasks.push(serve(ws_listener, ws_app, &cfg.allowed_hosts, rx.clone()));
+        tasks.push(serve(ws_listener, ws_app, ws_guard, rx.clone()));
 
         let http_app = http_api::router(
             functions.clone(),
@@ -166,12 +183,7 @@ impl Stack {
             clock: clock.clone(),
             assets: cfg.dashboard_assets.clone(),
         }));
-        tasks.push(serve(
-            http_listener,
-            http_app,
-            &cfg.allowed_hosts,
-            rx.clone(),
-        ));
+        tasks.push(serve(http_listener, http_app, http_guard, rx.clone()));
 
         if let Some(table) = &cfg.session_table {
             let bridge = StreamBridge::new(
@@ -219,20 +231,16 @@ impl Stack {
     }
 }
 
-/// Serves `app` on `listener`, answering only requests addressed to it ([`crate::host_check`]).
+/// Serves `app` on `listener`, answering only what `guard` lets through ([`crate::host_check`]).
 fn serve(
     listener: TcpListener,
     app: axum::Router,
-    extra_hosts: &[String],
+    guard: Guard,
     mut rx: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let bound = listener.local_addr().ok();
-    let allowed = Arc::new(bound.map_or_else(Vec::new, |a| {
-        crate::host_check::allowed_hosts(a, extra_hosts)
-    }));
     let app = app.layer(axum::middleware::from_fn_with_state(
-        allowed,
-        crate::host_check::check,
+        Arc::new(guard),
+        host_check::check,
     ));
     tokio::spawn(async move {
         let service = app.into_make_service_with_connect_info::<SocketAddr>();

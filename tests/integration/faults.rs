@@ -1351,6 +1351,7 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
         cid: &"c1".parse().unwrap(),
         limits: &limits,
         nonce: None,
+        ticket: None,
     })
     .await;
     assert!(lost.is_err(), "a lost answer is an error: {lost:?}");
@@ -1432,6 +1433,112 @@ async fn a_lost_refund_answer_is_not_refunded_twice() {
         assert!(back.decision.allowed);
         assert_eq!(back.decision.remaining, 6);
     }
+}
+
+/// What the kv clients were told: tokens admitted by spends and given back by acknowledged refunds.
+/// A bucket frozen in time may hand out at most `burst − (spent − refunded)` afterwards.
+#[derive(Debug, Default)]
+struct Told {
+    spent: u64,
+    refunded: u64,
+}
+
+impl Told {
+    fn spend(&mut self, o: &shared::kv::Outcome, cost: u64) {
+        assert!(o.decision.allowed, "spend of {cost} refused: {o:?}");
+        self.spent += cost;
+    }
+
+    fn refund(&mut self, o: &shared::kv::Outcome, cost: u64) {
+        assert!(o.decision.allowed, "refund of {cost} refused: {o:?}");
+        self.refunded += cost;
+    }
+}
+
+/// Spends 1 at a time at `now` until refused: the capacity a frozen bucket still hands out.
+async fn hands_out(
+    lim: &shared::kv::Limiter,
+    name: &str,
+    id: &str,
+    now: shared::clock::Timestamp,
+) -> u64 {
+    let mut n = 0;
+    while lim.spend(name, id, 1, now).await.unwrap().decision.allowed {
+        n += 1;
+        assert!(n <= 1_000, "the bucket never refuses");
+    }
+    n
+}
+
+/// A kv refund whose first send timed out while still in flight: the proxy holds it and delivers
+/// it after the client's resends and after another process's writes. Send 2 failed its TAT
+/// condition against an older refund id (the refund had not applied *yet*); send 1 then landed
+/// and applied; another process's refund with a later id landed; send 3 failed behind that id,
+/// and the limiter, sure that no send of its id had applied, sent the refund again under a new
+/// id: given back twice. A refund applies at most once whatever order its sends land in (decision
+/// 0605): judged by what the clients were told, the bucket hands out no more than the spends
+/// admitted minus the refunds acknowledged leave.
+#[tokio::test]
+async fn a_refund_delivered_late_is_applied_once() {
+    use shared::kv::{LimitSet, Limiter, Limits};
+    let mut env = TestEnv::new(&[TableKind::Buckets]).await;
+    // Send 1 is held past this timeout; the held send 3 is delivered well within it.
+    let proxy = proxied(&mut env, Some(Duration::from_secs(2))).await;
+    let limits = "names:\n  Slow: { id: 1, format: string }\n\
+                  defaults:\n  Slow: { burst: 10, count: 1, period: 1h }\n";
+    let limits = Arc::new(Limits::new(LimitSet::from_yaml(limits).unwrap()));
+    let buckets = &env.deps.tables.buckets;
+    // P through the proxy; Q, another process, straight to DynamoDB Local.
+    let p = Limiter::new(env.deps.dynamo.clone(), buckets, limits.clone());
+    let q = Limiter::new(local_client(&env.endpoint, None), buckets, limits);
+    let now = env.clock.now();
+    let mut told = Told::default();
+    // P spends 3 (its hint: 3 drained); Q then refunds 2 under an id older than P's will be.
+    told.spend(&p.spend("Slow", "r", 3, now).await.unwrap(), 3);
+    told.refund(&q.refund("Slow", "r", 2, now).await.unwrap(), 2);
+    proxy.set_policy(Policy::hold([0, 2]).only(["UpdateItem"]));
+    env.counter.reset();
+    let script = async {
+        // Send 1 timed out (held), send 2 failed its condition, send 3 is held: P waits on it.
+        proxy.wait_held(2).await;
+        let spent = q.spend("Slow", "r", 4, now).await.unwrap();
+        let landed = proxy.deliver(0).await.unwrap();
+        let refunded = q.refund("Slow", "r", 1, now).await.unwrap();
+        let third = proxy.deliver(1).await.unwrap();
+        (spent, landed, refunded, third)
+    };
+    // Bounded: were the sends to go otherwise than scripted, `wait_held` would wait forever.
+    let both = async { tokio::join!(p.refund("Slow", "r", 2, now), script) };
+    let ((back, (spent, landed, refunded, third)), _) =
+        timed(Duration::from_secs(60), "the scripted refund", both).await;
+    told.spend(&spent, 4);
+    told.refund(&refunded, 1);
+    assert!(
+        landed.status == 200 && !landed.client_waiting,
+        "send 1 landed late and applied: {landed:?}"
+    );
+    assert!(third.client_waiting, "P was still waiting for send 3");
+    let calls = env.counter.total();
+    proxy.set_policy(Policy::passthrough());
+    match &back {
+        Ok(o) => told.refund(o, 2),
+        Err(e) => panic!("the refund was applied (send 1): answered {e}"),
+    }
+    let fresh = Limiter::new(env.deps.dynamo.clone(), buckets, p.limits().clone());
+    let left = hands_out(&fresh, "Slow", "r", now).await;
+    println!(
+        "FAULTS refund delivered late: {calls} sends by P ({:?}); {told:?}; the bucket then \
+         handed out {left}; proxy {:?}",
+        back.as_ref().map(|o| o.decision.remaining),
+        proxy.stats()
+    );
+    assert!(
+        left + told.spent <= 10 + told.refunded,
+        "burst 10, {} spent, {} refunded as told: at most {} left, the bucket handed out {left}",
+        told.spent,
+        told.refunded,
+        10 + told.refunded - told.spent
+    );
 }
 
 /// Issue 22 item 11a, leases: a lease's refund is one `TransactWriteItems` with the lease item. The

@@ -60,7 +60,7 @@ const WS_KEYS: &[&str] = &[
 ];
 
 /// The sample events' connect ticket (events/authorizer/connect-request.json).
-const SAMPLE_TICKET: &str = "tst1.sample.eyJ0IjoidGVuYW50LTEiLCJzIjoic2Vzc2lvbi0xIiwibiI6InNhbXBsZS1zZXNzaW9uLW5vbmNlIiwiZSI6NDEwMjQ0NDgwMCwidSI6InVzZXItMSJ9.GdJkf0ShEVOd2ArMF7STrcNWe-3cyUC_V6sYGnCnuoU";
+const SAMPLE_TICKET: &str = "tst1.sample.eyJ0IjoidGVuYW50LTEiLCJzIjoic2Vzc2lvbi0xIiwibiI6InNhbXBsZS1zZXNzaW9uLW5vbmNlIiwiZSI6NDEwMjQ0NDgwMCwidSI6InVzZXItMSIsImkiOiJzYW1wbGUtdGlja2V0IiwiYyI6MX0.BuKN7grR-E6bYvwb36kZp9YbY_lIHiKnLVDz51mKajY";
 const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 proptest! {

@@ -378,7 +378,8 @@ async fn cold_spends_take_at_most_two_calls_and_items_expire_when_full() {
         expires > full_at_secs,
         "the item outlives the moment the bucket is full"
     );
-    assert!(expires <= full_at_secs + 1 + 60);
+    let margin = i64::try_from(shared::kv::limiter::DEFAULT_TTL_MARGIN.as_secs()).unwrap();
+    assert!(expires <= full_at_secs + 1 + margin);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -817,4 +818,83 @@ async fn a_long_random_script_matches_the_pure_arithmetic() {
         }
         env.clock.advance(Duration::from_millis(next(1_500)));
     }
+}
+
+/// A rate lowered while a bucket is drained: the item's TTL must not fall before the moment the
+/// bucket is full again. A refund under the new, smaller burst set the TTL from that burst
+/// (`now + burstOffset + margin`) while the stored TAT came from the old one; DynamoDB then
+/// deleted the still-drained item and it read as full: spends admitted hours early. On the TTL
+/// instance (its sweep deletes an expired item within seconds), at a `now` three hours back.
+#[tokio::test]
+async fn a_refund_under_a_lowered_rate_never_expires_a_drained_bucket_early() {
+    let env = TestEnv::for_ttl(&[TableKind::Buckets]).await;
+    let rate = |burst: u64| {
+        let yaml = format!(
+            "names:\n  Slow: {{ id: 1, format: string }}\n\
+             defaults:\n  Slow: {{ burst: {burst}, count: 1, period: 1h }}\n"
+        );
+        let limits = Arc::new(Limits::new(LimitSet::from_yaml(&yaml).unwrap()));
+        Limiter::new(env.deps.dynamo.clone(), &env.deps.tables.buckets, limits)
+    };
+    let (old, new) = (rate(10), rate(2));
+    let wall = shared::clock::SystemClock.now();
+    let then = wall.minus(Duration::from_secs(3 * 3_600));
+    // Drained under the old rate until then + 10 h; a refund of 1 under the new rate: + 9 h.
+    assert!(
+        old.spend("Slow", "low", 10, then)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        new.refund("Slow", "low", 1, then)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let item = || async {
+        env.deps
+            .dynamo
+            .get_item()
+            .table_name(&env.deps.tables.buckets)
+            .key("bucket", AttributeValue::S("1:low".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+    };
+    let stored = item().await.expect("the bucket's item");
+    let (tat, expires) = (
+        num(&stored, "tat").unwrap(),
+        num(&stored, "expiresAt").unwrap(),
+    );
+    let mut admitted_early = 0;
+    if expires <= wall.as_secs() {
+        // Expired already: the sweep deletes it within seconds, and the drained bucket reads full.
+        for _ in 0..120 {
+            if item().await.is_none() {
+                break;
+            }
+            tokio::time::sleep(ms(500)).await;
+        }
+        while new
+            .spend("Slow", "low", 1, wall)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+        {
+            admitted_early += 1;
+        }
+    }
+    assert!(
+        admitted_early == 0 && expires >= tat.div_euclid(1_000_000_000) + 60,
+        "drained until {} s (7 h from now), the item expires at {expires} s ({} s from now); \
+         deleted, it admitted {admitted_early} spends now",
+        tat.div_euclid(1_000_000_000),
+        expires - wall.as_secs()
+    );
 }

@@ -745,3 +745,62 @@ async fn a_lease_without_held_until_gives_nothing_back_and_still_settles() {
     assert_eq!(r.returned, 1, "the 1 spent by the adjust up comes back");
     assert!(lim.read_lease("Fast", "o", "old").await.unwrap().is_none());
 }
+
+/// A lease's refund measures `heldUntil − now` with the releaser's clock, while `heldUntil` was set
+/// with the acquirer's. Two limiters (two Lambda instances) on injected clocks 200 ms apart: a
+/// release by the one whose clock is behind gives back the skew more than the refill has left
+/// outstanding (2 tokens of `Fast`, 100 ms each), never more (docs/leases.md, "Clocks"); the one
+/// whose clock is ahead gives back that much less.
+#[tokio::test]
+async fn a_release_on_a_clock_behind_gives_back_at_most_the_skew_more() {
+    use shared::clock::ManualClock;
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let ms = Duration::from_millis;
+    let skew = ms(200);
+    let t0 = env.clock.now();
+    let truth = ManualClock::new(t0);
+    let (a, b) = (limiter(&env), limiter(&env));
+    for (id, b_clock_at_t0, owed_more) in [
+        ("behind", t0.minus(skew), 2),
+        ("true", t0, 0),
+        ("ahead", t0.plus(skew), -2),
+    ] {
+        let b_clock = ManualClock::new(b_clock_at_t0);
+        truth.set(t0);
+        // A (true clock) leases 10 at t0; 0.4 s later another caller spends 4 of the 4 refilled.
+        assert!(
+            a.acquire_lease("Fast", id, "L", 10, TTL, truth.now())
+                .await
+                .unwrap()
+                .granted
+        );
+        truth.advance(ms(400));
+        b_clock.advance(ms(400));
+        assert!(
+            a.spend("Fast", id, 4, truth.now())
+                .await
+                .unwrap()
+                .decision
+                .allowed
+        );
+        // Without the lease the bucket would hold 6 now; the refill has returned 4 of the 10, so 6
+        // are outstanding. B releases on its own clock.
+        let r = b
+            .release_lease("Fast", id, "L", b_clock.now())
+            .await
+            .unwrap();
+        let left = fast_left(&a, id, truth.now()).await;
+        println!(
+            "lease released on a clock {id}: returned {}, {left} left",
+            r.returned
+        );
+        assert_eq!(
+            (
+                i64::try_from(r.returned).unwrap(),
+                i64::try_from(left).unwrap()
+            ),
+            (6 + owed_more, 6 + owed_more),
+            "clock {id} by {skew:?}: the ideal bucket has 6; the skew moves it by 2 at most"
+        );
+    }
+}

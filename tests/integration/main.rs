@@ -9,6 +9,7 @@ mod isolation;
 mod kv;
 mod kv_leases;
 mod kv_shards;
+mod local_origin;
 mod local_stack;
 mod local_stream_bridge;
 mod oidc;

@@ -534,100 +534,336 @@ async fn churn(env: &TestEnv, tasks: usize, rounds: usize, capacity: i64) -> usi
     peak.load(SeqCst)
 }
 
-/// create_token and delete racing on the same reservation, in every interleaving the scheduler
-/// gives: the delete always wins in the end (no capacity left), and a bind that lost is `Gone`
-/// and deletes its row. A bind that finished first keeps its bound row after the delete (a
-/// release writes only the ledger; the row holds nothing and TTL removes it: decision 0101), so
-/// exactly the ledger and one row per `Ok` bind are left.
+/// A delete forced at each point of a bind, through the bind's `shared::interleave` points rather
+/// than left to the scheduler: before it, after its row, after its marker read, and after it
+/// returned. The delete always wins in the end (no capacity left); a bind that lost answers `Gone`
+/// and deletes the row it wrote; a bind that finished first keeps its bound row after the delete
+/// (a release writes only the ledger; the row holds nothing and TTL removes it: decision 0101).
 #[tokio::test]
-async fn a_bind_racing_a_delete_leaves_no_capacity_and_no_row_of_a_lost_bind() {
-    let env = TestEnv::new(&TABLES).await;
-    let l = limiter(&env);
-    let mut pairs = Vec::new();
-    for i in 0..20 {
-        let r = l.get_reservation("emr", "race", 20).await.unwrap();
-        let (b, d) = (r.clone(), r);
-        pairs.push(tokio::spawn(async move {
-            let bind = tokio::spawn(async move { b.create_token(&format!("j-R{i}")).await });
-            d.delete().await.unwrap();
-            match bind.await.unwrap() {
-                Ok(_) => 1,
-                Err(ReservationError::Gone { .. }) => 0,
-                Err(e) => panic!("{e}"),
-            }
-        }));
-    }
-    let mut bound = 0;
-    for p in join_all(pairs).await {
-        bound += p.unwrap();
-    }
-    assert!(l.list("emr", "race").await.unwrap().is_empty());
-    let rows = env
-        .deps
-        .dynamo
-        .scan()
-        .table_name(&env.deps.tables.non_fungible_tokens)
-        .send()
-        .await
-        .unwrap();
-    let pk = |i: &std::collections::HashMap<String, AttributeValue>| {
-        i.get("resourceCoordinate")
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .unwrap_or_default()
-    };
-    assert_eq!(
-        rows.items().len(),
-        1 + bound,
-        "the ledger and the rows of the {bound} binds that answered Ok"
-    );
-    assert!(
-        rows.items()
-            .iter()
-            .all(|i| pk(i) == "emr:race" || pk(i).starts_with(":ended:j-R")),
-        "{:?}",
-        rows.items().iter().map(pk).collect::<Vec<_>>()
-    );
-    assert_eq!(concurrent(vec![l; 30], "race", 20).await, 20);
-}
-
-/// A delete forced between a bind's two writes (row written, ledger entry not yet extended), not
-/// left to the scheduler: the delete releases the entry, the bind finds it gone, answers `Gone`
-/// and deletes the row it wrote. Nothing is held and no row is left.
-#[tokio::test]
-async fn a_delete_between_a_binds_two_writes_leaves_neither_capacity_nor_row() {
+async fn a_delete_at_each_point_of_a_bind_leaves_no_capacity_and_no_row_of_a_lost_bind() {
     use futures::FutureExt;
     use shared::interleave::{Interleave, Point};
     use std::sync::{Arc, Mutex};
     let env = TestEnv::new(&TABLES).await;
     let plain = limiter(&env);
-    let r = plain.get_reservation("emr", "between", 1).await.unwrap();
-    let delete = Arc::new(Mutex::new(Some(r.clone())));
-    let l = limiter(&env).with_interleave(Interleave::with(move |p| {
-        let d = (p == Point::BindAfterRow)
-            .then(|| delete.lock().unwrap().take())
+    let rows_of = |resource: &'static str| {
+        let plain = plain.clone();
+        async move { plain.find_by_resource_id(resource, None).await.unwrap() }
+    };
+    // (where the delete runs, the resource, whether the bind answers Ok)
+    let cases: [(Option<Point>, &str, bool); 4] = [
+        (None, "j-BEFORE", false),
+        (Some(Point::BindAfterRow), "j-AFTER-ROW", false),
+        (Some(Point::BindAfterMarkerRead), "j-AFTER-READ", false),
+        (None, "j-AFTER", true),
+    ];
+    for (point, resource, binds) in cases {
+        let r = plain.get_reservation("emr", resource, 1).await.unwrap();
+        let delete = Arc::new(Mutex::new(Some(r.clone())));
+        let hook = delete.clone();
+        let l = limiter(&env).with_interleave(Interleave::with(move |p| {
+            let d = (Some(p) == point)
+                .then(|| hook.lock().unwrap().take())
+                .flatten();
+            async move {
+                if let Some(d) = d {
+                    d.delete().await.unwrap();
+                }
+            }
+            .boxed()
+        }));
+        if point.is_none() && !binds {
+            r.delete().await.unwrap();
+        }
+        let handle = l.reservation("emr", resource, &r.id).unwrap();
+        let answer = handle.create_token(resource).await;
+        if binds {
+            answer.unwrap_or_else(|e| panic!("{resource}: {e}"));
+            r.delete().await.unwrap();
+        } else {
+            let err = answer.unwrap_err();
+            assert!(
+                matches!(err, ReservationError::Gone { .. }),
+                "{resource}: {err}"
+            );
+        }
+        assert!(
+            delete.lock().unwrap().is_none() || point.is_none(),
+            "{resource}: the delete ran at its point"
+        );
+        assert!(
+            plain.list("emr", resource).await.unwrap().is_empty(),
+            "{resource}: no capacity left"
+        );
+        assert_eq!(
+            rows_of(resource).await.len(),
+            usize::from(binds),
+            "{resource}: only the row of a bind that answered Ok is left"
+        );
+        assert!(plain.get_reservation("emr", resource, 1).await.is_ok());
+    }
+}
+
+/// Reservation ids of `resource`'s bound rows.
+async fn bound_rows(l: &NonFungibleLimiter, resource: &str) -> Vec<(String, Option<i64>)> {
+    l.find_by_resource_id(resource, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.reservation_id, t.expiration_time))
+        .collect()
+}
+
+/// Whether the coordinate's one unit is held (capacity 1: a new reservation is `Limited`).
+async fn full(l: &NonFungibleLimiter, account: &str) -> bool {
+    match l.get_reservation("emr", account, 1).await {
+        Err(ReservationError::Limited { .. }) => true,
+        Ok(r) => {
+            r.delete().await.unwrap();
+            false
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Capacity 1: R bound to j-Y, then j-X ends (the remover records it), then R is bound to j-X. The
+/// answer is `AlreadyBound` and R's unit stays held by its binding to j-Y. The bind used to take
+/// the ended resource for a reason to release the entry whatever it held: `ResourceEnded`, and a
+/// second reservation granted — two units in use at capacity 1.
+#[tokio::test]
+async fn a_bind_to_an_ended_resource_never_releases_a_binding_to_another() {
+    let env = TestEnv::new(&TABLES).await;
+    let l = limiter(&env);
+    let r = l.get_reservation("emr", "ended", 1).await.unwrap();
+    let token = r.create_token("j-Y").await.unwrap();
+    l.remove_by_resource_id("j-X", None).await.unwrap();
+    let err = r.create_token("j-X").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReservationError::AlreadyBound { bound_until, .. } if bound_until == token.expiration_time
+        ),
+        "{err}"
+    );
+    assert!(
+        full(&l, "ended").await,
+        "the unit is still held by the binding to j-Y"
+    );
+    assert_eq!(
+        bound_rows(&l, "j-X").await,
+        [],
+        "the refused bind's row is deleted"
+    );
+    assert_eq!(
+        bound_rows(&l, "j-Y").await,
+        [(r.id.clone(), Some(token.expiration_time))]
+    );
+    l.remove_by_resource_id("j-Y", None).await.unwrap();
+    assert!(!full(&l, "ended").await, "j-Y's end releases it");
+}
+
+/// A limiter whose calls go through a fault proxy (returned with it), for the env's tables.
+async fn proxied(env: &TestEnv) -> (turnstile_faultproxy::FaultProxy, NonFungibleLimiter) {
+    let proxy = turnstile_faultproxy::FaultProxy::start(&env.endpoint)
+        .await
+        .expect("proxy starts");
+    let mut deps = env.deps.clone();
+    deps.dynamo = shared::dynamo::local_client(&proxy.url(), Some(&env.counter));
+    let l = NonFungibleLimiter::from_deps(&deps).expect("limiter");
+    (proxy, l)
+}
+
+fn throttled(op: &str) -> turnstile_faultproxy::Policy {
+    use turnstile_faultproxy::{Policy, ThrottleError, ThrottleMode};
+    Policy::throttle(ThrottleError::Throttling, ThrottleMode::Always).only([op])
+}
+
+/// R bound to j-Y, then the same bind again (idempotent) while the ended-marker read is throttled
+/// past the SDK's retries: the bind cannot tell whether j-Y ended and answers the store error, but
+/// the entry is bound (not a reservation it could give back) and the row was not written by this
+/// call: both stay, and j-Y's end releases the unit. It used to release the entry and delete the
+/// row: the unit was free while the cluster ran.
+#[tokio::test]
+async fn a_repeated_bind_whose_marker_read_fails_keeps_the_binding_and_its_row() {
+    let env = TestEnv::new(&TABLES).await;
+    let direct = limiter(&env);
+    let (proxy, l) = proxied(&env).await;
+    let r = l.get_reservation("emr", "unknown", 1).await.unwrap();
+    let token = r.create_token("j-Y").await.unwrap();
+    proxy.set_policy(throttled("GetItem"));
+    let err = r.create_token("j-Y").await.unwrap_err();
+    proxy.set_policy(turnstile_faultproxy::Policy::passthrough());
+    assert!(matches!(err, ReservationError::Store(_)), "{err}");
+    assert!(proxy.stats().throttled >= 1);
+    assert!(
+        full(&direct, "unknown").await,
+        "the binding still holds the unit"
+    );
+    assert_eq!(
+        bound_rows(&direct, "j-Y").await,
+        [(r.id.clone(), Some(token.expiration_time))],
+        "the first bind's row is left"
+    );
+    direct.remove_by_resource_id("j-Y", None).await.unwrap();
+    assert!(!full(&direct, "unknown").await, "j-Y's end releases it");
+}
+
+/// R bound to j-Y, then the same bind again while its ledger write is throttled past the SDK's
+/// retries (the proxy switched at the point after the marker read): the row is the first bind's,
+/// so it stays, and j-Y's end still finds it and releases the unit. It used to be deleted: the
+/// entry stayed bound for the token's 8 hours with no row for the remover to find.
+#[tokio::test]
+async fn a_repeated_bind_whose_ledger_write_fails_keeps_the_first_binds_row() {
+    use futures::FutureExt;
+    use shared::interleave::{Interleave, Point};
+    use std::sync::Arc;
+    let env = TestEnv::new(&TABLES).await;
+    let direct = limiter(&env);
+    let (proxy, l) = proxied(&env).await;
+    let proxy = Arc::new(proxy);
+    let r = l.get_reservation("emr", "ledger", 1).await.unwrap();
+    let token = r.create_token("j-Y").await.unwrap();
+    let hook = proxy.clone();
+    let failing = l.clone().with_interleave(Interleave::with(move |p| {
+        if p == Point::BindAfterMarkerRead {
+            hook.set_policy(throttled("UpdateItem"));
+        }
+        async {}.boxed()
+    }));
+    let err = failing
+        .reservation("emr", "ledger", &r.id)
+        .unwrap()
+        .create_token("j-Y")
+        .await
+        .unwrap_err();
+    proxy.set_policy(turnstile_faultproxy::Policy::passthrough());
+    assert!(matches!(err, ReservationError::Store(_)), "{err}");
+    assert_eq!(
+        bound_rows(&direct, "j-Y").await,
+        [(r.id.clone(), Some(token.expiration_time))],
+        "the first bind's row is left"
+    );
+    assert!(
+        full(&direct, "ledger").await,
+        "the binding still holds the unit"
+    );
+    direct.remove_by_resource_id("j-Y", None).await.unwrap();
+    assert!(
+        !full(&direct, "ledger").await,
+        "j-Y's end finds the row and releases the unit"
+    );
+}
+
+/// Two limiters on clocks 20 ms apart, as two Lambda instances are: A reads 0.990 s into a
+/// second, B, later in real time but behind, 0.970 s into the same second. A's bind of R to j-X
+/// stops after its row (a crash); B binds R to j-Y: both bindings would expire in the same second.
+/// j-X's end must not release the unit j-Y's binding holds: the row's release matches its own
+/// binding only. It used to match the expiry second, and took j-Y's binding.
+#[tokio::test]
+async fn a_stale_row_never_releases_a_binding_made_in_its_second_on_a_skewed_clock() {
+    use futures::FutureExt;
+    use shared::interleave::{Interleave, Point};
+    let env = TestEnv::new(&TABLES).await;
+    let (a, b) = skewed(&env);
+    let stopping = a.with_interleave(Interleave::with(|p| {
+        if p == Point::BindAfterRow {
+            futures::future::pending::<()>().boxed()
+        } else {
+            async {}.boxed()
+        }
+    }));
+    let r = stopping.get_reservation("emr", "skew", 1).await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_millis(300), r.create_token("j-X")).await;
+    assert!(stopped.is_err(), "A's bind stopped after its row");
+    let token = b
+        .reservation("emr", "skew", &r.id)
+        .unwrap()
+        .create_token("j-Y")
+        .await
+        .expect("still unbound: B binds it to j-Y");
+    let plain = limiter(&env);
+    assert_eq!(
+        bound_rows(&plain, "j-X").await,
+        [(r.id.clone(), Some(token.expiration_time))],
+        "the stale row and the binding expire in the same second"
+    );
+    plain.remove_by_resource_id("j-X", None).await.unwrap();
+    assert!(
+        full(&plain, "skew").await,
+        "j-Y's binding still holds the unit after j-X's end"
+    );
+    plain.remove_by_resource_id("j-Y", None).await.unwrap();
+    assert!(!full(&plain, "skew").await, "j-Y's end releases it");
+}
+
+/// The same clocks, A's bind of R to j-X paused after its row while B binds R to j-Y, then
+/// resumed: A's ledger write must find the entry bound to another resource (`AlreadyBound`), not
+/// pass for its own binding because both expire in the same second, and j-X's end must leave the
+/// unit to j-Y. It used to answer Ok: R bound to both, and either end released it.
+#[tokio::test]
+async fn a_bind_paused_across_a_skewed_binding_answers_already_bound() {
+    use futures::FutureExt;
+    use shared::interleave::{Interleave, Point};
+    use std::sync::{Arc, Mutex};
+    let env = TestEnv::new(&TABLES).await;
+    let (a, b) = skewed(&env);
+    let r = a.get_reservation("emr", "paused", 1).await.unwrap();
+    let other = Arc::new(Mutex::new(Some(
+        b.reservation("emr", "paused", &r.id).unwrap(),
+    )));
+    let answer = Arc::new(Mutex::new(None));
+    let seen = answer.clone();
+    let pausing = a.with_interleave(Interleave::with(move |p| {
+        let bind = (p == Point::BindAfterRow)
+            .then(|| other.lock().unwrap().take())
             .flatten();
+        let seen = seen.clone();
         async move {
-            if let Some(d) = d {
-                d.delete().await.unwrap();
+            if let Some(h) = bind {
+                *seen.lock().unwrap() = Some(h.create_token("j-Y").await);
             }
         }
         .boxed()
     }));
-    let handle = l.reservation("emr", "between", &r.id).unwrap();
-    let err = handle.create_token("j-BETWEEN").await.unwrap_err();
-    assert!(matches!(err, ReservationError::Gone { .. }), "{err}");
-    assert!(plain.list("emr", "between").await.unwrap().is_empty());
-    let rows = env
-        .deps
-        .dynamo
-        .scan()
-        .table_name(&env.deps.tables.non_fungible_tokens)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(rows.items().len(), 1, "only the ledger item is left");
-    assert!(plain.get_reservation("emr", "between", 1).await.is_ok());
+    let first = pausing
+        .reservation("emr", "paused", &r.id)
+        .unwrap()
+        .create_token("j-X")
+        .await;
+    let token = answer
+        .lock()
+        .unwrap()
+        .take()
+        .expect("B's bind ran")
+        .expect("B binds R to j-Y");
+    assert!(
+        matches!(
+            first,
+            Err(ReservationError::AlreadyBound { bound_until, .. }) if bound_until == token.expiration_time
+        ),
+        "{first:?}"
+    );
+    let plain = limiter(&env);
+    plain.remove_by_resource_id("j-X", None).await.unwrap();
+    assert!(
+        full(&plain, "paused").await,
+        "j-Y's binding still holds the unit after j-X's end"
+    );
+}
+
+/// Two limiters on the env's tables, on clocks A and B: A 0.990 s into a second, B 0.970 s into
+/// the same second (20 ms behind A).
+fn skewed(env: &TestEnv) -> (NonFungibleLimiter, NonFungibleLimiter) {
+    use shared::clock::{ManualClock, Timestamp};
+    use std::sync::Arc;
+    let second = env.deps.clock.now().as_secs() + 1;
+    let on = |millis: i64| {
+        let mut deps = env.deps.clone();
+        let clock = ManualClock::new(Timestamp::from_millis(second * 1000 + millis));
+        deps.clock = Arc::new(clock);
+        NonFungibleLimiter::from_deps(&deps).expect("limiter")
+    };
+    (on(990), on(970))
 }
 
 /// Reserves `n` units of `account` (capacity `limit`) from 8 tasks sharing `l`; every one admitted.

@@ -264,3 +264,66 @@ async fn the_rate_stamp_is_written_once_and_follows_a_changed_rate() {
     assert_eq!((s.token_capacity, s.request_count), (Some(20), Some(1)));
     assert_eq!(s.entity_type, "Worked");
 }
+
+/// Two processes on different limits files (a deploy): the stored stamp is the last stamping
+/// writer's rate, which may not be the caller's. The view says which rate it shows (`rateSource`:
+/// the item's stamp, or the caller's limits file when the item has none), and when the caller's
+/// file has another rate for the bucket it shows that one beside it (`limitsFileRate`).
+#[tokio::test]
+async fn the_view_says_which_rate_it_read() {
+    let env = TestEnv::new(&[TableKind::Buckets]).await;
+    let t0 = env.clock.now();
+    let newer = LIMITS.replace("burst: 10, count: 1", "burst: 20, count: 2");
+    let new = Limiter::new(
+        env.deps.dynamo.clone(),
+        &env.deps.tables.buckets,
+        Arc::new(Limits::new(LimitSet::from_yaml(&newer).unwrap())),
+    );
+    assert!(
+        new.spend("Worked", "dep", 1, t0)
+            .await
+            .unwrap()
+            .decision
+            .allowed
+    );
+    // Read with the old file: the stamp (20, 2/s) is shown, and said to be the stored one.
+    let s = reader(&env, Some(set()))
+        .state("Worked:dep", t0)
+        .await
+        .unwrap();
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(
+        (&json["tokenCapacity"], &json["rateSource"]),
+        (&serde_json::json!(20), &serde_json::json!("stored")),
+        "{json}"
+    );
+    assert_eq!(
+        json["limitsFileRate"],
+        serde_json::json!({"tokenCapacity": 10, "refillRate": 1.0}),
+        "{json}"
+    );
+    // Read with the file that wrote it: nothing to show beside it.
+    let same = Arc::new(LimitSet::from_yaml(&newer).unwrap());
+    let json = serde_json::to_value(
+        reader(&env, Some(same))
+            .state("Worked:dep", t0)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["rateSource"], "stored", "{json}");
+    assert!(json.get("limitsFileRate").is_none(), "{json}");
+    // No item: the rate can only be the limits file's, and the view says so.
+    let json = serde_json::to_value(
+        reader(&env, Some(set()))
+            .state("Worked:none", t0)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (&json["tokenCapacity"], &json["rateSource"]),
+        (&serde_json::json!(10), &serde_json::json!("limitsFile")),
+        "{json}"
+    );
+}

@@ -477,6 +477,11 @@ impl<'t> Stack<'t> {
                     .collect();
                 s(parts.join(sep))
             }
+            "Fn::Split" => {
+                let sep = arg[0].as_str().unwrap();
+                let text = self.eval_str(&arg[1]);
+                Some(Value::Array(text.split(sep).map(|p| json!(p)).collect()))
+            }
             "Condition" => Some(Value::Bool(self.condition(arg.as_str().unwrap()))),
             "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
                 self.try_condition(&json!({ f: arg })).map(Value::Bool)
@@ -699,8 +704,19 @@ fn crates_in_functions_dir() -> BTreeSet<String> {
 }
 
 /// The parameter sets the checks run under: defaults, snake-case attributes, isolation off, JWT,
-/// and every table pre-existing.
+/// and every table pre-existing. Each IAM one names the backend roles `SessionCallerRole` trusts,
+/// without which the template refuses to deploy.
 fn variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    let mut all = base_variants();
+    for (_, params) in &mut all {
+        if !params.contains(&("SessionApiAuth", "JWT")) {
+            params.push(("SessionCallerPrincipal", BACKEND_ROLES));
+        }
+    }
+    all
+}
+
+fn base_variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
     vec![
         ("defaults", vec![]),
         ("snake", vec![("AttributeStyle", "snake")]),
@@ -1710,6 +1726,399 @@ fn the_apis_rule_and_outputs_are_wired() {
     }
 }
 
+/// What API Gateway invokes a function for, and the `execute-api` ARN it presents to Lambda as the
+/// invocation's source: one per route (and per method of an `ANY` route), and one per Lambda
+/// authorizer.
+struct Invocation {
+    /// The API's logical id, its route key or `authorizer {id}`, for messages.
+    what: String,
+    /// Logical id of the function invoked.
+    function: String,
+    source_arn: String,
+}
+
+/// The `execute-api` ARN prefix of one API (`arn:aws:execute-api:{region}:{account}:{api id}`).
+fn execute_api_arn(api: &str) -> String {
+    format!("arn:aws:execute-api:{REGION}:{ACCOUNT}:{api}")
+}
+
+/// A concrete request path for a route's path: `{param}` -> a value, `{proxy+}` -> two segments.
+fn sample_path(route_path: &str) -> String {
+    route_path
+        .split('/')
+        .map(|seg| {
+            if seg.starts_with('{') && seg.ends_with("+}") {
+                "a/b"
+            } else if seg.starts_with('{') && seg.ends_with('}') {
+                "sample"
+            } else {
+                seg
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+impl Stack<'_> {
+    /// The function an integration or authorizer URI invokes: a function's ARN, alone
+    /// (`!GetAtt F.Arn`) or inside the `apigateway:...:lambda:path/.../functions/{arn}/invocations`
+    /// form.
+    fn invoked_function(&self, uri: &str, ctx: &str) -> String {
+        let found: Vec<String> = self
+            .functions()
+            .into_keys()
+            .filter(|id| {
+                let arn = self.eval_str(&json!({ "Fn::GetAtt": [id, "Arn"] }));
+                uri == arn || uri.contains(&format!("/functions/{arn}/invocations"))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{ctx}: {uri} invokes {found:?}");
+        found[0].clone()
+    }
+
+    /// Every invocation of a function by API Gateway this stack can make, with its source ARN:
+    /// `{api}/{stage}/{METHOD}/{path}` for an HTTP API route, `{api}/{stage}/{route key}` for a
+    /// WebSocket route, `{api}/authorizers/{id}` for a Lambda authorizer.
+    fn api_invocations(&self, variant: &str) -> Vec<Invocation> {
+        let res = self.resources();
+        for (id, r) in &res {
+            let ty = r["Type"].as_str().unwrap_or_default();
+            assert!(
+                !ty.starts_with("AWS::ApiGateway::")
+                    && ty != "AWS::Serverless::Api"
+                    && ty != "AWS::Serverless::HttpApi"
+                    && ty != "AWS::Serverless::WebSocketApi",
+                "{variant}: {id} is a {ty}, which this test does not read yet: teach \
+                 api_invocations its routes"
+            );
+            if ty == "AWS::Serverless::Function" {
+                for (name, e) in r["Properties"]["Events"].as_object().into_iter().flatten() {
+                    let et = e["Type"].as_str().unwrap_or_default();
+                    assert!(
+                        et != "Api" && et != "HttpApi",
+                        "{variant}: {id}'s event {name} is an {et} route, which this test \
+                         does not read yet"
+                    );
+                }
+            }
+        }
+        let props = |id: &str| self.eval(&res[id]["Properties"]).unwrap();
+        let of_type = |ty: &str| -> Vec<String> {
+            res.iter()
+                .filter(|(_, r)| r["Type"] == ty)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mut out = Vec::new();
+        for api in of_type("AWS::ApiGatewayV2::Api") {
+            let api_ref = format!("ref-{api}");
+            let protocol = props(&api)["ProtocolType"].as_str().unwrap().to_string();
+            let stages: Vec<String> = of_type("AWS::ApiGatewayV2::Stage")
+                .iter()
+                .map(|s| props(s))
+                .filter(|p| p["ApiId"] == api_ref.as_str())
+                .map(|p| p["StageName"].as_str().unwrap().to_string())
+                .collect();
+            assert!(!stages.is_empty(), "{variant}: {api} has no stage");
+            let arn = execute_api_arn(&api_ref);
+            let routes: Vec<Value> = of_type("AWS::ApiGatewayV2::Route")
+                .iter()
+                .map(|r| props(r))
+                .filter(|p| p["ApiId"] == api_ref.as_str())
+                .collect();
+            assert!(!routes.is_empty(), "{variant}: {api} has no route");
+            for route in routes {
+                let key = route["RouteKey"].as_str().unwrap().to_string();
+                let ctx = format!("{variant}: {api} {key}");
+                let target = route["Target"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{ctx}: no Target"));
+                let integration = target
+                    .strip_prefix("integrations/ref-")
+                    .unwrap_or_else(|| panic!("{ctx}: target {target}"));
+                let uri = props(integration)["IntegrationUri"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let function = self.invoked_function(&uri, &ctx);
+                // What follows `{stage}/` in the source ARN, per request the route takes.
+                let suffixes: Vec<String> = match protocol.as_str() {
+                    "WEBSOCKET" => vec![key.clone()],
+                    "HTTP" if key == "$default" => vec!["*/*".to_string()],
+                    "HTTP" => {
+                        let (method, path) = key
+                            .split_once(' ')
+                            .unwrap_or_else(|| panic!("{ctx}: not `METHOD /path`"));
+                        let path = sample_path(path);
+                        let methods: Vec<&str> = if method == "ANY" {
+                            vec!["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+                        } else {
+                            vec![method]
+                        };
+                        methods.iter().map(|m| format!("{m}{path}")).collect()
+                    }
+                    other => panic!("{ctx}: protocol {other}"),
+                };
+                for stage in &stages {
+                    for suffix in &suffixes {
+                        out.push(Invocation {
+                            what: ctx.clone(),
+                            function: function.clone(),
+                            source_arn: format!("{arn}/{stage}/{suffix}"),
+                        });
+                    }
+                }
+            }
+        }
+        for auth in of_type("AWS::ApiGatewayV2::Authorizer") {
+            let p = props(&auth);
+            // JWT authorizers are API Gateway's own: no function is invoked.
+            let Some(uri) = p["AuthorizerUri"].as_str() else {
+                assert_eq!(p["AuthorizerType"], "JWT", "{variant}: {auth}");
+                continue;
+            };
+            let api = p["ApiId"].as_str().unwrap();
+            let ctx = format!("{variant}: authorizer {auth}");
+            out.push(Invocation {
+                function: self.invoked_function(uri, &ctx),
+                what: ctx,
+                source_arn: format!("{}/authorizers/ref-{auth}", execute_api_arn(api)),
+            });
+        }
+        out
+    }
+}
+
+/// Lambda lets API Gateway invoke a function only when the invocation's `execute-api` ARN matches
+/// the `SourceArn` of a permission for `apigateway.amazonaws.com` on it (`*` any run of characters,
+/// `/` included; `?` one). Every route of every API (HTTP and WebSocket) and every Lambda
+/// authorizer must be covered, in every parameter variant, or each call to it is a 500.
+#[test]
+fn every_route_and_authorizer_may_invoke_its_function() {
+    let t = load_template();
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        let res = stack.resources();
+        let apis: Vec<String> = res
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::ApiGatewayV2::Api")
+            .map(|(id, _)| execute_api_arn(&format!("ref-{id}")))
+            .collect();
+        let mut allowed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, r) in &res {
+            if r["Type"] != "AWS::Lambda::Permission" {
+                continue;
+            }
+            let p = stack.eval(&r["Properties"]).unwrap();
+            if p["Principal"] != "apigateway.amazonaws.com" {
+                continue;
+            }
+            assert_eq!(p["Action"], "lambda:InvokeFunction", "{variant}: {id}");
+            let source = p["SourceArn"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{variant}: {id} lets any API invoke it"))
+                .to_string();
+            // Only this stack's APIs, named by id (no wildcard API or account).
+            assert!(
+                apis.iter().any(|a| source.starts_with(&format!("{a}/"))),
+                "{variant}: {id}'s SourceArn {source} names none of this stack's APIs"
+            );
+            let function = p["FunctionName"]
+                .as_str()
+                .and_then(|f| f.strip_prefix("ref-"))
+                .unwrap_or_else(|| panic!("{variant}: {id}: FunctionName"));
+            allowed
+                .entry(function.to_string())
+                .or_default()
+                .push(source);
+        }
+        let invocations = stack.api_invocations(variant);
+        assert!(
+            invocations.len() >= 8,
+            "{variant}: {} invocations",
+            invocations.len()
+        );
+        for i in &invocations {
+            let patterns = allowed.get(&i.function).cloned().unwrap_or_default();
+            assert!(
+                patterns.iter().any(|p| string_like(p, &i.source_arn)),
+                "{}: API Gateway invokes {} as {}, which no permission allows (SourceArn {:?})",
+                i.what,
+                i.function,
+                i.source_arn,
+                patterns
+            );
+        }
+        // Under IAM, the session API's callers may invoke every IAM-authorised route.
+        if stack.exists("SessionCallerRole") {
+            let role = stack
+                .eval(&stack.resource("SessionCallerRole")["Properties"])
+                .unwrap();
+            let resources: Vec<String> = role["Policies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+                .filter(|s| strings(&s["Action"]).contains(&"execute-api:Invoke".to_string()))
+                .flat_map(|s| strings(&s["Resource"]))
+                .collect();
+            for i in invocations
+                .iter()
+                .filter(|i| i.function == "SessionApiFunction" && !i.what.contains("authorizer"))
+            {
+                assert!(
+                    resources.iter().any(|r| string_like(r, &i.source_arn)),
+                    "{}: SessionCallerRole may not invoke {} ({resources:?})",
+                    i.what,
+                    i.source_arn
+                );
+            }
+        }
+    }
+}
+
+/// The matcher above is the one Lambda applies to `SourceArn`: `*` crosses `/`.
+#[test]
+fn source_arn_patterns_match_as_lambda_matches_them() {
+    let api = "arn:aws:execute-api:us-east-1:123456789012:abc";
+    assert!(string_like(
+        &format!("{api}/*/*/session"),
+        &format!("{api}/$default/PUT/session")
+    ));
+    assert!(!string_like(
+        &format!("{api}/*/*/session"),
+        &format!("{api}/$default/POST/session/ticket")
+    ));
+    assert!(string_like(
+        &format!("{api}/*"),
+        &format!("{api}/live/$connect")
+    ));
+    assert!(string_like(
+        &format!("{api}/?ive/$connect"),
+        &format!("{api}/live/$connect")
+    ));
+    assert!(!string_like(
+        &format!("{api}/*/$connect"),
+        &format!("{api}/live/$default")
+    ));
+}
+
+impl Stack<'_> {
+    /// The `AssertDescription` of every rule assertion these parameters fail: CloudFormation then
+    /// creates nothing and shows them.
+    fn rule_failures(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        for (name, rule) in self.t["Rules"].as_object().into_iter().flatten() {
+            let applies = match rule.get("RuleCondition") {
+                None => true,
+                Some(c) => self
+                    .try_condition(c)
+                    .unwrap_or_else(|| panic!("rule {name}: condition {c}")),
+            };
+            if !applies {
+                continue;
+            }
+            for a in rule["Assertions"].as_array().unwrap() {
+                let holds = self
+                    .try_condition(&a["Assert"])
+                    .unwrap_or_else(|| panic!("rule {name}: assertion {}", a["Assert"]));
+                if !holds {
+                    failed.push(a["AssertDescription"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// Backend roles the IAM variants name as `SessionCallerPrincipal`.
+const BACKEND_ROLES: &str =
+    "arn:aws:iam::123456789012:role/backend-a,arn:aws:iam::123456789012:role/team/backend-b";
+
+/// The principals `SessionCallerRole` trusts, or `None` when these parameters create no such role.
+fn session_caller_principals(stack: &Stack) -> Option<Vec<String>> {
+    if !stack.exists("SessionCallerRole") {
+        return None;
+    }
+    let role = stack
+        .eval(&stack.resource("SessionCallerRole")["Properties"])
+        .unwrap();
+    let statements = role["AssumeRolePolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap();
+    let mut principals = Vec::new();
+    for s in statements {
+        assert_eq!(s["Effect"], "Allow");
+        assert_eq!(
+            s["Condition"],
+            json!({"StringEquals": {"sts:RoleSessionName": "${aws:PrincipalTag/tenantId}"}}),
+            "every trust statement pins the session name to the caller's tenantId tag"
+        );
+        principals.extend(strings(&s["Principal"]["AWS"]));
+    }
+    Some(principals)
+}
+
+/// `SessionCallerRole` takes the caller's tenant from its `tenantId` principal tag, so whoever may
+/// assume it must be a named backend role: trusting the account would let any principal that can
+/// tag itself (`iam:TagUser`, `iam:TagRole`) or pass session tags act as any tenant. With IAM and
+/// `role-session-name`, the template refuses to deploy until `SessionCallerPrincipal` names roles,
+/// and the trust policy names exactly those.
+#[test]
+fn the_session_caller_role_trusts_only_named_backend_roles() {
+    let t = load_template();
+    let binding = [
+        ("SessionApiAuth", "IAM"),
+        ("SessionIamTenantBinding", "role-session-name"),
+    ];
+    // Without the roles: refused, with a message naming the parameter.
+    let unnamed = Stack::new(&t, &binding);
+    let failures = unnamed.rule_failures();
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("SessionCallerPrincipal")),
+        "deploying IAM role-session-name without SessionCallerPrincipal must fail: {failures:?}"
+    );
+    // With them: exactly those roles, never an account or everyone.
+    let mut named = binding.to_vec();
+    named.push(("SessionCallerPrincipal", BACKEND_ROLES));
+    let stack = Stack::new(&t, &named);
+    assert_eq!(stack.rule_failures(), Vec::<String>::new());
+    let principals = session_caller_principals(&stack).expect("SessionCallerRole");
+    assert_eq!(principals, BACKEND_ROLES.split(',').collect::<Vec<_>>());
+    // The parameter takes role ARNs only (CloudFormation checks AllowedPattern).
+    let param = &t["Parameters"]["SessionCallerPrincipal"];
+    let pattern = param["AllowedPattern"].as_str().unwrap_or_default();
+    assert!(
+        pattern.contains(":role/") && !pattern.contains("root"),
+        "SessionCallerPrincipal's AllowedPattern admits role ARNs only: {pattern:?}"
+    );
+    // No binding by role session name: no role, nothing to name.
+    for other in [
+        vec![("SessionIamTenantBinding", "any-tenant")],
+        vec![
+            ("SessionApiAuth", "JWT"),
+            ("JwtIssuer", "https://issuer.example.com"),
+            ("JwtAudience", "turnstile"),
+        ],
+    ] {
+        let stack = Stack::new(&t, &other);
+        assert_eq!(stack.rule_failures(), Vec::<String>::new(), "{other:?}");
+        assert_eq!(session_caller_principals(&stack), None, "{other:?}");
+    }
+    // Every parameter set the other checks run under deploys.
+    for (variant, params) in variants() {
+        let stack = Stack::new(&t, &params);
+        assert_eq!(stack.rule_failures(), Vec::<String>::new(), "{variant}");
+        if let Some(p) = session_caller_principals(&stack) {
+            for arn in p {
+                assert!(arn.contains(":role/"), "{variant}: trusts {arn}");
+            }
+        }
+    }
+}
+
 /// `parameter_overrides` of each `[env.deploy.parameters]` table in samconfig.toml.
 fn samconfig_overrides() -> BTreeMap<String, BTreeMap<String, String>> {
     let text = std::fs::read_to_string(root().join("samconfig.toml")).expect("read samconfig.toml");
@@ -1800,6 +2209,32 @@ fn samconfig_has_default_and_prod_with_every_parameter() {
         let stack = Stack::new(&t, &pairs);
         let env_vars = stack.environment(&stack.function_id("connect"));
         TableNames::from_vars(&Vars::from_pairs(env_vars)).unwrap();
+        // The one value only the deployer knows: the backend roles SessionCallerRole trusts. Left
+        // empty, the template's rule refuses the deployment and names it; given, every rule holds.
+        let failures = stack.rule_failures();
+        if overrides["SessionCallerPrincipal"].is_empty() {
+            assert!(
+                failures.len() == 1 && failures[0].contains("SessionCallerPrincipal"),
+                "[{env}]: {failures:?}"
+            );
+            let filled: Vec<(&str, &str)> = pairs
+                .iter()
+                .map(|&(k, v)| {
+                    if k == "SessionCallerPrincipal" {
+                        (k, BACKEND_ROLES)
+                    } else {
+                        (k, v)
+                    }
+                })
+                .collect();
+            assert_eq!(
+                Stack::new(&t, &filled).rule_failures(),
+                Vec::<String>::new(),
+                "[{env}]"
+            );
+        } else {
+            assert_eq!(failures, Vec::<String>::new(), "[{env}]");
+        }
     }
 }
 
@@ -1858,7 +2293,12 @@ fn alarms_and_the_dashboard_use_the_metric_catalogue() {
             }
         }
     }
-    for want in ["Decisions", "DynamoDbErrors", "DecisionLatency"] {
+    for want in [
+        "Decisions",
+        "DynamoDbErrors",
+        "DecisionLatency",
+        "TicketKeys",
+    ] {
         assert!(ours.contains(want), "no alarm on {want}: {ours:?}");
     }
     // The dashboard: every metric and SEARCH names a catalogued metric and its dimensions.

@@ -683,6 +683,7 @@ async fn a_join_past_its_deadline_gives_the_reservation_back() {
         cid: &late,
         limits: &SMALL,
         nonce: None,
+        ticket: None,
     };
     let out = connect::complete(request, &hints, &r).await;
     let err = out.unwrap_err().to_string();

@@ -212,6 +212,7 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
                     cid: c,
                     limits: &LIMITS,
                     nonce: None,
+                    ticket: None,
                 };
                 let a = admission::join(req, &Hints::default(), &r).await.unwrap();
                 j.set(matches!(a, Admission::Admitted));
@@ -251,6 +252,7 @@ async fn a_connect_in_flight_during_reconcile_is_never_undercounted() {
             cid: &late,
             limits: &LIMITS,
             nonce: None,
+            ticket: None,
         },
         &Hints::default(),
         &reservation,

@@ -1,7 +1,7 @@
 //! Releases exactly once when DynamoDB's answers are lost (issue 22 item 11c, decision 2206): the
 //! SDK's retry of a write that applied must not be taken for "someone else released it", and a
-//! sweeper stopped between its tombstone and its decrement must still release once when the
-//! stream record comes again. Faults from `turnstile-faultproxy` (decision 0900).
+//! sweeper stopped before or after its one transaction must still release once when the stream
+//! record comes again. Faults from `turnstile-faultproxy` (decision 0900).
 
 use std::time::Duration;
 
@@ -91,62 +91,81 @@ async fn a_sweep_whose_answer_is_lost_releases_exactly_once() {
     assert_eq!(w.count(&sessions_key()).await, Some(0));
 }
 
-/// The sweeper stops (its future dropped: a crash or a timeout) after its tombstone and before
-/// its decrement, then the record is delivered again. On main the tombstone made the second
-/// delivery "already swept": the two units were never released. Now no stop point lies between
-/// the two (one transaction): the units are released exactly once over the two deliveries.
+/// Beside [`two_open`]'s `s1`, session `s2` holds one connection, so the tenant's connection count
+/// (3) and session count (2) keep a unit after `s1` is swept: a release or give-back done twice
+/// shows instead of stopping at the counters' floor of zero.
+async fn two_open_and_one_held(w: &World) -> (Vec<String>, serde_json::Value) {
+    let (ids, charges) = two_open(w).await;
+    w.put_session(T, "s2").await;
+    assert_eq!(w.connect(T, "s2", "c=", &limits()).await.status_code, 200);
+    assert_eq!(w.count(T).await, Some(3));
+    assert_eq!(w.count(&sessions_key()).await, Some(2));
+    (ids, charges)
+}
+
+/// The sweeper stops (its future dropped: a crash or a timeout) while its one transaction is
+/// held before DynamoDB, then the record is delivered twice more. Nothing of the sweep may land
+/// before that transaction: a tombstone written ahead of it (a separate `PutItem`, as before
+/// decision 2206) would make the redelivery "already swept" and the units would never be
+/// released. The redelivery releases `s1`'s two connections and its session unit, and the third
+/// delivery nothing more.
 #[tokio::test]
-async fn a_sweeper_stopped_between_tombstone_and_decrement_releases_once_on_redelivery() {
+async fn a_sweeper_stopped_before_its_transaction_lands_releases_once_on_redelivery() {
     let (w, proxy) = proxied_world().await;
-    let (ids, charges) = two_open(&w).await;
+    let (ids, charges) = two_open_and_one_held(&w).await;
     let ev = expiry(&w, "s1", &ids, charges);
-    // The decrement never gets through: the sweeper is stopped while waiting for it.
+    // Held, never forwarded: any write carrying a decrement. A lone `PutItem` passes.
     proxy.set_policy(Policy::stall().only(["UpdateItem", "TransactWriteItems"]));
+    proxy.reset_stats();
     let first = tokio::time::timeout(
         Duration::from_millis(1_500),
         ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()),
     )
     .await;
     assert!(first.is_err(), "stopped mid-sweep");
+    let held = proxy.stats();
+    assert!(
+        held.stalled >= 1 && held.stalled == held.transactions,
+        "stopped at its transaction ({held:?})"
+    );
     proxy.set_policy(Policy::passthrough());
+    assert_eq!(w.count(T).await, Some(3), "nothing landed before the stop");
     let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
     assert!(again.batch_item_failures.is_empty(), "{again:?}");
-    assert_eq!(w.count(T).await, Some(0), "released by the redelivery");
-    // The session count's unit is in the same transaction (decision 2206): a give-back sent
-    // after it would have been lost with the stop, and the redelivery found the tombstone.
+    assert_eq!(w.count(T).await, Some(1), "released by the redelivery");
     assert_eq!(
         w.count(&sessions_key()).await,
-        Some(0),
+        Some(1),
         "session given back by the redelivery"
     );
     let third = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
     assert!(third.batch_item_failures.is_empty());
-    assert_eq!(w.count(T).await, Some(0), "exactly once");
-    assert_eq!(w.count(&sessions_key()).await, Some(0), "exactly once");
+    assert_eq!(w.count(T).await, Some(1), "exactly once");
+    assert_eq!(w.count(&sessions_key()).await, Some(1), "exactly once");
 }
 
-/// The sweeper stops after its tombstone and connection decrements but before a separate
-/// session-count give-back, then the record comes twice more; another session holds a unit so a
-/// double give-back shows (a floor at zero would hide it). With 2204's give-back (an `UpdateItem`
-/// after the tombstone `PutItem`) the redeliveries found the tombstone and the unit was never
-/// given back (2, not 1); with it as an `UpdateItem` after 2206's transaction, each redelivery
-/// within the token's 10 minutes was answered "committed" and gave it back again (0, not 1). As an
-/// item of the transaction (decision 2206) it is given back exactly once.
+/// The sweep's transaction applied (the tombstone, both connections' decrement and the session
+/// count's give-back), but every answer to it was lost, so the sweeper never learned it and the
+/// record is delivered twice more. The redeliveries, within the request token's 10 minutes, are
+/// answered as committed and apply nothing: `s1`'s session unit is given back exactly once (a
+/// give-back sent on its own after the transaction would be sent again by each redelivery) and
+/// its connections released once.
 #[tokio::test]
-async fn a_sweeper_stopped_before_the_session_give_back_gives_it_back_once_on_redelivery() {
+async fn a_sweep_applied_but_never_acknowledged_gives_the_session_back_once_over_redeliveries() {
     let (w, proxy) = proxied_world().await;
-    let (ids, charges) = two_open(&w).await;
-    w.put_session(T, "s2").await;
-    assert_eq!(w.count(&sessions_key()).await, Some(2));
+    let (ids, charges) = two_open_and_one_held(&w).await;
     let ev = expiry(&w, "s1", &ids, charges);
-    // Any single-item update the sweep waits on never gets through.
-    proxy.set_policy(Policy::stall().only(["UpdateItem"]));
-    let first = tokio::time::timeout(
-        Duration::from_millis(1_500),
-        ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()),
-    )
-    .await;
+    proxy.set_policy(Policy::lose_answers(u64::MAX).only(["TransactWriteItems"]));
+    proxy.reset_stats();
+    let first = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
+    let lost = proxy.stats();
     proxy.set_policy(Policy::passthrough());
+    assert!(
+        !first.batch_item_failures.is_empty(),
+        "the sweeper never learned its sweep applied ({lost:?})"
+    );
+    assert!(lost.answers_lost >= 1, "{lost:?}");
+    assert_eq!(w.count(T).await, Some(1), "the transaction applied");
     for _ in 0..2 {
         let again = ttl_sweeper::handle(w.deps(), &w.sweeper, ev.clone()).await;
         assert!(again.batch_item_failures.is_empty(), "{again:?}");
@@ -154,9 +173,9 @@ async fn a_sweeper_stopped_before_the_session_give_back_gives_it_back_once_on_re
     assert_eq!(
         w.count(&sessions_key()).await,
         Some(1),
-        "s1 given back exactly once, s2 held ({first:?})"
+        "s1 given back exactly once, s2 held"
     );
-    assert_eq!(w.count(T).await, Some(0), "connections released once");
+    assert_eq!(w.count(T).await, Some(1), "connections released once");
 }
 
 /// `$disconnect`'s session write applied but its answer was lost, and the SDK sent it again. On

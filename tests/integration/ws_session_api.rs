@@ -680,7 +680,7 @@ async fn the_tenant_claim_is_configurable_for_cognito() {
     )
     .await;
     // Only the configured claim counts; a plain "tenantId" claim is ignored.
-    let claims = || jwt(serde_json::json!({"custom:tenantId": A, "tenantId": B}));
+    let claims = || jwt(serde_json::json!({"sub": "user-1", "custom:tenantId": A, "tenantId": B}));
     let ev = authorized(
         "PUT",
         &[("tenantId", B), ("sessionId", "s1")],
@@ -1007,4 +1007,219 @@ async fn a_delete_while_connections_keep_joining_releases_every_connection_once(
         Some(0),
         "the session given back"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// Owners inside a tenant (issue 36 item 2): with JWT callers, a session belongs to the user who
+// created it (its `sub`); other users of the same tenant get the 404 of a session that does not
+// exist, a ticket's subject is the caller's, and a per-subject quota keeps one user from taking
+// the tenant's `maxSessions`.
+// ------------------------------------------------------------------------------------------------
+
+/// The admin claim the owner tests configure (`TURNSTILE_SESSION_ADMIN_CLAIM`).
+const ADMIN_CLAIM: (&str, &str) = ("TURNSTILE_SESSION_ADMIN_CLAIM", "turnstile:admin");
+
+/// A signed-in user of tenant A.
+fn user(sub: &str) -> Option<Value> {
+    jwt(serde_json::json!({ "sub": sub, "tenantId": A }))
+}
+
+/// Sets one attribute of a tenant row, as `turnstile tenant put` stores the setting.
+async fn set_tenant_attr(
+    w: &World,
+    t: &str,
+    name: &str,
+    value: aws_sdk_dynamodb::types::AttributeValue,
+) {
+    w.deps()
+        .dynamo
+        .update_item()
+        .table_name(&w.deps().tables.tenants)
+        .key("tenantId", shared::dynamo::item::s(t))
+        .update_expression("SET #a = :v")
+        .expression_attribute_names("#a", name)
+        .expression_attribute_values(":v", value)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_jwt_user_reaches_only_the_sessions_it_created() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "jwt"), ADMIN_CLAIM]).await;
+    let now = || shared::clock::Clock::now(&w.env.clock).as_secs();
+    // user-1 creates s1; its ticket is for user-1, and the session has a live connection.
+    let ev = authorized("PUT", &[("sessionId", "s1")], None, user("user-1"));
+    let (status, body, _) = call(&w, &api, ev).await;
+    assert_eq!(status, 200, "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    let tk = shared::ticket::verify(&test_keys(), s["ticket"].as_str().unwrap(), now()).unwrap();
+    assert_eq!(
+        tk.subject.as_deref(),
+        Some("user-1"),
+        "the ticket is the caller's"
+    );
+    assert_eq!(w.connect(A, "s1", "c1", &SMALL).await.status_code, 200);
+    let before = w.session(A, "s1").await.unwrap();
+
+    // user-2 of the same tenant learns the id: every route answers as for no such session.
+    for (method, path) in [
+        ("PUT", "/session"),
+        ("GET", "/session"),
+        ("POST", "/session/ticket"),
+        ("DELETE", "/session"),
+    ] {
+        let ev = authorized_at(method, path, &[("sessionId", "s1")], None, user("user-2"));
+        let (status, body, _) = call(&w, &api, ev).await;
+        assert_eq!(status, 404, "{method} {path} by another user: {body}");
+        assert!(body.contains("does not exist"), "{method} {path}: {body}");
+    }
+    assert_eq!(w.session(A, "s1").await.unwrap(), before, "unchanged");
+    assert!(w.api.received_by("DELETE").is_empty(), "no socket closed");
+
+    // A subject in the request that is not the caller's: refused, for a new session too.
+    let ev = authorized("PUT", &[], Some(r#"{"subject": "user-1"}"#), user("user-2"));
+    let (status, body, _) = call(&w, &api, ev).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("subject"), "{body}");
+    let ev = authorized_at(
+        "POST",
+        "/session/ticket",
+        &[("sessionId", "s1"), ("subject", "someone-else")],
+        None,
+        user("user-1"),
+    );
+    let (status, body, _) = call(&w, &api, ev).await;
+    assert_eq!(status, 403, "{body}");
+
+    // The owner: GET shows the owner; a fresh ticket is again its own.
+    let (status, body, _) = call(
+        &w,
+        &api,
+        authorized("GET", &[("sessionId", "s1")], None, user("user-1")),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["owner"],
+        "user-1"
+    );
+    // A tenant admin (the configured claim) reaches every session of its tenant; its tickets are
+    // its own.
+    let admin =
+        || jwt(serde_json::json!({"sub": "ops-1", "tenantId": A, "turnstile:admin": "true"}));
+    let ev = authorized_at(
+        "POST",
+        "/session/ticket",
+        &[("sessionId", "s1")],
+        None,
+        admin(),
+    );
+    let (status, body, _) = call(&w, &api, ev).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let tk = shared::ticket::verify(&test_keys(), v["ticket"].as_str().unwrap(), now()).unwrap();
+    assert_eq!(tk.subject.as_deref(), Some("ops-1"));
+    // The claim with another value is no admin.
+    let not_admin =
+        jwt(serde_json::json!({"sub": "ops-2", "tenantId": A, "turnstile:admin": "false"}));
+    let ev = authorized("GET", &[("sessionId", "s1")], None, not_admin);
+    assert_eq!(call(&w, &api, ev).await.0, 404);
+    // A backend (trusted caller) acts on any session of its tenant, and names the subject.
+    let (status, body) = w
+        .session_call("GET", &[("tenantId", A), ("sessionId", "s1")], None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let post = session_event(
+        "POST",
+        "/session/ticket",
+        &[("tenantId", A), ("sessionId", "s1"), ("subject", "svc-7")],
+        None,
+    );
+    let (status, body) = w.session_raw(post).await;
+    assert_eq!(status, 200, "{body}");
+    // The owner deletes it: its connection closed.
+    let ev = authorized("DELETE", &[("sessionId", "s1")], None, user("user-1"));
+    let (status, body, _) = call(&w, &api, ev).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(w.closed(), ["c1"]);
+    // A token without a `sub` identifies no user: refused.
+    let ev = authorized("PUT", &[], None, jwt(serde_json::json!({ "tenantId": A })));
+    assert_forbidden(&w, &api, ev, "sub").await;
+}
+
+/// `maxSessionsPerSubject` is enforced as `maxSessions` is (decision 2204): 20 concurrent `PUT`s
+/// of one user against a quota of 3 create exactly 3; another user of the tenant still creates;
+/// `DELETE` and a TTL expiry each give the user's unit back.
+#[tokio::test]
+async fn one_user_cannot_take_the_tenants_sessions() {
+    let w = World::new().await;
+    w.put_tenant(A, SMALL).await;
+    set_tenant_attr(
+        &w,
+        A,
+        "maxSessionsPerSubject",
+        aws_sdk_dynamodb::types::AttributeValue::N("3".into()),
+    )
+    .await;
+    let api = session_state(&w, &[("TURNSTILE_SESSION_API_AUTH", "jwt")]).await;
+    let put = |sub: &'static str| {
+        let (w, api) = (&w, &api);
+        async move {
+            let (status, body, _) = call(w, api, authorized("PUT", &[], None, user(sub))).await;
+            (
+                status,
+                serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let answers = futures::future::join_all((0..20).map(|_| put("user-1"))).await;
+    let created: Vec<String> = answers
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, b)| b["sessionId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(created.len(), 3, "one user's sessions: {answers:?}");
+    for (status, b) in answers.iter().filter(|(s, _)| *s != 200) {
+        assert_eq!(*status, 429, "{b}");
+        assert_eq!(
+            b["violated-policies"],
+            serde_json::json!(["maxSessionsPerSubject"]),
+            "{b}"
+        );
+    }
+    // Another user of the tenant is not held by user-1's quota.
+    assert_eq!(put("user-2").await.0, 200);
+    assert_eq!(w.count(&format!("{A}:sessions")).await, Some(4));
+    // DELETE gives user-1 one back.
+    let ev = authorized(
+        "DELETE",
+        &[("sessionId", &created[0])],
+        None,
+        user("user-1"),
+    );
+    assert_eq!(call(&w, &api, ev).await.0, 200);
+    assert_eq!(put("user-1").await.0, 200);
+    assert_eq!(put("user-1").await.0, 429);
+    // So does a TTL expiry, once however often its record is delivered.
+    let (t, sid) = (
+        shared::ids::TenantId::parse(A).unwrap(),
+        shared::ids::SessionId::parse(&created[1]).unwrap(),
+    );
+    let row = shared::session::store::delete(w.deps(), &t, &sid)
+        .await
+        .unwrap();
+    assert!(row.is_some());
+    let mut record = ttl_record(A, &created[1], &[], "71");
+    record["dynamodb"]["OldImage"]["owner"] = serde_json::json!({"S": "user-1"});
+    for _ in 0..2 {
+        let ev: aws_lambda_events::dynamodb::Event =
+            typed(serde_json::json!({ "Records": [record.clone()] }));
+        let r = ttl_sweeper::handle(w.deps(), &w.sweeper, ev).await;
+        assert!(r.batch_item_failures.is_empty());
+    }
+    assert_eq!(put("user-1").await.0, 200);
+    assert_eq!(put("user-1").await.0, 429);
 }

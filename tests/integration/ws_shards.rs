@@ -477,6 +477,7 @@ async fn a_sharded_repair_never_goes_below_the_connections_held() {
                 cid: &"in-flight=".parse().unwrap(),
                 limits: lr,
                 nonce: None,
+                ticket: None,
             };
             let hints = shared::admission::connect::Hints::default();
             let a = shared::admission::connect::join(req, &hints, res).await;

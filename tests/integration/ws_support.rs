@@ -199,18 +199,27 @@ impl World {
             nonce,
             expires_at: shared::clock::Clock::now(&self.env.clock).as_secs() + 60,
             subject: None,
+            id: ticket::new_id().unwrap(),
+            connects: ticket::DEFAULT_CONNECTS,
         };
         ticket::mint(&test_keys(), &claims)
     }
 
-    /// An authorizer event for `t`/`s` carrying a fresh ticket in the query.
+    /// An authorizer event for `t`/`s` carrying a fresh ticket in the subprotocol list, as a
+    /// browser sends it (the query form is each tenant's opt-in).
     pub async fn authorizer_event(
         &self,
         t: &str,
         s: &str,
     ) -> ApiGatewayCustomAuthorizerRequestTypeRequest {
         let ticket = self.ticket(t, s).await;
-        authorizer_event(&[("tenantId", t), ("sessionId", s), ("ticket", &ticket)])
+        let mut ev = authorizer_event(&[("tenantId", t), ("sessionId", s)]);
+        let protocols = format!("{}, {ticket}", ticket::SUBPROTOCOL);
+        ev.headers.insert(
+            "sec-websocket-protocol",
+            protocols.parse().expect("a ticket is a valid header value"),
+        );
+        ev
     }
 
     /// The authorizer's decision for `t`/`s`, presenting a fresh ticket.

@@ -4,6 +4,7 @@
 //! calls can add to the counts asserted here, and its tests run one at a time ([`SERIAL`]).
 
 mod policy;
+mod tickets;
 #[allow(dead_code)]
 #[path = "../integration/ws_support.rs"]
 mod ws_support;

@@ -9,7 +9,9 @@
 //!   share.
 //! - **no capacity released twice**: every reservation a client still holds (answered, not
 //!   released, not expired, its resource's event not yet handled) is in its shard, live: a release
-//!   or prune of another id, or the remover's work for another resource, never freed it.
+//!   or prune of another id, the remover's work for another resource, or a failed bind of it (to
+//!   an ended resource, under a fault, or crashed) never freed it once bound.
+//! - **one binding**: a reservation bound to a resource is never bound to a second one.
 //! - **documented answers**: `Limited`, `Gone`, `AlreadyBound`, `ResourceEnded` only where the
 //!   model allows them; a store error only in a round with an injected fault; a bind after its
 //!   resource's event was acknowledged never holds capacity.
@@ -191,15 +193,17 @@ struct Held {
     id: String,
     /// The reservation's expiry (epoch s) until a bind's answer says otherwise.
     exp: i64,
-    /// The resources binds answered Ok for, with the current binding's expiry: one, or more only
-    /// when binds to two resources answered Ok in the same second (both then hold the one
-    /// unit, and either's end releases it: decision 0101, "Bound rows").
-    bound: BTreeSet<u32>,
+    /// The resource a bind answered Ok for, with the binding's expiry in `exp`. One only: a bind
+    /// to another resource while it is bound answers `AlreadyBound`, even in the same second (the
+    /// binding's id tells them apart: decision 0101, "Bound rows").
+    bound: Option<u32>,
     /// Every resource a bind of it was started for.
     tried: BTreeSet<u32>,
     /// A release was started (or a bind released it: `ResourceEnded`).
     released: bool,
-    /// A step on it crashed or failed: its entry may or may not be there.
+    /// A step on it crashed or failed while it was unbound: its entry may or may not be there. A
+    /// failed or stopped bind gives back only an entry still unbound (decision 0101, "Ended
+    /// resources"), so a binding the client holds stays certain.
     uncertain: bool,
 }
 
@@ -269,10 +273,9 @@ impl State {
         // rows"). Before, a delivery for any resource a bind of it named may have found that
         // bind's row and released the unbound entry.
         let ending = |j: &u32| self.ended.get(j).is_some_and(|e| e.started);
-        let released_by_an_end = if h.bound.is_empty() {
-            h.tried.iter().any(ending)
-        } else {
-            h.bound.iter().any(ending)
+        let released_by_an_end = match h.bound {
+            None => h.tried.iter().any(ending),
+            Some(j) => ending(&j),
         };
         !h.released
             && !h.uncertain
@@ -291,11 +294,14 @@ impl State {
         }
     }
 
-    /// A crashed step: a bind's writes may be half done.
+    /// A crashed step: a bind's writes may be half done, which matters only to an entry not bound
+    /// yet (a bind never releases a binding: it may give back a reservation only).
     pub fn crashed(&mut self, op: &ResOp) {
         if let ResOp::Bind { r, .. } = op {
             if let Some(h) = self.held.get_mut(r) {
-                h.uncertain = true;
+                if h.bound.is_none() {
+                    h.uncertain = true;
+                }
             }
         }
     }
@@ -340,15 +346,9 @@ impl State {
                 .and_then(|e| e.get(&h.id))
                 .is_some_and(|e| *e > now);
             if !there {
-                let bound = if h.bound.is_empty() {
-                    "unbound".to_string()
-                } else {
-                    let names: Vec<&str> = h
-                        .bound
-                        .iter()
-                        .map(|j| self.resource_ids[*j as usize].as_str())
-                        .collect();
-                    format!("bound to {}", names.join(" and "))
+                let bound = match h.bound {
+                    None => "unbound".to_string(),
+                    Some(j) => format!("bound to {}", self.resource_ids[j as usize]),
                 };
                 let msg = format!(
                     "capacity released twice: reservation r{r} ({}, {bound}) its client still \
@@ -417,7 +417,7 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
                                 coord,
                                 id: res.id,
                                 exp,
-                                bound: BTreeSet::new(),
+                                bound: None,
                                 tried: BTreeSet::new(),
                                 released: false,
                                 uncertain: false,
@@ -450,13 +450,22 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
             let must = st.must_hold(r);
             let started = st.ended.get(&j).is_some_and(|e| e.started);
             let other = st.held[&r].tried.iter().any(|t| *t != j);
+            // Bound to another resource whose end has not started: no bind may release it, nor
+            // bind it again.
+            let bound = must && st.held[&r].bound.is_some();
+            let elsewhere = bound && st.held[&r].bound != Some(j);
+            let first = st.held[&r]
+                .bound
+                .map(|b| st.resource_ids[b as usize].clone())
+                .unwrap_or_default();
             let h = st.held.get_mut(&r).expect("held");
             let verdict = match ans {
+                Ok(_) if elsewhere => Some(format!(
+                    "r{r} bound to {rid} while its binding to {first} still holds it: one \
+                     reservation bound to two resources"
+                )),
                 Ok(token) => {
-                    if h.bound.is_empty() || h.exp != token.expiration_time {
-                        h.bound.clear();
-                    }
-                    h.bound.insert(j);
+                    h.bound = Some(j);
                     h.exp = token.expiration_time;
                     acked.then(|| {
                         format!(
@@ -475,12 +484,17 @@ pub async fn step(a: &Actors, seed: u64, op: &ResOp, state: &Mutex<State>) {
                         "r{r} answered AlreadyBound (until {bound_until}) with no other bind tried"
                     )
                 }),
+                Err(ReservationError::ResourceEnded { .. }) if elsewhere => Some(format!(
+                    "r{r} answered ResourceEnded for {rid} while bound to another resource its \
+                     client still holds (AlreadyBound)"
+                )),
                 Err(ReservationError::ResourceEnded { .. }) => {
                     h.released = true;
                     (!started).then(|| format!("r{r} answered ResourceEnded before {rid}'s event"))
                 }
                 Err(e) => {
-                    h.uncertain = true;
+                    // A bind that fails gives back an unbound entry at most.
+                    h.uncertain |= !bound;
                     st.store_error("a bind", &e);
                     None
                 }
@@ -590,7 +604,10 @@ async fn read(a: &Actors, direct: &aws_sdk_dynamodb::Client, st: &Mutex<State>) 
                         .map(|m| {
                             m.iter()
                                 .filter_map(|(id, v)| {
-                                    Some((id.clone(), v.as_n().ok()?.parse().ok()?))
+                                    // A binding is `{expiry}.{bind id}`: its expiry is the whole
+                                    // part.
+                                    let whole = v.as_n().ok()?.split('.').next()?;
+                                    Some((id.clone(), whole.parse().ok()?))
                                 })
                                 .collect()
                         })

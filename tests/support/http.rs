@@ -32,6 +32,19 @@ pub async fn request_with(
     extra_headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> std::io::Result<Reply> {
+    let mut headers = vec![("Content-Type", "application/json")];
+    headers.extend_from_slice(extra_headers);
+    request_exact(method, url, &headers, body).await
+}
+
+/// Sends `method url` with exactly these headers besides `Host`, `User-Agent`, `Content-Length`
+/// and `Connection` (no `Content-Type` unless given): what a browser or `curl -d` sends.
+pub async fn request_exact(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> std::io::Result<Reply> {
     let rest = url.strip_prefix("http://").unwrap_or(url);
     let (host, path) = rest
         .split_once('/')
@@ -39,9 +52,9 @@ pub async fn request_with(
     let mut stream = TcpStream::connect(host).await?;
     let body = body.unwrap_or("");
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: turnstile-tests\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: turnstile-tests\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n{body}",
         body.len(),
-        extra_headers
+        headers
             .iter()
             .map(|(k, v)| format!("{k}: {v}\r\n"))
             .collect::<String>()

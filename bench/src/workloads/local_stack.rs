@@ -89,21 +89,25 @@ async fn start(ctx: &BenchCtx) -> Result<(Stack, Target), BenchError> {
         let ticket = session["ticket"]
             .as_str()
             .ok_or_else(|| other("PUT /session returned no ticket"))?;
-        tickets.push(ticket.to_string());
+        // A ticket admits one connect: each handshake mints its own from these claims.
+        let now = deps.clock.now().as_secs();
+        tickets.push(shared::ticket::verify(&keys, ticket, now).map_err(other)?);
     }
     let ws = stack.endpoints.ws_url();
-    Ok((stack, Target { ws, tickets }))
+    Ok((stack, Target { ws, keys, tickets }))
 }
 
-/// Where the workers connect: the WebSocket URL and each session's ticket.
+/// Where the workers connect: the WebSocket URL and each session's ticket claims (each handshake
+/// presents a ticket of its own, as each browser does).
 struct Target {
     ws: String,
-    tickets: Vec<String>,
+    keys: shared::ticket::KeySet,
+    tickets: Vec<shared::ticket::Claims>,
 }
 
 impl Target {
-    /// Worker `worker`'s handshake: its session in the query, the session's ticket in the
-    /// subprotocol list, as a browser sends them.
+    /// Worker `worker`'s handshake: its session in the query, a fresh ticket for the session in
+    /// the subprotocol list, as a browser sends them.
     fn request(
         &self,
         worker: usize,
@@ -112,7 +116,9 @@ impl Target {
         let i = worker % SESSIONS;
         let url = format!("{}/?tenantId={TENANT}&sessionId=w{i}", self.ws);
         let mut req = url.into_client_request().map_err(other)?;
-        let protocols = format!("turnstile, {}", self.tickets[i]);
+        let mut claims = self.tickets[i].clone();
+        claims.id = shared::ticket::new_id().map_err(other)?;
+        let protocols = format!("turnstile, {}", shared::ticket::mint(&self.keys, &claims));
         req.headers_mut()
             .insert("Sec-WebSocket-Protocol", protocols.parse().map_err(other)?);
         Ok(req)

@@ -13,12 +13,13 @@
 //! fixed one-minute window of seed 003) and starts inside one minute, so "allowed" is that limit.
 //!
 //! Admitted = `$connect` answered 200 (the disconnect must then answer 200 "released"); refused =
-//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm: **6**
-//! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 2 `UpdateItem`; `$disconnect`
-//! 3 `UpdateItem`: the session with its release token, then the charged counter and the token's
-//! cleanup; decisions 0306, 2206); at c > 1 concurrent first connects of a minute can lose their
-//! bet on the window and re-bet (each a counted call), and refusals right after a reservation
-//! wait for it to settle (each retry a counted call).
+//! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm
+//! (authorizer 1 `BatchGetItem` with the tenant cached; `$connect` 3 `UpdateItem`: the ticket's
+//! use, the tenant, the session; `$disconnect` 3 `UpdateItem`: the session with its release
+//! token, then the charged counter and the token's cleanup; decisions 0306, 2206, 3607): **7**;
+//! at c > 1 concurrent first connects of a minute can lose their bet on the window and re-bet
+//! (each a counted call), and refusals right after a reservation wait for it to settle (each
+//! retry a counted call).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,8 +55,10 @@ pub struct WebsocketHandlers {
     authorizer: authorizer::State,
     connect: connect::State,
     disconnect: disconnect::State,
-    /// Session `s{i}`'s connect ticket.
-    tickets: Vec<String>,
+    /// Session `s{i}`'s connect ticket claims: each decision mints its own ticket from them (a
+    /// ticket admits one connect, as a browser's does).
+    tickets: Vec<ticket::Claims>,
+    keys: KeySet,
     tenant: String,
     authorizer_event: Value,
     connect_event: Value,
@@ -89,11 +92,12 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
     )
     .await?;
     let ttl = deps.clock.now().as_secs() + SESSION_TTL as i64;
-    // Connect tickets as a client has them: one per session, minted once (for the session's nonce)
-    // and valid for the whole run, with a key set made for this run.
+    // Connect tickets as clients have them: the claims of one per session (for the session's
+    // nonce, valid for the whole run), each decision's ticket minted from them with its own id,
+    // with a key set made for this run.
     let keys = KeySet::generate("bench").map_err(|e| BenchError::Other(e.to_string()))?;
     let tickets = try_join_all((0..SESSIONS).map(|i| {
-        let (deps, tenant_id, keys) = (&deps, &tenant_id, &keys);
+        let (deps, tenant_id) = (&deps, &tenant_id);
         async move {
             let sid = SessionId::parse(&format!("s{i}"))
                 .map_err(|e| BenchError::Other(format!("session id: {e}")))?;
@@ -108,10 +112,13 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
                             pending.len()
                         )))
                     }
-                    Opened::Full { cap } => {
+                    Opened::Full { cap, .. } => {
                         return Err(BenchError::Other(format!(
                             "{cap} sessions: the tenant is full"
                         )))
+                    }
+                    Opened::NotYours => {
+                        return Err(BenchError::Other("a backend reaches every session".into()))
                     }
                 };
             let claims = ticket::Claims {
@@ -120,8 +127,10 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
                 nonce: session.nonce.unwrap_or_default(),
                 expires_at: ttl,
                 subject: None,
+                id: String::new(),
+                connects: ticket::DEFAULT_CONNECTS,
             };
-            Ok::<_, BenchError>(ticket::mint(keys, &claims))
+            Ok::<_, BenchError>(claims)
         }
     }))
     .await?;
@@ -144,6 +153,7 @@ pub async fn build(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, Benc
         disconnect: disconnect::init(&deps).await?,
         deps,
         tickets,
+        keys,
         tenant: p.key.clone(),
         authorizer_event: parse("authorizer/connect-request.json", AUTHORIZER_EVENT)?,
         connect_event: parse("connect/connect.json", CONNECT_EVENT)?,
@@ -160,7 +170,13 @@ impl WebsocketHandlers {
         i: usize,
     ) -> Result<ApiGatewayCustomAuthorizerRequestTypeRequest, BenchError> {
         let mut v = self.authorizer_event.clone();
-        let protocols = format!("{}, {}", ticket::SUBPROTOCOL, self.tickets[i]);
+        let mut claims = self.tickets[i].clone();
+        claims.id = ticket::new_id().map_err(|e| BenchError::Other(e.to_string()))?;
+        let protocols = format!(
+            "{}, {}",
+            ticket::SUBPROTOCOL,
+            ticket::mint(&self.keys, &claims)
+        );
         v["headers"]["Sec-WebSocket-Protocol"] = Value::String(protocols.clone());
         v["multiValueHeaders"]["Sec-WebSocket-Protocol"] = serde_json::json!([protocols]);
         v["queryStringParameters"] =

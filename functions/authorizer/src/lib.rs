@@ -1,7 +1,8 @@
 //! The WebSocket `$connect` REQUEST authorizer (seed 003, steps 1-7, and decision 2100).
 //!
-//! 1. the credential ([`shared::ticket::presented`]): a connect ticket (`ticket=` or the
-//!    `turnstile` subprotocol), an OIDC token (`token=` or the subprotocol; verified against the
+//! 1. the credential ([`shared::ticket::presented`]): a connect ticket (the `turnstile`
+//!    subprotocol, or `ticket=` for tenants with `ticketInQuery`; a name given twice, in either
+//!    query map, is refused), an OIDC token (`token=` or the subprotocol; verified against the
 //!    configured issuer's JWKS, cached per process: `shared::oidc`; its tenant claim is the tenant,
 //!    the session comes from the query), or none;
 //! 2. a ticket is verified with no AWS call (HMAC with the cached key set): malformed, expired,
@@ -10,14 +11,18 @@
 //!    match). Without a credential the ids come from the query;
 //! 3. the tenant, from the in-memory cache (cold: 1 GetItem; warm: none), read with the execution
 //!    role before any STS call (issue 22: made-up tenant ids never reach `AssumeRole`); its
-//!    `connectAuth` must be the method used (`none` tenants take any);
+//!    `connectAuth` must be the method used (`none` tenants take any), and a ticket in the query
+//!    string is refused unless the tenant allows it (`ticketInQuery`, off by default: URLs are
+//!    logged);
 //! 4. one BatchGetItem (session + counter): the session exists, `sessionTTL > now` (DynamoDB
 //!    deletes expired items late), its `sessionNonce` is the ticket's (a deleted and re-created
 //!    session refuses old tickets), and the four limits are not already reached.
 //!
 //! Allow carries the context `tenantId`, `sessionId`, the tenant's limits, `connectAuth`,
-//! `sessionNonce` and `subject`, so `$connect` needs no tenant read and joins only the ticket's
-//! session. The checks here are advisory: `$connect`'s conditional writes are the authority.
+//! `sessionNonce`, `subject` and the ticket's `ticketId`, `ticketConnects` and `ticketExpiresAt`,
+//! so `$connect` needs no tenant read, joins only the ticket's session and counts the ticket's
+//! uses (decision 3607). The checks here are advisory: `$connect`'s conditional writes are the
+//! authority.
 //! Budget: 2 DynamoDB calls with a cold tenant cache, 1 warm; 0 for a bad ticket. A denial is
 //! logged with its reason; no ticket or token is ever logged, and session ids only as fingerprints.
 
@@ -149,20 +154,49 @@ pub fn request_ids(
     Ok((t, SessionId::parse_opt(q.first(context::SESSION_ID))?))
 }
 
-/// Who a request may connect as, once its credential holds: tenant, session and the grant, or the
-/// reason for a Deny. No DynamoDB call; a ticket costs a key-set read only when the cached set is
-/// due (one `GetSecretValue` per container per cache period).
+/// Who a request connects as, once its credential holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who {
+    pub tenant: TenantId,
+    pub session: SessionId,
+    pub grant: Grant,
+    /// The credential came in the query string.
+    pub in_query: bool,
+}
+
+/// Who a request may connect as, once its credential holds, or the reason for a Deny. No
+/// DynamoDB call; a ticket costs a key-set read only when the cached set is due (one
+/// `GetSecretValue` per container per cache period).
 pub async fn authenticate(
     deps: &Deps,
     state: &State,
     event: &ApiGatewayCustomAuthorizerRequestTypeRequest,
-) -> Result<Result<(TenantId, SessionId, Grant), String>, shared::Error> {
+) -> Result<Result<Who, String>, shared::Error> {
     let presented = match presented::presented(event) {
         Ok(p) => p,
         Err(reason) => return Ok(Err(reason)),
     };
+    let in_query = presented.in_query;
+    let who = |(tenant, session, grant)| Who {
+        tenant,
+        session,
+        grant,
+        in_query,
+    };
+    Ok(credential(deps, state, event, presented.credential)
+        .await?
+        .map(who))
+}
+
+/// The tenant, session and grant a credential (or its absence) gives, or the reason for a Deny.
+async fn credential(
+    deps: &Deps,
+    state: &State,
+    event: &ApiGatewayCustomAuthorizerRequestTypeRequest,
+    credential: Option<Credential<'_>>,
+) -> Result<Result<(TenantId, SessionId, Grant), String>, shared::Error> {
     let q = &event.query_string_parameters;
-    match presented.credential {
+    match credential {
         None => Ok(request_ids(event)
             .map_err(|e| e.to_string())
             .map(|(t, sid)| {
@@ -170,6 +204,7 @@ pub async fn authenticate(
                     method: ConnectAuth::None,
                     nonce: None,
                     subject: None,
+                    ticket: None,
                 };
                 (t, sid, grant)
             })),
@@ -180,6 +215,7 @@ pub async fn authenticate(
                 Ok(c) => c,
                 Err(e) => return Ok(Err(e.to_string())),
             };
+            let ticket_use = claims.ticket_use();
             let (t, sid) = (claims.tenant, claims.session);
             if q.first(context::TENANT_ID)
                 .is_some_and(|named| named != t.as_str())
@@ -198,6 +234,7 @@ pub async fn authenticate(
             }
             let grant = Grant {
                 method: ConnectAuth::Ticket,
+                ticket: Some(ticket_use),
                 nonce: Some(claims.nonce),
                 subject: claims.subject,
             };
@@ -234,6 +271,7 @@ pub async fn authenticate(
                 method: ConnectAuth::Jwt,
                 nonce: None,
                 subject: token.subject,
+                ticket: None,
             };
             Ok(Ok((t, sid, grant)))
         }
@@ -247,7 +285,7 @@ fn method_refused(t: &TenantId, wanted: ConnectAuth, used: ConnectAuth) -> Optio
         ConnectAuth::None => None,
         ConnectAuth::Ticket => Some(format!(
             "tenant {t} connects with a ticket (from PUT /session or POST /session/ticket), \
-             presented as ticket= or in the turnstile subprotocol"
+             presented in the turnstile subprotocol"
         )),
         ConnectAuth::Jwt => Some(format!(
             "tenant {t} connects with an OIDC token, presented as token= or in the turnstile \
@@ -264,7 +302,12 @@ pub async fn handle(
     event: ApiGatewayCustomAuthorizerRequestTypeRequest,
 ) -> Result<ApiGatewayCustomAuthorizerResponse, shared::Error> {
     let resource = event.method_arn.clone().unwrap_or_else(|| "*".to_string());
-    let (t, sid, grant) = match authenticate(deps, state, &event).await? {
+    let Who {
+        tenant: t,
+        session: sid,
+        grant,
+        in_query,
+    } = match authenticate(deps, state, &event).await? {
         Ok(who) => who,
         Err(reason) => return Ok(deny(&resource, reason)),
     };
@@ -284,6 +327,16 @@ pub async fn handle(
     let limits = tenant.limits;
     if let Some(reason) = method_refused(&t, limits.connect_auth, grant.method) {
         return Ok(deny(&resource, reason));
+    }
+    if in_query && grant.method == ConnectAuth::Ticket && !limits.ticket_in_query {
+        return Ok(deny(
+            &resource,
+            format!(
+                "tenant {t} takes a connect ticket only in the turnstile subprotocol \
+                 (Sec-WebSocket-Protocol: turnstile, <ticket>), not as ticket= in the URL \
+                 (ticketInQuery is off)"
+            ),
+        ));
     }
     // The session and counter reads are of this tenant's rows: tenant-scoped credentials when
     // configured.

@@ -5,8 +5,10 @@
 //!
 //! Answers: 200 admitted (or already admitted); 429 over a limit, with a problem+json body naming
 //! it and `Retry-After` (via `shared::refusal`); 404 session missing or expired; 400 bad ids;
-//! 403 unknown tenant. Budget: 2 DynamoDB calls, 2 WCU (the tenant comes from the authorizer
-//! context; a context without limits costs 1 cached tenant read).
+//! 403 unknown tenant, or a connect ticket that already admitted every connect it was minted for.
+//! Budget: 2 DynamoDB calls, 2 WCU; 3 and 3 with a connect ticket, whose use is counted first
+//! (decision 3607). The tenant comes from the authorizer context; a context without limits costs
+//! 1 cached tenant read.
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::connect::{Admission, Hints};
@@ -58,7 +60,9 @@ pub async fn handle(
             format!("tenant {t} does not exist"),
         )));
     };
-    let nonce = context::nonce(&event.request_context.authorizer.fields);
+    let fields = &event.request_context.authorizer.fields;
+    let nonce = context::nonce(fields);
+    let ticket_use = context::ticket_use(fields);
     let request = Request {
         deps,
         t: &t,
@@ -66,6 +70,7 @@ pub async fn handle(
         cid: &cid,
         limits: &limits,
         nonce: nonce.as_deref(),
+        ticket: ticket_use.as_ref(),
     };
     let session = fingerprint(sid.as_str());
     let mut answer = match verdict::connect(request, &state.hints).await {
@@ -94,6 +99,17 @@ pub async fn handle(
             admitted: Admission::Refused { refusal, .. },
             ..
         } => refusal.to_http(),
+        Verdict::Decided(Admission::TicketSpent { connects })
+        | Verdict::Shadow {
+            admitted: Admission::TicketSpent { connects },
+            ..
+        } => respond::message(
+            403,
+            format!(
+                "the connect ticket admitted the {connects} connection(s) it was issued for; \
+                 get another from POST /session/ticket"
+            ),
+        ),
         Verdict::Decided(Admission::NoSession) | Verdict::Shadow { .. } => respond::message(
             404,
             format!("session #{session} of tenant {t} does not exist, has expired, or is not the one the ticket was issued for"),

@@ -5,8 +5,9 @@
 //!   whose `connectAuth` is `ticket`, the default). Without a `sessionId` a new one with 128 random
 //!   bits is made. A stored session that had expired without DynamoDB deleting it yet is replaced
 //!   (a new `sessionNonce`, so old tickets stop working) once its stale sockets, closed first, are
-//!   all known gone; until then 503 with `Retry-After` (decision 2208). The ids (and an optional
-//!   `subject`, the user the ticket is for) may also come in a JSON body.
+//!   all known gone; until then 503 with `Retry-After` (decision 2208). The ids (and a backend's
+//!   optional `subject`, the user the ticket is for, and `connects`, how many connects the ticket
+//!   admits) may also come in a JSON body.
 //! - `POST /session/ticket?tenantId=&sessionId=` returns a fresh ticket for a live session.
 //! - `GET /session?...` returns the session with its connections (404 if missing or expired).
 //! - `DELETE /session?...` ends it (its tickets with it), closes its connections and releases the
@@ -19,13 +20,22 @@
 //! TransactWriteItems of the row and the tenant's session count; 2 for a named session that does
 //! not exist yet; over an expired session 1 UpdateItem + 1 GetItem + 1 TransactWriteItems of the
 //! replacement and the connections' release); POST ticket 1 GetItem (+1 cold tenant); GET 1;
-//! DELETE 1 GetItem + 1 TransactWriteItems (the row and the session count, 4 WCU), and when the
-//! session had connections 1 TransactWriteItems more (the end mark) before the closes; plus one
-//! Management API DELETE per connection. Minting a ticket makes no call.
+//! DELETE 1 GetItem + 1 TransactWriteItems (the row and the session count(s), 4 WCU, 6 with an
+//! owner), and when the session had connections 1 TransactWriteItems more (the end mark) before
+//! the closes; plus one Management API DELETE per connection. Minting a ticket makes no call.
 //!
 //! **Sessions per tenant** (`maxSessions`, decision 2204): a `PUT` that would create a session
 //! past the cap answers 429 problem+json naming `maxSessions` (`Retry-After: 10`, a pace: the cap
-//! frees when a session is deleted or expires); refreshing a live session is never refused.
+//! frees when a session is deleted or expires); refreshing a live session is never refused. A
+//! signed-in user's creates are also held to `maxSessionsPerSubject` (decision 3602).
+//!
+//! **Whose session** (decision 3602, [`caller`]). A backend (no JWT claims) acts on every session
+//! of its tenant and chooses a ticket's `subject` and `connects` (1 by default, at most
+//! `connectionsPerSession`). A signed-in user (JWT claims) owns the sessions it creates (its
+//! `sub`, the row's `owner`): another user's session answers 404 as a missing one would, on every
+//! route; its tickets are for its `sub` and admit 1 connect (naming another subject or more
+//! connects is 403). A user holding `TURNSTILE_SESSION_ADMIN_CLAIM` reaches every session of its
+//! tenant.
 //!
 //! **Whose tenant** (docs/session-api-auth.md). JWT claims always bind: a request carrying them
 //! (`requestContext.authorizer.jwt.claims`) acts only for the tenant in its
@@ -36,6 +46,9 @@
 //! tenant; `none` (trusted callers only, named explicitly: there is no default) takes the tenant
 //! the request names. A request naming another tenant is refused with 403 problem+json before any
 //! DynamoDB call; one naming none acts for the caller's tenant.
+
+mod caller;
+mod request;
 
 use std::time::Duration;
 
@@ -57,46 +70,13 @@ use shared::ticket::source::{KeyConfig, KeySource};
 use shared::ticket::{self, fingerprint, KeySet};
 use shared::Deps;
 
-/// `TURNSTILE_SESSION_API_AUTH`: how the session API learns its caller's tenant. Required: the
-/// permissive choice exists only when named.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Auth {
-    /// `none`: a request without JWT claims acts for the tenant it names. For callers trusted with
-    /// every tenant (the local stack, a private backend).
-    None,
-    /// `iam`: API Gateway checked a SigV4 signature; the tenant binding is
-    /// `TURNSTILE_SESSION_IAM_BINDING`.
-    Iam,
-    /// `jwt`: API Gateway validated a JWT; the caller's tenant is its tenant claim.
-    Jwt,
-}
+pub use caller::{
+    caller, caller_tenant, AdminClaim, Auth, Caller, CallerRole, IamBinding, ADMIN_CLAIM_VAR,
+    AUTH_VAR, IAM_BINDING_VAR, IAM_ROLE_VAR, TENANT_CLAIM_VAR,
+};
+use caller::{iam_binding, invalid};
+pub use request::{target, Target, CONNECTS};
 
-/// The role whose session names are tenant ids (`TURNSTILE_SESSION_IAM_ROLE_ARN`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallerRole {
-    pub account: String,
-    /// The role's name (its path is not part of an assumed-role ARN).
-    pub name: String,
-}
-
-/// `TURNSTILE_SESSION_IAM_BINDING`: how an IAM caller is bound to a tenant. API Gateway passes no
-/// principal tags to the function (`requestContext.authorizer.iam` has `accessKey`, `accountId`,
-/// `callerId`, `cognitoIdentity`, `principalOrgId`, `userArn`, `userId`), so the binding is read
-/// from the caller's ARN.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IamBinding {
-    /// `role-session-name` (default): the caller must be a session of [`CallerRole`]; its session
-    /// name is its tenant (the role's trust policy pins it: `sts:RoleSessionName` =
-    /// `${aws:PrincipalTag/tenantId}`).
-    RoleSessionName(CallerRole),
-    /// `any-tenant`: any caller IAM lets through acts for the tenant it names.
-    AnyTenant,
-}
-
-pub const AUTH_VAR: &str = "TURNSTILE_SESSION_API_AUTH";
-pub const TENANT_CLAIM_VAR: &str = "TURNSTILE_SESSION_TENANT_CLAIM";
-pub const IAM_BINDING_VAR: &str = "TURNSTILE_SESSION_IAM_BINDING";
-pub const IAM_ROLE_VAR: &str = "TURNSTILE_SESSION_IAM_ROLE_ARN";
 /// Seconds a connect ticket lives (default 60, at most 3600).
 pub const TICKET_TTL_VAR: &str = "TURNSTILE_TICKET_TTL_SECS";
 /// The claim read by default (Cognito user pools: `custom:tenantId`).
@@ -119,31 +99,8 @@ pub struct Config {
     pub ticket_ttl: Duration,
     /// The keys tickets are signed with.
     pub tickets: KeyConfig,
-}
-
-fn invalid(var: &str, value: String, reason: &str) -> ConfigError {
-    ConfigError::Invalid {
-        var: var.to_string(),
-        value,
-        reason: reason.to_string(),
-    }
-}
-
-/// `(account, role name)` of `arn:{partition}:iam::{account}:role/{path/}{name}`.
-fn role_arn(arn: &str) -> Option<CallerRole> {
-    let parts: Vec<&str> = arn.splitn(6, ':').collect();
-    if parts.len() != 6 || parts[0] != "arn" || parts[2] != "iam" {
-        return None;
-    }
-    let account = parts[4];
-    if account.len() != 12 || !account.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let name = parts[5].strip_prefix("role/")?.rsplit('/').next()?;
-    (!name.is_empty()).then(|| CallerRole {
-        account: account.to_string(),
-        name: name.to_string(),
-    })
+    /// `TURNSTILE_SESSION_ADMIN_CLAIM` (unset: no admins): the JWT claim of a tenant admin.
+    pub admin_claim: Option<AdminClaim>,
 }
 
 impl Config {
@@ -196,45 +153,8 @@ impl Config {
             iam_binding,
             ticket_ttl,
             tickets: KeyConfig::from_vars(vars)?,
+            admin_claim: AdminClaim::from_vars(vars)?,
         })
-    }
-}
-
-/// The IAM binding the variables name; `None` for `role-session-name` without a role when the mode
-/// is not `iam` (`required`: it is, and the role must be named).
-fn iam_binding(vars: &Vars, required: bool) -> Result<Option<IamBinding>, ConfigError> {
-    let named = vars.string_or(IAM_BINDING_VAR, "role-session-name");
-    let role = vars.get(IAM_ROLE_VAR).filter(|r| !r.is_empty());
-    match named.to_ascii_lowercase().replace('_', "-").as_str() {
-        "any-tenant" => Ok(Some(IamBinding::AnyTenant)),
-        "role-session-name" => match role {
-            Some(arn) => role_arn(&arn)
-                .map(|r| Some(IamBinding::RoleSessionName(r)))
-                .ok_or_else(|| {
-                    invalid(
-                        IAM_ROLE_VAR,
-                        arn,
-                        "expected an IAM role ARN (arn:aws:iam::123456789012:role/name)",
-                    )
-                }),
-            None if required => Err(ConfigError::Missing {
-                var: IAM_ROLE_VAR.into(),
-                hint: "the ARN of the role whose session names are tenant ids (the template's \
-                       SessionCallerRole), or TURNSTILE_SESSION_IAM_BINDING=any-tenant"
-                    .into(),
-            }),
-            None => Ok(None),
-        },
-        "none" => Err(invalid(
-            IAM_BINDING_VAR,
-            named,
-            "`none` was renamed: say any-tenant to let every IAM caller act for any tenant",
-        )),
-        _ => Err(invalid(
-            IAM_BINDING_VAR,
-            named,
-            "expected role-session-name or any-tenant",
-        )),
     }
 }
 
@@ -246,6 +166,8 @@ pub struct State {
     pub auth: Auth,
     pub tenant_claim: String,
     pub iam_binding: Option<IamBinding>,
+    /// The JWT claim that makes a signed-in user a tenant admin.
+    pub admin_claim: Option<AdminClaim>,
     /// Where the connections of a deleted or replaced session are closed.
     pub connections: Connections,
     pub tenancy: Tenancy,
@@ -266,6 +188,7 @@ pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
         connections: Connections::new(deps, &config.management_endpoint).await,
         tenancy: Tenancy::from_deps(deps).await?,
         tenant_claim: config.tenant_claim,
+        admin_claim: config.admin_claim,
         tickets: KeySource::new(config.tickets, &deps.vars, deps.clock.now()).await?,
         ticket_ttl: config.ticket_ttl,
     })
@@ -290,148 +213,6 @@ pub fn route(path: &str) -> Option<Route> {
     } else {
         None
     }
-}
-
-/// The tenant the caller is bound to, `None` when it may name any (see the module docs), or the
-/// 403 that refuses it.
-pub fn caller_tenant(
-    state: &State,
-    event: &ApiGatewayV2httpRequest,
-) -> Result<Option<TenantId>, HttpAnswer> {
-    let authorizer = event.request_context.authorizer.as_ref();
-    let claim = &state.tenant_claim;
-    // JWT claims bind in every mode: a route with a JWT authorizer never acts for another tenant.
-    if let Some(claims) = authorizer.and_then(|a| a.jwt.as_ref()).map(|j| &j.claims) {
-        let Some(value) = claims.get(claim.as_str()) else {
-            return Err(respond::forbidden(format!(
-                "the token has no {claim} claim, so it is bound to no tenant"
-            )));
-        };
-        return TenantId::parse(value).map(Some).map_err(|e| {
-            respond::forbidden(format!("the token's {claim} claim is not a tenant id: {e}"))
-        });
-    }
-    match (state.auth, &state.iam_binding) {
-        (Auth::None, _) => Ok(None),
-        (Auth::Jwt, _) => Err(respond::forbidden(format!(
-            "the request carries no JWT claims (is the route's JWT authorizer attached?); \
-             the caller's tenant comes from its {claim} claim"
-        ))),
-        (Auth::Iam, binding) => {
-            let Some(iam) = authorizer.and_then(|a| a.iam.as_ref()) else {
-                return Err(respond::forbidden(
-                    "the request carries no IAM identity (is the route's AWS_IAM authorization \
-                     attached?)",
-                ));
-            };
-            let role = match binding {
-                Some(IamBinding::RoleSessionName(role)) => role,
-                Some(IamBinding::AnyTenant) | None => return Ok(None),
-            };
-            let arn = iam.user_arn.as_deref().unwrap_or("");
-            let Some((account, name, session)) = assumed_role(arn) else {
-                return Err(respond::forbidden(format!(
-                    "the caller ({arn:?}) is not an assumed role: with {IAM_BINDING_VAR}=\
-                     role-session-name the tenant is the session name of role {}",
-                    role.name
-                )));
-            };
-            if account != role.account || name != role.name {
-                return Err(respond::forbidden(format!(
-                    "the caller is a session of role {name} in account {account}; only sessions \
-                     of role {} in account {} are bound to a tenant by their name",
-                    role.name, role.account
-                )));
-            }
-            TenantId::parse(session).map(Some).map_err(|e| {
-                respond::forbidden(format!(
-                    "the caller's role session name is not a tenant id: {e}"
-                ))
-            })
-        }
-    }
-}
-
-/// `(account, RoleName, SessionName)` of
-/// `arn:{partition}:sts::{account}:assumed-role/{RoleName}/{SessionName}`.
-fn assumed_role(arn: &str) -> Option<(&str, &str, &str)> {
-    let parts: Vec<&str> = arn.splitn(6, ':').collect();
-    if parts.len() != 6 || parts[0] != "arn" || parts[2] != "sts" {
-        return None;
-    }
-    let rest = parts[5].strip_prefix("assumed-role/")?;
-    let (role, session) = rest.split_once('/')?;
-    (!role.is_empty() && !session.is_empty() && !session.contains('/'))
-        .then_some((parts[4], role, session))
-}
-
-/// What a request names: the tenant, the session (absent: `PUT` makes one), and the subject a
-/// ticket is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub tenant: TenantId,
-    pub session: Option<SessionId>,
-    pub subject: Option<String>,
-}
-
-/// The [`Target`] of a request. `bound` is the caller's tenant (see [`caller_tenant`]): it fills a
-/// missing `tenantId`, and a different one is refused with 403. Public so it is fuzzed without
-/// DynamoDB (tests/integration/fuzz.rs).
-pub fn target(
-    event: &ApiGatewayV2httpRequest,
-    bound: Option<&TenantId>,
-    claim: &str,
-) -> Result<Target, HttpAnswer> {
-    let q = &event.query_string_parameters;
-    let mut t = q.first("tenantId").map(str::to_string);
-    let mut s = q.first("sessionId").map(str::to_string);
-    let mut subject = q.first("subject").map(str::to_string);
-    if let Some(body) = event.body.as_deref().filter(|b| !b.trim().is_empty()) {
-        let v: Value = serde_json::from_str(body).map_err(|e| {
-            respond::message(400, format!("the request body is not valid JSON: {e}"))
-        })?;
-        let Some(obj) = v.as_object() else {
-            return Err(respond::message(
-                400,
-                "the request body must be a JSON object",
-            ));
-        };
-        let field = |name: &str| -> Result<Option<String>, HttpAnswer> {
-            match obj.get(name) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(respond::message(400, format!("{name} must be a string"))),
-            }
-        };
-        t = t.or(field("tenantId")?);
-        s = s.or(field("sessionId")?);
-        subject = subject.or(field("subject")?);
-    }
-    let bad = |e: shared::ids::IdError| respond::message(400, e.to_string());
-    let tenant = match (t.as_deref(), bound) {
-        (None, Some(own)) => own.clone(),
-        (named, own) => {
-            let named = TenantId::parse_opt(named).map_err(bad)?;
-            if let Some(own) = own.filter(|own| **own != named) {
-                return Err(respond::forbidden(format!(
-                    "the caller's {claim} is {own}; it may not act for tenant {named}"
-                )));
-            }
-            named
-        }
-    };
-    if let Some(subject) = &subject {
-        ticket::check_subject(subject).map_err(|e| respond::message(400, e))?;
-    }
-    Ok(Target {
-        tenant,
-        session: s
-            .as_deref()
-            .map(SessionId::parse)
-            .transpose()
-            .map_err(bad)?,
-        subject,
-    })
 }
 
 pub async fn handle(
@@ -495,25 +276,101 @@ async fn answer(
         Ok(target) => target,
         Err(a) => return Ok(a),
     };
+    let who = match caller(state, event) {
+        Ok(who) => who,
+        Err(refused) => return Ok(refused),
+    };
+    let ask = match Ask::of(&who, &target) {
+        Ok(ask) => ask,
+        Err(refused) if method == Method::PUT || method == Method::POST => return Ok(refused),
+        // GET and DELETE mint nothing: what a ticket would be is not theirs to refuse.
+        Err(_) => Ask::default(),
+    };
     let t = target.tenant.clone();
     let scoped = state.tenancy.deps(deps, &t).await?;
     let deps: &Deps = &scoped;
     if method == Method::PUT {
-        return put(deps, state, target).await;
+        return put(deps, state, target, &who, &ask).await;
     }
     let Some(sid) = target.session.clone() else {
         return Ok(respond::message(400, "sessionId is missing"));
     };
     if method == Method::POST {
-        ticket_for(deps, state, &target, &sid).await
+        ticket_for(deps, state, &target, &sid, &who, &ask).await
     } else if method == Method::GET {
         let now = deps.clock.now().as_secs();
         match store::get(deps, &t, &sid).await? {
-            Some(s) if !s.is_expired(now) => Ok(respond::json_answer(200, &json!(s))),
+            Some(s) if !s.is_expired(now) && s.reached_by(who.own()) => {
+                Ok(respond::json_answer(200, &json!(s)))
+            }
             _ => Ok(not_found(&t, &sid)),
         }
     } else {
-        delete(deps, state, &t, &sid).await
+        delete(deps, state, &t, &sid, who.own()).await
+    }
+}
+
+/// What a ticket minted for a request says: whose it is (the subject) and how many connects it
+/// admits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ask {
+    subject: Option<String>,
+    connects: u64,
+}
+
+impl Default for Ask {
+    fn default() -> Ask {
+        Ask {
+            subject: None,
+            connects: ticket::DEFAULT_CONNECTS,
+        }
+    }
+}
+
+impl Ask {
+    /// A backend's choice, or for a signed-in user its own `sub` and one connect: a user naming
+    /// another subject or more connects is refused (403), never silently given less.
+    fn of(who: &Caller, target: &Target) -> Result<Ask, HttpAnswer> {
+        let Caller::User { sub, .. } = who else {
+            return Ok(Ask {
+                subject: target.subject.clone(),
+                connects: target.connects.unwrap_or(ticket::DEFAULT_CONNECTS),
+            });
+        };
+        if target.subject.as_ref().is_some_and(|s| s != sub) {
+            return Err(respond::forbidden(format!(
+                "a signed-in user's tickets are for its own sub ({sub}); the request names \
+                 another subject"
+            )));
+        }
+        if target
+            .connects
+            .is_some_and(|c| c != ticket::DEFAULT_CONNECTS)
+        {
+            return Err(respond::forbidden(format!(
+                "a signed-in user's ticket admits {} connect; only a backend may ask for more \
+                 ({CONNECTS})",
+                ticket::DEFAULT_CONNECTS
+            )));
+        }
+        Ok(Ask {
+            subject: Some(sub.clone()),
+            connects: ticket::DEFAULT_CONNECTS,
+        })
+    }
+
+    /// 400 when the tenant's sessions cannot hold the connects asked for.
+    fn over(&self, limits: &shared::tenant::Limits) -> Option<HttpAnswer> {
+        let most = limits.connections_per_session.max(1);
+        (self.connects > most).then(|| {
+            respond::message(
+                400,
+                format!(
+                    "{CONNECTS} = {} is more than the tenant's connectionsPerSession ({most})",
+                    self.connects
+                ),
+            )
+        })
     }
 }
 
@@ -528,7 +385,7 @@ fn with_ticket(
     keys: &KeySet,
     session: &Session,
     auth: ConnectAuth,
-    subject: Option<String>,
+    ask: &Ask,
 ) -> Result<Value, shared::Error> {
     let mut v = json!(session);
     v["connectAuth"] = json!(auth.as_str());
@@ -551,18 +408,29 @@ fn with_ticket(
         session: SessionId::parse(&session.session_id)?,
         nonce,
         expires_at,
-        subject,
+        subject: ask.subject.clone(),
+        id: ticket::new_id().map_err(|e| shared::Error::Other(e.to_string()))?,
+        connects: ask.connects,
     };
     v["ticket"] = json!(ticket::mint(keys, &claims));
     v["ticketExpiresAt"] = json!(expires_at);
     Ok(v)
 }
 
-async fn put(deps: &Deps, state: &State, target: Target) -> Result<HttpAnswer, shared::Error> {
+async fn put(
+    deps: &Deps,
+    state: &State,
+    target: Target,
+    who: &Caller,
+    ask: &Ask,
+) -> Result<HttpAnswer, shared::Error> {
     let t = &target.tenant;
     let Some(tenant) = state.tenants.get(deps, t).await? else {
         return Ok(respond::message(404, format!("tenant {t} does not exist")));
     };
+    if let Some(refused) = ask.over(&tenant.limits) {
+        return Ok(refused);
+    }
     let keys = state.tickets.keys(deps.clock.now()).await?;
     let (sid, new) = match target.session {
         Some(sid) => (sid, false),
@@ -571,8 +439,12 @@ async fn put(deps: &Deps, state: &State, target: Target) -> Result<HttpAnswer, s
     let ttl_secs = i64::try_from(tenant.limits.session_ttl).unwrap_or(i64::MAX / 4);
     let now = deps.clock.now();
     let ttl = now.as_secs().saturating_add(ttl_secs);
-    let cap = tenant.limits.session_cap();
-    let session = match sessions::open(deps, t, &sid, ttl, cap, new, &state.connections).await? {
+    let caps = sessions::Caps {
+        tenant: tenant.limits.session_cap(),
+        subject: tenant.limits.subject_session_cap(),
+    };
+    let (caller, sockets) = (who.sessions(), &state.connections);
+    let session = match sessions::open_as(deps, t, &sid, ttl, caps, new, caller, sockets).await? {
         Opened::Live(s) => s,
         Opened::Replaced { session, stale } => {
             let (fp, closed) = (fingerprint(sid.as_str()), stale.connection_ids.len());
@@ -580,16 +452,20 @@ async fn put(deps: &Deps, state: &State, target: Target) -> Result<HttpAnswer, s
             session
         }
         Opened::Closing { pending } => return Ok(still_closing(t, &sid, &pending)),
-        Opened::Full { cap } => {
-            tracing::info!(tenant = %t, cap, "session refused: maxSessions");
-            let who = format!("tenant {t}");
-            return Ok(Limit::MaxSessions
-                .refusal(&tenant.limits, now, &who)
-                .to_http());
+        Opened::Full { limit, cap } => {
+            tracing::info!(tenant = %t, cap, limit = limit.name(), "session refused");
+            let whose = match (limit, who) {
+                (Limit::MaxSessionsPerSubject, Caller::User { sub, .. }) => {
+                    format!("user {sub} of tenant {t}")
+                }
+                _ => format!("tenant {t}"),
+            };
+            return Ok(limit.refusal(&tenant.limits, now, &whose).to_http());
         }
+        Opened::NotYours => return Ok(not_found(t, &sid)),
     };
     let auth = tenant.limits.connect_auth;
-    let body = with_ticket(deps, state, &keys, &session, auth, target.subject)?;
+    let body = with_ticket(deps, state, &keys, &session, auth, ask)?;
     Ok(respond::json_answer(200, &body))
 }
 
@@ -599,11 +475,16 @@ async fn ticket_for(
     state: &State,
     target: &Target,
     sid: &SessionId,
+    who: &Caller,
+    ask: &Ask,
 ) -> Result<HttpAnswer, shared::Error> {
     let t = &target.tenant;
     let Some(tenant) = state.tenants.get(deps, t).await? else {
         return Ok(respond::message(404, format!("tenant {t} does not exist")));
     };
+    if let Some(refused) = ask.over(&tenant.limits) {
+        return Ok(refused);
+    }
     let auth = tenant.limits.connect_auth;
     if auth != ConnectAuth::Ticket {
         return Ok(respond::message(
@@ -613,7 +494,7 @@ async fn ticket_for(
     }
     let now = deps.clock.now();
     let session = match store::get(deps, t, sid).await? {
-        Some(s) if !s.is_expired(now.as_secs()) => s,
+        Some(s) if !s.is_expired(now.as_secs()) && s.reached_by(who.own()) => s,
         _ => return Ok(not_found(t, sid)),
     };
     if session.nonce.is_none() {
@@ -626,7 +507,7 @@ async fn ticket_for(
         ));
     }
     let keys = state.tickets.keys(now).await?;
-    let mut body = with_ticket(deps, state, &keys, &session, auth, target.subject.clone())?;
+    let mut body = with_ticket(deps, state, &keys, &session, auth, ask)?;
     if let Value::Object(m) = &mut body {
         m.retain(|k, _| {
             ["tenantId", "sessionId", "ticket", "ticketExpiresAt"].contains(&k.as_str())
@@ -642,8 +523,10 @@ async fn delete(
     state: &State,
     t: &TenantId,
     sid: &SessionId,
+    own: Option<&str>,
 ) -> Result<HttpAnswer, shared::Error> {
-    let Some(ended) = closing::delete(deps, t, sid, &state.connections).await? else {
+    // Another user's row is answered as a missing one, and nothing of it is closed.
+    let Some(ended) = closing::delete(deps, t, sid, own, &state.connections).await? else {
         return Ok(not_found(t, sid));
     };
     Ok(respond::json_answer(
@@ -671,39 +554,6 @@ fn still_closing(t: &TenantId, sid: &SessionId, pending: &[String]) -> HttpAnswe
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_session_name_is_read_only_from_assumed_role_arns() {
-        let ok = "arn:aws:sts::123456789012:assumed-role/session-api-caller/tenant-a";
-        assert_eq!(
-            assumed_role(ok),
-            Some(("123456789012", "session-api-caller", "tenant-a"))
-        );
-        let china = "arn:aws-cn:sts::123456789012:assumed-role/r/t.1";
-        assert_eq!(assumed_role(china).map(|a| a.2), Some("t.1"));
-        for not in [
-            "",
-            "arn:aws:iam::123456789012:user/ops",
-            "arn:aws:iam::123456789012:role/session-api-caller",
-            "arn:aws:sts::123456789012:federated-user/bob",
-            "arn:aws:sts::123456789012:assumed-role/r/",
-            "arn:aws:sts::123456789012:assumed-role/r",
-            "arn:aws:sts::123456789012:assumed-role//t",
-        ] {
-            assert_eq!(assumed_role(not), None, "{not}");
-        }
-    }
-
-    #[test]
-    fn the_caller_role_is_read_from_a_role_arn_without_its_path() {
-        let r = role_arn("arn:aws:iam::123456789012:role/svc/session-caller").unwrap();
-        assert_eq!(
-            (r.account.as_str(), r.name.as_str()),
-            ("123456789012", "session-caller")
-        );
-        assert!(role_arn("arn:aws:iam::1234:role/x").is_none());
-        assert!(role_arn("arn:aws:sts::123456789012:assumed-role/x/y").is_none());
-    }
 
     #[test]
     fn routes_are_the_session_and_its_ticket() {

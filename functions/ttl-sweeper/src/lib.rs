@@ -2,15 +2,17 @@
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
 //! dynamodb.amazonaws.com}` — it closes every connection of the old image through the Management
 //! API first, and once every one is known gone (a 2xx, or a 410 a grace after the row's last
-//! join: decision 2208) gives back the session's unit of the tenant's session count (unless a
-//! session `DELETE` had ended the row and given it back) and releases each connection's capacity
-//! to the counter it was charged on, in one `TransactWriteItems` per record (a conditional
-//! tombstone, the count, the decrements, with a request token, so a lost answer, a stop or a
-//! redelivery gives back exactly once; decisions 0306, 2204, 2206): `shared::admission::closing::
-//! sweep`. A socket not known gone yet releases nothing: the record is reported in
-//! `batchItemFailures` (by sequence number) and comes again. Other records (inserts, updates, user
-//! deletes, which the session API already handled) are ignored; a record whose image is unusable
-//! is logged and acknowledged, since retrying cannot fix it.
+//! join: decision 2208) gives back the session's unit of the tenant's session count (and of its
+//! owner's, when a signed-in user created it: decision 3602) and releases each connection's
+//! capacity to the counter it was charged on, in one `TransactWriteItems` per record (a
+//! conditional tombstone, the counts, the decrements, with a request token, so a lost answer, a
+//! stop or a redelivery gives back exactly once; decisions 0306, 2204, 2206):
+//! `shared::admission::closing::sweep`. A row a session `DELETE` ended has no `sessionTTL`, so
+//! DynamoDB never deletes it and its units are never given back twice. A socket not known gone
+//! yet releases nothing: the record is reported in `batchItemFailures` (by sequence number) and
+//! comes again. Other records (inserts, updates, user deletes, which the session API already
+//! handled) are ignored; a record whose image is unusable is logged and acknowledged, since
+//! retrying cannot fix it.
 
 use aws_lambda_events::dynamodb::Event;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};

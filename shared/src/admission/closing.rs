@@ -163,13 +163,16 @@ pub struct Ended {
     pub closing: Vec<String>,
 }
 
-/// Session `DELETE`: ends the session (closed to joins, its session unit given back) and closes
-/// its sockets, then releases the ones known gone with the row when all are. `None` when there is
-/// no row. Calls: see the module docs (2 for a session without connections).
+/// Session `DELETE`: ends the session (closed to joins, its session units given back: the
+/// tenant's and its owner's, decision 3602) and closes its sockets, then releases the ones known
+/// gone with the row when all are. With `own`, only a row that user owns is reached (another's
+/// answers `None`, as a missing one, and nothing is closed). `None` when there is no row. Calls:
+/// see the module docs (2 for a session without connections).
 pub async fn delete(
     deps: &Deps,
     t: &TenantId,
     sid: &SessionId,
+    own: Option<&str>,
     sockets: &dyn Sockets,
 ) -> Result<Option<Ended>> {
     let Some(mut row) = read(deps, t, sid).await? else {
@@ -180,16 +183,20 @@ pub async fn delete(
     let mut closes = Closes::default();
     let mut floored = BTreeSet::new();
     for attempt in 1..=ATTEMPTS {
-        // A row holding connections is ended first: no join after this, its unit given back.
+        // The owner never changes for a row's life; a row recreated by another user is not ours.
+        if !row.session.reached_by(own) {
+            return Ok((attempt > 1).then(|| closes.ended(first, Vec::new())));
+        }
+        // A row holding connections is ended first: no join after this, its units given back.
         if row.ended.is_none() && !row.session.connection_ids.is_empty() {
             match end(deps, t, sid, &call, row).await? {
-                Some(now) => row = now,
-                None if attempt == 1 => return Ok(None),
-                None => return Ok(Some(closes.ended(first, Vec::new()))),
+                Some(now) if now.session.reached_by(own) => row = now,
+                Some(_) | None if attempt == 1 => return Ok(None),
+                Some(_) | None => return Ok(Some(closes.ended(first, Vec::new()))),
             }
             sockets.interleave().at(Point::EndAfterMark).await;
         }
-        // Only a row without connections is still unended here: its unit leaves with it.
+        // Only a row without connections is still unended here: its units leave with it.
         let unit = row.ended.is_none();
         closes
             .close(sockets, &row, deps.clock.now().as_secs())
@@ -208,7 +215,7 @@ pub async fn delete(
         };
         let mut plan = plan(t, &gone, &row.session.charges)?;
         if unit {
-            plan.push(((keys::sessions(t)?, true), 1));
+            plan.extend(units(t, &row.session)?);
         }
         plan.retain(|(counter, _)| !floored.contains(counter));
         let seed = format!("end|{t}|{sid}|{call}|{attempt}");
@@ -242,12 +249,13 @@ pub async fn delete(
     Ok(Some(closes.ended(first, closing)))
 }
 
-/// Marks the row ended by `call` and gives its session unit back, exactly once (a transaction
-/// with a request token). Its `sessionTTL` is removed: every path reads a row without one as
-/// expired (joins, messages, tickets and refreshes are refused), and DynamoDB's TTL never deletes
-/// it while it still counts sockets. The row as it is afterwards: `seen`, ended (a join that
-/// slipped in before is caught by the release's condition), or the image of a row another call
-/// ended, left as it is (its unit is that call's to give back); `None` when there is none.
+/// Marks the row ended by `call` and gives its session units back (the tenant's and its owner's),
+/// exactly once (a transaction with a request token). Its `sessionTTL` is removed: every path
+/// reads a row without one as expired (joins, messages, tickets and refreshes are refused), and
+/// DynamoDB's TTL never deletes it while it still counts sockets. The row as it is afterwards:
+/// `seen`, ended (a join that slipped in before is caught by the release's condition), or the
+/// image of a row another call ended or another user created meanwhile, left as it is (its units
+/// are not this call's to give back); `None` when there is none.
 async fn end(
     deps: &Deps,
     t: &TenantId,
@@ -256,16 +264,25 @@ async fn end(
     mut seen: Row,
 ) -> Result<Option<Row>> {
     let now = deps.clock.now().as_secs();
-    let mut plan = vec![((keys::sessions(t)?, true), 1)];
+    let mut plan = units(t, &seen.session)?;
     for attempt in 1..=ATTEMPTS {
         let mut p = Parts::default();
         p.name("#sid", sattr::SESSION_ID)
             .name("#ttl", sattr::SESSION_TTL)
             .name("#end", sattr::ENDED_BY)
-            .name("#eat", sattr::ENDED_AT);
+            .name("#eat", sattr::ENDED_AT)
+            .name("#owner", sattr::OWNER);
         p.value(":now", n(now)).value(":call", s(call));
         p.conditions
             .push("attribute_exists(#sid) AND attribute_not_exists(#end)".into());
+        // The units given back are the owner's read: only while the row is still that owner's.
+        match &seen.session.owner {
+            Some(o) => {
+                p.value(":owner", s(o));
+                p.conditions.push("#owner = :owner".into());
+            }
+            None => p.conditions.push("attribute_not_exists(#owner)".into()),
+        }
         p.set.push("#end = :call".into());
         p.set.push("#eat = :now".into());
         p.remove.push("#ttl".into());
@@ -280,9 +297,9 @@ async fn end(
             }
             Attempt::LeadRefused(None) => return Ok(None),
             Attempt::LeadRefused(Some(it)) => return Row::of(&deps.tables.sessions, &it).map(Some),
-            Attempt::CountersRefused(_) => {
-                tracing::warn!(tenant = %t, "session count already at zero: not given back");
-                plan.clear();
+            Attempt::CountersRefused(refused) => {
+                tracing::warn!(tenant = %t, counts = ?refused, "count at zero: not given back");
+                plan.retain(|(k, _)| !refused.contains(k));
             }
             Attempt::Again => Backoff::TRANSACTION.wait(attempt).await,
         }
@@ -306,11 +323,13 @@ pub async fn drain_expired(
     let Some(mut row) = read(deps, t, sid).await? else {
         return Ok(Drained::Changed);
     };
+    let owner = item::opt_str(&fresh, &deps.tables.sessions, sattr::OWNER)?;
     let call = release::request_token();
     let mut closes = Closes::default();
     for attempt in 1..=ATTEMPTS {
         let now = deps.clock.now().as_secs();
-        if !row.session.is_expired(now) {
+        // A replacement keeps the owner (no count moves): a row now another's is looked at again.
+        if !row.session.is_expired(now) || row.session.owner != owner {
             return Ok(Drained::Changed);
         }
         closes.close(sockets, &row, now).await;
@@ -404,6 +423,16 @@ impl Closes {
             closing,
         }
     }
+}
+
+/// The session units a row gives back when it ends: the tenant's and, when a user created it, that
+/// user's (decision 3602).
+fn units(t: &TenantId, session: &Session) -> Result<Vec<((String, bool), u64)>> {
+    let mut units = vec![((keys::sessions(t)?, true), 1)];
+    if let Some(o) = &session.owner {
+        units.push(((keys::subject_sessions(t, o)?, true), 1));
+    }
+    Ok(units)
 }
 
 /// The decrements for `ids`, each on the counter it was charged on: `(counter, floored) → k`.

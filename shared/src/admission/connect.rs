@@ -13,6 +13,11 @@
 //! SDK retry; only throttled attempts again). Admitted: 2 `UpdateItem` (2 WCU);
 //! refused by the tenant: 1 (1 WCU); refused by the session: 3 (3 WCU). No call when a limit is 0.
 //!
+//! A connect with a ticket first counts itself as one of the ticket's uses ([`ticket_use`], one
+//! idempotent `UpdateItem` on `{tenant}:ticket:{id}`, decision 3607), and gives the use back when
+//! the connect is refused: admitted 3 `UpdateItem` (3 WCU); refused by the ticket 1 (1 WCU); by
+//! the tenant 3, by the session 5.
+//!
 //! The minute windows: `fixed` tenants keep `connMinute` (the window's start) and
 //! `connMinuteCount` on each item; `gcra` tenants keep `connTat` (`Rate::per_minute(limit)`). Each
 //! write bets on a case (same window or a new one; idle or draining bucket) from what this
@@ -55,6 +60,7 @@ pub const JOIN_DEADLINE: Duration = Duration::from_secs(5);
 mod hints;
 mod join;
 mod reserve;
+pub mod ticket_use;
 
 pub use hints::Hints;
 pub use join::join;
@@ -210,6 +216,9 @@ pub enum Admission {
     Refused { limit: Limit, refusal: Refusal },
     /// The session does not exist or has expired; nothing is spent.
     NoSession,
+    /// The ticket already admitted the `connects` connections it was minted for; nothing is spent.
+    /// Not a limit of the tenant's: refused in shadow mode too.
+    TicketSpent { connects: u64 },
 }
 
 /// A held reservation on the tenant's counter: what step 1 wrote, so it can be undone exactly.
@@ -277,14 +286,36 @@ pub async fn admit(r: Request<'_>) -> Result<Admission> {
 }
 
 /// [`admit`], betting on each minute's case from `hints` (and updating them). 2 `UpdateItem` when
-/// admitted and the bets are right; each wrong bet costs one more.
+/// admitted and the bets are right; each wrong bet costs one more; a ticket's use 1 more, and its
+/// give-back on a refusal another.
 pub async fn admit_hinted(r: Request<'_>, hints: &Hints) -> Result<Admission> {
     let (deps, t, sid, limits) = (r.deps, r.t, r.sid, r.limits);
     let now = deps.clock.now();
     if let Some(limit) = zero_limit(limits) {
         return Ok(refusal(limit, limits, now, t, sid, None));
     }
-    let reservation = match reserve(deps, t, sid, limits, hints).await? {
+    let Some(ticket) = r.ticket else {
+        return admit_counted(r, hints).await;
+    };
+    if !ticket_use::claim(deps, t, r.cid, ticket).await? {
+        return Ok(Admission::TicketSpent {
+            connects: ticket.connects,
+        });
+    }
+    let admitted = admit_counted(r, hints).await;
+    // A refused connect took no slot: its use goes back to the ticket. An error keeps it (the
+    // outcome may be unknown: the ticket then admits one fewer, the safe side).
+    if let Ok(Admission::Refused { .. } | Admission::NoSession) = &admitted {
+        if let Err(e) = ticket_use::give_back(deps, t, r.cid, ticket).await {
+            tracing::warn!(tenant = %t, error = %e, "giving a ticket's use back failed");
+        }
+    }
+    admitted
+}
+
+/// Steps 1 and 2 (and the undo) for a connect whose ticket, if any, admitted it.
+async fn admit_counted(r: Request<'_>, hints: &Hints) -> Result<Admission> {
+    let reservation = match reserve(r.deps, r.t, r.sid, r.limits, hints).await? {
         Ok(held) => held,
         Err(refused) => return Ok(refused),
     };

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::ids::{IdError, SessionId, TenantId};
 use crate::tenant::{attr as tattr, Limits};
+use crate::ticket::TicketUse;
 
 pub const TENANT_ID: &str = "tenantId";
 pub const SESSION_ID: &str = "sessionId";
@@ -17,6 +18,12 @@ pub const SESSION_NONCE: &str = "sessionNonce";
 pub const SUBJECT: &str = "subject";
 /// How the connection was authenticated (`ticket`, `jwt` or `none`).
 pub const CONNECT_AUTH: &str = "connectAuth";
+/// The connect ticket's id, under which `$connect` counts its uses (decision 3607).
+pub const TICKET_ID: &str = "ticketId";
+/// How many connects the ticket admits.
+pub const TICKET_CONNECTS: &str = "ticketConnects";
+/// When the ticket expires (epoch seconds): its count outlives it.
+pub const TICKET_EXPIRES_AT: &str = "ticketExpiresAt";
 
 /// What the authorizer verified about who connects: added to the context of an Allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +31,8 @@ pub struct Grant {
     pub method: crate::tenant::ConnectAuth,
     pub nonce: Option<String>,
     pub subject: Option<String>,
+    /// The ticket's uses to count, when a ticket was presented.
+    pub ticket: Option<TicketUse>,
 }
 
 impl Grant {
@@ -40,6 +49,11 @@ impl Grant {
         if let Some(s) = &self.subject {
             m.insert(SUBJECT.into(), Value::String(s.clone()));
         }
+        if let Some(u) = &self.ticket {
+            m.insert(TICKET_ID.into(), Value::String(u.id.clone()));
+            m.insert(TICKET_CONNECTS.into(), Value::from(u.connects));
+            m.insert(TICKET_EXPIRES_AT.into(), Value::from(u.expires_at));
+        }
     }
 }
 
@@ -54,6 +68,15 @@ pub fn connect_auth(fields: &HashMap<String, Value>) -> crate::tenant::ConnectAu
 /// The session nonce a `$connect` event's context carries.
 pub fn nonce(fields: &HashMap<String, Value>) -> Option<String> {
     text(fields, SESSION_NONCE)
+}
+
+/// The ticket whose uses a `$connect` counts, when the context names one (all three fields).
+pub fn ticket_use(fields: &HashMap<String, Value>) -> Option<TicketUse> {
+    Some(TicketUse {
+        id: text(fields, TICKET_ID)?,
+        connects: number(fields, TICKET_CONNECTS)?.max(1),
+        expires_at: i64::try_from(number(fields, TICKET_EXPIRES_AT)?).ok()?,
+    })
 }
 
 /// The context an Allow carries.
@@ -130,6 +153,9 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         connect_auth: Default::default(),
         // Only the session API's PUT counts sessions, and it reads the row.
         max_sessions: crate::tenant::DEFAULT_MAX_SESSIONS,
+        max_sessions_per_subject: crate::tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
+        // Where a ticket may come from matters only to the authorizer, which read the row.
+        ticket_in_query: false,
         connection_shards: match fields.get(tattr::CONNECTION_SHARDS) {
             None => 1,
             Some(_) => number(fields, tattr::CONNECTION_SHARDS)?,
@@ -186,6 +212,7 @@ mod tests {
             method: ConnectAuth::Jwt,
             nonce: None,
             subject: None,
+            ticket: None,
         };
         grant.add_to(&mut v);
         let mut f: HashMap<String, Value> = serde_json::from_value(v).unwrap();
@@ -210,6 +237,30 @@ mod tests {
         // More shards than tenantConnections: not usable, the handler reads the row.
         f.insert(tattr::CONNECTION_SHARDS.into(), Value::from(11));
         assert_eq!(limits(&f), None);
+    }
+
+    #[test]
+    fn a_tickets_use_travels_in_the_context() {
+        let use_ = TicketUse {
+            id: "tk-1".into(),
+            connects: 3,
+            expires_at: 1_700_000_060,
+        };
+        let grant = Grant {
+            method: crate::tenant::ConnectAuth::Ticket,
+            nonce: Some("n".into()),
+            subject: None,
+            ticket: Some(use_.clone()),
+        };
+        let mut ctx = Value::Object(Map::new());
+        grant.add_to(&mut ctx);
+        let mut fields: HashMap<String, Value> = serde_json::from_value(ctx).unwrap();
+        assert_eq!(ticket_use(&fields), Some(use_.clone()));
+        // API Gateway may pass the numbers as strings.
+        fields.insert(TICKET_CONNECTS.into(), Value::from("3"));
+        assert_eq!(ticket_use(&fields), Some(use_));
+        fields.remove(TICKET_ID);
+        assert_eq!(ticket_use(&fields), None);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! Call budgets (DynamoDB round trips and write units, common path):
 //! - [`precheck::check`] (authorizer): 1 BatchGetItem of 2 items.
 //! - [`connect::admit`] (`$connect`): 2 UpdateItem, 2 WCU (1 more per wrong minute bet; a refusal
-//!   by the session costs 3, by the tenant 1, by a zero limit 0).
+//!   by the session costs 3, by the tenant 1, by a zero limit 0); with a connect ticket 1 more
+//!   for its use (and 1 more to give it back on a refusal).
 //! - [`release::disconnect`] (`$disconnect`): 3 UpdateItem, 3 WCU (1 when nothing is released; decision 2206).
 //! - [`message::count`] (`$default`): 1 UpdateItem, 1 WCU (2 when the cached minute guess is wrong),
 //!   after [`message::standing`]: no call with the tenant cached, 1 GetItem on a cache miss.
@@ -54,6 +55,9 @@ pub struct Request<'a> {
     /// incarnation of the session, so a ticket never joins a session deleted and re-created under
     /// the same id after the authorizer read it (decision 2100). `None`: any.
     pub nonce: Option<&'a str>,
+    /// The connect ticket's id and how many connects it admits (authorizer context): `$connect`
+    /// counts itself as one of its uses (decision 3607). `None`: no ticket.
+    pub ticket: Option<&'a crate::ticket::TicketUse>,
 }
 
 /// How long a client refused for an open-connection cap is told to wait: the cap has no reset time
@@ -76,6 +80,9 @@ pub enum Limit {
     /// Sessions the tenant holds (the session API's `PUT`; decision 2204).
     #[serde(rename = "maxSessions")]
     MaxSessions,
+    /// Sessions one signed-in user holds (the session API's `PUT`; decision 3602).
+    #[serde(rename = "maxSessionsPerSubject")]
+    MaxSessionsPerSubject,
 }
 
 impl Limit {
@@ -87,6 +94,7 @@ impl Limit {
             Limit::SessionPerMinute => tattr::SESSION_PER_MINUTE,
             Limit::MessagesPerMinute => tattr::MESSAGES_PER_MINUTE,
             Limit::MaxSessions => tattr::MAX_SESSIONS,
+            Limit::MaxSessionsPerSubject => tattr::MAX_SESSIONS_PER_SUBJECT,
         }
     }
 
@@ -98,6 +106,7 @@ impl Limit {
             Limit::SessionPerMinute => l.session_per_minute,
             Limit::MessagesPerMinute => l.messages_per_minute,
             Limit::MaxSessions => l.session_cap(),
+            Limit::MaxSessionsPerSubject => l.subject_session_cap(),
         }
     }
 
@@ -133,7 +142,7 @@ impl Limit {
             Limit::TenantPerMinute => format!("{who} opened {cap} connections this minute"),
             Limit::SessionPerMinute => format!("{who} opened {cap} connections this minute"),
             Limit::MessagesPerMinute => format!("{who} sent {cap} messages this minute"),
-            Limit::MaxSessions => format!(
+            Limit::MaxSessions | Limit::MaxSessionsPerSubject => format!(
                 "{who} holds {cap} sessions, its limit; delete one (or let one expire) first"
             ),
         };

@@ -209,20 +209,24 @@ pub struct Expired {
     pub charges: Charges,
     /// Every connection of the row joined at or before this (epoch seconds; decision 2208).
     pub joined_by: i64,
+    /// The user who created it, whose session count is given back too (decision 3602).
+    pub owner: Option<String>,
 }
 
 /// Releases a session DynamoDB deleted by TTL, once per stream record however often it is
 /// delivered and whatever stops the sweeper: the tombstone `{tenant}:swept:{session}:{eventId}`
-/// (conditional), the session count's decrement (decision 2204, sessions per tenant; a row a
-/// `DELETE` ended has no TTL, so DynamoDB never deletes it) and the decrement of each counter its connections were
-/// charged on are one `TransactWriteItems` with a `ClientRequestToken` (a retry after a lost
-/// answer applies nothing twice: decision 2206). A counter whose reconciler truth already left
-/// this session out (`truthAt` at or after the deletion, within [`TRUTH_MARGIN`]) drops out. The
-/// return value is about the connections. The caller closes the sockets first (decision 2208).
+/// (conditional), the session count's decrement (decision 2204, sessions per tenant; and its
+/// owner's, `{tenant}:subject:{hash}`, when a user created it: decision 3602; a row a `DELETE`
+/// ended has no TTL, so DynamoDB never deletes it) and the decrement of each counter its
+/// connections were charged on are one `TransactWriteItems` with a `ClientRequestToken` (a retry
+/// after a lost answer applies nothing twice: decision 2206). A counter whose reconciler truth
+/// already left this session out (`truthAt` at or after the deletion, within [`TRUTH_MARGIN`])
+/// drops out. The return value is about the connections. The caller closes the sockets first
+/// (decision 2208).
 pub async fn swept(deps: &Deps, e: &Expired) -> Result<Swept> {
     let (t, sid, event_id, deleted_at) = (&e.tenant, &e.session, e.event_id.as_str(), e.deleted_at);
     let ids = parse_ids(&e.connection_ids);
-    let charges = &e.charges;
+    let (charges, owner) = (&e.charges, e.owner.as_deref());
     let released = ids.len() as u64;
     let mut tomb = Item::from([
         (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
@@ -249,6 +253,12 @@ pub async fn swept(deps: &Deps, e: &Expired) -> Result<Swept> {
     // transaction: given back exactly when the connections are.
     let session_key = (keys::sessions(t)?, true);
     per.insert(session_key.clone(), 1);
+    let owner_key = owner
+        .map(|o| keys::subject_sessions(t, o).map(|k| (k, true)))
+        .transpose()?;
+    if let Some(k) = &owner_key {
+        per.insert(k.clone(), 1);
+    }
     // A mutation test's defect (decision 2300): no tombstone condition and a fresh token, so a
     // redelivered record releases again.
     let unfenced = crate::mutation::active(deps, crate::mutation::Mutation::SweepWithoutTombstone);
@@ -278,8 +288,11 @@ pub async fn swept(deps: &Deps, e: &Expired) -> Result<Swept> {
         }
         match exactly_once(deps, lead, &plan, Some(before), &seed).await? {
             Attempt::Committed => {
-                // Only the connection counters decide: the session count is not about them.
-                let conns = plan.iter().filter(|(k, _)| *k != session_key).count();
+                // Only the connection counters decide: the session counts are not about them.
+                let conns = plan
+                    .iter()
+                    .filter(|(k, _)| *k != session_key && Some(k) != owner_key.as_ref())
+                    .count();
                 return Ok(if conns == connection_counters {
                     Swept::Released(released)
                 } else {

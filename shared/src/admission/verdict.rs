@@ -121,7 +121,7 @@ pub async fn connect(r: Request<'_>, hints: &Hints) -> Verdict<Admission> {
             meter(path, Outcome::Admitted, None, t, started);
             Verdict::Decided(a)
         }
-        a @ Admission::NoSession => Verdict::Decided(a),
+        a @ (Admission::NoSession | Admission::TicketSpent { .. }) => Verdict::Decided(a),
     }
 }
 
@@ -144,6 +144,7 @@ pub async fn message(
         cid,
         limits,
         nonce: None,
+        ticket: None,
     };
     let counted = match message::count(r, hint).await {
         Ok(c) => c,

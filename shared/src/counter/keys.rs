@@ -8,6 +8,8 @@
 //! | `{tenant}:shard:{i}` | shard `i` of a tenant with `connectionShards` > 1: its share of the open connections and of the minute (decision 1502) |
 //! | `{tenant}:swept:{session}:{eventId}` | a TTL sweep already released: the stream record that did it (expires after the stream's retention) |
 //! | `{tenant}:sessions` | the tenant's session count, under its `maxSessions` (decision 2204) |
+//! | `{tenant}:subject:{hash}` | one signed-in user's session count, under `maxSessionsPerSubject`; `hash` is the base64url SHA-256 of the user's `sub` (decision 3602) |
+//! | `{tenant}:ticket:{ticketId}` | the connection ids a connect ticket admitted, under its `connects` (expires after the ticket; decision 3607) |
 //!
 //! The per-minute windows live on the `{tenant}` item and on the session item, and messages per
 //! minute on the session item, so `$connect` writes two items and a message one; see
@@ -56,6 +58,24 @@ pub fn sessions(t: &TenantId) -> Key {
     guarded(t, format!("{t}:sessions"))
 }
 
+/// `{tenant}:subject:{hash}`: how many sessions the signed-in user `subject` (a JWT `sub`) holds
+/// (decision 3602). The subject is hashed (SHA-256, base64url, 43 characters): a `sub` may hold
+/// any character, `:` included, and a hash is one segment of a fixed alphabet. Three segments
+/// with the literal `subject` second: no other format.
+pub fn subject_sessions(t: &TenantId, subject: &str) -> Key {
+    use base64::Engine as _;
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, subject.as_bytes());
+    let hash = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(d.as_ref());
+    guarded(t, format!("{t}:subject:{hash}"))
+}
+
+/// `{tenant}:ticket:{ticketId}`: the uses of one connect ticket (decision 3607). `id` is a ticket
+/// id (`crate::ticket::valid_ticket_id`: base64url, no `:`). Three segments with the literal
+/// `ticket` second: no other format.
+pub fn ticket_uses(t: &TenantId, id: &str) -> Key {
+    guarded(t, format!("{t}:ticket:{id}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +88,12 @@ mod tests {
         assert_eq!(swept(&t, &s, "ev-1")?, "acme:swept:s1:ev-1");
         assert_eq!(connection_shard(&t, 3)?, "acme:shard:3");
         assert_eq!(sessions(&t)?, "acme:sessions");
+        assert_eq!(ticket_uses(&t, "tk-1")?, "acme:ticket:tk-1");
+        // A subject is hashed into one segment, whatever it holds.
+        let odd = subject_sessions(&t, "auth0|a:b/c")?;
+        assert!(odd.starts_with("acme:subject:"), "{odd}");
+        assert_eq!(odd.split(':').count(), 3, "{odd}");
+        assert_ne!(odd, subject_sessions(&t, "auth0|a:b/d")?);
         // Tenant "ab" never shares a key with tenant "abc": keys are compared whole, never by prefix.
         let ab = TenantId::parse("ab").unwrap();
         assert_ne!(tenant_connections(&ab)?, tenant_connections(&t)?);
@@ -76,6 +102,8 @@ mod tests {
             tenant_connections(&ab)?,
             swept(&ab, &s, "e")?,
             sessions(&ab)?,
+            subject_sessions(&ab, "u")?,
+            ticket_uses(&ab, "k")?,
         ] {
             crate::isolation::check_key(&ab, &key).unwrap();
         }

@@ -21,8 +21,11 @@ use crate::dynamo::retry::{self, Backoff, Jitter};
 use crate::dynamo::txn::{self, Reason};
 use crate::gcra::{self, Decision, Rate, RateError};
 
-/// Default time an idle bucket's item outlives the moment it is full again (for the state view).
-pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
+/// Default time an idle bucket's item outlives the moment it is full again: longer than a signed
+/// request can take to reach DynamoDB (15 minutes, else it is refused as expired) plus a refund's
+/// own call, so no send of an applied refund can land after its item's refund id was deleted with
+/// the item (decision 0605).
+pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(16 * 60);
 
 /// Most conditional writes one operation makes. Two suffice unless other writers refund or reset
 /// the same bucket between them (each failed write returns a TAT newer than the last), or
@@ -353,10 +356,15 @@ impl Limiter {
     /// which would send it again after a lost answer and so give the cost back twice: its own
     /// resends (a throttle, a conflict, or an answer that may have been lost: a 5xx or a timeout,
     /// up to [`SDK_ATTEMPTS`](crate::dynamo::SDK_ATTEMPTS) sends as the SDK's) carry the same id,
-    /// and the old item of a failed condition tells whether an earlier send applied.
+    /// and the old item of a failed condition tells whether an earlier send applied. A send whose
+    /// answer was lost may still land at any later moment, after the sends that followed it, so
+    /// the refund takes a new id (behind another refund's later one) only while every send of it
+    /// was answered: it then applies at most once whatever order its sends land in (decision
+    /// 0605).
     async fn write_key(&self, key: &str, mut plan: SpendPlan) -> Result<Wrote, (KvError, bool)> {
         let target = Target::bucket(&self.table, key, self.ttl_margin);
-        // Whether a send of this refund id may have applied without our hearing of it.
+        // Whether a send of this refund id went unanswered: it may have applied, or may still
+        // land later. Never cleared: a failed condition since shows only that it has not landed yet.
         let mut unsure = false;
         let mut resends = 0;
         let mut writes = 0;
@@ -398,21 +406,23 @@ impl Limiter {
                         match write::RefundId::stored(old.as_ref()) {
                             // Applied by an earlier send whose answer was lost.
                             Some(s) if s == id => {
-                                return Ok(Wrote::Admitted(plan.admitted(stored, None)))
+                                return Ok(Wrote::Admitted(plan.applied_as_stored(stored)))
                             }
                             // A later refund came in after a send we never heard back from: it may
-                            // have applied, so it is not sent again (never given back twice).
+                            // have applied, or may land yet (then failing behind the later id),
+                            // so it is not sent again under a new id (never given back twice).
                             Some(s) if s > id && unsure => {
                                 tracing::warn!(
                                     bucket = key,
                                     "refund answer lost, another refund since: counted as applied"
                                 );
-                                return Ok(Wrote::Admitted(plan.admitted(stored, None)));
+                                return Ok(Wrote::Admitted(plan.applied_as_stored(stored)));
                             }
-                            // Not applied: a later id got there first; this one goes after it.
+                            // Every send was answered, none applied, and none can land later: a
+                            // later id got there first, and this refund goes after it.
                             Some(s) if s > id => plan.refund_id = Some(write::RefundId::after(s)),
-                            // A smaller id (or none) is still there: no send of ours applied.
-                            _ => unsure = false,
+                            // A smaller id (or none): not applied yet; retried under the same id.
+                            _ => {}
                         }
                     }
                     match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
@@ -491,8 +501,11 @@ impl Limiter {
     /// sent again (decision 0601); an error after such a loss may still mean it was applied, so a
     /// caller does not repeat it (a repeat is a new refund).
     ///
-    /// DynamoDB calls: **1** `UpdateItem` warm or when refused; **≤ 2** cold; +1 per lost answer,
-    /// and +1 behind another process's later refund id.
+    /// DynamoDB calls, each 1 WCU (a failed condition is billed too): **1** `UpdateItem` warm or
+    /// when refused; **≤ 2** cold; +1 per send whose answer was lost (a 5xx, a timeout), and +1
+    /// behind another process's later refund id when every send was answered. Behind a later id
+    /// after an unanswered send, the refund is counted as applied without another send: a send
+    /// that may still land is never joined by one under a new id (decision 0605).
     pub async fn refund(
         &self,
         name: &str,

@@ -1,12 +1,13 @@
 //! A resource's partition: its ended marker and the rows of the tokens bound to it.
 //!
 //! **Bound rows** (issue 25). A token's binding is a row keyed by the resource, partition
-//! `:ended:{resource id}`, sort key the reservation id, holding `resourceName`, `accountId` and the
-//! token's `expirationTime` (also its TTL). The remover reads a resource's tokens with one strongly
+//! `:ended:{resource id}`, sort key the reservation id, holding `resourceName`, `accountId`, the
+//! token's `expirationTime` (also its TTL) and `binding`, the value its ledger entry takes (the
+//! expiry and a bind id: [`Binding`]). The remover reads a resource's tokens with one strongly
 //! consistent Query of that partition, so rows carry no `resourceId`: writing one costs 1 WCU and
 //! no resource-index write (the index stays, for rows written before and by rate-limiter-py).
 //! Binding one reservation to one resource only is the ledger's job: its entry moves from an
-//! unbound expiry to this row's expiry once (decision 0101, "Bound rows").
+//! unbound expiry to this row's binding once (decision 0101, "Bound rows").
 //!
 //! **The ended marker** (issue 22 item 14), sort key `~ended` in the same partition. The remover
 //! first records that the resource ended, and a bind reads the marker (strongly consistent) after
@@ -22,13 +23,13 @@
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::ReturnValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use super::coordinate::MAX_COORDINATE_BYTES;
-use super::ledger::is_live;
+use super::ledger::{is_live, Binding};
 use super::limiter::attempt_of;
 use super::{NonFungibleLimiter, Reservation};
-use crate::dynamo::item::{n, opt_int, req_int, s};
+use crate::dynamo::item::{n, opt_int, s, Item};
 use crate::error::{Error, Result};
 
 /// Sort key of an ended-resource marker.
@@ -49,7 +50,29 @@ pub fn marker_key(resource_id: &str) -> Result<String> {
     Ok(format!("{ENDED_PREFIX}{resource_id}"))
 }
 
+/// A bind's row as its write left it: the binding it holds, and whether this call wrote that
+/// binding (its freshly drawn id is there: a row that was there before keeps its own binding, so
+/// a bind never mistakes another call's row, or its own earlier attempt's, for one it may delete).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BoundRow {
+    pub binding: Binding,
+    pub created: bool,
+}
+
 impl NonFungibleLimiter {
+    /// Reads the binding a bound row records.
+    pub(super) fn binding_of(&self, item: &Item) -> Result<Binding> {
+        let name = self.inner.attrs.binding;
+        match item.get(name) {
+            Some(AttributeValue::N(v)) => Binding::parse(v),
+            _ => None,
+        }
+        .ok_or_else(|| Error::MalformedItem {
+            table: self.inner.table.clone(),
+            reason: format!("bound row without a binding: {name}={:?}", item.get(name)),
+        })
+    }
+
     /// Records that `resource_id` ended, for one token lifetime. 1 PutItem (1 WCU); idempotent
     /// (a redelivered event rewrites it).
     pub(super) async fn mark_ended(&self, resource_id: &str) -> Result<()> {
@@ -68,36 +91,47 @@ impl NonFungibleLimiter {
         Ok(())
     }
 
-    /// Bind's first write: the row of `r` in `resource_id`'s partition, expiring at `exp` unless the
-    /// row already holds an expiry (this bind retried after a lost answer, or run again by its
-    /// client), which is kept. Returns the expiry the row holds: the one the ledger entry is then
-    /// extended to, so a repeated bind is the same bind. 1 UpdateItem (1 WCU).
+    /// Bind's first write: the row of `r` in `resource_id`'s partition holding `drawn`, unless the
+    /// row already holds a binding (the same bind run again by its client, or an earlier attempt
+    /// of this reservation's bind to this resource), which is kept. Returns the binding the row
+    /// holds, the one the ledger entry is then moved to (so a repeated bind is the same bind), and
+    /// whether it is `drawn`: an SDK re-send after a lost answer finds its own id, so it too knows
+    /// the row is its own. 1 UpdateItem (1 WCU).
     pub(super) async fn write_bound_row(
         &self,
         r: &Reservation,
         resource_id: &str,
-        exp: i64,
-    ) -> Result<i64> {
+        drawn: Binding,
+    ) -> Result<BoundRow> {
         let key = marker_key(resource_id)?;
         let a = self.inner.attrs;
         let mut attempt = 0;
         loop {
             let sent = self
                 .update_row(&key, &r.id)
-                .update_expression("SET #rn = :rn, #acct = :acct, #exp = if_not_exists(#exp, :exp)")
+                .update_expression(
+                    "SET #rn = :rn, #acct = :acct, #exp = if_not_exists(#exp, :exp), \
+                     #bind = if_not_exists(#bind, :bind)",
+                )
                 .expression_attribute_names("#rn", a.resource_name)
                 .expression_attribute_names("#acct", a.account_id)
                 .expression_attribute_names("#exp", a.expiration_time)
+                .expression_attribute_names("#bind", a.binding)
                 .expression_attribute_values(":rn", s(&r.resource))
                 .expression_attribute_values(":acct", s(&r.account))
-                .expression_attribute_values(":exp", n(exp))
+                .expression_attribute_values(":exp", n(drawn.exp))
+                .expression_attribute_values(":bind", drawn.value())
                 .return_values(ReturnValue::UpdatedNew)
                 .send()
                 .await;
             match sent {
                 Ok(out) => {
                     let new = out.attributes().cloned().unwrap_or_default();
-                    return req_int(&new, &self.inner.table, a.expiration_time);
+                    let binding = self.binding_of(&new)?;
+                    return Ok(BoundRow {
+                        binding,
+                        created: binding == drawn,
+                    });
                 }
                 // Unconditional: the only answer short of an error is "throttled, retry".
                 Err(err) => {
@@ -108,18 +142,18 @@ impl NonFungibleLimiter {
         }
     }
 
-    /// Deletes the row of `id` in `resource_id`'s partition while it still holds `exp` (a failed
-    /// bind's, or one the remover released). 1 DeleteItem; a failure is logged: the row holds no
-    /// capacity, and TTL removes it at `exp`.
-    pub(super) async fn delete_bound_row(&self, resource_id: &str, id: &str, exp: i64) {
+    /// Deletes the row of `id` in `resource_id`'s partition while it still holds `binding` (one a
+    /// failed bind wrote itself, or one the remover released). 1 DeleteItem; a failure is logged:
+    /// the row holds no capacity, and TTL removes it at its expiry.
+    pub(super) async fn delete_bound_row(&self, resource_id: &str, id: &str, binding: Binding) {
         let Ok(key) = marker_key(resource_id) else {
             return;
         };
         let sent = self
             .delete_row(&key, id)
-            .condition_expression("#exp = :exp")
-            .expression_attribute_names("#exp", self.inner.attrs.expiration_time)
-            .expression_attribute_values(":exp", n(exp))
+            .condition_expression("#bind = :bind")
+            .expression_attribute_names("#bind", self.inner.attrs.binding)
+            .expression_attribute_values(":bind", binding.value())
             .send()
             .await;
         if let Err(e) = sent {

@@ -47,6 +47,57 @@ pub(super) fn is_live(exp: i64, now: Timestamp) -> bool {
     Timestamp::from_secs(exp) > now
 }
 
+/// Bind ids are 1..=999,999: six decimal places of the ledger value.
+const BIND_IDS: u32 = 1_000_000;
+const BIND_ID_DIGITS: usize = 6;
+
+/// A binding as the ledger entry and its bound row both record it: the token's expiry (epoch
+/// seconds) and a random id drawn by the bind that wrote the row, stored as one number,
+/// `{exp}.{id:06}`. The whole part is the expiry, so every `<=`, `>` and liveness test reads it as
+/// before; the fraction tells two bindings expiring in the same second apart (on skewed clocks, or
+/// binds in one second), so a row's release matches its own binding only (decision 0101, "Bound
+/// rows"). Two binds of one reservation are confused only when they fall in the same second *and*
+/// draw the same id: 1 in 999,999.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Binding {
+    pub exp: i64,
+    pub id: u32,
+}
+
+impl Binding {
+    /// A new binding expiring at `exp`, with a fresh random id.
+    pub fn draw(exp: i64) -> Binding {
+        Binding {
+            exp,
+            id: fastrand::u32(1..BIND_IDS),
+        }
+    }
+
+    /// The number the ledger entry and the row hold (DynamoDB compares numbers by value, so its
+    /// trimmed trailing zeros do not matter).
+    pub fn value(self) -> AttributeValue {
+        n(format!(
+            "{}.{:0width$}",
+            self.exp,
+            self.id,
+            width = BIND_ID_DIGITS
+        ))
+    }
+
+    /// Reads a stored binding (`1764201234.0425` is id 42,500); `None` for anything else.
+    pub fn parse(v: &str) -> Option<Binding> {
+        let (whole, frac) = v.split_once('.').unwrap_or((v, ""));
+        if frac.len() > BIND_ID_DIGITS || !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let id = format!("{frac:0<width$}", width = BIND_ID_DIGITS);
+        Some(Binding {
+            exp: whole.parse().ok()?,
+            id: id.parse().ok()?,
+        })
+    }
+}
+
 /// What an admission should do with the ledger it has seen.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Plan {
@@ -313,6 +364,37 @@ pub(super) mod tests {
         let mut keys: Vec<_> = m.keys().cloned().collect();
         keys.sort();
         assert_eq!(keys, ["new", "py-1"]);
+    }
+
+    #[test]
+    fn a_binding_reads_back_as_written_and_its_whole_part_is_the_expiry() {
+        for id in [1, 42_500, 999_999] {
+            let b = Binding {
+                exp: NOW + 28_800,
+                id,
+            };
+            let AttributeValue::N(v) = b.value() else {
+                panic!("not a number")
+            };
+            assert_eq!(Binding::parse(&v), Some(b), "{v}");
+            // DynamoDB hands numbers back without trailing zeros.
+            let trimmed = v.trim_end_matches('0');
+            assert_eq!(Binding::parse(trimmed), Some(b), "{trimmed}");
+            // Listings and liveness read the whole part.
+            let l = Ledger::parse(
+                "t",
+                Some(&Item::from([(
+                    LEDGER_MAP.to_string(),
+                    AttributeValue::M(HashMap::from([("r".into(), n(trimmed))])),
+                )])),
+            )
+            .unwrap();
+            assert_eq!(l.live["r"].0, NOW + 28_800);
+        }
+        assert_eq!(Binding::parse("1000"), Some(Binding { exp: 1000, id: 0 }));
+        assert_eq!(Binding::parse("1000.1234567"), None);
+        assert_eq!(Binding::parse("1.5e9"), None);
+        assert!((0..100).all(|_| Binding::draw(NOW).id > 0));
     }
 
     #[test]

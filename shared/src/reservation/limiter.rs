@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
 use super::coordinate::{self, CoordinateError};
-use super::ledger::{Ledger, LEDGER_ID};
+use super::ledger::{Binding, Ledger, LEDGER_ID};
 use super::shard;
 use super::view::{lock, SharedView, View};
 use super::Attrs;
@@ -321,10 +321,10 @@ impl NonFungibleLimiter {
         }
     }
 
-    /// Records a new expiry for an entry of a cached ledger shard (after binding).
-    pub(super) fn extend_entry(&self, coordinate: &str, id: &str, exp: i64) {
+    /// Records an entry of a cached ledger shard as bound (after binding).
+    pub(super) fn extend_entry(&self, coordinate: &str, id: &str, binding: Binding) {
         if let Some(v) = self.inner.ledgers.get(coordinate) {
-            lock(&v).extend(id, exp);
+            lock(&v).extend(id, binding);
         }
     }
 
@@ -440,13 +440,16 @@ mod tests {
     fn the_ledger_cache_forgets_and_extends_entries_of_known_ledgers_only() {
         let l = limiter(AttributeStyle::Camel);
         assert_eq!(l.cached_ledger("c"), None);
-        let seen = |entries| Some(View::of_shard(0, ledger(entries)));
+        let bound = Binding { exp: 99, id: 7 };
+        let mut after = ledger(&[]);
+        after.live.insert("b".into(), (99, bound.value()));
+        let seen = || Some(View::of_shard(0, after.clone()));
         l.remember("c", View::of_shard(0, ledger(&[("a", 10), ("b", 20)])));
         l.forget_entry("c", "a");
-        l.extend_entry("c", "b", 99);
-        assert_eq!(l.cached_ledger("c"), seen(&[("b", 99)]));
+        l.extend_entry("c", "b", bound);
+        assert_eq!(l.cached_ledger("c"), seen());
         // Unknown coordinates stay unknown: no ledger is invented from one entry.
-        l.extend_entry("other", "x", 5);
+        l.extend_entry("other", "x", bound);
         l.forget_entry("other", "x");
         assert_eq!(l.cached_ledger("other"), None);
         // New TTLs start a fresh cache (the old ledgers were seen under other expiries).
@@ -455,6 +458,6 @@ mod tests {
             .with_ttls(Duration::from_secs(1), Duration::from_secs(2));
         assert_eq!(l2.cached_ledger("c"), None);
         assert_eq!(l2.inner.reservation_ttl, Duration::from_secs(1));
-        assert_eq!(l.cached_ledger("c"), seen(&[("b", 99)]));
+        assert_eq!(l.cached_ledger("c"), seen());
     }
 }

@@ -31,6 +31,8 @@ pub struct Attrs {
     pub resource_name: &'static str,
     pub expiration_time: &'static str,
     pub account_id: &'static str,
+    /// A bound row's binding: its expiry and bind id, as its ledger entry holds them.
+    pub binding: &'static str,
 }
 
 impl Attrs {
@@ -41,6 +43,7 @@ impl Attrs {
         resource_name: "resourceName",
         expiration_time: "expirationTime",
         account_id: "accountId",
+        binding: "binding",
     };
     pub const SNAKE: Attrs = Attrs {
         resource_coordinate: "resource_coordinate",
@@ -49,6 +52,7 @@ impl Attrs {
         resource_name: "resource_name",
         expiration_time: "expiration_time",
         account_id: "account_id",
+        binding: "binding",
     };
     pub fn of(style: AttributeStyle) -> Attrs {
         match style {

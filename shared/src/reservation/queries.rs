@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::ended::{marker_key, ENDED_ID};
-use super::ledger::{is_live, Ledger, LEDGER_ID};
+use super::ledger::{is_live, Binding, Ledger, LEDGER_ID};
 use super::shard;
 use super::view::View;
 use super::{NonFungibleLimiter, TokenRow};
@@ -180,13 +180,21 @@ impl NonFungibleLimiter {
         resource_id: &str,
         page_size: Option<i32>,
     ) -> Result<Vec<TokenRow>> {
-        let mut rows = self.bound_rows(resource_id, page_size).await?;
+        let mut rows: Vec<TokenRow> = (self.bound_rows(resource_id, page_size).await?)
+            .into_iter()
+            .map(|(row, _)| row)
+            .collect();
         rows.extend(self.indexed_rows(resource_id, page_size).await?);
         Ok(rows)
     }
 
-    /// The bound rows in `resource_id`'s partition ([`super::ended`]), without its marker.
-    async fn bound_rows(&self, resource_id: &str, page_size: Option<i32>) -> Result<Vec<TokenRow>> {
+    /// The bound rows in `resource_id`'s partition ([`super::ended`]), without its marker, each
+    /// with the binding it records.
+    async fn bound_rows(
+        &self,
+        resource_id: &str,
+        page_size: Option<i32>,
+    ) -> Result<Vec<(TokenRow, Binding)>> {
         let key = marker_key(resource_id)?;
         let a = self.inner.attrs;
         let t = &self.inner.table;
@@ -213,7 +221,7 @@ impl NonFungibleLimiter {
                         reason: format!("bound row {id} of {resource_id}: {e}"),
                     })?;
                 let exp = req_int(item, t, a.expiration_time)?;
-                out.push(TokenRow {
+                let row = TokenRow {
                     coordinate,
                     reservation_id: id,
                     resource_name: Some(resource),
@@ -221,7 +229,8 @@ impl NonFungibleLimiter {
                     resource_id: Some(resource_id.to_string()),
                     expiration_time: Some(exp),
                     live: is_live(exp, now),
-                });
+                };
+                out.push((row, self.binding_of(item)?));
                 Ok(())
             },
         )
@@ -258,7 +267,7 @@ impl NonFungibleLimiter {
     /// Removes every token bound to `resource_id` and releases its capacity (the token remover's
     /// work). First records that the resource ended, so a bind not yet at its ledger write releases
     /// itself ([`super::ended`]). Then each bound row's entry is released only while it still holds
-    /// that binding or none ([`Self::release_binding`]) and the row deleted; rows found by the
+    /// that row's binding or none ([`Self::release_binding`]) and the row deleted; rows found by the
     /// resource index are released and deleted as before. Already removed tokens are a no-op.
     /// Calls: 1 PutItem, 2 Queries (+1 per further page), 2 per token.
     pub async fn remove_by_resource_id(
@@ -268,14 +277,14 @@ impl NonFungibleLimiter {
     ) -> Result<Vec<TokenRow>> {
         self.mark_ended(resource_id).await?;
         self.inner.interleave.at(Point::RemoverAfterMarker).await;
-        let mut rows = self.bound_rows(resource_id, page_size).await?;
-        for row in &rows {
-            let exp = row.expiration_time.unwrap_or_default();
-            self.release_binding(&row.coordinate, &row.reservation_id, exp)
+        let bound = self.bound_rows(resource_id, page_size).await?;
+        for (row, binding) in &bound {
+            self.release_binding(&row.coordinate, &row.reservation_id, *binding)
                 .await?;
-            self.delete_bound_row(resource_id, &row.reservation_id, exp)
+            self.delete_bound_row(resource_id, &row.reservation_id, *binding)
                 .await;
         }
+        let mut rows: Vec<TokenRow> = bound.into_iter().map(|(row, _)| row).collect();
         let indexed = self.indexed_rows(resource_id, page_size).await?;
         for row in &indexed {
             self.release(&row.coordinate, &row.reservation_id).await?;

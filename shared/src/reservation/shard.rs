@@ -10,10 +10,11 @@
 
 use super::ledger::LEDGER_ID;
 
-/// Entries per shard: 16 entries of ~48 bytes (a 41-character id and an expiry) plus the keys and
-/// the pair's names stay under 1 KB for coordinates up to 90 bytes, so a ledger write is 1 WCU
-/// (computed below by DynamoDB's size rules, and checked against DynamoDB Local's consumed
-/// capacity by the reservation tests). Longer coordinates cost 2 WCU per ledger write.
+/// Entries per shard: 16 entries of ~51 bytes (a 41-character id and a binding: an expiry with a
+/// six-digit bind id) plus the keys and the pair's names stay under 1 KB for coordinates up to 66
+/// bytes, so a ledger write is 1 WCU (computed below by DynamoDB's size rules, and checked against
+/// DynamoDB Local's consumed capacity by the reservation tests). Longer coordinates cost 2 WCU per
+/// ledger write once a shard fills with bound tokens.
 pub const SHARD_CAPACITY: u64 = 16;
 
 /// The largest capacity a non-fungible limit may have. Admission costs stay flat beyond it; what
@@ -99,7 +100,8 @@ mod tests {
         let live: serde_json::Map<String, serde_json::Value> = (0..SHARD_CAPACITY)
             .map(|i| {
                 let id = reservation_id(&format!("{}{i:02}", &uuid[..34]), k);
-                (id, serde_json::json!({"N": "1764201234"}))
+                // A bound token's value: every digit significant (16: 9 bytes).
+                (id, serde_json::json!({"N": "1764201234.123457"}))
             })
             .collect();
         crate::capacity::item_size(&serde_json::json!({
@@ -112,18 +114,18 @@ mod tests {
     }
 
     #[test]
-    fn a_full_shard_is_one_write_unit_for_coordinates_up_to_90_bytes() {
+    fn a_full_shard_is_one_write_unit_for_coordinates_up_to_66_bytes() {
         // The seed's own coordinate (EMR, an AWS account id).
         assert!(worst_shard_size("emr", "123456789012") <= 1024);
-        // A 90-byte coordinate still fits; names are counted twice (key and listing attributes).
+        // A 66-byte coordinate still fits; names are counted twice (key and listing attributes).
         let resource = "r".repeat(40);
-        let account = "a".repeat(49);
-        assert_eq!(resource.len() + 1 + account.len(), 90);
+        let account = "a".repeat(25);
+        assert_eq!(resource.len() + 1 + account.len(), 66);
         let size = worst_shard_size(&resource, &account);
         assert!(size <= 1024, "{size} bytes");
         assert!(
-            worst_shard_size(&resource, &"a".repeat(100)) > 1024,
-            "the documented bound is tight-ish"
+            worst_shard_size(&resource, &"a".repeat(27)) > 1024,
+            "the documented bound is tight"
         );
     }
 

@@ -4,13 +4,15 @@
 //!
 //! | operation | writes, in order | a crash between leaves |
 //! |---|---|---|
-//! | bind | the bound row in the resource's partition ([`super::ended`]); (after the ended marker read, strongly consistent) the ledger entry → the row's expiry, if still unbound or already that | a row whose entry expires with the reservation: as if never bound |
+//! | bind | the bound row in the resource's partition ([`super::ended`]); (after the ended marker read, strongly consistent) the ledger entry → the row's binding, if still unbound or already that | a row whose entry expires with the reservation: as if never bound |
 //! | release | the ledger entry removed | — |
 //!
 //! Capacity is decided by the ledger alone, so no order can over-admit; binding writes the row
 //! first so that a bound token is always findable by the remover before it holds capacity for 8 h.
 //! A release leaves the bound row (it holds nothing; TTL removes it at its expiry, and the remover
-//! releases only an entry still holding that row's binding).
+//! releases only an entry still holding that row's binding). A bind that fails never takes a
+//! binding: it gives back only an entry still unbound (or, its resource having ended, one holding
+//! its own row's binding), and deletes only a row it wrote itself.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -20,7 +22,8 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures::FutureExt;
 
-use super::ledger::{expiry_secs, is_live, Ledger, LEDGER_MAP};
+use super::ended::BoundRow;
+use super::ledger::{expiry_secs, is_live, Binding, Ledger, LEDGER_MAP};
 use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
 use super::shard;
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
@@ -60,9 +63,23 @@ fn first_shard(id: &str) -> u32 {
 enum Holding {
     /// Whatever the entry holds (a client's release).
     Any,
-    /// Only the binding a bound row records (its expiry), or an entry not bound yet: the remover's
-    /// release, which must not take an entry that has since been bound to another resource.
-    Binding { exp: i64, unbound_until: i64 },
+    /// Only an entry not bound yet (expiring by `unbound_until`): a bind that cannot tell whether
+    /// its resource ended gives back its reservation, never a binding.
+    Unbound { unbound_until: i64 },
+    /// Only the binding a bound row records, or an entry not bound yet: the remover's release, and
+    /// a bind's whose resource ended; never an entry bound to another resource.
+    Binding {
+        binding: Binding,
+        unbound_until: i64,
+    },
+}
+
+/// What a conditional ledger removal did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Removal {
+    Released,
+    /// The condition failed: the entry's expiry as it is, `None` when absent.
+    Kept(Option<i64>),
 }
 
 impl NonFungibleLimiter {
@@ -77,24 +94,23 @@ impl NonFungibleLimiter {
 
     /// Binds a live reservation to `resource_id` for the token TTL (8 h default). **3** calls, in
     /// order: the bound row, a strongly consistent read of the resource's ended marker, then the
-    /// ledger entry (only while live and unbound, or already this binding): 2 WCU + ½ RCU. An
-    /// expired or deleted reservation is [`ReservationError::Gone`], one bound to another resource
-    /// [`ReservationError::AlreadyBound`]: the row just written is deleted again (+1 DeleteItem),
-    /// so nothing is left behind; a resource that already ended is
-    /// [`ReservationError::ResourceEnded`], the reservation released (+2). Binding again to the
-    /// same resource is the same bind: it keeps the first bind's expiry.
+    /// ledger entry (only while live and unbound, or already this row's binding): 2 WCU + ½ RCU.
+    /// An expired or deleted reservation is [`ReservationError::Gone`], one bound to another
+    /// resource [`ReservationError::AlreadyBound`]: the row is deleted again if this call wrote it
+    /// (+1 DeleteItem). A resource that already ended is [`ReservationError::ResourceEnded`], the
+    /// reservation released (+1, and +1 for the row this call wrote); a binding is never released
+    /// here ([`Self::give_back`]). Binding again to the same resource is the same bind: it keeps
+    /// the first bind's binding.
     async fn bind(&self, r: &Reservation, resource_id: &str) -> Result<Token, ReservationError> {
         let now = self.inner.clock.now();
-        let exp = self
-            .write_bound_row(r, resource_id, expiry_secs(now.plus(self.inner.token_ttl)))
-            .await?;
+        let drawn = Binding::draw(expiry_secs(now.plus(self.inner.token_ttl)));
+        let row = self.write_bound_row(r, resource_id, drawn).await?;
         self.inner.interleave.at(Point::BindAfterRow).await;
         // The ended-resource check after the row write (what the remover's Query finds) and
         // *before* the ledger entry is extended: a bind stopped anywhere (a Lambda timeout, a
         // crash) then never leaves an 8-hour entry for a resource whose event was already
         // handled — extended only when the marker was absent, so any later remover run finds the
-        // row written before (decision 0101, "Ended resources"; found by the simulation, seeds
-        // 1078 and 1086).
+        // row written before (decision 0101, "Ended resources").
         let mut ended = self.has_ended(resource_id).await;
         self.inner.interleave.at(Point::BindAfterMarkerRead).await;
         if crate::mutation::active_on(
@@ -104,44 +120,78 @@ impl NonFungibleLimiter {
             ended = Ok(false);
         }
         if !matches!(ended, Ok(false)) {
-            // The resource ended (or we cannot tell): give the unit back (the entry is still the
-            // reservation's) and delete the row, rather than hold it for a token's lifetime with
-            // no remover event left to come.
-            self.release(&r.coordinate, &r.id).await?;
-            self.delete_bound_row(resource_id, &r.id, exp).await;
-            return Err(match ended {
-                Ok(_) => ReservationError::ResourceEnded {
-                    reservation_id: r.id.clone(),
-                    resource_id: resource_id.to_string(),
-                },
-                Err(e) => e.into(),
-            });
+            return Err(self.give_back(r, resource_id, row, ended, now).await);
         }
-        match self.extend_ledger(r, exp, now).await {
+        match self.extend_ledger(r, row.binding, now).await {
             Ok(()) => {
-                self.extend_entry(&r.coordinate, &r.id, exp);
+                self.extend_entry(&r.coordinate, &r.id, row.binding);
                 Ok(Token {
                     coordinate: r.coordinate.clone(),
                     reservation_id: r.id.clone(),
                     resource_id: resource_id.to_string(),
-                    expiration_time: exp,
+                    expiration_time: row.binding.exp,
                 })
             }
             Err(failure) => {
-                self.delete_bound_row(resource_id, &r.id, exp).await;
+                self.delete_own_row(resource_id, &r.id, row).await;
                 Err(failure)
             }
         }
     }
 
-    /// Bind's second write: the ledger entry's expiry (in the shard its id names) moved to the
-    /// bound row's, only while the entry is live and unbound, or already holds that expiry (the same
+    /// A bind whose resource ended (`Ok(true)`), or whose marker read failed: gives the unit back
+    /// only while the entry is still a reservation (an unbound expiry) or, the resource having
+    /// ended, holds this row's own binding — never a binding to another resource, nor one it
+    /// cannot prove ended — rather than hold it for a token's lifetime with no remover event left
+    /// to come. Deletes the row only if this call wrote it. 1 UpdateItem (+1 DeleteItem).
+    /// Answers `ResourceEnded` when it released the entry, `AlreadyBound` or `Gone` from the
+    /// entry it kept, and the read's error when it could not tell.
+    async fn give_back(
+        &self,
+        r: &Reservation,
+        resource_id: &str,
+        row: BoundRow,
+        ended: Result<bool>,
+        now: Timestamp,
+    ) -> ReservationError {
+        let unbound_until = self.unbound_until(now.as_secs());
+        let holding = match ended {
+            Ok(_) => Holding::Binding {
+                binding: row.binding,
+                unbound_until,
+            },
+            Err(_) => Holding::Unbound { unbound_until },
+        };
+        let removed = self.remove_entry(&r.coordinate, &r.id, holding).await;
+        self.delete_own_row(resource_id, &r.id, row).await;
+        match (ended, removed) {
+            (Err(e), _) | (Ok(_), Err(e)) => e.into(),
+            (Ok(_), Ok(Removal::Released)) => ReservationError::ResourceEnded {
+                reservation_id: r.id.clone(),
+                resource_id: resource_id.to_string(),
+            },
+            (Ok(_), Ok(Removal::Kept(held))) => bind_refusal(held, (&r.coordinate, &r.id), now),
+        }
+    }
+
+    /// Deletes a failed bind's row if this call wrote it (conditioned on its binding); a row that
+    /// was there before is another bind's (or this reservation's binding to this resource), which
+    /// the remover still needs.
+    async fn delete_own_row(&self, resource_id: &str, id: &str, row: BoundRow) {
+        if row.created {
+            self.delete_bound_row(resource_id, id, row.binding).await;
+        }
+    }
+
+    /// Bind's second write: the ledger entry (in the shard its id names) moved to the bound row's
+    /// binding, only while the entry is live and unbound, or already holds that binding (the same
     /// bind again, or its own write re-sent after a lost answer). 1 UpdateItem; a refusal is decided
-    /// from the entry as it is ([`bind_refusal`]).
+    /// from the entry as it is ([`bind_refusal`]). Liveness is `>= now + 1`: a binding's value has a
+    /// fraction, and it is live while its whole part is ahead of `now`, as [`is_live`] reads it.
     async fn extend_ledger(
         &self,
         r: &Reservation,
-        exp: i64,
+        binding: Binding,
         now: Timestamp,
     ) -> Result<(), ReservationError> {
         let mut attempt = 0;
@@ -149,14 +199,14 @@ impl NonFungibleLimiter {
         loop {
             let sent = self
                 .update_row(&r.coordinate, &shard::sort_key(k))
-                .update_expression("SET #live.#id = :exp")
+                .update_expression("SET #live.#id = :bind")
                 .condition_expression(
-                    "#live.#id > :now AND (#live.#id <= :unbound OR #live.#id = :exp)",
+                    "#live.#id >= :next AND (#live.#id <= :unbound OR #live.#id = :bind)",
                 )
                 .expression_attribute_names("#live", LEDGER_MAP)
                 .expression_attribute_names("#id", &r.id)
-                .expression_attribute_values(":exp", n(exp))
-                .expression_attribute_values(":now", n(now.as_secs()))
+                .expression_attribute_values(":bind", binding.value())
+                .expression_attribute_values(":next", n(now.as_secs() + 1))
                 .expression_attribute_values(":unbound", n(self.unbound_until(now.as_secs())))
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
@@ -223,33 +273,37 @@ impl NonFungibleLimiter {
     /// entry was released.
     pub async fn release(&self, coordinate: &str, id: &str) -> Result<bool> {
         Self::check_id(id)?;
-        self.remove_entry(coordinate, id, Holding::Any).await
+        let removal = self.remove_entry(coordinate, id, Holding::Any).await?;
+        Ok(removal == Removal::Released)
     }
 
     /// The remover's release of the entry a bound row names: only while the entry still holds that
-    /// row's binding (`exp`) or is not bound yet (a bind between its row and its ledger write), so a
-    /// row left behind by a bind that failed never releases a later binding to another resource.
+    /// row's binding or is not bound yet (a bind between its row and its ledger write), so a row
+    /// left behind by a bind that failed never releases a later binding to another resource, even
+    /// one expiring in the same second (its bind id differs).
     pub(super) async fn release_binding(
         &self,
         coordinate: &str,
         id: &str,
-        exp: i64,
+        binding: Binding,
     ) -> Result<bool> {
         Self::check_id(id)?;
         let token_ttl = self.inner.token_ttl.as_secs() as i64;
         let holding = Holding::Binding {
-            exp,
-            unbound_until: self.unbound_until(exp - token_ttl),
+            binding,
+            unbound_until: self.unbound_until(binding.exp - token_ttl),
         };
-        self.remove_entry(coordinate, id, holding).await
+        let removal = self.remove_entry(coordinate, id, holding).await?;
+        Ok(removal == Removal::Released)
     }
 
     /// Removes an entry from the shard its id names (or, for ids without a shard number, the one
-    /// holding it), under `holding`'s condition. 1 UpdateItem; `false` when nothing was removed.
-    async fn remove_entry(&self, coordinate: &str, id: &str, holding: Holding) -> Result<bool> {
+    /// holding it), under `holding`'s condition. 1 UpdateItem; a failed condition answers the
+    /// entry as it is (ALL_OLD).
+    async fn remove_entry(&self, coordinate: &str, id: &str, holding: Holding) -> Result<Removal> {
         let mut attempt = 0;
         let (mut k, mut searched) = (first_shard(id), false);
-        let released = loop {
+        let removal = loop {
             let req = self
                 .update_row(coordinate, &shard::sort_key(k))
                 .update_expression("REMOVE #live.#id")
@@ -257,32 +311,53 @@ impl NonFungibleLimiter {
                 .expression_attribute_names("#id", id);
             let req = match holding {
                 Holding::Any => req.condition_expression("attribute_exists(#live.#id)"),
-                Holding::Binding { exp, unbound_until } => req
-                    .condition_expression("#live.#id = :exp OR #live.#id <= :unbound")
-                    .expression_attribute_values(":exp", n(exp))
+                Holding::Unbound { unbound_until } => req
+                    .condition_expression("#live.#id <= :unbound")
+                    .expression_attribute_values(":unbound", n(unbound_until)),
+                Holding::Binding {
+                    binding,
+                    unbound_until,
+                } => req
+                    .condition_expression("#live.#id = :bind OR #live.#id <= :unbound")
+                    .expression_attribute_values(":bind", binding.value())
                     .expression_attribute_values(":unbound", n(unbound_until)),
             };
-            let outcome = match req.send().await {
+            let sent = req
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let outcome = match sent {
                 Ok(_) => Attempt::Done(()),
-                Err(err) => attempt_of("UpdateItem", err, |e| {
-                    matches!(e, UpdateItemError::ConditionalCheckFailedException(_)).then_some(None)
+                Err(err) => attempt_of("UpdateItem", err, |e| match e {
+                    UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                    _ => None,
                 })?,
             };
             match outcome {
-                Attempt::Done(()) => break true,
-                Attempt::Failed(_) if !searched => {
+                Attempt::Done(()) => break Removal::Released,
+                Attempt::Failed(old) => {
+                    let held = Ledger::parse(&self.inner.table, old.as_ref())?
+                        .live
+                        .get(id)
+                        .map(|(e, _)| *e);
+                    if held.is_some() || searched {
+                        break Removal::Kept(held);
+                    }
                     searched = true;
                     match self.find_unsuffixed(coordinate, id, k).await? {
                         Some(found) => k = found,
-                        None => break false,
+                        None => break Removal::Kept(None),
                     }
                 }
-                Attempt::Failed(_) => break false,
                 Attempt::Retry => Self::pause(&mut attempt, coordinate).await?,
             }
         };
-        self.forget_entry(coordinate, id);
-        Ok(released)
+        if let Removal::Released | Removal::Kept(None) = removal {
+            self.forget_entry(coordinate, id);
+        }
+        Ok(removal)
     }
 
     /// Deletes a token row keyed by its coordinate (written before bound rows, or by rate-limiter-py)
@@ -342,8 +417,9 @@ impl NonFungibleLimiter {
 impl Reservation {
     /// Binds this reservation to a resource instance for the token TTL (8 h default). An expired or
     /// deleted reservation is [`ReservationError::Gone`] and leaves nothing behind; a resource the
-    /// remover has seen end is [`ReservationError::ResourceEnded`]; one bound to another resource is
-    /// [`ReservationError::AlreadyBound`]. **3** calls, 2 WCU.
+    /// remover has seen end is [`ReservationError::ResourceEnded`] (the reservation released); one
+    /// bound to another resource is [`ReservationError::AlreadyBound`], whether or not this resource
+    /// ended, and keeps its binding, as it does through any failed bind. **3** calls, 2 WCU.
     pub async fn create_token(&self, resource_id: &str) -> Result<Token, ReservationError> {
         self.limiter.bind(self, resource_id).await
     }

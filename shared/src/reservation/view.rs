@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::ledger::{is_live, Ledger};
+use super::ledger::{is_live, Binding, Ledger};
 use super::shard::{self, share};
 use crate::clock::Timestamp;
-use crate::dynamo::item::n;
 
 /// Random shards probed for room before every shard seen is looked at (keeps a warm admission's
 /// choice O(1) on a coordinate of thousands of shards that is not nearly full).
@@ -139,11 +138,12 @@ impl View {
         }
     }
 
-    /// Records a new expiry for `id`'s entry in its shard, if that shard was seen.
-    pub fn extend(&mut self, id: &str, exp: i64) {
+    /// Records `id`'s entry as bound (`binding`) in its shard, if that shard was seen.
+    pub fn extend(&mut self, id: &str, binding: Binding) {
         if let Some(k) = self.holder(id) {
             self.shards.entry(k).and_modify(|l| {
-                l.live.insert(id.to_string(), (exp, n(exp)));
+                l.live
+                    .insert(id.to_string(), (binding.exp, binding.value()));
             });
         }
     }
@@ -157,6 +157,7 @@ fn live_in(l: &Ledger, now: Timestamp) -> u64 {
 mod tests {
     use super::super::ledger::tests::ledger;
     use super::*;
+    use crate::dynamo::item::n;
 
     const NOW: i64 = 1_000;
 
@@ -233,12 +234,16 @@ mod tests {
         v.shards.insert(0, shard_with(0, 1, 0));
         v.shards.insert(3, shard_with(3, 2, 0));
         let id = shard::reservation_id("l1", 3);
-        v.extend(&id, NOW + 999);
-        assert_eq!(v.shards[&3].live[&id].0, NOW + 999);
+        let bound = Binding {
+            exp: NOW + 999,
+            id: 7,
+        };
+        v.extend(&id, bound);
+        assert_eq!(v.shards[&3].live[&id], (NOW + 999, bound.value()));
         v.forget(&id);
         assert!(!v.shards[&3].live.contains_key(&id));
         // An entry of a shard never seen is not invented.
-        v.extend(&shard::reservation_id("x", 9), NOW + 5);
+        v.extend(&shard::reservation_id("x", 9), bound);
         assert!(!v.shards.contains_key(&9));
         // Ids from before sharding are found wherever a shard holds them.
         v.shards

@@ -40,6 +40,11 @@ pub mod attr {
     /// tickets name it, so a ticket does not survive its session's delete or re-create (decision
     /// 2100). Not returned by the API.
     pub const SESSION_NONCE: &str = "sessionNonce";
+    /// The signed-in user (a JWT `sub`) who created the session, fixed for the row's life (kept
+    /// when an expired row is replaced): only that user, a tenant admin or a backend reaches the
+    /// session, and it counts under the user's `maxSessionsPerSubject` (decision 3602). Absent on
+    /// sessions a backend created.
+    pub const OWNER: &str = "owner";
     /// `chg:{cid}`: the counter connection `cid` was charged on at its `$connect` (a number: its
     /// shard, or [`super::TENANT_COUNTER`]), written by the join and removed by the release that
     /// takes the id out, so every release goes back where the unit was taken (decision 2206).
@@ -127,11 +132,19 @@ pub struct Session {
     /// `sessionNonce` (absent on rows written before tickets existed, until their next refresh).
     #[serde(skip)]
     pub nonce: Option<String>,
+    /// The signed-in user who created it (`owner`); `None` for a backend's session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl Session {
     /// Expired when `sessionTTL <= now`: DynamoDB deletes expired items late (hours to days).
     pub fn is_expired(&self, now_secs: i64) -> bool {
         self.session_ttl <= now_secs
+    }
+
+    /// Whether a caller reaching only `own`'s sessions (`None`: every session) reaches this one.
+    pub fn reached_by(&self, own: Option<&str>) -> bool {
+        own.is_none_or(|o| self.owner.as_deref() == Some(o))
     }
 }

@@ -52,6 +52,7 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
         connection_ids,
         charges: charges(it),
         nonce: item::opt_str(it, table, attr::SESSION_NONCE)?,
+        owner: item::opt_str(it, table, attr::OWNER)?,
     })
 }
 
@@ -64,6 +65,9 @@ pub enum Refresh {
     Missing,
     /// A stored session had expired without DynamoDB deleting it yet (the row as it was).
     Expired(Session),
+    /// The row is another user's (live or expired): nothing was written; the caller answers as
+    /// for a missing session.
+    NotYours,
 }
 
 /// A fresh `sessionNonce` (128 random bits).
@@ -73,17 +77,30 @@ pub fn new_nonce() -> Result<String> {
 
 /// Refreshes a live session's TTL to `ttl` (epoch seconds), keeping its `sessionNonce` (or giving
 /// it one, for rows from before tickets). Never creates a row: a missing one is created with the
-/// tenant's session count (`admission::sessions`). 1 UpdateItem.
-pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Result<Refresh> {
+/// tenant's session count (`admission::sessions`). `own`: only a session this user owns is
+/// refreshed (another's answers [`Refresh::NotYours`]). 1 UpdateItem.
+pub async fn refresh(
+    deps: &Deps,
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+    own: Option<&str>,
+) -> Result<Refresh> {
     let now = deps.clock.now().as_secs();
     let table = &deps.tables.sessions;
-    let res = deps
-        .dynamo
-        .update_item()
+    let mut req = deps.dynamo.update_item();
+    let mut cond = "attribute_exists(#sid) AND #ttl > :now".to_string();
+    if let Some(o) = own {
+        cond.push_str(" AND #owner = :owner");
+        req = req
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_values(":owner", s(o));
+    }
+    let res = req
         .table_name(table)
         .set_key(Some(key(t, sid)))
         .update_expression("SET #ttl = :ttl, #nonce = if_not_exists(#nonce, :nonce)")
-        .condition_expression("attribute_exists(#sid) AND #ttl > :now")
+        .condition_expression(cond)
         .expression_attribute_names("#ttl", attr::SESSION_TTL)
         .expression_attribute_names("#sid", attr::SESSION_ID)
         .expression_attribute_names("#nonce", attr::SESSION_NONCE)
@@ -103,7 +120,14 @@ pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Re
             UpdateItemError::ConditionalCheckFailedException(e) => {
                 match e.item().filter(|i| !i.is_empty()) {
                     None => Ok(Refresh::Missing),
-                    Some(old) => Ok(Refresh::Expired(from_item(table, old)?)),
+                    Some(old) => {
+                        let row = from_item(table, old)?;
+                        Ok(if row.reached_by(own) {
+                            Refresh::Expired(row)
+                        } else {
+                            Refresh::NotYours
+                        })
+                    }
                 }
             }
             _ => Err(Error::dynamo("UpdateItem", SdkError::ServiceError(se))),
@@ -112,16 +136,25 @@ pub async fn refresh(deps: &Deps, t: &TenantId, sid: &SessionId, ttl: i64) -> Re
     }
 }
 
-/// A new, empty session row (the item a create puts).
-pub fn new_row(t: &TenantId, sid: &SessionId, ttl: i64, nonce: &str) -> Item {
+/// A new, empty session row (the item a create puts), owned by `owner` when a user created it.
+pub fn new_row(t: &TenantId, sid: &SessionId, ttl: i64, nonce: &str, owner: Option<&str>) -> Item {
     let mut it = key(t, sid);
     it.insert(attr::SESSION_TTL.to_string(), n(ttl));
     it.insert(attr::SESSION_NONCE.to_string(), s(nonce));
+    if let Some(o) = owner {
+        it.insert(attr::OWNER.to_string(), s(o));
+    }
     it
 }
 
 /// The session a create or a replace wrote.
-pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session {
+pub fn fresh(
+    t: &TenantId,
+    sid: &SessionId,
+    ttl: i64,
+    nonce: String,
+    owner: Option<String>,
+) -> Session {
     Session {
         tenant_id: t.to_string(),
         session_id: sid.to_string(),
@@ -129,29 +162,42 @@ pub fn fresh(t: &TenantId, sid: &SessionId, ttl: i64, nonce: String) -> Session 
         connection_ids: vec![],
         charges: Default::default(),
         nonce: Some(nonce),
+        owner,
     }
 }
 
 /// The condition that the row still holds exactly the connections of `seen`, the image the
-/// caller will release from: `(expression, names, values)`. Only `connectionIds` is compared (a
+/// caller will release from: `(expression, names, values)`. `connectionIds` is compared (a
 /// joining or leaving connection changes it; `$default`'s message counter on the same row does
-/// not), and each id's `chg:{cid}` is written with the id, so the image's charges hold too.
+/// not), and each id's `chg:{cid}` is written with the id, so the image's charges hold too; and
+/// the owner, whose session count a deletion gives back.
 fn holds_connections_of(seen: &Session) -> (String, HashMap<String, String>, Item) {
     let names = HashMap::from([
         ("#sid".to_string(), attr::SESSION_ID.to_string()),
         ("#ids".to_string(), attr::CONNECTION_IDS.to_string()),
+        ("#owner".to_string(), attr::OWNER.to_string()),
     ]);
+    let mut values = Item::new();
+    // The owner too: a row deleted and created again by another user meanwhile is not `seen`
+    // (its owner's session count is what a deletion gives back).
+    let owner = match &seen.owner {
+        Some(o) => {
+            values.insert(":owner".to_string(), s(o));
+            "#owner = :owner"
+        }
+        None => "attribute_not_exists(#owner)",
+    };
     if seen.connection_ids.is_empty() {
         // DynamoDB keeps no empty set: the last id leaving removes the attribute.
-        let cond = "attribute_exists(#sid) AND attribute_not_exists(#ids)".to_string();
-        return (cond, names, Item::new());
+        let cond = format!("attribute_exists(#sid) AND attribute_not_exists(#ids) AND {owner}");
+        return (cond, names, values);
     }
-    let values = Item::from([(
+    values.insert(
         ":ids".to_string(),
         AttributeValue::Ss(seen.connection_ids.clone()),
-    )]);
+    );
     (
-        "attribute_exists(#sid) AND #ids = :ids".to_string(),
+        format!("attribute_exists(#sid) AND #ids = :ids AND {owner}"),
         names,
         values,
     )

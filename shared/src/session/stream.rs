@@ -55,6 +55,14 @@ pub fn charges(r: &EventRecord) -> super::Charges {
     super::Charges::from_attrs(r.change.old_image.iter(), num, recorded_shards(r))
 }
 
+/// The user who created the expired session (`owner`), whose session count it gives back.
+pub fn owner(r: &EventRecord) -> Option<String> {
+    match r.change.old_image.get(attr::OWNER) {
+        Some(AttributeValue::S(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
 /// What one expired session held: tenant, session and connection ids, or why the image is
 /// unusable.
 pub fn expired_session(r: &EventRecord) -> Result<(TenantId, SessionId, Vec<String>), String> {
@@ -139,6 +147,9 @@ mod tests {
         assert_eq!(ids, ["a=", "b="]);
         assert_eq!(recorded_shards(&r), 4);
         assert_eq!(record_id(&r), "e1");
+        assert_eq!(owner(&r), None);
+        let owned = ttl_record(json!({"owner": {"S": "user-1"}}));
+        assert_eq!(owner(&owned).as_deref(), Some("user-1"));
         assert_eq!(deleted_at(&r), Timestamp::from_millis(1_700_000_300_000));
         assert_eq!(joined_at_and_ttl(&r), (None, None));
         let joined = ttl_record(json!({

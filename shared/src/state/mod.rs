@@ -43,6 +43,14 @@ pub struct RateLimitState {
     pub token_capacity: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refill_rate: Option<f64>,
+    /// Where `tokenCapacity` and `refillRate` come from (GCRA buckets): the item's stamp or the
+    /// reader's limits file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_source: Option<RateSource>,
+    /// The reader's limits file's rate for the bucket, when it differs from the stamp shown
+    /// (another writer's rate, e.g. while a new limits file is being deployed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits_file_rate: Option<RateView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_refill_at: Option<String>,
     pub reset_at: String,
@@ -62,6 +70,35 @@ pub struct RateLimitState {
 }
 
 const TYPE_NAME: &str = "RateLimitState";
+
+/// Where a GCRA view's capacity and refill rate come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RateSource {
+    /// The rate stamped on the item, by the last writer that stamped it (decision 0603): the rate
+    /// that writer ran, which while limits files change need not be the reader's. Tokens, reset
+    /// and throttled-now are derived with it.
+    Stored,
+    /// The reader's limits file: the item carries no stamp, or there is no item.
+    LimitsFile,
+}
+
+/// A rate as the view shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RateView {
+    pub token_capacity: u64,
+    pub refill_rate: f64,
+}
+
+impl RateView {
+    fn of(rate: &Rate) -> Self {
+        RateView {
+            token_capacity: rate.burst,
+            refill_rate: rate.refill_per_sec(),
+        }
+    }
+}
 
 fn ts(t: Timestamp) -> String {
     t.to_rfc3339()
@@ -100,19 +137,24 @@ pub enum StateError {
 impl RateLimitState {
     /// A GCRA bucket from its stored item (`None`: no item, so the bucket is full).
     ///
-    /// The rate is the one stored with the last write, else `rate` (from the limits file).
+    /// The rate is the one stamped on the item (the last stamping writer's), else `limits_rate`
+    /// (the reader's limits file); `rateSource` says which, and `limitsFileRate` shows the limits
+    /// file's when it differs from the stamp.
     pub fn from_gcra_item(
         bucket: &str,
         entity_type: &str,
         entity_id: &str,
         item: Option<&HashMap<String, AttributeValue>>,
-        rate: Option<Rate>,
+        limits_rate: Option<Rate>,
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        let rate = crate::kv::write::Stamp::of_item(item)
-            .map(|stamp| stamp.rate)
-            .or(rate)
-            .ok_or_else(|| StateError::NoRate(bucket.to_string()))?;
+        let stamped = crate::kv::write::Stamp::of_item(item).map(|stamp| stamp.rate);
+        let (rate, source) = match (stamped, limits_rate) {
+            (Some(r), _) => (r, RateSource::Stored),
+            (None, Some(r)) => (r, RateSource::LimitsFile),
+            (None, None) => return Err(StateError::NoRate(bucket.to_string())),
+        };
+        let limits_file_rate = limits_rate.filter(|r| *r != rate).map(|r| RateView::of(&r));
         // i128: a stored TAT is outside input and may sit anywhere in the i64 range.
         let ei = i128::from(rate.emission_interval_nanos().max(1));
         let offset = i128::from(rate.burst_offset_nanos());
@@ -158,6 +200,8 @@ impl RateLimitState {
             tokens_available: Some(tokens),
             token_capacity: Some(rate.burst),
             refill_rate: Some(rate.refill_per_sec()),
+            rate_source: Some(source),
+            limits_file_rate,
             last_refill_at: last_refill.map(ts),
             reset_at: ts(reset_at),
             is_throttled: Some(tokens < 1),
@@ -199,6 +243,8 @@ impl RateLimitState {
             tokens_available: None,
             token_capacity: None,
             refill_rate: None,
+            rate_source: None,
+            limits_file_rate: None,
             last_refill_at: None,
             reset_at: ts(window_end),
             is_throttled: Some(open && count >= limit),
@@ -246,6 +292,8 @@ impl RateLimitState {
             tokens_available: Some(available.floor() as u64),
             token_capacity: Some(capacity),
             refill_rate: Some(refill_per_sec),
+            rate_source: None,
+            limits_file_rate: None,
             last_refill_at: Some(ts(last_refill)),
             reset_at: ts(reset_at),
             is_throttled: Some(available < 1.0),
@@ -442,6 +490,25 @@ mod tests {
             (s.tokens_available, s.request_count, s.version),
             (Some(10), Some(0), None)
         );
+        assert_eq!(
+            (s.rate_source, s.limits_file_rate),
+            (Some(RateSource::LimitsFile), None)
+        );
+        // The stamp wins over another rate in the limits file, which is shown beside it.
+        let other = Rate::new(20, 2, Duration::from_secs(1)).unwrap();
+        let s =
+            RateLimitState::from_gcra_item("2:a", "2", "a", Some(&item), Some(other), now).unwrap();
+        assert_eq!(
+            (s.token_capacity, s.rate_source),
+            (Some(10), Some(RateSource::Stored))
+        );
+        assert_eq!(
+            s.limits_file_rate,
+            Some(RateView {
+                token_capacity: 20,
+                refill_rate: 2.0
+            })
+        );
     }
 
     #[test]
@@ -497,46 +564,4 @@ mod tests {
 
 /// Property tests (docs/testing.md): a stored bucket item is outside input.
 #[cfg(test)]
-mod fuzz_tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn number() -> impl Strategy<Value = AttributeValue> {
-        prop_oneof![
-            any::<i64>().prop_map(|n| AttributeValue::N(n.to_string())),
-            any::<u64>().prop_map(|n| AttributeValue::N(n.to_string())),
-            any::<i128>().prop_map(|n| AttributeValue::N(n.to_string())),
-            crate::fuzz::text().prop_map(AttributeValue::N),
-            crate::fuzz::text().prop_map(AttributeValue::S),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(crate::fuzz::config(1))]
-
-        /// `fuzz_gcra_state_view`: any stored item (any attribute any value) with any instant
-        /// gives a state view or a typed error, never a panic, and never more tokens than the burst.
-        #[test]
-        fn fuzz_gcra_state_view(
-            attrs in proptest::collection::vec(
-                (proptest::sample::select(&[
-                    attr::TAT, attr::BURST, attr::COUNT, attr::PERIOD_NS, attr::WINDOW_START,
-                    attr::REQUEST_COUNT, attr::LAST_REQUEST_AT, attr::THROTTLED_AT,
-                    attr::THROTTLE_COUNT, attr::VERSION, attr::UPDATED_AT, attr::LIMIT_NAME,
-                ]), number()),
-                0..12,
-            ),
-            now in any::<i64>(),
-            fallback in proptest::option::of((1u64..1000, 1u64..1000, 1u64..100_000)),
-        ) {
-            let item: HashMap<String, AttributeValue> =
-                attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-            let rate = fallback.and_then(|(b, c, p)| Rate::new(b, c, Duration::from_secs(p)).ok());
-            let now = Timestamp::from_nanos(now);
-            if let Ok(s) = RateLimitState::from_gcra_item("1:x", "L", "x", Some(&item), rate, now) {
-                prop_assert!(s.tokens_available <= s.token_capacity);
-                serde_json::to_string(&s).unwrap();
-            }
-        }
-    }
-}
+mod fuzz_tests;

@@ -35,6 +35,8 @@ pub mod name {
     pub const COLD_STARTS: &str = "ColdStarts";
     /// Count {Function, Result}.
     pub const INVOCATIONS: &str = "Invocations";
+    /// Count {Result}: the connect-ticket key set's reads and refusals ([`super::KeyRead`]).
+    pub const TICKET_KEYS: &str = "TicketKeys";
 }
 
 /// Dimension names.
@@ -110,6 +112,27 @@ impl Worker {
             Worker::TtlSweeper => "ttlSweeper",
             Worker::TokenRemover => "tokenRemover",
             Worker::Reconciler => "reconciler",
+        }
+    }
+}
+
+/// What became of a function's connect-ticket key set (`crate::ticket::source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRead {
+    /// The secret was read.
+    Read,
+    /// A re-read failed; the previous set is used (within its maximum age).
+    Stale,
+    /// The set is past its maximum age and the secret cannot be read: a ticket refused.
+    Expired,
+}
+
+impl KeyRead {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRead::Read => "read",
+            KeyRead::Stale => "stale",
+            KeyRead::Expired => "expired",
         }
     }
 }
@@ -208,6 +231,12 @@ pub const METRICS: &[Spec] = &[
         Unit::Count,
         &[dim::FUNCTION, dim::RESULT],
     ),
+    spec(
+        name::TICKET_KEYS,
+        Kind::Counter,
+        Unit::Count,
+        &[dim::RESULT],
+    ),
 ];
 
 /// The spec of `name`, if it is one of ours.
@@ -279,6 +308,11 @@ pub fn work(worker: Worker, result: &'static str, n: u64) {
 /// Connections open across the tenants the reconciler just checked.
 pub fn open_connections(n: u64) {
     gauge!(name::OPEN_CONNECTIONS).set(n as f64);
+}
+
+/// One read of the connect-ticket key set, or one ticket refused because the set is too old.
+pub fn ticket_keys(result: KeyRead) {
+    counter!(name::TICKET_KEYS, dim::RESULT => result.as_str()).increment(1);
 }
 
 pub(super) fn cold_start(function: &'static str) {

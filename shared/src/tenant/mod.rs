@@ -37,6 +37,12 @@ pub mod attr {
     pub const CONNECT_AUTH: &str = "connectAuth";
     /// Sessions the tenant may hold at once (absent: [`super::DEFAULT_MAX_SESSIONS`]; decision 2204).
     pub const MAX_SESSIONS: &str = "maxSessions";
+    /// Sessions one signed-in user (a JWT `sub`) of the tenant may hold at once (absent:
+    /// [`super::DEFAULT_MAX_SESSIONS_PER_SUBJECT`]; decision 3602).
+    pub const MAX_SESSIONS_PER_SUBJECT: &str = "maxSessionsPerSubject";
+    /// Whether `$connect` takes a ticket in the query string (`?ticket=`, kept in URL logs), a
+    /// boolean; absent: no, only in the `Sec-WebSocket-Protocol` list (decision 3607).
+    pub const TICKET_IN_QUERY: &str = "ticketInQuery";
 }
 
 /// The most counter shards a tenant may have (one BatchGetItem reads them all).
@@ -57,8 +63,17 @@ pub const DEFAULT_MAX_SESSIONS: u64 = 10_000;
 /// of a tenant in one run (decision 2204).
 pub const MAX_SESSIONS_CEILING: u64 = 1_000_000;
 
+/// Sessions one signed-in user may hold when the tenant row does not say
+/// (`maxSessionsPerSubject`; decision 3602): enough for a few tabs and devices, few enough that
+/// one user cannot hold the tenant's `maxSessions`.
+pub const DEFAULT_MAX_SESSIONS_PER_SUBJECT: u64 = 10;
+
 fn default_max_sessions() -> u64 {
     DEFAULT_MAX_SESSIONS
+}
+
+fn default_max_sessions_per_subject() -> u64 {
+    DEFAULT_MAX_SESSIONS_PER_SUBJECT
 }
 
 fn one() -> u64 {
@@ -121,6 +136,14 @@ pub struct Limits {
     /// Sessions the tenant may hold at once (`maxSessions`; [`DEFAULT_MAX_SESSIONS`] by default).
     #[serde(default = "default_max_sessions")]
     pub max_sessions: u64,
+    /// Sessions one signed-in user may hold at once (`maxSessionsPerSubject`;
+    /// [`DEFAULT_MAX_SESSIONS_PER_SUBJECT`] by default).
+    #[serde(default = "default_max_sessions_per_subject")]
+    pub max_sessions_per_subject: u64,
+    /// Whether a connect ticket is taken from the query string too (`ticketInQuery`; no by
+    /// default: only from the subprotocol list).
+    #[serde(default)]
+    pub ticket_in_query: bool,
 }
 
 impl Limits {
@@ -147,6 +170,8 @@ impl Limits {
             connection_shards: 1,
             connect_auth: ConnectAuth::Ticket,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sessions_per_subject: DEFAULT_MAX_SESSIONS_PER_SUBJECT,
+            ticket_in_query: false,
         }
     }
 
@@ -156,11 +181,32 @@ impl Limits {
         self
     }
 
+    /// The same limits with another cap on one user's sessions (decision 3602).
+    pub const fn with_max_sessions_per_subject(mut self, n: u64) -> Limits {
+        self.max_sessions_per_subject = n;
+        self
+    }
+
+    /// The same limits, taking a connect ticket from the query string too, or not.
+    pub const fn with_ticket_in_query(mut self, on: bool) -> Limits {
+        self.ticket_in_query = on;
+        self
+    }
+
     /// The session cap a create is held to: `maxSessions`, or in shadow mode the ceiling (shadow
     /// reports refusals of the connection limits; the session count keeps a hard bound).
     pub fn session_cap(&self) -> u64 {
         match self.enforcement {
             Enforcement::Enforce => self.max_sessions,
+            Enforcement::Shadow => MAX_SESSIONS_CEILING,
+        }
+    }
+
+    /// The cap a signed-in user's create is held to: `maxSessionsPerSubject`, or in shadow mode
+    /// the ceiling, as [`Limits::session_cap`].
+    pub fn subject_session_cap(&self) -> u64 {
+        match self.enforcement {
+            Enforcement::Enforce => self.max_sessions_per_subject,
             Enforcement::Shadow => MAX_SESSIONS_CEILING,
         }
     }
@@ -208,13 +254,19 @@ impl Limits {
                 self.connections_per_session
             ));
         }
-        if self.max_sessions > MAX_SESSIONS_CEILING {
-            return Err(format!(
-                "{} = {} is above the ceiling of {MAX_SESSIONS_CEILING}: the reconciler reads \
-                 every session of a tenant in one run",
-                attr::MAX_SESSIONS,
-                self.max_sessions
-            ));
+        for (name, v) in [
+            (attr::MAX_SESSIONS, self.max_sessions),
+            (
+                attr::MAX_SESSIONS_PER_SUBJECT,
+                self.max_sessions_per_subject,
+            ),
+        ] {
+            if v > MAX_SESSIONS_CEILING {
+                return Err(format!(
+                    "{name} = {v} is above the ceiling of {MAX_SESSIONS_CEILING}: the reconciler \
+                     reads every session of a tenant in one run",
+                ));
+            }
         }
         let n = self.connection_shards;
         if !(1..=MAX_CONNECTION_SHARDS).contains(&n) {
@@ -284,6 +336,11 @@ mod tests {
             .contains(&format!("ceiling of {MAX_CONNECTIONS_PER_SESSION}")));
         let many = l.with_max_sessions(MAX_SESSIONS_CEILING + 1);
         assert!(many.check_shards().unwrap_err().contains("maxSessions"));
+        let one_user = l.with_max_sessions_per_subject(MAX_SESSIONS_CEILING + 1);
+        assert!(one_user
+            .check_shards()
+            .unwrap_err()
+            .contains("maxSessionsPerSubject"));
         assert!(l
             .with_max_sessions(MAX_SESSIONS_CEILING)
             .check_shards()

@@ -45,6 +45,11 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
             connection_shards: opt(attr::CONNECTION_SHARDS, 1)?,
             connect_auth: named(table, it, attr::CONNECT_AUTH)?,
             max_sessions: opt(attr::MAX_SESSIONS, super::DEFAULT_MAX_SESSIONS)?,
+            max_sessions_per_subject: opt(
+                attr::MAX_SESSIONS_PER_SUBJECT,
+                super::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
+            )?,
+            ticket_in_query: flag(table, it, attr::TICKET_IN_QUERY)?,
         },
     };
     // A row written before the ceiling was lowered (decision 2207: 10,000 → 4,000) keeps serving
@@ -92,6 +97,19 @@ fn named<T: FromStr<Err = String> + Default>(
     }
 }
 
+/// A boolean setting (`ticketInQuery`): absent means no; anything but a boolean makes the row
+/// malformed.
+fn flag(table: &str, it: &HashMap<String, AttributeValue>, name: &str) -> Result<bool> {
+    match it.get(name) {
+        None => Ok(false),
+        Some(AttributeValue::Bool(b)) => Ok(*b),
+        Some(other) => Err(Error::MalformedItem {
+            table: table.to_string(),
+            reason: format!("{name} is not a boolean: {other:?}"),
+        }),
+    }
+}
+
 /// 1 GetItem (strongly consistent, so a tenant just created by the CLI is seen at once).
 pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
     let out = deps
@@ -115,11 +133,18 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         .check_shards()
         .map_err(Error::InvalidArgument)?;
     let mut it = key(&tenant.tenant_id);
-    let fields = tenant.limits.fields().into_iter();
-    for (name, value) in fields.chain([(attr::MAX_SESSIONS, tenant.limits.max_sessions)]) {
+    let l = &tenant.limits;
+    let fields = l.fields().into_iter().chain([
+        (attr::MAX_SESSIONS, l.max_sessions),
+        (attr::MAX_SESSIONS_PER_SUBJECT, l.max_sessions_per_subject),
+    ]);
+    for (name, value) in fields {
         it.insert(name.to_string(), AttributeValue::N(value.to_string()));
     }
-    let l = &tenant.limits;
+    it.insert(
+        attr::TICKET_IN_QUERY.to_string(),
+        AttributeValue::Bool(l.ticket_in_query),
+    );
     for (name, value) in [
         (attr::RATE_ALGORITHM, l.rate_algorithm.as_str()),
         (attr::ENFORCEMENT, l.enforcement.as_str()),

@@ -9,9 +9,11 @@
 //! ```
 //!
 //! The claims name the tenant, the session, the session's nonce (fixed when its row is created, so
-//! a ticket outlives neither a delete nor a re-create of the same name), the expiry (epoch seconds)
-//! and an optional subject the handlers see in the authorizer context. A client presents it as the
-//! `ticket` query parameter or as the second entry of `Sec-WebSocket-Protocol: turnstile, <ticket>`.
+//! a ticket outlives neither a delete nor a re-create of the same name), the expiry (epoch
+//! seconds), an optional subject the handlers see in the authorizer context, the ticket's own
+//! random id and how many `$connect`s it may admit (counted by id on `$connect`: decision 3607). A
+//! client presents it as the second entry of `Sec-WebSocket-Protocol: turnstile, <ticket>`, or as
+//! the `ticket` query parameter where its tenant allows that (`ticketInQuery`).
 //!
 //! Verification order: length, shape, version, key id, signature (constant time), and only then the
 //! claims: nothing an attacker writes is parsed as JSON before its signature holds. No error names
@@ -51,6 +53,11 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 pub const LEEWAY_SECS: i64 = 5;
 /// The longest subject (a user id) a ticket carries.
 pub const MAX_SUBJECT_LEN: usize = 128;
+/// The `$connect`s a ticket admits unless its minter asks for more (a backend may, up to the
+/// tenant's `connectionsPerSession`): a leaked ticket takes one slot, not the session.
+pub const DEFAULT_CONNECTS: u64 = 1;
+/// The longest ticket id accepted (the session API makes 22 characters).
+pub const MAX_ID_LEN: usize = 64;
 
 /// What a ticket grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +68,48 @@ pub struct Claims {
     pub nonce: String,
     /// Epoch seconds after which the ticket is refused.
     pub expires_at: i64,
-    /// Who the ticket was minted for (the session API caller's choice), passed to the handlers.
+    /// Who the ticket was minted for, passed to the handlers: a JWT caller's `sub`, or what a
+    /// backend named.
     pub subject: Option<String>,
+    /// This ticket's random id ([`new_id`]): `$connect` counts the ticket's uses under it.
+    pub id: String,
+    /// How many `$connect`s (distinct connection ids) the ticket admits, at least 1.
+    pub connects: u64,
+}
+
+/// What `$connect` needs to count a ticket's uses: its id, how many it admits, and until when
+/// (the count outlives the ticket, never the other way round).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TicketUse {
+    pub id: String,
+    pub connects: u64,
+    pub expires_at: i64,
+}
+
+impl Claims {
+    /// What `$connect` counts this ticket's uses by.
+    pub fn ticket_use(&self) -> TicketUse {
+        TicketUse {
+            id: self.id.clone(),
+            connects: self.connects,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+/// A new ticket id: 128 random bits, base64url (22 characters).
+pub fn new_id() -> Result<String, KeyError> {
+    random_token(16)
+}
+
+/// Whether `id` can be a ticket id: 1 to [`MAX_ID_LEN`] base64url characters (so it is one
+/// segment of a counter key, and no other key's).
+pub fn valid_ticket_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The signed JSON: short names, nothing else accepted.
@@ -75,6 +122,8 @@ struct Wire {
     e: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     u: Option<String>,
+    i: String,
+    c: u64,
 }
 
 /// Why a ticket is refused. The messages are safe to log: none holds any part of the ticket except
@@ -113,6 +162,8 @@ pub fn mint(keys: &KeySet, claims: &Claims) -> String {
         n: claims.nonce.clone(),
         e: claims.expires_at,
         u: claims.subject.clone(),
+        i: claims.id.clone(),
+        c: claims.connects,
     };
     // Serialising a struct of strings and an integer cannot fail.
     let json = serde_json::to_vec(&wire).unwrap_or_default();
@@ -168,7 +219,15 @@ pub fn verify(keys: &KeySet, ticket: &str, now_secs: i64) -> Result<Claims, Tick
         nonce: wire.n,
         expires_at: wire.e,
         subject: wire.u,
+        id: wire.i,
+        connects: wire.c,
     };
+    if !valid_ticket_id(&claims.id) {
+        return Err(TicketError::Malformed("the ticket id is not a ticket id"));
+    }
+    if claims.connects == 0 {
+        return Err(TicketError::Malformed("the ticket admits no connect"));
+    }
     if now_secs > claims.expires_at.saturating_add(LEEWAY_SECS) {
         return Err(TicketError::Expired {
             ago_secs: now_secs - claims.expires_at,
@@ -195,6 +254,8 @@ mod tests {
             nonce: "n0".into(),
             expires_at,
             subject: Some("user-7".into()),
+            id: "tk-1".into(),
+            connects: 1,
         }
     }
 

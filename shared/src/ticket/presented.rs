@@ -1,7 +1,8 @@
 //! Where a `$connect` request carries its credential. Browsers cannot set headers on a WebSocket
-//! handshake, so there are two places: the query string (`ticket=` for a connect ticket, `token=`
-//! for an OIDC JWT) and the subprotocol list (`new WebSocket(url, ["turnstile", credential])`,
-//! sent as `Sec-WebSocket-Protocol: turnstile, <credential>`), which stays out of URL logs.
+//! handshake, so there are two places: the subprotocol list (`new WebSocket(url, ["turnstile",
+//! credential])`, sent as `Sec-WebSocket-Protocol: turnstile, <credential>`), which stays out of
+//! URL logs, and the query string (`ticket=` for a connect ticket, taken only from tenants that
+//! allow it; `token=` for an OIDC JWT).
 
 use aws_lambda_events::apigw::ApiGatewayCustomAuthorizerRequestTypeRequest;
 use aws_lambda_events::query_map::QueryMap;
@@ -24,6 +25,8 @@ pub enum Credential<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Presented<'a> {
     pub credential: Option<Credential<'a>>,
+    /// The credential came in the query string (and so sits in URL logs).
+    pub in_query: bool,
     /// The client offered the `turnstile` subprotocol: `$connect` must answer it.
     pub subprotocol: bool,
 }
@@ -37,13 +40,22 @@ fn classify(value: &str) -> Credential<'_> {
     }
 }
 
-/// The one value of `name`, refusing repeats (`?ticket=a&ticket=b` could be read two ways).
-fn single<'q>(q: &'q QueryMap, name: &'static str) -> Result<Option<&'q str>, String> {
-    match q.all(name) {
-        None => Ok(None),
-        Some(v) if v.len() == 1 => Ok(Some(v[0])),
-        Some(_) => Err(format!("the query names {name} more than once")),
+/// The one value of `name`, refusing repeats (`?ticket=a&ticket=b` could be read two ways). API
+/// Gateway gives `queryStringParameters` one value per name (the last one) and every value only
+/// in `multiValueQueryStringParameters`, so both are read.
+fn single<'q>(
+    event: &'q ApiGatewayCustomAuthorizerRequestTypeRequest,
+    name: &'static str,
+) -> Result<Option<&'q str>, String> {
+    let (one, all) = (
+        &event.query_string_parameters,
+        &event.multi_value_query_string_parameters,
+    );
+    let repeated = |q: &QueryMap| q.all(name).is_some_and(|v| v.len() > 1);
+    if repeated(one) || repeated(all) {
+        return Err(format!("the query names {name} more than once"));
     }
+    Ok(one.first(name).or_else(|| all.first(name)))
 }
 
 /// Whether a handshake's headers offer the `turnstile` subprotocol (`$connect` answers it).
@@ -60,14 +72,14 @@ pub fn offers_subprotocol(headers: &http::HeaderMap) -> bool {
 pub fn presented(
     event: &ApiGatewayCustomAuthorizerRequestTypeRequest,
 ) -> Result<Presented<'_>, String> {
-    let q = &event.query_string_parameters;
     let mut found: Vec<Credential<'_>> = Vec::new();
-    if let Some(t) = single(q, QUERY_PARAM)? {
+    if let Some(t) = single(event, QUERY_PARAM)? {
         found.push(Credential::Ticket(t));
     }
-    if let Some(t) = single(q, JWT_QUERY_PARAM)? {
+    if let Some(t) = single(event, JWT_QUERY_PARAM)? {
         found.push(Credential::Jwt(t));
     }
+    let in_query = !found.is_empty();
     let mut subprotocol = false;
     for value in event.headers.get_all(PROTOCOL_HEADER) {
         let Ok(list) = value.to_str() else {
@@ -98,6 +110,7 @@ pub fn presented(
     }
     Ok(Presented {
         credential: found.pop(),
+        in_query,
         subprotocol,
     })
 }
@@ -113,11 +126,16 @@ mod tests {
         protocol: Option<&str>,
     ) -> ApiGatewayCustomAuthorizerRequestTypeRequest {
         let mut e = ApiGatewayCustomAuthorizerRequestTypeRequest::default();
-        let mut m: HashMap<String, Vec<String>> = HashMap::new();
+        // As API Gateway sends a query: every value in the multi-value map, the last one of
+        // each name in the single-value map.
+        let mut all: HashMap<String, Vec<String>> = HashMap::new();
+        let mut last: HashMap<String, String> = HashMap::new();
         for (k, v) in query {
-            m.entry(k.to_string()).or_default().push(v.to_string());
+            all.entry(k.to_string()).or_default().push(v.to_string());
+            last.insert(k.to_string(), v.to_string());
         }
-        e.query_string_parameters = QueryMap::from(m);
+        e.multi_value_query_string_parameters = QueryMap::from(all);
+        e.query_string_parameters = QueryMap::from(last);
         if let Some(p) = protocol {
             e.headers
                 .insert("Sec-WebSocket-Protocol", HeaderValue::from_str(p).unwrap());
@@ -136,6 +154,11 @@ mod tests {
             Credential::Ticket(t) => format!("ticket:{t}"),
             Credential::Jwt(t) => format!("jwt:{t}"),
         });
+        assert_eq!(
+            p.in_query,
+            c.is_some() && !p.subprotocol,
+            "{query:?} {protocol:?}"
+        );
         Ok((c, p.subprotocol))
     }
 
@@ -170,5 +193,18 @@ mod tests {
         let e = read(&[("ticket", "SECRET1"), ("ticket", "SECRET2")], None).unwrap_err();
         assert!(e.contains("more than once") && !e.contains("SECRET"), "{e}");
         assert!(read(&[], Some("turnstile, a, b")).is_err());
+    }
+
+    #[test]
+    fn a_repeat_seen_only_in_the_multi_value_query_is_refused() {
+        let mut e = event(&[("ticket", "SECRET2")], None);
+        let both = vec!["SECRET1".to_string(), "SECRET2".to_string()];
+        e.multi_value_query_string_parameters =
+            QueryMap::from(HashMap::from([("ticket".to_string(), both)]));
+        let err = presented(&e).unwrap_err();
+        assert!(
+            err.contains("more than once") && !err.contains("SECRET"),
+            "{err}"
+        );
     }
 }

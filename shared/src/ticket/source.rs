@@ -3,6 +3,13 @@
 //! `TURNSTILE_TICKET_KEYS` (the local stack and tests). The warm path makes no call: the set is
 //! read at start-up and then once per cache period, so a rotation step reaches every container
 //! within that period (docs/connect-tickets.md).
+//!
+//! When a re-read fails, the previous set stays in use (a Secrets Manager hiccup must not refuse
+//! every ticket), but only until `TURNSTILE_TICKET_KEYS_MAX_STALE_SECS` past its cache period: after
+//! that, a retired or compromised key could otherwise stay valid in a warm container for as long as
+//! the secret is unreadable, so tickets are refused (fail closed) until a read succeeds. Each outcome
+//! is metered (`TicketKeys`, `Result` = `read`, `stale` or `expired`; the template alarms on the last
+//! two).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,16 +18,25 @@ use super::keys::{KeySet, KEYS_VAR};
 use crate::clock::Timestamp;
 use crate::config::{ConfigError, Vars};
 use crate::error::{error_chain, Error, Result};
+use crate::telemetry::catalogue::{self, KeyRead};
 
 /// The secret holding the key set (ARN or name).
 pub const SECRET_VAR: &str = "TURNSTILE_TICKET_KEYS_SECRET";
 /// Seconds a read of the secret is used before it is read again.
 pub const CACHE_VAR: &str = "TURNSTILE_TICKET_KEYS_CACHE_SECS";
 pub const DEFAULT_CACHE: Duration = Duration::from_secs(300);
+/// Seconds past its cache period a set whose re-reads keep failing is still used; then tickets are
+/// refused until a read succeeds.
+pub const MAX_STALE_VAR: &str = "TURNSTILE_TICKET_KEYS_MAX_STALE_SECS";
+pub const DEFAULT_MAX_STALE: Duration = Duration::from_secs(900);
+/// The longest `TURNSTILE_TICKET_KEYS_MAX_STALE_SECS` accepted: a day, so a retired key's life is
+/// bounded whatever the setting.
+pub const MAX_MAX_STALE: Duration = Duration::from_secs(86_400);
 /// The endpoint override the SDK itself honours; read from the function's variables so tests and
 /// the local stack can point it at a loopback server.
 pub const ENDPOINT_VAR: &str = "AWS_ENDPOINT_URL_SECRETS_MANAGER";
-/// After a failed re-read, the stale set is used and the read tried again this much later.
+/// After a failed read, the secret is tried again this much later (meanwhile the stale set is used,
+/// or, past its maximum age, tickets are refused without a call).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
 
 /// A function's ticket keys. Cheap to share (`Arc` inside).
@@ -47,10 +63,28 @@ struct SecretKeys {
     client: aws_sdk_secretsmanager::Client,
     secret_id: String,
     ttl: Duration,
-    /// The set and when it is to be read again.
-    cached: Mutex<Option<(Arc<KeySet>, Timestamp)>>,
+    max_stale: Duration,
+    cached: Mutex<Option<Cached>>,
     /// One read at a time: concurrent invocations of one container wait for it.
     reading: tokio::sync::Mutex<()>,
+}
+
+/// The last set read, with when it was read and when the secret is to be read next.
+#[derive(Clone)]
+struct Cached {
+    keys: Arc<KeySet>,
+    read_at: Timestamp,
+    next_read: Timestamp,
+    /// Why the last read failed, if it did (for the refusal's message).
+    last_error: Option<String>,
+}
+
+/// What [`KeySource::keys`] does at an instant, given the cache.
+enum Plan {
+    Use(Arc<KeySet>),
+    /// Past its maximum age, before the next read is due: refused without a call.
+    Refuse(Cached),
+    Read,
 }
 
 /// Which keys, as the variables say (read without a call, so `Config::from_vars` checks them).
@@ -58,8 +92,13 @@ struct SecretKeys {
 pub enum KeyConfig {
     /// `TURNSTILE_TICKET_KEYS`: the set itself.
     Inline(KeySet),
-    /// `TURNSTILE_TICKET_KEYS_SECRET` and `TURNSTILE_TICKET_KEYS_CACHE_SECS`.
-    Secret { id: String, cache: Duration },
+    /// `TURNSTILE_TICKET_KEYS_SECRET`, `TURNSTILE_TICKET_KEYS_CACHE_SECS` and
+    /// `TURNSTILE_TICKET_KEYS_MAX_STALE_SECS`.
+    Secret {
+        id: String,
+        cache: Duration,
+        max_stale: Duration,
+    },
 }
 
 impl KeyConfig {
@@ -79,10 +118,24 @@ impl KeyConfig {
                     value: "(not shown: it holds secrets)".into(),
                     reason: e.to_string(),
                 }),
-            (None, Some(id)) => Ok(KeyConfig::Secret {
-                id,
-                cache: vars.secs_or(CACHE_VAR, DEFAULT_CACHE)?,
-            }),
+            (None, Some(id)) => {
+                let max_stale = vars.secs_or(MAX_STALE_VAR, DEFAULT_MAX_STALE)?;
+                if max_stale > MAX_MAX_STALE {
+                    return Err(ConfigError::Invalid {
+                        var: MAX_STALE_VAR.into(),
+                        value: max_stale.as_secs().to_string(),
+                        reason: format!(
+                            "at most {} seconds: a retired key must not stay valid longer",
+                            MAX_MAX_STALE.as_secs()
+                        ),
+                    });
+                }
+                Ok(KeyConfig::Secret {
+                    id,
+                    cache: vars.secs_or(CACHE_VAR, DEFAULT_CACHE)?,
+                    max_stale,
+                })
+            }
             (None, None) => Err(ConfigError::Missing {
                 var: SECRET_VAR.into(),
                 hint: format!(
@@ -107,12 +160,17 @@ impl KeySource {
     pub async fn new(config: KeyConfig, vars: &Vars, now: Timestamp) -> Result<KeySource> {
         match config {
             KeyConfig::Inline(keys) => Ok(KeySource::fixed(keys)),
-            KeyConfig::Secret { id, cache } => {
+            KeyConfig::Secret {
+                id,
+                cache,
+                max_stale,
+            } => {
                 let source = KeySource {
                     inner: Arc::new(Inner::Secret(SecretKeys {
                         client: secrets_client(vars).await,
                         secret_id: id,
                         ttl: cache,
+                        max_stale,
                         cached: Mutex::new(None),
                         reading: tokio::sync::Mutex::new(()),
                     })),
@@ -124,53 +182,103 @@ impl KeySource {
     }
 
     /// The live keys at `now`: the cached set, or one `GetSecretValue` when it is due. A failed
-    /// re-read keeps the previous set (logged) rather than refusing every ticket.
+    /// re-read keeps the previous set (logged) until its maximum age, rather than refusing every
+    /// ticket; past that age every call is refused until a read succeeds.
     pub async fn keys(&self, now: Timestamp) -> Result<Arc<KeySet>> {
         let s = match &*self.inner {
             Inner::Fixed(k) => return Ok(k.clone()),
             Inner::Secret(s) => s,
         };
-        if let Some(keys) = s.fresh(now) {
-            return Ok(keys);
+        match s.plan(now) {
+            Plan::Use(keys) => return Ok(keys),
+            Plan::Refuse(c) => return Err(s.expired(&c)),
+            Plan::Read => {}
         }
         let _reading = s.reading.lock().await;
-        if let Some(keys) = s.fresh(now) {
-            return Ok(keys);
+        match s.plan(now) {
+            Plan::Use(keys) => return Ok(keys),
+            Plan::Refuse(c) => return Err(s.expired(&c)),
+            Plan::Read => {}
         }
-        match s.read().await {
-            Ok(keys) => {
+        let previous = s.cached();
+        match (s.read().await, previous) {
+            (Ok(keys), _) => {
                 let keys = Arc::new(keys);
-                s.store(keys.clone(), now.plus(s.ttl));
+                catalogue::ticket_keys(KeyRead::Read);
+                s.store(Cached {
+                    keys: keys.clone(),
+                    read_at: now,
+                    next_read: now.plus(s.ttl),
+                    last_error: None,
+                });
                 Ok(keys)
             }
-            Err(e) => match s.stale() {
-                Some(stale) => {
-                    tracing::warn!(secret = %s.secret_id, error = %e, "ticket keys: re-read failed; using the previous set");
-                    s.store(stale.clone(), now.plus(RETRY_AFTER_FAILURE));
-                    Ok(stale)
+            // At start-up: nothing to fall back on.
+            (Err(e), None) => Err(e),
+            (Err(e), Some(mut c)) => {
+                let expires = s.expires(&c);
+                c.last_error = Some(e.to_string());
+                if now < expires {
+                    tracing::warn!(secret = %s.secret_id, error = %e, stale_until = %expires,
+                        "ticket keys: re-read failed; using the previous set");
+                    catalogue::ticket_keys(KeyRead::Stale);
+                    c.next_read = now.plus(RETRY_AFTER_FAILURE).min(expires);
+                    let keys = c.keys.clone();
+                    s.store(c);
+                    Ok(keys)
+                } else {
+                    c.next_read = now.plus(RETRY_AFTER_FAILURE);
+                    s.store(c.clone());
+                    Err(s.expired(&c))
                 }
-                None => Err(e),
-            },
+            }
         }
     }
 }
 
 impl SecretKeys {
-    fn fresh(&self, now: Timestamp) -> Option<Arc<KeySet>> {
-        let cached = self.cached.lock().ok()?;
-        cached
-            .as_ref()
-            .filter(|(_, due)| now < *due)
-            .map(|(k, _)| k.clone())
+    fn plan(&self, now: Timestamp) -> Plan {
+        let Some(c) = self.cached() else {
+            return Plan::Read;
+        };
+        match (now < c.next_read, now < self.expires(&c)) {
+            (true, true) => Plan::Use(c.keys),
+            (true, false) => Plan::Refuse(c),
+            (false, _) => Plan::Read,
+        }
     }
 
-    fn stale(&self) -> Option<Arc<KeySet>> {
-        self.cached.lock().ok()?.as_ref().map(|(k, _)| k.clone())
+    /// When a set read at `c.read_at` stops being used: its cache period plus the maximum age.
+    fn expires(&self, c: &Cached) -> Timestamp {
+        c.read_at.plus(self.ttl).plus(self.max_stale)
     }
 
-    fn store(&self, keys: Arc<KeySet>, due: Timestamp) {
-        if let Ok(mut c) = self.cached.lock() {
-            *c = Some((keys, due));
+    /// The refusal of a set past its maximum age (metered and logged once per refused call).
+    fn expired(&self, c: &Cached) -> Error {
+        catalogue::ticket_keys(KeyRead::Expired);
+        let message = format!(
+            "ticket keys: the set read from secret {} at {} is past its maximum age ({} s cache + \
+             {} s, {MAX_STALE_VAR}) and the secret cannot be read{}: tickets are refused until it can",
+            self.secret_id,
+            c.read_at,
+            self.ttl.as_secs(),
+            self.max_stale.as_secs(),
+            c.last_error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+        tracing::error!(secret = %self.secret_id, "{message}");
+        Error::Other(message)
+    }
+
+    fn cached(&self) -> Option<Cached> {
+        self.cached.lock().ok()?.clone()
+    }
+
+    fn store(&self, c: Cached) {
+        if let Ok(mut slot) = self.cached.lock() {
+            *slot = Some(c);
         }
     }
 

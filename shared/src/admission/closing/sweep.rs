@@ -1,5 +1,6 @@
 //! The TTL sweeper's part: DynamoDB deleted the row already, so its stream record is all that
-//! holds its connections. They are closed first, and released with the session's unit only once
+//! holds its connections. They are closed first, and released with the session's unit (and its
+//! owner's: decision 3602) only once
 //! every one is known gone, in the one transaction of the record (`release::swept`: exactly once
 //! per record however often it comes). Otherwise nothing is released and the record is reported
 //! for redelivery, which closes again and decides again; a record given up on leaves its units
@@ -25,6 +26,7 @@ pub fn expired_of(r: &aws_lambda_events::dynamodb::EventRecord) -> Result<Expire
         charges: stream::charges(r),
         // DynamoDB deletes only rows whose TTL passed: the deletion time bounds them otherwise.
         joined_by: super::joined_by(joined_at, ttl.unwrap_or(stream::deleted_at(r).as_secs())),
+        owner: stream::owner(r),
     })
 }
 

@@ -57,7 +57,7 @@ pub async fn end_tenant(deps: &Deps, t: &TenantId, sockets: &dyn Sockets) -> Res
         for it in page.items() {
             let raw = item::string(it, &deps.tables.sessions, sattr::SESSION_ID)?;
             let sid = SessionId::parse(&raw)?;
-            let Some(ended) = super::delete(deps, t, &sid, sockets).await? else {
+            let Some(ended) = super::delete(deps, t, &sid, None, sockets).await? else {
                 continue;
             };
             report.sessions += 1;

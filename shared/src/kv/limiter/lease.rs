@@ -98,6 +98,12 @@ fn unchanged(lease: &Lease) -> (String, HashMap<String, AttributeValue>) {
 /// How much of the TAT giving `tokens` of `lease` back may move at `now`: at most their whole
 /// increment, and at most `heldUntil − now`, the part of the lease the refill has not yet returned
 /// (decision 1501). `None` when that is nothing.
+///
+/// `heldUntil` was set on the clock of the process that acquired (or last adjusted up) the lease,
+/// `now` is this process's: a clock `s` behind that one gives back up to `s` of the TAT more than
+/// is outstanding (never more than the tokens' increment), one ahead gives back `s` less. The same
+/// skew already moves every spend, which measures the refill on its caller's clock
+/// (docs/leases.md, "Clocks").
 fn outstanding(rate: &Rate, lease: &Lease, tokens: u64, now: Timestamp) -> Option<Duration> {
     let all = i128::from(gcra::increment_nanos(rate, tokens));
     let left = i128::from(lease.held_until_ns) - i128::from(now.as_nanos());

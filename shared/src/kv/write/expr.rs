@@ -187,9 +187,12 @@ impl SpendPlan {
         if uses_now {
             p.value(":now", n(now));
         }
-        if let Some(ttl) = &target.ttl_attr {
-            // The TAT after this write is at most now + burst offset (the admit limit + inc), so
-            // the item outlives the moment the bucket is full again by at least the margin.
+        // A refund leaves the TTL alone: it only lowers the TAT, so the TTL the last spend set
+        // still outlives it, whereas one derived from the refund's rate would fall before a TAT
+        // stored under a larger burst (a lowered rate) and expire a drained bucket early.
+        if let Some(ttl) = target.ttl_attr.as_ref().filter(|_| !self.is_refund()) {
+            // The TAT after a spend is at most now + burst offset (the admit limit + inc), so the
+            // item outlives the moment the bucket is full again by at least the margin.
             let full_at = now.saturating_add(self.rate.burst_offset_nanos());
             let secs = full_at.div_euclid(1_000_000_000)
                 + i64::from(full_at.rem_euclid(1_000_000_000) > 0);
@@ -396,6 +399,8 @@ mod tests {
         assert!(e.update.contains("#rid = :rid"), "{}", e.update);
         assert_eq!(e.values[":rid"], AttributeValue::N("77".into()));
         all_used(&e);
+        // A refund leaves the TTL as the last spend set it: it only lowers the TAT.
+        assert!(!written(&once.expression(&target)).contains(&"expiresAt".to_string()));
         let e = idle.expression(&target);
         assert_eq!(e.condition, "attribute_not_exists(#tat) OR #tat <= :now");
         assert!(e.update.ends_with("REMOVE #ta"), "{}", e.update);
