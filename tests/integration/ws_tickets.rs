@@ -373,8 +373,12 @@ async fn key_rotation_admits_both_live_keys_and_refuses_the_retired_one() {
 #[tokio::test]
 async fn a_stale_key_set_is_refused_after_its_maximum_age() {
     let w = World::new().await;
-    w.put_tenant(T, shared::tenant::Limits::example(60, 5, 2, 10, 86_400, 60))
-        .await;
+    // The ticket rides in the query here (the tenant opts in): the transport is not what is tested.
+    w.put_tenant(
+        T,
+        shared::tenant::Limits::example(60, 5, 2, 10, 86_400, 60).with_ticket_in_query(true),
+    )
+    .await;
     w.put_session(T, "s1").await;
     let sm = turnstile_local::secrets::SecretsManager::start(std::net::SocketAddr::from((
         [127, 0, 0, 1],
