@@ -346,3 +346,83 @@ async fn a_sweep_stopped_after_its_closes_releases_once_on_redelivery() {
     assert_eq!(w.count(T).await, Some(0), "released once");
     assert_eq!(w.count(&format!("{T}:sessions")).await, Some(0));
 }
+
+/// A user's session (decision 3602) holding `a`, `b` and `c`, and another of the same user: its
+/// `DELETE` whose closes all fail gives the owner's unit back with the end, in the end's
+/// transaction (the sockets stay counted in the ended row); another user reaches nothing of it;
+/// a retried `DELETE` that then closes and releases them gives nothing back twice.
+#[tokio::test]
+async fn a_users_delete_gives_its_unit_back_with_the_end_once() {
+    use shared::admission::closing;
+    use shared::admission::sessions::{self, Caller, Caps, Opened};
+    let w = World::new().await;
+    w.put_tenant(T, limits()).await;
+    let t: shared::ids::TenantId = T.parse().unwrap();
+    let owner = Caller {
+        subject: Some("user-1"),
+        own_only: true,
+    };
+    let caps = Caps {
+        tenant: 10,
+        subject: 10,
+    };
+    let ttl = w.deps().clock.now().as_secs() + 600;
+    for s in ["s1", "s2"] {
+        let sid = shared::ids::SessionId::parse(s).unwrap();
+        let none = closing::NoSockets::default();
+        let opened = sessions::open_as(w.deps(), &t, &sid, ttl, caps, true, owner, &none)
+            .await
+            .unwrap();
+        assert!(matches!(opened, Opened::Live(_)), "{opened:?}");
+    }
+    for c in ["a", "b", "c"] {
+        assert_eq!(w.connect(T, "s1", c, &limits()).await.status_code, 200);
+    }
+    let subject = shared::counter::keys::subject_sessions(&t, "user-1").unwrap();
+    assert_eq!(w.count(&subject).await, Some(2));
+    let sid = shared::ids::SessionId::parse("s1").unwrap();
+    // Another user reaches nothing: no end, no close, no unit.
+    let other = closing::delete(
+        w.deps(),
+        &t,
+        &sid,
+        Some("user-2"),
+        &w.session_api.connections,
+    )
+    .await
+    .unwrap();
+    assert!(other.is_none(), "{other:?}");
+    assert!(w.closed().is_empty());
+    let broken =
+        session_api::init(&w.function_deps(&[(shared::gateway::ENDPOINT_VAR, UNREACHABLE)]))
+            .await
+            .unwrap();
+    let ended = closing::delete(w.deps(), &t, &sid, Some("user-1"), &broken.connections)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.closing.len(), 3, "{ended:?}");
+    assert_eq!(w.count(T).await, Some(3), "the sockets stay counted");
+    assert_eq!(
+        w.count(&subject).await,
+        Some(1),
+        "the owner's unit is given back with the end"
+    );
+    assert_eq!(w.count(&format!("{T}:sessions")).await, Some(1));
+    // The retry closes and releases them; the units are not given back again.
+    let ended = closing::delete(
+        w.deps(),
+        &t,
+        &sid,
+        Some("user-1"),
+        &w.session_api.connections,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ended.closed, ["a", "b", "c"], "{ended:?}");
+    assert!(w.session(T, "s1").await.is_none());
+    assert_eq!(w.count(T).await, Some(0));
+    assert_eq!(w.count(&subject).await, Some(1), "given back once");
+    assert_eq!(w.count(&format!("{T}:sessions")).await, Some(1));
+}
