@@ -2,6 +2,7 @@
 
 mod artifacts;
 mod dashboard;
+mod decide;
 mod faults;
 mod foundation;
 mod fuzz;
