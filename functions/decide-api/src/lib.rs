@@ -20,7 +20,7 @@
 //! `{tenant}:{resource}:{account}`, a bound token's resource `{tenant}:{resourceId}`), so the
 //! tenant role's `dynamodb:LeadingKeys` confines the function's tenant credentials.
 //! **Limits**: key-value limits from the limits file (`TURNSTILE_LIMITS_YAML` inline, or
-//! `TURNSTILE_LIMITS_FILE`), shared by every tenant; tokens and reservations from the limits
+//! `TURNSTILE_LIMITS_FILE`, else `config/decide-limits.yaml` built in), shared by every tenant; tokens and reservations from the limits
 //! table's rows for the tenant's keys, else `TURNSTILE_DECIDE_TOKEN_DEFAULT` /
 //! `TURNSTILE_DECIDE_RESERVATION_DEFAULT`.
 
@@ -55,6 +55,8 @@ pub const LIMITS_YAML_VAR: &str = "TURNSTILE_LIMITS_YAML";
 pub const TOKEN_DEFAULT_VAR: &str = "TURNSTILE_DECIDE_TOKEN_DEFAULT";
 /// Reservations held at once per (resource, account) without a limit row (default 10).
 pub const RESERVATION_DEFAULT_VAR: &str = "TURNSTILE_DECIDE_RESERVATION_DEFAULT";
+/// The limits file built into the function, used when neither variable names one.
+pub const BUILT_IN_LIMITS: &str = include_str!("../../../config/decide-limits.yaml");
 /// Tenants whose limiters (with their hints) are kept per process.
 const MAX_TENANTS: usize = 1024;
 
@@ -97,7 +99,8 @@ impl Config {
                     &e.to_string(),
                 )
             })?,
-            (None, None) => LimitSet::default(),
+            (None, None) => LimitSet::from_yaml(BUILT_IN_LIMITS)
+                .map_err(|e| invalid(LIMITS_YAML_VAR, String::new(), &e.to_string()))?,
         };
         let raw = vars.string_or(TOKEN_DEFAULT_VAR, "10/60");
         let token_default = raw
