@@ -40,7 +40,8 @@ impl Body {
     pub fn of(event: &ApiGatewayV2httpRequest, allowed: &[&str]) -> Result<Body, HttpAnswer> {
         if let Some(ct) = event.headers.get(http::header::CONTENT_TYPE) {
             let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-            let media = ct.split(';').next().unwrap_or("").trim();
+            // API Gateway joins repeated headers with commas.
+            let media = ct.split([';', ',']).next().unwrap_or("").trim();
             if !(media.is_empty() || media == "application/json" || media.ends_with("+json")) {
                 return Err(bad(
                     415,
