@@ -1,8 +1,10 @@
 //! The decide API's front door on the local HTTP API: `ANY /v1/*` as an HTTP API payload 2.0 event
 //! to `decide-api`, as API Gateway (or a function URL) sends it. A bearer JWT becomes the JWT
 //! authorizer's claims (decoded, not verified: the local caller's word, as for the session
-//! routes). A body over [`MAX_BODY`] is answered here, 413 problem+json naming `body`, never
-//! axum's text/plain.
+//! routes); a request without a decodable one never reaches the function, answered 401
+//! `{"message":"Unauthorized"}` as API Gateway's JWT authorizer answers it, so a client sees the
+//! deployed status locally. A body over [`MAX_BODY`] is answered here, 413 problem+json naming
+//! `body`, never axum's text/plain.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -56,6 +58,19 @@ fn problem(status: StatusCode, field: &str, detail: &str) -> Response {
         status,
         [("content-type", "application/problem+json")],
         body.to_string(),
+    )
+        .into_response()
+}
+
+/// API Gateway's JWT authorizer's answer to a missing or unreadable token.
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            ("content-type", "application/json"),
+            ("www-authenticate", "Bearer"),
+        ],
+        json!({"message": "Unauthorized"}).to_string(),
     )
         .into_response()
 }
@@ -121,9 +136,10 @@ async fn decide(
     if !raw_query.is_empty() {
         event["queryStringParameters"] = Value::Object(query_map(&raw_query));
     }
-    if let Some(jwt) = hdrs.get("authorization").and_then(|h| jwt_context(h)) {
-        event["requestContext"]["authorizer"] = jwt;
-    }
+    let Some(jwt) = hdrs.get("authorization").and_then(|h| jwt_context(h)) else {
+        return unauthorized();
+    };
+    event["requestContext"]["authorizer"] = jwt;
     if !body.is_empty() {
         event["body"] = body_value;
     }

@@ -664,8 +664,10 @@ async fn requests_addressed_to_another_host_are_refused() {
     l.shutdown().await;
 }
 
-/// `make dev` serves the decide API at `/v1/`: a bearer JWT binds the caller to its tenant claim,
-/// and a body over the local HTTP API's limit is answered 413 in JSON naming `body`, never text.
+/// `make dev` serves the decide API at `/v1/`: a bearer JWT binds the caller to its tenant claim;
+/// a request without one is answered 401 `{"message":"Unauthorized"}` before the function, as API
+/// Gateway's JWT authorizer answers it; a body over the local HTTP API's limit is answered 413 in
+/// JSON naming `body`, never text.
 #[tokio::test]
 async fn the_local_stack_serves_the_decide_api_under_v1() {
     let l = Local::start_with_tables(&[TableKind::Buckets]).await;
@@ -681,7 +683,17 @@ async fn the_local_stack_serves_the_decide_api_under_v1() {
     let anon = request_with("POST", &url, &auth[1..], Some(body))
         .await
         .unwrap();
-    assert_eq!(anon.status, 403, "{}", anon.body);
+    assert_eq!(anon.status, 401, "{}", anon.body);
+    assert_eq!(anon.json(), json!({"message": "Unauthorized"}));
+    assert_eq!(
+        anon.headers.get("www-authenticate").map(String::as_str),
+        Some("Bearer")
+    );
+    let garbled = [("Authorization", "Bearer not-a-jwt")];
+    let r = request_with("POST", &url, &garbled, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", r.body);
     let big = "x".repeat(turnstile_local::decide_api::MAX_BODY + 1);
     let r = request_with("POST", &url, &auth, Some(&big)).await.unwrap();
     assert_eq!(r.status, 413, "{}", r.body);
