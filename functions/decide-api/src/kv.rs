@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use shared::kv::limiter::MAX_ATTEMPTS;
 use shared::kv::{KeyError, KvError, LeaseOutcome, Outcome};
 use shared::refusal::{HttpAnswer, QuotaUnit};
 use shared::state::RateLimitState;
@@ -12,7 +13,8 @@ use crate::answer::{decision, Verdict};
 use crate::input::{bad, checked_string, query, Body};
 use crate::{Request, Route};
 
-/// Longest lease (a lease not ended by then is released by its next operation).
+/// Longest lease: a caller that forgets one gets its amount back within a day (released by the
+/// bucket's next lease operation).
 const MAX_LEASE_SECS: u64 = 86_400;
 /// Costs are bounded by the limit's burst; this only keeps numbers sane before the lookup.
 const MAX_COST: u64 = 1 << 40;
@@ -44,7 +46,8 @@ fn bucket_members(o: &Outcome, cost: u64) -> Map<String, Value> {
     m
 }
 
-/// A library refusal of the input, as a 4xx naming the field; `Err` for failures of the store.
+/// A library refusal of the input, as a 4xx naming the field, so a caller can fix its request;
+/// `Err` for failures of the store, which `handle` answers 503 (worth a retry).
 pub(crate) fn kv_error(e: KvError) -> Result<HttpAnswer, shared::Error> {
     Ok(match e {
         KvError::Key(KeyError::UnknownName(n)) => {
@@ -65,7 +68,9 @@ pub(crate) fn kv_error(e: KvError) -> Result<HttpAnswer, shared::Error> {
         KvError::LeaseNotFound(_) => bad(404, "leaseId", e.to_string()),
         KvError::LeaseExpired(_) => bad(410, "leaseId", e.to_string()),
         KvError::LeaseMismatch { .. } => bad(409, "estimate", e.to_string()),
-        KvError::Contended(what) => return Err(shared::Error::Contended { what, attempts: 4 }),
+        KvError::Contended(what) => {
+            return Err(shared::Error::contended(what, MAX_ATTEMPTS as u32))
+        }
         KvError::Store(e) => return Err(e),
     })
 }
@@ -227,7 +232,8 @@ fn batch_spends(items: &[Value]) -> Result<Vec<(String, String, u64)>, HttpAnswe
         .collect()
 }
 
-/// `GET /v1/limits/state?name=&id=`: the bucket's seed 002 view. 1 GetItem.
+/// `GET /v1/limits/state?name=&id=`: the bucket's `RateLimitState` (as `turnstile state` prints it)
+/// with the verdict a spend of 1 would get now, so a dashboard reads both in one call. 1 GetItem.
 async fn state(req: &Request<'_>) -> Result<HttpAnswer, shared::Error> {
     let q = tri!(query(req.event, &["name", "id"]));
     let (name, id) = (tri!(q.string("name")), tri!(q.string("id")));
@@ -254,6 +260,8 @@ async fn state(req: &Request<'_>) -> Result<HttpAnswer, shared::Error> {
         Err(e) => return Err(shared::Error::Other(e.to_string())),
     };
     let tat = shared::kv::write::stored_tat(item.as_ref(), shared::kv::write::attr::TAT);
+    // Remaining and reset of the bucket as it is (cost 0), but whether a request of 1 would pass
+    // and when (a cost-0 check always passes, so its verdict would say nothing).
     let d0 = kv_try!(shared::gcra::spend(&rate, tat, req.now, 0).map_err(KvError::from));
     let d1 = kv_try!(shared::gcra::spend(&rate, tat, req.now, 1).map_err(KvError::from));
     let o = Outcome {

@@ -57,7 +57,8 @@ pub const TOKEN_DEFAULT_VAR: &str = "TURNSTILE_DECIDE_TOKEN_DEFAULT";
 pub const RESERVATION_DEFAULT_VAR: &str = "TURNSTILE_DECIDE_RESERVATION_DEFAULT";
 /// The limits file built into the function, used when neither variable names one.
 pub const BUILT_IN_LIMITS: &str = include_str!("../../../config/decide-limits.yaml");
-/// Tenants whose limiters (with their hints) are kept per process.
+/// Tenants whose limiters (with their hints) are kept per process: enough for warm decisions of
+/// many tenants, bounded so a process never grows with the number of tenants it has seen.
 const MAX_TENANTS: usize = 1024;
 
 #[derive(Debug, Clone)]
@@ -195,7 +196,7 @@ impl State {
     }
 }
 
-/// The routes.
+/// The operations under `/v1/`, one per library call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     Spend,
@@ -236,6 +237,9 @@ pub fn route(path: &str) -> Option<Route> {
     ROUTES.iter().find(|(r, _)| *r == rest).map(|(_, r)| *r)
 }
 
+/// One HTTP API (payload 2.0) or function URL event. Bad input is a 4xx the caller can act on, a
+/// store failure a 503 it may retry, a key outside the tenant a logged 500 (a bug, never a panic);
+/// only what no answer fits (a malformed stored item) is an `Err`, logged by the runtime.
 pub async fn handle(
     deps: &Deps,
     state: &State,

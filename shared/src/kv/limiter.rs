@@ -27,7 +27,7 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// Most conditional writes one operation makes. Two suffice unless other writers refund or reset
 /// the same bucket between them (each failed write returns a TAT newer than the last), or
 /// transactions conflict.
-const MAX_ATTEMPTS: usize = 4;
+pub const MAX_ATTEMPTS: usize = 4;
 
 /// The pause before a transaction retried after a conflict: 5, 10, 20 ms (no jitter).
 const CONFLICT_BACKOFF: Backoff = Backoff {
