@@ -22,7 +22,7 @@ use shared::clock::SharedClock;
 use crate::http_api::{jwt_context, query_map, v2_response};
 use crate::lambda::Invoke;
 
-/// The largest body passed on (the function itself reads at most 16 KiB and answers 413 beyond).
+/// The largest body passed on (the function itself reads at most 256 KiB and answers 413 beyond).
 pub const MAX_BODY: usize = 1024 * 1024;
 
 #[derive(Clone)]

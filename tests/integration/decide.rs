@@ -93,7 +93,7 @@ pub(crate) async fn call(env: &TestEnv, state: &decide_api::State, event: Value)
     }
 }
 
-async fn post(
+pub(crate) async fn post(
     env: &TestEnv,
     st: &decide_api::State,
     tenant: &str,
@@ -266,11 +266,12 @@ async fn a_batch_is_all_or_nothing_and_leases_hold_then_settle() {
     let (p, b) = lease("release", json!({}));
     let a = post(&env, &st, "acme", &p, b).await;
     assert_eq!(a.body["duplicate"], true, "{}", a.body);
+    // An estimate over the limit's burst can never be held: 409, as the limits file decides it.
     let (p, b) = lease("acquire", json!({"estimate": 2000}));
     let a = post(&env, &st, "acme", &p, b).await;
     assert_eq!(
         (a.status, a.body["field"].clone()),
-        (400, json!("cost")),
+        (409, json!("cost")),
         "{}",
         a.body
     );
@@ -514,10 +515,11 @@ async fn callers_are_bound_and_bad_input_is_a_4xx_naming_the_field() {
             400,
             "cost",
         ),
+        // Schema-valid, but above the limit's burst of 3: the limits file's conflict, never a wait.
         (
             "/v1/limits/spend",
             r#"{"name": "PerUser", "id": "u", "cost": 4}"#,
-            400,
+            409,
             "cost",
         ),
         ("/v1/limits/spend", r#"[1]"#, 400, "body"),

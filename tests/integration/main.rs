@@ -3,6 +3,7 @@
 mod artifacts;
 mod dashboard;
 mod decide;
+mod decide_contract;
 mod decide_template;
 mod faults;
 mod foundation;

@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use shared::gcra::RateError;
 use shared::kv::limiter::MAX_ATTEMPTS;
 use shared::kv::{KeyError, KvError, LeaseOutcome, Outcome};
 use shared::refusal::{HttpAnswer, QuotaUnit};
 use shared::state::RateLimitState;
 
 use crate::answer::{decision, Verdict};
-use crate::input::{bad, checked_string, query, Body};
+use crate::input::{bad, checked_string, query, whole, Body};
 use crate::{Request, Route};
 
 /// Longest lease: a caller that forgets one gets its amount back within a day (released by the
@@ -56,6 +57,9 @@ pub(crate) fn kv_error(e: KvError) -> Result<HttpAnswer, shared::Error> {
         KvError::Key(KeyError::BadId { .. }) => bad(400, "id", e.to_string()),
         KvError::Key(KeyError::NoLimit(_)) => bad(404, "id", e.to_string()),
         KvError::Key(_) => bad(400, "name", e.to_string()),
+        // A well-formed cost the limit can never grant: the limits file's conflict, not the
+        // request's shape, and no wait helps.
+        KvError::Rate(RateError::CostOverBurst { .. }) => bad(409, "cost", e.to_string()),
         KvError::Rate(_) | KvError::ZeroCost => bad(400, "cost", e.to_string()),
         KvError::DuplicateInBatch(_)
         | KvError::ShardedInBatch(_)
@@ -217,7 +221,7 @@ fn batch_spends(items: &[Value]) -> Result<Vec<(String, String, u64)>, HttpAnswe
             };
             let cost = match m.get("cost") {
                 None | Some(Value::Null) => Some(1),
-                Some(Value::Number(n)) => n.as_u64().filter(|c| (1..=MAX_COST).contains(c)),
+                Some(Value::Number(n)) => whole(n).filter(|c| (1..=MAX_COST).contains(c)),
                 Some(_) => None,
             }
             .ok_or_else(|| {

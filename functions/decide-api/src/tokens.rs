@@ -80,10 +80,16 @@ fn reservation_error(e: ReservationError) -> Result<HttpAnswer, shared::Error> {
     })
 }
 
-/// A reservation's resource name: the library keeps `:` out of it (it would make two pairs
-/// share a coordinate).
-fn resource(body: &Body) -> Result<String, HttpAnswer> {
-    let r = body.string("resource")?;
+/// A reservation's `resource` and `account` together are the sort key of its limit row
+/// (`{resource}:{account}`), which DynamoDB caps at 1,024 bytes: fixed shares, so each field has
+/// its own bound a caller can read in the OpenAPI document.
+const MAX_RESOURCE_BYTES: usize = 255;
+const MAX_ACCOUNT_BYTES: usize = 768;
+
+/// A reservation's resource and account. The library keeps `:` out of the resource (it would make
+/// two pairs share a coordinate).
+fn reservation_pair(body: &Body) -> Result<(String, String), HttpAnswer> {
+    let (r, account) = (body.string("resource")?, body.string("account")?);
     if r.contains(':') {
         return Err(bad(
             400,
@@ -91,7 +97,19 @@ fn resource(body: &Body) -> Result<String, HttpAnswer> {
             "resource must not contain ':' (it separates the resource from the account)",
         ));
     }
-    Ok(r)
+    for (field, value, max) in [
+        ("resource", &r, MAX_RESOURCE_BYTES),
+        ("account", &account, MAX_ACCOUNT_BYTES),
+    ] {
+        if value.len() > max {
+            return Err(bad(
+                400,
+                field,
+                format!("a reservation's {field} is at most {max} bytes"),
+            ));
+        }
+    }
+    Ok((r, account))
 }
 
 pub(crate) async fn tokens(route: Route, req: &Request<'_>) -> Result<HttpAnswer, shared::Error> {
@@ -116,7 +134,7 @@ pub(crate) async fn tokens(route: Route, req: &Request<'_>) -> Result<HttpAnswer
         }
         Route::Reserve => {
             let body = tri!(Body::of(req.event, &["resource", "account"]));
-            let (res, account) = (tri!(resource(&body)), tri!(body.string("account")));
+            let (res, account) = tri!(reservation_pair(&body));
             let pair = format!("{res}:{account}");
             let default = req.state.reservation_default;
             let mut extra = Map::new();
@@ -156,7 +174,7 @@ pub(crate) async fn tokens(route: Route, req: &Request<'_>) -> Result<HttpAnswer
                 &["resource", "account", "reservationId"]
             };
             let body = tri!(Body::of(req.event, fields));
-            let (res, account) = (tri!(resource(&body)), tri!(body.string("account")));
+            let (res, account) = tri!(reservation_pair(&body));
             let id = tri!(body.string("reservationId"));
             let pair = format!("{res}:{account}");
             let handle = match l.reservations.reservation(tenant, &pair, &id) {
