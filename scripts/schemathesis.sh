@@ -5,7 +5,8 @@
 # requests generated from the document (valid and invalid: positive and negative), every check on
 # (no 5xx, status codes, content types, headers and bodies match their schemas). Bounded and seeded
 # so `make test` stays short: SCHEMATHESIS_MAX_EXAMPLES (default 25 per operation), seed
-# SCHEMATHESIS_SEED (default 37). A caller is bound by an unsigned JWT (the local stack decodes,
+# SCHEMATHESIS_SEED (default 37); scripts/schemathesis.toml keeps earlier runs out of this one
+# (docs/testing.md). A caller is bound by an unsigned JWT (the local stack decodes,
 # never verifies, bearer tokens: docs/decide-api.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."

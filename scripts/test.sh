@@ -56,7 +56,8 @@ run cargo test --workspace --locked
 # --- The decide API against its OpenAPI description (openapi/decide-api.yaml) --------------------
 # Schemathesis (hash-locked) generates valid and invalid requests for every operation and checks each
 # answer: no 5xx, status, content type and body as the document says, bad input a 4xx JSON naming the
-# field. Seeded and bounded (25 examples per operation): about a minute.
+# field. Seeded (37) and bounded (25 examples per operation, one worker): 1,232 cases in 25 s measured
+# on a loaded 2-core machine, plus building the turnstile binary the first time (docs/testing.md).
 run scripts/schemathesis.sh
 # ---------------------------------------------------------------------------------------------------
 # The benchmark smoke (issue #8): a few decisions per workload, peers included, on its own DynamoDB Local

@@ -2,7 +2,7 @@
 //! (scripts/schemathesis.sh) and kept here against DynamoDB Local, so a change that breaks one
 //! fails `cargo test` without the Python tool: JSON Schema's `integer` and a `null` optional
 //! member, the largest valid batch under the body limit, and reservation names within the limit
-//! row's sort key.
+//! row's sort key; and how a bound reservation's capacity comes back (docs/decide-api.md).
 
 use serde_json::{json, Value};
 
@@ -108,4 +108,33 @@ async fn reservation_names_beyond_the_limit_rows_key_are_a_400_naming_the_field(
             a.body
         );
     }
+}
+
+/// The token remover looks up bare resource ids and never finds a token bound through the API
+/// (`{tenant}:{resourceId}`): the API's release is how its capacity comes back, bound or not.
+#[tokio::test]
+async fn a_reservation_bound_through_the_api_is_released_through_it() {
+    let (env, st) = world().await;
+    let pair = json!({"resource": "emr", "account": "a1"});
+    let r = post(&env, &st, "acme", "/v1/reservations/reserve", pair.clone()).await;
+    assert_eq!(r.body["remaining"], 1, "{}", r.body);
+    let mut held = pair.clone();
+    held["reservationId"] = r.body["reservationId"].clone();
+    let mut bind = held.clone();
+    bind["resourceId"] = json!("j-1");
+    let b = post(&env, &st, "acme", "/v1/reservations/bind", bind).await;
+    assert_eq!(b.body["bound"], true, "{}", b.body);
+    let gone = shared::reservation::NonFungibleLimiter::from_deps(&env.deps)
+        .unwrap()
+        .remove_by_resource_id("j-1", None)
+        .await
+        .unwrap();
+    assert!(gone.is_empty(), "the remover found {gone:?}");
+    let rel = post(&env, &st, "acme", "/v1/reservations/release", held).await;
+    assert_eq!(
+        (rel.body["released"].clone(), rel.body["remaining"].clone()),
+        (json!(true), json!(2)),
+        "{}",
+        rel.body
+    );
 }
