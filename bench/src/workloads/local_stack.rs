@@ -239,7 +239,8 @@ impl Workload for Messages {
     }
 }
 
-struct NoFunctions;
+/// What the stack runs when the functions did not build: every invocation fails.
+pub(super) struct NoFunctions;
 
 impl Invoke for NoFunctions {
     fn invoke<'a>(
