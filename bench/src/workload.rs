@@ -278,6 +278,32 @@ pub fn registry() -> Vec<Spec> {
                 Box::pin(workloads::local_stack::build_messages(ctx, p))
             }),
         },
+        Spec {
+            id: "local-stack-decide-spend",
+            title: "Local stack end to end: decide API POST /v1/limits/spend (HTTP, handler, GCRA spend)",
+            expected_calls: Some(1.0),
+            races: false,
+            single_call: false,
+            accuracy: false,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::decide_api::build_spend(ctx, p))
+            }),
+        },
+        Spec {
+            id: "local-stack-decide-take",
+            title: "Local stack end to end: decide API POST /v1/tokens/take (HTTP, handler, get_token per account)",
+            expected_calls: Some(1.0),
+            races: false,
+            single_call: false,
+            accuracy: false,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::decide_api::build_take(ctx, p))
+            }),
+        },
         // Issue 11: the transactional paths with DynamoDB's TransactionConflict injected by
         // turnstile-faultproxy; c = 1 never overlaps (exactly the promise), c > 1 reports retries.
         Spec {

@@ -82,7 +82,7 @@ fn load_tenants(path: &str) -> Result<Vec<Tenant>> {
 }
 
 /// The functions' environment for local runs, where the caller set nothing else: the token remover
-/// gets the example processors; the session API trusts its callers (`none`: the local HTTP API
+/// gets the example processors; the decide API binds callers by their JWT; the session API trusts its callers (`none`: the local HTTP API
 /// authenticates nobody unless `TURNSTILE_SESSION_API_AUTH=jwt`); connect tickets are signed with
 /// a key set made for this run only (never printed) and live 5 minutes, long enough to follow the
 /// README across terminals.
@@ -97,6 +97,11 @@ pub(crate) fn local_vars(deps: &mut Deps) -> Result<()> {
     }
     if !has(session_api::AUTH_VAR) {
         set.push((session_api::AUTH_VAR, "none".into()));
+    }
+    // The decide API binds every caller: locally by the bearer JWT's tenant claim (decoded, not
+    // verified, by the local HTTP API).
+    if !has(shared::caller::CallerVars::DECIDE.auth) {
+        set.push((shared::caller::CallerVars::DECIDE.auth, "jwt".into()));
     }
     if !has(ticket::KEYS_VAR) && !has(ticket::source::SECRET_VAR) {
         let keys = ticket::KeySet::generate("local").map_err(|e| Error::Other(e.to_string()))?;

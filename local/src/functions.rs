@@ -1,4 +1,4 @@
-//! The eight functions behind [`Invoke`], each built once by its crate's `init` (what its `main.rs`
+//! The nine functions behind [`Invoke`], each built once by its crate's `init` (what its `main.rs`
 //! runs), so the local stack and `turnstile invoke` run exactly the deployed wiring and handler code.
 
 use std::future::Future;
@@ -22,6 +22,7 @@ pub struct LocalFunctions {
     session: session_api::State,
     sweeper: ttl_sweeper::State,
     reconciler: reconciler::State,
+    decide: decide_api::State,
     /// The token remover needs its processors configured; without them it answers every event with
     /// the configuration error instead of keeping the rest of the stack from starting.
     remover: Result<token_remover::Remover, String>,
@@ -62,6 +63,7 @@ impl LocalFunctions {
             session: session_api::init(&named("session-api")).await?,
             sweeper: ttl_sweeper::init(&named("ttl-sweeper")).await?,
             reconciler: reconciler::init(&named("reconciler")).await?,
+            decide: decide_api::init(&named("decide-api")).await?,
             remover,
             metrics,
             deps,
@@ -145,6 +147,9 @@ impl LocalFunctions {
                         reconciler::handle(d, &self.reconciler, e)
                     })
                     .await
+                }
+                "decide-api" => {
+                    call(function, event, |e| decide_api::handle(d, &self.decide, e)).await
                 }
                 "token-remover" => match &self.remover {
                     Ok(r) => call(function, event, |e| token_remover::handle(r, e)).await,

@@ -44,6 +44,9 @@ pub fn router(
     region: &str,
     domain_name: &str,
 ) -> Router {
+    // The decide API's `/v1/*` routes (crate::decide_api).
+    let decide =
+        crate::decide_api::router(functions.clone(), clock.clone(), account_id, domain_name);
     let state = HttpState {
         functions,
         clock,
@@ -58,13 +61,14 @@ pub fn router(
         .route("/events", post(put_events))
         .fallback(|| async { not_found() })
         .with_state(state)
+        .merge(decide)
 }
 
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, Json(json!({"message": "Not Found"}))).into_response()
 }
 
-fn query_map(raw: &str) -> Map<String, Value> {
+pub(crate) fn query_map(raw: &str) -> Map<String, Value> {
     let mut m = Map::new();
     for pair in raw.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -190,7 +194,7 @@ async fn session(
 /// (non-string claims as their JSON text), scopes from the `scope` claim. **The token is decoded, not
 /// verified**: the local stack has no issuer to check against, so it trusts the token as the local
 /// caller's word (use it to try `TURNSTILE_SESSION_API_AUTH=jwt`; see docs/session-api-auth.md).
-fn jwt_context(authorization: &str) -> Option<Value> {
+pub(crate) fn jwt_context(authorization: &str) -> Option<Value> {
     let token = authorization
         .strip_prefix("Bearer ")
         .or_else(|| authorization.strip_prefix("bearer "))?
@@ -230,7 +234,7 @@ fn jwt_context(authorization: &str) -> Option<Value> {
 }
 
 /// Payload 2.0 responses: an object with `statusCode` is used as is; anything else is a 200 JSON body.
-fn v2_response(resp: &Value) -> Response {
+pub(crate) fn v2_response(resp: &Value) -> Response {
     if resp.get("statusCode").is_none() {
         return (StatusCode::OK, Json(resp.clone())).into_response();
     }

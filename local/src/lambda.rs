@@ -7,8 +7,8 @@ use std::pin::Pin;
 
 use serde_json::Value;
 
-/// The eight Turnstile functions, by their binary (and SAM `Binary:`) names.
-pub const FUNCTIONS: [&str; 8] = [
+/// The nine Turnstile functions, by their binary (and SAM `Binary:`) names.
+pub const FUNCTIONS: [&str; 9] = [
     "authorizer",
     "connect",
     "disconnect",
@@ -17,6 +17,7 @@ pub const FUNCTIONS: [&str; 8] = [
     "ttl-sweeper",
     "token-remover",
     "reconciler",
+    "decide-api",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,6 +7,7 @@
 //! in through [`management::Connections`], and tests use the recording [`management::Recorder`].
 
 pub mod dashboard;
+pub mod decide_api;
 pub mod eventbridge;
 pub mod functions;
 pub mod host_check;

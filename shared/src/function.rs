@@ -45,6 +45,26 @@ impl Tenancy {
     pub async fn deps<'d>(&self, deps: &'d Deps, tenant: &TenantId) -> Result<Cow<'d, Deps>> {
         isolation::tenant_deps(self.clients.as_ref(), deps, tenant).await
     }
+
+    /// [`deps`](Self::deps) as an owned value, with the instant until which its client is the one
+    /// served (`None`: always; [`TenantClients::for_tenant_until`]), for state built per tenant.
+    pub async fn deps_until(
+        &self,
+        deps: &Deps,
+        tenant: &TenantId,
+    ) -> Result<(Deps, Option<crate::clock::Timestamp>)> {
+        match &self.clients {
+            Some(c) if c.role_arn().is_some() => {
+                let (scoped, until) = c.for_tenant_until(tenant).await?;
+                let deps = Deps {
+                    dynamo: scoped.client().clone(),
+                    ..deps.clone()
+                };
+                Ok((deps, until))
+            }
+            _ => Ok((deps.clone(), None)),
+        }
+    }
 }
 
 impl From<TenantClients> for Tenancy {

@@ -157,7 +157,8 @@ struct Assume {
     role_arn: String,
     /// The function's session policy ([`policy`]), sent with every `AssumeRole`.
     policy: String,
-    cache: Cache<TenantId, Client>,
+    /// Each tenant's client and the instant it stops being served.
+    cache: Cache<TenantId, (Client, Timestamp)>,
 }
 
 impl fmt::Debug for TenantClients {
@@ -256,25 +257,44 @@ impl TenantClients {
     /// `AssumeRole` call. Concurrent first uses of one tenant may each call STS; the last one wins the
     /// cache, and all of them get valid credentials.
     pub async fn for_tenant(&self, tenant: &TenantId) -> Result<TenantClient> {
+        Ok(self.for_tenant_until(tenant).await?.0)
+    }
+
+    /// [`for_tenant`](Self::for_tenant), with the instant until which this client is the one served
+    /// (`None`: the execution role's, always): what is built on the client (a limiter with its
+    /// hints) may be kept until then.
+    pub async fn for_tenant_until(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<(TenantClient, Option<Timestamp>)> {
         let Some(assume) = &self.inner.assume else {
-            return Ok(TenantClient {
+            let client = TenantClient {
                 tenant: tenant.clone(),
                 client: self.inner.base.clone(),
-            });
+            };
+            return Ok((client, None));
         };
         let now = self.inner.clock.now();
-        if let Some(client) = assume.cache.fresh(tenant, now) {
-            return Ok(TenantClient {
-                tenant: tenant.clone(),
-                client,
-            });
-        }
-        let (client, expires) = self.assume_role(assume, tenant, now).await?;
-        remember(&assume.cache, tenant.clone(), client.clone(), expires, now);
-        Ok(TenantClient {
+        let (client, until) = match assume.cache.fresh(tenant, now) {
+            Some(cached) => cached,
+            None => {
+                let (client, expires) = self.assume_role(assume, tenant, now).await?;
+                let until = expires.minus(REFRESH_BEFORE_EXPIRY);
+                remember(
+                    &assume.cache,
+                    tenant.clone(),
+                    (client.clone(), until),
+                    expires,
+                    now,
+                );
+                (client, until)
+            }
+        };
+        let client = TenantClient {
             tenant: tenant.clone(),
             client,
-        })
+        };
+        Ok((client, Some(until)))
     }
 
     async fn assume_role(

@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod caller;
 pub mod capacity;
 pub mod catalog;
 pub mod clock;

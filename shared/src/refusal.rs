@@ -105,6 +105,25 @@ impl HttpAnswer {
     }
 }
 
+/// An RFC 9457 `application/problem+json` answer (`type` `about:blank`, so `title` is the status
+/// phrase). It also carries `message` (= `detail`), the member every other error body of the APIs
+/// has, so clients reading `message` keep working.
+pub fn problem(status: u16, title: &str, detail: impl Into<String>) -> HttpAnswer {
+    let detail = detail.into();
+    HttpAnswer {
+        status,
+        headers: vec![("Content-Type", "application/problem+json".to_string())],
+        body: serde_json::json!({
+            "type": "about:blank",
+            "title": title,
+            "status": status,
+            "detail": detail,
+            "message": detail,
+        })
+        .to_string(),
+    }
+}
+
 /// Whole seconds, rounded up: a client told "0" would retry at once and be refused again.
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))

@@ -98,6 +98,20 @@ const EXPECTED: &[(&str, &str, Before, Check)] = &[
     ("session-api", "put.json", Before::Session, |v, _| {
         session_body(v)
     }),
+    // decide::a_spend_answers_its_verdict_in_body_and_headers_with_one_call_and_one_wcu (through
+    // the function URL, as DecideCallerRole's session tenant-1)
+    ("decide-api", "spend.json", Before::Nothing, |v, _| {
+        status(v, 200)?;
+        let body: Value = v["body"]
+            .as_str()
+            .and_then(|b| serde_json::from_str(b).ok())
+            .unwrap_or_default();
+        want(body["allowed"] == true, "an allowed spend", v)
+    }),
+    // decide::the_state_of_a_bucket_is_read_with_one_get
+    ("decide-api", "state.json", Before::Nothing, |v, _| {
+        status(v, 200)
+    }),
     // ws_sweeper::the_sample_stream_event_runs_as_is
     (
         "ttl-sweeper",

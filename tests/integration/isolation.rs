@@ -647,7 +647,10 @@ async fn each_functions_assume_role_sends_its_own_session_policy() {
                     TableKind::Tenants => &names.tenants,
                     TableKind::Sessions => &names.sessions,
                     TableKind::Counters => &names.counters,
-                    other => panic!("{other:?} is not a tenant table"),
+                    TableKind::Buckets => &names.buckets,
+                    TableKind::FungibleTokens => &names.fungible_tokens,
+                    TableKind::Limits => &names.limits,
+                    TableKind::NonFungibleTokens => &names.non_fungible_tokens,
                 };
                 (
                     table.clone(),

@@ -67,6 +67,7 @@ impl Local {
         let mut pairs = vec![
             ("TOKEN_REMOVER_PROCESSORS", PROCESSORS),
             ("TURNSTILE_SESSION_API_AUTH", "none"),
+            ("TURNSTILE_DECIDE_AUTH", "jwt"),
             (
                 "TURNSTILE_TICKET_KEYS",
                 turnstile_bench::samples::SAMPLE_KEYS,
@@ -281,6 +282,7 @@ async fn local_functions_are_built_by_each_crates_init() {
     deps.vars = Vars::from_pairs([
         ("TOKEN_REMOVER_PROCESSORS", PROCESSORS),
         ("TURNSTILE_SESSION_API_AUTH", "none"),
+        ("TURNSTILE_DECIDE_AUTH", "jwt"),
         (
             "TURNSTILE_TICKET_KEYS",
             turnstile_bench::samples::SAMPLE_KEYS,
@@ -659,5 +661,42 @@ async fn requests_addressed_to_another_host_are_refused() {
             "ws {method} {path}"
         );
     }
+    l.shutdown().await;
+}
+
+/// `make dev` serves the decide API at `/v1/`: a bearer JWT binds the caller to its tenant claim;
+/// a request without one is answered 401 `{"message":"Unauthorized"}` before the function, as API
+/// Gateway's JWT authorizer answers it; a body over the local HTTP API's limit is answered 413 in
+/// JSON naming `body`, never text.
+#[tokio::test]
+async fn the_local_stack_serves_the_decide_api_under_v1() {
+    let l = Local::start_with_tables(&[TableKind::Buckets]).await;
+    let base = l.stack().endpoints.http_url();
+    let token = bearer(&json!({"sub": "u1", "tenantId": "acme", "exp": 4_000_000_000u64}));
+    let auth = [("Authorization", token.as_str())];
+    let body = r#"{"name": "PerUser", "id": "u1"}"#;
+    let url = format!("{base}/v1/limits/spend");
+    let r = request_with("POST", &url, &auth, Some(body)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["allowed"], true);
+    assert!(r.headers.contains_key("ratelimit"), "{:?}", r.headers);
+    let anon = request_with("POST", &url, &auth[1..], Some(body))
+        .await
+        .unwrap();
+    assert_eq!(anon.status, 401, "{}", anon.body);
+    assert_eq!(anon.json(), json!({"message": "Unauthorized"}));
+    assert_eq!(
+        anon.headers.get("www-authenticate").map(String::as_str),
+        Some("Bearer")
+    );
+    let garbled = [("Authorization", "Bearer not-a-jwt")];
+    let r = request_with("POST", &url, &garbled, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", r.body);
+    let big = "x".repeat(turnstile_local::decide_api::MAX_BODY + 1);
+    let r = request_with("POST", &url, &auth, Some(&big)).await.unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.json()["field"], "body");
     l.shutdown().await;
 }

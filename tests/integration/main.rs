@@ -2,6 +2,9 @@
 
 mod artifacts;
 mod dashboard;
+mod decide;
+mod decide_contract;
+mod decide_template;
 mod faults;
 mod foundation;
 mod fuzz;

@@ -22,7 +22,7 @@ use shared::table::{AttrType, AttributeStyle, TableKind, TableNames};
 // to `function_readers` (and delete that function's entries from `AWAITING_READER`).
 // ------------------------------------------------------------------------------------------------
 
-type Reader = fn(&Vars) -> Result<(), String>;
+pub(crate) type Reader = fn(&Vars) -> Result<(), String>;
 
 /// Readers every function runs at start-up (`shared::Deps::from_env`).
 const COMMON_READERS: &[(&str, Reader)] = &[
@@ -105,6 +105,8 @@ fn function_readers(function: &str) -> Vec<(&'static str, Reader)> {
                 .map(drop)
                 .map_err(|e| e.to_string())
         })),
+        // Its own tenant role (DecideTenantRole): tests/integration/decide_template.rs.
+        "decide-api" => readers.extend(crate::decide_template::readers()),
         other => panic!("no reader list for function {other}: add it here"),
     }
     readers
@@ -228,6 +230,7 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
                 ],
             ),
         ],
+        "decide-api" => crate::decide_template::dynamo_actions(),
         other => panic!("no DynamoDB action model for function {other}: add it here"),
     }
 }
@@ -785,7 +788,7 @@ fn every_function_crate_has_exactly_one_function_built_by_cargo_lambda() {
     let t = load_template();
     let stack = Stack::new(&t, &[]);
     let crates = crates_in_functions_dir();
-    assert_eq!(crates.len(), 8, "{crates:?}");
+    assert_eq!(crates.len(), 9, "{crates:?}");
     let built: BTreeSet<String> = stack.functions().into_values().collect();
     assert_eq!(
         built, crates,
@@ -1003,7 +1006,9 @@ fn every_variable_a_function_reads_is_set_on_it_and_nothing_else_is() {
                 assert!(set.contains(*v), "{function}: awaited {v} is not set");
             }
             // TENANT_ROLE_ARN: the role when isolation is on, empty (= execution role) when off.
-            if TENANT_FUNCTIONS.contains(&function.as_str()) {
+            if function == "decide-api" {
+                crate::decide_template::check_tenant_role_var(&env, stack.condition("IsolationOn"));
+            } else if TENANT_FUNCTIONS.contains(&function.as_str()) {
                 let arn = &env[TENANT_ROLE_ARN_VAR];
                 let cfg = IsolationConfig::from_vars(&vars).unwrap();
                 if stack.condition("IsolationOn") {
@@ -1297,12 +1302,14 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
             Some(TableKind::Sessions) => arn_of_table(&names.sessions),
             Some(TableKind::Counters) => arn_of_table(&names.counters),
             Some(TableKind::NonFungibleTokens) => arn_of_table(&names.non_fungible_tokens),
+            Some(TableKind::Buckets) => arn_of_table(&names.buckets),
+            Some(TableKind::FungibleTokens) => arn_of_table(&names.fungible_tokens),
+            Some(TableKind::Limits) => arn_of_table(&names.limits),
             None => format!(
                 "{}/index/{}",
                 arn_of_table(&names.non_fungible_tokens),
                 names.resource_index
             ),
-            Some(other) => panic!("no function uses {other:?} yet: add its ARN here"),
         };
         let tenant_tables: BTreeSet<String> =
             [TableKind::Tenants, TableKind::Sessions, TableKind::Counters]
@@ -1355,6 +1362,10 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                     }
                 }
                 need.retain(|_, actions| !actions.is_empty());
+                if function == "decide-api" {
+                    // Its own tenant role: tests/integration/decide_template.rs.
+                    need.clear();
+                }
             }
             assert_eq!(
                 granted, need,
@@ -1507,7 +1518,7 @@ fn each_function_serves_under_its_crate_name_which_keys_its_tenant_access() {
             [function.as_str()],
             "{id}: functions/{function}/src/main.rs"
         );
-        let tenant_fn = TENANT_FUNCTIONS.contains(&function.as_str());
+        let tenant_fn = TENANT_FUNCTIONS.contains(&function.as_str()) || function == "decide-api";
         assert_eq!(tenant_access(&function).is_some(), tenant_fn, "{function}");
         assert_eq!(
             stack.environment(&id).contains_key(TENANT_ROLE_ARN_VAR),
@@ -1515,7 +1526,10 @@ fn each_function_serves_under_its_crate_name_which_keys_its_tenant_access() {
             "{function}"
         );
     }
-    assert_eq!(TENANT_ACCESS.len(), TENANT_FUNCTIONS.len());
+    assert_eq!(
+        TENANT_ACCESS.len(),
+        TENANT_FUNCTIONS.len() + shared::isolation::policy::OWN_TENANT_ROLE.len()
+    );
 }
 
 /// `execute-api:ManageConnections` names the HTTP method in its resource
@@ -1635,6 +1649,7 @@ fn the_apis_rule_and_outputs_are_wired() {
             "GET /session",
             "DELETE /session",
             "POST /session/ticket",
+            "ANY /v1/{proxy+}",
         ]
         .into();
         assert_eq!(keys, want, "{variant}");

@@ -43,6 +43,7 @@ async fn start(ctx: &BenchCtx) -> Result<(Stack, Target), BenchError> {
     let keys = shared::ticket::KeySet::generate("bench").map_err(other)?;
     deps.vars = deps.vars.with_overrides([
         ("TURNSTILE_SESSION_API_AUTH", "none".to_string()),
+        ("TURNSTILE_DECIDE_AUTH", "jwt".to_string()),
         (shared::ticket::KEYS_VAR, keys.to_json()),
         ("TURNSTILE_TICKET_TTL_SECS", "3600".to_string()),
     ]);
@@ -244,7 +245,8 @@ impl Workload for Messages {
     }
 }
 
-struct NoFunctions;
+/// What the stack runs when the functions did not build: every invocation fails.
+pub(super) struct NoFunctions;
 
 impl Invoke for NoFunctions {
     fn invoke<'a>(

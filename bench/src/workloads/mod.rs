@@ -2,6 +2,7 @@
 
 pub mod cached_rejection;
 pub mod conflicts;
+pub mod decide_api;
 pub mod floor;
 pub mod fungible;
 pub mod gcra;

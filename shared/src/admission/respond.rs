@@ -36,26 +36,11 @@ pub fn message(status: u16, text: impl Into<String>) -> HttpAnswer {
     json_answer(status, &serde_json::json!({ "message": text.into() }))
 }
 
-/// An RFC 9457 `application/problem+json` answer (`type` `about:blank`, so `title` is the status
-/// phrase). It also carries `message` (= `detail`), the member every other error body of the API
-/// has, so clients reading `message` keep working.
+/// An RFC 9457 `application/problem+json` answer ([`crate::refusal::problem`]).
 pub fn problem(status: u16, title: &str, detail: impl Into<String>) -> HttpAnswer {
-    let detail = detail.into();
-    HttpAnswer {
-        status,
-        headers: vec![("Content-Type", "application/problem+json".to_string())],
-        body: serde_json::json!({
-            "type": "about:blank",
-            "title": title,
-            "status": status,
-            "detail": detail,
-            "message": detail,
-        })
-        .to_string(),
-    }
+    crate::refusal::problem(status, title, detail)
 }
 
-/// 403: the caller is authenticated but may not act for the tenant it named.
 pub fn forbidden(detail: impl Into<String>) -> HttpAnswer {
     problem(403, "Forbidden", detail)
 }

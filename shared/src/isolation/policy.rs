@@ -17,7 +17,9 @@
 use serde::Serialize;
 
 use crate::config::ConfigError;
-use crate::table::TableKind::{self, Counters, Sessions, Tenants};
+use crate::table::TableKind::{
+    self, Buckets, Counters, FungibleTokens, Limits, NonFungibleTokens, Sessions, Tenants,
+};
 use crate::table::TableNames;
 
 /// What one tenant-facing function does on tenant rows: (table, DynamoDB actions), the actions
@@ -119,7 +121,43 @@ pub const TENANT_ACCESS: &[TenantAccess] = &[
             ),
         ],
     },
+    // the decide API, under its own tenant role (`DecideTenantRole`): the kv buckets (spend,
+    // check, refund and its marker, leases), token buckets (take, with the cold BatchGetItem of
+    // the limit row), limit rows, and reservations (reserve, bind, release)
+    TenantAccess {
+        function: "decide-api",
+        tables: &[
+            (
+                Buckets,
+                &[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                ],
+            ),
+            (
+                FungibleTokens,
+                &["dynamodb:BatchGetItem", "dynamodb:UpdateItem"],
+            ),
+            (Limits, &["dynamodb:BatchGetItem", "dynamodb:GetItem"]),
+            (
+                NonFungibleTokens,
+                &[
+                    "dynamodb:BatchGetItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:Query",
+                    "dynamodb:UpdateItem",
+                ],
+            ),
+        ],
+    },
 ];
+
+/// The functions whose tenant credentials come from their own role rather than `TenantRole`: their
+/// tables are not the WebSocket tables.
+pub const OWN_TENANT_ROLE: &[&str] = &["decide-api"];
 
 /// STS refuses a session policy longer than this (plain text, whitespace included).
 pub const MAX_SESSION_POLICY_CHARS: usize = 2048;
@@ -292,7 +330,7 @@ mod tests {
             );
             for (kind, actions) in a.tables {
                 assert!(
-                    TableKind::WEBSOCKET.contains(kind),
+                    TableKind::WEBSOCKET.contains(kind) || OWN_TENANT_ROLE.contains(&a.function),
                     "{}: {kind:?}",
                     a.function
                 );
@@ -322,6 +360,10 @@ mod tests {
             tenants: long('t'),
             sessions: long('s'),
             counters: long('c'),
+            buckets: long('b'),
+            fungible_tokens: long('f'),
+            limits: long('l'),
+            non_fungible_tokens: long('n'),
             ..TableNames::default()
         };
         let arns = TableArns::new(ROLE, Some("ap-southeast-4")).unwrap();

@@ -87,17 +87,32 @@ pub struct NameDef {
     pub shadow: bool,
 }
 
-/// A bucket: the limit name and a canonical id, keyed `{nameId}:{id}` in DynamoDB.
+/// A bucket: the limit name and a canonical id, keyed `{nameId}:{id}` in DynamoDB, or
+/// `{tenant}:{nameId}:{id}` when a tenant's limiter scopes it ([`Limiter::for_tenant`]).
+///
+/// [`Limiter::for_tenant`]: super::Limiter::for_tenant
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct BucketKey {
     pub name: String,
     pub name_id: u16,
     pub id: String,
+    /// The tenant whose key space holds the bucket (tenant ids never contain `:`, so the first
+    /// segment of a scoped key is always its tenant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 impl BucketKey {
-    /// The interned key stored in the buckets table: `{nameId}:{id}`.
+    /// The key stored in the buckets table: `{nameId}:{id}`, after `{tenant}:` when scoped.
     pub fn key(&self) -> String {
+        match &self.scope {
+            Some(t) => format!("{t}:{}:{}", self.name_id, self.id),
+            None => self.limit_key(),
+        }
+    }
+
+    /// `{nameId}:{id}`: how the limits file's overrides are keyed, whatever the scope.
+    pub fn limit_key(&self) -> String {
         format!("{}:{}", self.name_id, self.id)
     }
 
@@ -210,6 +225,7 @@ impl LimitSet {
             name: def.name.clone(),
             name_id: def.id,
             id,
+            scope: None,
         })
     }
 
@@ -232,7 +248,7 @@ impl LimitSet {
     /// The limit for a bucket: its override if there is one, else its name's default.
     pub fn rate(&self, bucket: &BucketKey) -> Result<Rate, KeyError> {
         self.overrides
-            .get(&bucket.key())
+            .get(&bucket.limit_key())
             .or_else(|| self.defaults.get(&bucket.name_id))
             .copied()
             .ok_or_else(|| KeyError::NoLimit(bucket.name.clone()))
@@ -240,7 +256,7 @@ impl LimitSet {
 
     /// The `shards:` of the entry [`rate`](Self::rate) takes the limit from (absent: 1).
     pub fn shards(&self, bucket: &BucketKey) -> Shards {
-        let key = bucket.key();
+        let key = bucket.limit_key();
         if self.overrides.contains_key(&key) {
             return self.override_shards.get(&key).copied().unwrap_or_default();
         }

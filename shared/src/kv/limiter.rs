@@ -30,7 +30,7 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(16 * 60);
 /// Most conditional writes one operation makes. Two suffice unless other writers refund or reset
 /// the same bucket between them (each failed write returns a TAT newer than the last), or
 /// transactions conflict.
-const MAX_ATTEMPTS: usize = 4;
+pub const MAX_ATTEMPTS: usize = 4;
 
 /// The pause before a transaction retried after a conflict: 5, 10, 20 ms (no jitter).
 const CONFLICT_BACKOFF: Backoff = Backoff {
@@ -40,7 +40,9 @@ const CONFLICT_BACKOFF: Backoff = Backoff {
 };
 
 mod batch;
+mod items;
 mod lease;
+pub use items::{KeyedRefund, REFUND_KEY_TTL};
 pub use lease::{Lease, LeaseOutcome};
 mod sharded;
 pub use sharded::item_write_budget;
@@ -89,6 +91,12 @@ pub enum KvError {
     LeaseExpired(String),
     #[error("lease id {0:?} must be 1-200 printable characters")]
     BadLeaseId(String),
+    #[error("idempotency key {0:?} must be 1-200 printable characters")]
+    BadIdempotencyKey(String),
+    /// A keyed refund writes one bucket item with its marker; a sharded limit's refund goes to
+    /// whichever shard has room.
+    #[error("limit {0} is sharded: a refund with an idempotency key needs a limit of one item")]
+    ShardedKeyedRefund(String),
     #[error("a batch needs at least one limit")]
     EmptyBatch,
     #[error("a batch of {0} limits exceeds DynamoDB's {MAX_BATCH} items per transaction")]
@@ -154,6 +162,8 @@ pub struct Limiter {
     /// Which shards a sharded spend tries, and the write budget behind `shards: auto`.
     picker: crate::shard::Picker,
     item_write_budget: u64,
+    /// The tenant whose key space every item key starts in ([`Limiter::for_tenant`]).
+    scope: Option<crate::ids::TenantId>,
 }
 
 impl Limiter {
@@ -167,7 +177,22 @@ impl Limiter {
             pending: Held::default(),
             picker: crate::shard::Picker::default(),
             item_write_budget: crate::shard::DEFAULT_ITEM_WRITE_BUDGET,
+            scope: None,
         }
+    }
+
+    /// A limiter whose every item (bucket, shard, lease, refund marker) is keyed in `tenant`'s key
+    /// space, `{tenant}:...`, so tenant-scoped credentials (`dynamodb:LeadingKeys`) confine it and
+    /// the key guard checks each bucket it locates. The limits file is shared: overrides still
+    /// match `Name:id`.
+    pub fn for_tenant(mut self, tenant: &crate::ids::TenantId) -> Self {
+        self.scope = Some(tenant.clone());
+        self
+    }
+
+    /// The tenant this limiter is scoped to, if any.
+    pub fn scope(&self) -> Option<&crate::ids::TenantId> {
+        self.scope.as_ref()
     }
 
     pub fn with_ttl_margin(mut self, margin: Duration) -> Self {
@@ -226,7 +251,12 @@ impl Limiter {
 
     /// The bucket of `name` for `id` as the limits `set` places it.
     fn locate_in(&self, set: &LimitSet, name: &str, id: &str) -> Result<Located, KvError> {
-        let bucket = set.bucket(name, id)?;
+        let mut bucket = set.bucket(name, id)?;
+        if let Some(t) = &self.scope {
+            bucket.scope = Some(t.to_string());
+            crate::isolation::check_key(t, &bucket.key())
+                .map_err(|e| KvError::Store(crate::Error::CrossTenantKey(e)))?;
+        }
         let rate = set.rate(&bucket)?;
         let shards = self.shard_count(set, &bucket, &rate);
         Ok(Located {
@@ -480,22 +510,6 @@ impl Limiter {
         Ok(Self::outcome(bucket, rate, d))
     }
 
-    /// The stored item of a bucket (`None` if absent).
-    ///
-    /// DynamoDB calls: **1** strongly consistent `GetItem`.
-    pub async fn read(&self, bucket_key: &str) -> Result<Option<Item>, KvError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(super::attr::BUCKET, s(bucket_key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| crate::Error::dynamo("GetItem", e))?;
-        Ok(out.item().cloned())
-    }
-
     /// Gives `cost` tokens back to a bucket, never above its burst. Refused (not allowed) when the
     /// bucket is already full. Applied at most once, even when an answer is lost and the write is
     /// sent again (decision 0601); an error after such a loss may still mean it was applied, so a
@@ -522,35 +536,6 @@ impl Limiter {
         self.write_item(Op::Refund, &at.bucket, item, cost, now)
             .await
             .map_err(|(e, _)| e)
-    }
-
-    /// Empties the bucket's record, so it is full again (and its state starts over).
-    ///
-    /// DynamoDB calls: **1** `DeleteItem`.
-    pub async fn reset(&self, name: &str, id: &str, now: Timestamp) -> Result<Outcome, KvError> {
-        let at = self.locate(name, id)?;
-        if at.shards > 1 {
-            self.reset_shards(&at.bucket, at.shards).await?;
-        } else {
-            self.delete_bucket(&at.bucket.key()).await?;
-        }
-        let d = gcra::spend(&at.rate, None, now, 0)?;
-        Ok(Self::outcome(&at.bucket, at.rate, d))
-    }
-
-    /// Deletes one bucket item and forgets what this process knew of it. DynamoDB calls: **1**
-    /// `DeleteItem`.
-    async fn delete_bucket(&self, key: &str) -> Result<(), KvError> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .key(super::attr::BUCKET, s(key))
-            .send()
-            .await
-            .map_err(|e| crate::Error::dynamo("DeleteItem", e))?;
-        self.remember(key, None);
-        self.pending.forget(key);
-        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@ pub mod write;
 
 pub use config::{BucketKey, KeyError, LimitSet, Limits, LoadError, NameDef, Problem};
 pub use limiter::{
-    item_write_budget, BatchOutcome, KvError, Lease, LeaseOutcome, Limiter, Outcome,
+    item_write_budget, BatchOutcome, KeyedRefund, KvError, Lease, LeaseOutcome, Limiter, Outcome,
 };
 pub use names::IdFormat;
 

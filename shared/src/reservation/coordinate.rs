@@ -11,6 +11,9 @@
 pub const SEPARATOR: char = ':';
 /// DynamoDB's limit on a partition key value, in UTF-8 bytes.
 pub const MAX_COORDINATE_BYTES: usize = 2048;
+/// DynamoDB's limit on a sort key value, in UTF-8 bytes: the account id is the sort key of the
+/// pair's limit row, read by every cold reservation, so a longer one could never reserve.
+pub const MAX_ACCOUNT_BYTES: usize = 1024;
 
 /// Why (resource, account) has no coordinate. Each variant names the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +32,8 @@ pub enum CoordinateError {
         len: usize,
         max: usize,
     },
+    #[error("the account id is {len} bytes; a limit row's sort key allows {max}")]
+    AccountTooLong { len: usize, max: usize },
 }
 
 /// `"{resource}:{account}"`, or why the pair cannot be encoded unambiguously.
@@ -46,6 +51,12 @@ pub fn encode(resource: &str, account: &str) -> Result<String, CoordinateError> 
     if resource.contains(SEPARATOR) {
         return Err(CoordinateError::SeparatorInResource {
             resource: resource.to_string(),
+        });
+    }
+    if account.len() > MAX_ACCOUNT_BYTES {
+        return Err(CoordinateError::AccountTooLong {
+            len: account.len(),
+            max: MAX_ACCOUNT_BYTES,
         });
     }
     let len = resource.len() + SEPARATOR.len_utf8() + account.len();
@@ -129,12 +140,18 @@ mod tests {
     }
 
     #[test]
-    fn the_key_size_limit_is_checked_before_dynamodb_sees_it() {
+    fn the_key_size_limits_are_checked_before_dynamodb_sees_them() {
         let long = "a".repeat(MAX_COORDINATE_BYTES);
+        let resource = &long[..MAX_COORDINATE_BYTES - MAX_ACCOUNT_BYTES];
         assert!(matches!(
-            encode("emr", &long),
-            Err(CoordinateError::TooLong { len: 2052, .. })
+            encode(resource, &long[..MAX_ACCOUNT_BYTES]),
+            Err(CoordinateError::TooLong { len: 2049, .. })
         ));
-        assert!(encode("emr", &long[..MAX_COORDINATE_BYTES - 4]).is_ok());
+        assert!(encode(&resource[1..], &long[..MAX_ACCOUNT_BYTES]).is_ok());
+        // The account is the sort key of the pair's limit row, which DynamoDB caps at 1,024 bytes.
+        assert!(matches!(
+            encode("emr", &long[..MAX_ACCOUNT_BYTES + 1]),
+            Err(CoordinateError::AccountTooLong { len: 1025, .. })
+        ));
     }
 }

@@ -289,6 +289,14 @@ impl NonFungibleLimiter {
         self.inner.ledgers.get(coordinate)
     }
 
+    /// The live reservations and tokens of a coordinate as this process last saw its ledger
+    /// (`None`: not seen), for an answer's remaining capacity. No call; after a reservation this
+    /// process admitted, it counts that one.
+    pub fn seen_live(&self, coordinate: &str) -> Option<u64> {
+        let now = self.inner.clock.now();
+        self.cached_view(coordinate).map(|v| lock(&v).live(now))
+    }
+
     /// Shard `k`'s view from one strongly consistent GetItem, cached as the coordinate's view.
     async fn read_shard(&self, coordinate: &str, k: u32) -> Result<SharedView> {
         let l = self.read_ledger(coordinate, k).await?;

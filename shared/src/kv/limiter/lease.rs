@@ -75,9 +75,13 @@ enum Tx {
 /// The lease item's key, `~lease:{n}:{bucket}:{leaseId}` with `n` the length of the bucket key: ids
 /// are scoped to their bucket (a lease id reused on another bucket is another lease there), and
 /// the length keeps a bucket id and a lease id that both contain `:` from meeting on one key.
+/// A tenant's lease keys start with `{tenant}:` like its buckets.
 fn lease_key(bucket: &BucketKey, lease_id: &str) -> String {
     let b = bucket.key();
-    format!("{LEASE_PREFIX}{}:{b}:{lease_id}", b.len())
+    match &bucket.scope {
+        Some(t) => format!("{t}:{LEASE_PREFIX}{}:{b}:{lease_id}", b.len()),
+        None => format!("{LEASE_PREFIX}{}:{b}:{lease_id}", b.len()),
+    }
 }
 
 /// The condition that the lease item is still as read (`#a` amount, `#u` heldUntil), and its

@@ -53,10 +53,14 @@ impl Limiter {
         )
     }
 
-    /// Shard `i`'s item key, `{nameId}/{i}:{id}`: the shard number sits before the first `:`,
-    /// where no id can reach, so it never collides with an unsharded bucket `{nameId}:{id}`.
+    /// Shard `i`'s item key, `{nameId}/{i}:{id}` (after `{tenant}:` when scoped): the shard number
+    /// sits before the `:` that ends the name number, where no id can reach, so it never collides
+    /// with an unsharded bucket `{nameId}:{id}`.
     pub fn shard_key(bucket: &BucketKey, i: u32) -> String {
-        format!("{}/{i}:{}", bucket.name_id, bucket.id)
+        match &bucket.scope {
+            Some(t) => format!("{t}:{}/{i}:{}", bucket.name_id, bucket.id),
+            None => format!("{}/{i}:{}", bucket.name_id, bucket.id),
+        }
     }
 
     /// The items a write of `cost` on a limit of `n` > 1 shards tries: up to [`TRIES`] distinct
