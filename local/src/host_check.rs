@@ -12,7 +12,9 @@
 //!   other (another site, `null` from a sandboxed frame or a file) is refused with 403. Clients that
 //!   send no `Origin` (curl, backends, the functions' SDK) are not browsers' cross-site requests;
 //! - on the HTTP listener a `POST` must be `Content-Type: application/json` (415 otherwise), which a
-//!   page can only send after a preflight this stack never answers.
+//!   page can only send after a preflight this stack never answers. The decide API's `/v1/` paths
+//!   are left to the function, which refuses other media types itself as it does when deployed,
+//!   after routing (so an undeclared method is its 405, not this 415).
 //!
 //! Refusals are `application/problem+json` with a `message`, like the session API's.
 
@@ -56,6 +58,9 @@ pub struct Guard {
     /// Whether a `POST` must carry `Content-Type: application/json`.
     pub json_posts: bool,
 }
+
+/// Paths whose function checks the media type itself (the decide API's).
+const OWN_MEDIA_CHECK: &str = "/v1/";
 
 /// The refusal body every local guard answers with (RFC 9457, plus `message`).
 fn refuse(status: StatusCode, message: String) -> Response {
@@ -118,6 +123,7 @@ pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
     }
     if guard.json_posts
         && req.method() == Method::POST
+        && !req.uri().path().starts_with(OWN_MEDIA_CHECK)
         && !is_json(req.headers().get(header::CONTENT_TYPE))
     {
         let got = req

@@ -285,7 +285,14 @@ async fn check_function(build_dir: &Path, function_id: &str, binary: &str) -> Ve
     let stack = Stack::named(
         &t,
         env.prefix.trim_end_matches('-'),
-        &[("TenantIsolation", "Disabled")],
+        &[
+            ("TenantIsolation", "Disabled"),
+            // The backend roles the decide API's caller role trusts (the samples are its sessions).
+            (
+                "SessionCallerPrincipal",
+                "arn:aws:iam::123456789012:role/backend",
+            ),
+        ],
     );
     let mut vars: BTreeMap<String, String> = stack.environment(function_id);
     let names = TableNames::from_vars(&Vars::from_pairs(vars.clone())).expect("table names");
@@ -385,7 +392,7 @@ async fn every_built_artifact_answers_its_sample_events_as_the_handler_tests_exp
     ));
     let t = load_template();
     let functions = Stack::named(&t, "turnstile", &[]).functions();
-    assert_eq!(functions.len(), 8, "{functions:?}");
+    assert_eq!(functions.len(), 9, "{functions:?}");
     // Every expectation belongs to a function that exists and a sample that exists.
     for (f, e, _, _) in EXPECTED {
         assert!(functions.values().any(|b| b == f), "EXPECTED names {f}");

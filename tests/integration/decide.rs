@@ -656,5 +656,15 @@ async fn iam_callers_are_bound_by_their_role_session_name() {
     )
     .await;
     assert_eq!(other.status, 403);
+    // Without backend roles the template runs the function `jwt` with no role: a signed request,
+    // even as the role's session, binds no tenant.
+    let (jwt_env, jwt_st) = world().await;
+    let signed = call(
+        &jwt_env,
+        &jwt_st,
+        with_arn("arn:aws:sts::123456789012:assumed-role/decide-caller/acme"),
+    )
+    .await;
+    assert_eq!(signed.status, 403, "{}", signed.body);
     let _ = env.clock.now();
 }

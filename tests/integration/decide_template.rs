@@ -116,9 +116,13 @@ fn the_decide_api_has_a_function_url_and_an_http_api_and_binds_callers() {
     let f = &t["Resources"]["DecideApiFunction"]["Properties"];
     assert_eq!(f["FunctionUrlConfig"]["AuthType"], "AWS_IAM");
     let vars = &f["Environment"]["Variables"];
-    assert_eq!(vars["TURNSTILE_DECIDE_AUTH"], "iam");
+    // IAM callers bind through DecideCallerRole when backend roles are named; JWT claims otherwise.
     assert_eq!(
-        vars["TURNSTILE_DECIDE_IAM_ROLE_ARN"]["Fn::GetAtt"][0],
+        vars["TURNSTILE_DECIDE_AUTH"]["Fn::If"],
+        serde_json::json!(["DecideBindsIamCallers", "iam", "jwt"])
+    );
+    assert_eq!(
+        vars["TURNSTILE_DECIDE_IAM_ROLE_ARN"]["Fn::If"][1]["Fn::GetAtt"][0],
         "DecideCallerRole"
     );
     assert_eq!(

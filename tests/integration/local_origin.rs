@@ -92,6 +92,7 @@ async fn other_origins_and_posts_that_are_not_json_are_refused() {
         ("GET", session.as_str()),
         ("DELETE", session.as_str()),
         ("GET", &format!("{http}/dashboard/state")),
+        ("POST", &format!("{http}/v1/limits/spend")),
     ] {
         for origin in [FOREIGN, "null", "http://127.0.0.1:1"] {
             let r = send(method, url, &[("Origin", origin), json_type], Some("{}")).await;

@@ -16,7 +16,7 @@ use turnstile_local::functions::LocalFunctions;
 use turnstile_local::http_api::Rule;
 use turnstile_local::stack::{Stack, StackConfig};
 use turnstile_local::stream_bridge::StartAt;
-use turnstile_tests::http::{request, request_with};
+use turnstile_tests::http::{request, request_exact, request_with};
 use turnstile_tests::TestEnv;
 
 pub(crate) type Socket =
@@ -698,5 +698,16 @@ async fn the_local_stack_serves_the_decide_api_under_v1() {
     let r = request_with("POST", &url, &auth, Some(&big)).await.unwrap();
     assert_eq!(r.status, 413, "{}", r.body);
     assert_eq!(r.json()["field"], "body");
+    // The media type is the function's to judge, after routing, as deployed: an undeclared method
+    // is its 405 with or without a content type, a body that is not JSON its 415.
+    let state = format!("{base}/v1/limits/state?name=PerUser&id=u1");
+    let r = request_exact("POST", &state, &auth, None).await.unwrap();
+    assert_eq!(r.status, 405, "{}", r.body);
+    let plain = [auth[0], ("Content-Type", "text/plain")];
+    let r = request_exact("POST", &url, &plain, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 415, "{}", r.body);
+    assert_eq!(r.json()["field"], "Content-Type");
     l.shutdown().await;
 }

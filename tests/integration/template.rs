@@ -2050,14 +2050,15 @@ impl Stack<'_> {
 const BACKEND_ROLES: &str =
     "arn:aws:iam::123456789012:role/backend-a,arn:aws:iam::123456789012:role/team/backend-b";
 
-/// The principals `SessionCallerRole` trusts, or `None` when these parameters create no such role.
-fn session_caller_principals(stack: &Stack) -> Option<Vec<String>> {
-    if !stack.exists("SessionCallerRole") {
+/// The roles whose session name is the caller's tenant: the session API's and the decide API's.
+const CALLER_ROLES: [&str; 2] = ["SessionCallerRole", "DecideCallerRole"];
+
+/// The principals caller role `name` trusts, or `None` when these parameters create no such role.
+fn caller_principals(stack: &Stack, name: &str) -> Option<Vec<String>> {
+    if !stack.exists(name) {
         return None;
     }
-    let role = stack
-        .eval(&stack.resource("SessionCallerRole")["Properties"])
-        .unwrap();
+    let role = stack.eval(&stack.resource(name)["Properties"]).unwrap();
     let statements = role["AssumeRolePolicyDocument"]["Statement"]
         .as_array()
         .unwrap();
@@ -2074,7 +2075,7 @@ fn session_caller_principals(stack: &Stack) -> Option<Vec<String>> {
     Some(principals)
 }
 
-/// `SessionCallerRole` takes the caller's tenant from its `tenantId` principal tag, so whoever may
+/// `SessionCallerRole` and `DecideCallerRole` take the caller's tenant from its `tenantId` principal tag, so whoever may
 /// assume it must be a named backend role: trusting the account would let any principal that can
 /// tag itself (`iam:TagUser`, `iam:TagRole`) or pass session tags act as any tenant. With IAM and
 /// `role-session-name`, the template refuses to deploy until `SessionCallerPrincipal` names roles,
@@ -2100,8 +2101,14 @@ fn the_session_caller_role_trusts_only_named_backend_roles() {
     named.push(("SessionCallerPrincipal", BACKEND_ROLES));
     let stack = Stack::new(&t, &named);
     assert_eq!(stack.rule_failures(), Vec::<String>::new());
-    let principals = session_caller_principals(&stack).expect("SessionCallerRole");
-    assert_eq!(principals, BACKEND_ROLES.split(',').collect::<Vec<_>>());
+    for role in CALLER_ROLES {
+        let principals = caller_principals(&stack, role).expect(role);
+        assert_eq!(
+            principals,
+            BACKEND_ROLES.split(',').collect::<Vec<_>>(),
+            "{role}"
+        );
+    }
     // The parameter takes role ARNs only (CloudFormation checks AllowedPattern).
     let param = &t["Parameters"]["SessionCallerPrincipal"];
     let pattern = param["AllowedPattern"].as_str().unwrap_or_default();
@@ -2120,15 +2127,17 @@ fn the_session_caller_role_trusts_only_named_backend_roles() {
     ] {
         let stack = Stack::new(&t, &other);
         assert_eq!(stack.rule_failures(), Vec::<String>::new(), "{other:?}");
-        assert_eq!(session_caller_principals(&stack), None, "{other:?}");
+        for role in CALLER_ROLES {
+            assert_eq!(caller_principals(&stack, role), None, "{role} {other:?}");
+        }
     }
     // Every parameter set the other checks run under deploys.
     for (variant, params) in variants() {
         let stack = Stack::new(&t, &params);
         assert_eq!(stack.rule_failures(), Vec::<String>::new(), "{variant}");
-        if let Some(p) = session_caller_principals(&stack) {
-            for arn in p {
-                assert!(arn.contains(":role/"), "{variant}: trusts {arn}");
+        for role in CALLER_ROLES {
+            for arn in caller_principals(&stack, role).unwrap_or_default() {
+                assert!(arn.contains(":role/"), "{variant}: {role} trusts {arn}");
             }
         }
     }
