@@ -431,6 +431,121 @@ CC_NOTES = {
 }
 
 
+# The decide API's all-in price per million decisions (issue 37): DynamoDB from the measured write and
+# read units (capacity's prices), plus Lambda and the front door at the AWS list prices below
+# (us-east-1, the same region as capacity's). Lambda's billed duration cannot be measured without
+# AWS: it is the handler's CPU plus its DynamoDB round trip; DECIDE_BILLED_MS is an assumption,
+# stated beside the figure with what each further millisecond costs.
+LAMBDA_USD_PER_MILLION_REQUESTS = 0.20
+LAMBDA_USD_PER_GB_SECOND_ARM64 = 0.0000133334
+HTTP_API_USD_PER_MILLION_REQUESTS = 1.00  # first 300 million a month
+FUNCTION_URL_USD_PER_MILLION_REQUESTS = 0.0  # billed as the Lambda request only
+DECIDE_BILLED_MS = 10
+DECIDE_USD_TARGET = 1.00
+DECIDE_CPU_FACTOR = 2.0
+DECIDE_ROUTES = [("function URL (AWS_IAM)", FUNCTION_URL_USD_PER_MILLION_REQUESTS),
+                 ("HTTP API `ANY /v1/{proxy+}`", HTTP_API_USD_PER_MILLION_REQUESTS)]
+
+
+def lambda_memory_mb() -> int | None:
+    """The functions' memory as template.yaml's Globals set it (the decide function keeps it)."""
+    text = (Path(__file__).resolve().parent.parent / "template.yaml").read_text()
+    glob = text.split("\nGlobals:", 1)[-1].split("\nResources:", 1)[0]
+    for line in glob.splitlines():
+        if line.strip().startswith("MemorySize:"):
+            return int(line.split(":", 1)[1].strip())
+    return None
+
+
+def decide_usd(spend: dict[str, Any] | None) -> list[tuple[str, float | None, str]]:
+    """(route, $ per million spends all in, how it adds up) for each front door."""
+    mem = lambda_memory_mb()
+    db = usd(spend) if spend else None
+    if db is None or mem is None:
+        return [(route, None, "not measured") for route, _ in DECIDE_ROUTES]
+    per_ms = mem / 1024 * 0.001 * LAMBDA_USD_PER_GB_SECOND_ARM64 * 1e6
+    duration = DECIDE_BILLED_MS * per_ms
+    out = []
+    for route, door in DECIDE_ROUTES:
+        total = db + LAMBDA_USD_PER_MILLION_REQUESTS + duration + door
+        out.append((route, total, f"DynamoDB ${db:.3f} + Lambda requests ${LAMBDA_USD_PER_MILLION_REQUESTS:.2f} + "
+                                  f"duration ${duration:.3f} ({DECIDE_BILLED_MS} ms at {mem} MB arm64; ${per_ms:.4f} per "
+                                  f"further ms) + front door ${door:.2f}"))
+    return out
+
+
+def decide_parts(data: dict[str, Any]) -> dict[str, Any]:
+    tp = [r for r in data["throughput"] if r["implementation"] == "turnstile"]
+    cc = {r["workload"]: r for r in data.get("client_cost") or [] if r["implementation"] == "turnstile"}
+    return {"spend": find(tp, "turnstile", "local-stack-decide-spend", 1),
+            "handler": cc.get("decide-handler-spend"), "library": cc.get("gcra-spend")}
+
+
+def decide_targets(data: dict[str, Any]) -> list[dict[str, str]]:
+    """The decide API's targets: 1 call and 1 WCU per spend, the handler's CPU within 2x the library
+    call's, the cheapest route within $1.00 per million all in."""
+    d = decide_parts(data)
+    out = []
+    sp = d["spend"]
+    if sp is None:
+        out.append({"target": "1 call and 1 WCU per decide API spend", "status": "not measured", "evidence": "—"})
+    else:
+        ok = abs(sp["calls_per_decision"] - 1) < 1e-9 and abs((sp.get("write_units_per_decision") or 0) - 1) < 1e-9
+        out.append({"target": "1 call and 1 WCU per decide API spend", "status": "met" if ok else "NOT MET",
+                    "evidence": f"`local-stack-decide-spend` at c = 1: {f(sp['calls_per_decision'])} calls, "
+                                f"{f(sp.get('write_units_per_decision'))} WCU per decision"})
+    h, lib = d["handler"], d["library"]
+    q = ratio(h["cpu_us_per_decision"], lib["cpu_us_per_decision"]) if h and lib else None
+    out.append({"target": f"decide handler CPU/decision ≤ {DECIDE_CPU_FACTOR:g} × the in-process client's",
+                "status": "not measured" if q is None else ("met" if q <= DECIDE_CPU_FACTOR else "NOT MET"),
+                "evidence": "—" if q is None else
+                f"`decide-handler-spend` {f(h['cpu_us_per_decision'], 1)} vs `gcra-spend` "
+                f"{f(lib['cpu_us_per_decision'], 1)} µs: {fx(q)}"})
+    routes = [r for r in decide_usd(sp) if r[1] is not None]
+    best = min(routes, key=lambda r: r[1]) if routes else None
+    out.append({"target": f"cheapest decide route ≤ ${DECIDE_USD_TARGET:.2f} per million decisions all in",
+                "status": "not measured" if best is None else ("met" if best[1] <= DECIDE_USD_TARGET else "NOT MET"),
+                "evidence": "—" if best is None else f"{best[0]}: ${best[1]:.2f} ({best[2]})"})
+    return out
+
+
+def decide_section(data: dict[str, Any]) -> list[str]:
+    """The decide API beside the library call it serves."""
+    d = decide_parts(data)
+    tp = [r for r in data["throughput"] if r["implementation"] == "turnstile"]
+    out = ["## The decide API beside the library", "",
+           "The same spend three ways: `gcra-spend` is the library call in process; `decide-handler-spend` is the "
+           "decide API's handler alone (the payload 2.0 event's JSON read, `decide_api::handle`, the answer written "
+           "as JSON: what the Lambda runtime runs, no HTTP); `local-stack-decide-spend` (and `-take`) go through "
+           "`turnstile dev`'s HTTP API with a kept-alive connection per worker, so they add the local gateway and "
+           "an HTTP client, all in one process. CPU from the client-cost phase (the stub answers DynamoDB).", "",
+           "| workload | p50 ms c = 1 / 8 / 32 | p99 ms c = 1 / 8 / 32 | decisions/s c = 1 / 8 / 32 | calls/decision "
+           "| WCU/decision | CPU µs/decision |",
+           "|---|---|---|---|---:|---:|---:|"]
+    cc = {r["workload"]: r for r in data.get("client_cost") or [] if r["implementation"] == "turnstile"}
+    for wl in ["gcra-spend", "decide-handler-spend", "local-stack-decide-spend", "fungible-get-token-per-account",
+               "local-stack-decide-take"]:
+        rows = [find(tp, "turnstile", wl, c) for c in (1, 8, 32)]
+        if not any(rows):
+            continue
+        col = lambda k, dg=2: " / ".join(f(r[k], dg) if r else "—" for r in rows)
+        first = next(r for r in rows if r)
+        out.append(f"| `{wl}` | {col('p50_ms')} | {col('p99_ms')} | {col('decisions_per_s', 0)} "
+                   f"| {f(first['calls_per_decision'])} | {f(first.get('write_units_per_decision'))} "
+                   f"| {f(cc[wl]['cpu_us_per_decision'], 1) if wl in cc else '—'} |")
+    out += ["", "Per million warm spends, all in (DynamoDB + Lambda + the front door), at AWS list prices "
+            f"({capacity.PRICE_REGION.split(',')[0]}): Lambda ${LAMBDA_USD_PER_MILLION_REQUESTS:.2f} per million requests "
+            f"and ${LAMBDA_USD_PER_GB_SECOND_ARM64} per GB-second on arm64; HTTP API "
+            f"${HTTP_API_USD_PER_MILLION_REQUESTS:.2f} per million requests; a function URL adds nothing to the "
+            f"Lambda request. **The billed duration ({DECIDE_BILLED_MS} ms) is an assumption**: the handler's CPU is "
+            "measured above, its DynamoDB round trip in AWS is not.", "",
+            "| route | $ per million decisions | how it adds up |", "|---|---:|---|"]
+    for route, total, how in decide_usd(d["spend"]):
+        out.append(f"| {route} | {'—' if total is None else f'${total:.2f}'} | {how} |")
+    out.append("")
+    return out
+
+
 def usd(r: dict[str, Any]) -> float | None:
     w, rd = r.get("write_units_per_decision"), r.get("read_units_per_decision")
     if w is None and rd is None:
@@ -559,6 +674,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                             + (f" (accuracy not yet measurable for {', '.join(w for w in pending if specs[w]['accuracy'])})"
                                if any(specs[w]['accuracy'] for w in pending) else "")})
     out += cc_targets(data)
+    out += decide_targets(data)
     return out
 
 
@@ -844,6 +960,7 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
     w("")
 
     L.extend(cc_section(data))
+    L.extend(decide_section(data))
 
     w("## Cold start of each function binary")
     w("")

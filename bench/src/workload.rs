@@ -292,6 +292,19 @@ pub fn registry() -> Vec<Spec> {
             }),
         },
         Spec {
+            id: "decide-handler-spend",
+            title: "Decide API handler alone: POST /v1/limits/spend event in, answer out (no HTTP)",
+            expected_calls: Some(1.0),
+            races: false,
+            single_call: false,
+            accuracy: true,
+            peer_workload: None,
+            refuses: false,
+            availability: Availability::Ready(|ctx, p| {
+                Box::pin(workloads::decide_handler::build(ctx, p))
+            }),
+        },
+        Spec {
             id: "local-stack-decide-take",
             title: "Local stack end to end: decide API POST /v1/tokens/take (HTTP, handler, get_token per account)",
             expected_calls: Some(1.0),

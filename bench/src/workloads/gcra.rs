@@ -17,7 +17,7 @@ use shared::table::TableKind;
 use crate::error::BenchError;
 use crate::workload::{BenchCtx, Decision, Params, Workload};
 
-const NAME: &str = "BenchSpend";
+pub(crate) const NAME: &str = "BenchSpend";
 
 pub struct GcraSpend {
     limiter: Limiter,

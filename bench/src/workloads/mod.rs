@@ -3,6 +3,7 @@
 pub mod cached_rejection;
 pub mod conflicts;
 pub mod decide_api;
+pub mod decide_handler;
 pub mod floor;
 pub mod fungible;
 pub mod gcra;
