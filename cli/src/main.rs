@@ -95,3 +95,51 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> shared::Result<()> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command's long help, the root's first, with its path (`turnstile tenant put`).
+    fn long_helps(cmd: &mut clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+        out.push((path.to_string(), cmd.render_long_help().to_string()));
+        for sub in cmd.get_subcommands_mut() {
+            let path = format!("{path} {}", sub.get_name());
+            long_helps(sub, &path, out);
+        }
+    }
+
+    /// Users have no design records: help says the thing itself, never "seed 003" or
+    /// "decision 1502".
+    #[test]
+    fn help_cites_no_seed_decision_or_issue_number() {
+        let mut root = Cli::command();
+        root.build();
+        let mut helps = Vec::new();
+        long_helps(&mut root, "turnstile", &mut helps);
+        assert!(helps.len() > 20, "walked only {} commands", helps.len());
+        let mut cited = Vec::new();
+        for (path, help) in &helps {
+            for line in help.lines() {
+                let words: Vec<String> = line
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_lowercase)
+                    .collect();
+                let cites = words.windows(2).any(|w| {
+                    matches!(w[0].as_str(), "seed" | "decision" | "issue")
+                        && w[1].starts_with(|c: char| c.is_ascii_digit())
+                });
+                if cites {
+                    cited.push(format!("{path}: {}", line.trim()));
+                }
+            }
+        }
+        assert!(
+            cited.is_empty(),
+            "help cites internal records:\n{}",
+            cited.join("\n")
+        );
+    }
+}

@@ -1,9 +1,9 @@
 //! `turnstile reconcile [--tenant T] [--dry-run]`: repairs leaked open-connection and session
-//! counts (issue 12 defect 7, decision 2204) as the scheduled `reconciler` function does, and
-//! prints its report as JSON: per tenant the count read, the truth (connection ids in its
-//! sessions), the stale ids released, and `repaired` (from → to), `consistent`, `busy` (the count
-//! moved: run again), `skipped` (why) or `deferred` (no time left this run; the next run over every
-//! tenant starts with it: decision 2205); the same for the session count under `sessions`.
+//! counts as the scheduled `reconciler` function does, and prints its report as JSON: per tenant
+//! the count read, the truth (connection ids in its sessions), the stale ids released, and
+//! `repaired` (from → to), `consistent`, `busy` (the count moved: run again), `skipped` (why) or
+//! `deferred` (no time left this run; the next run over every tenant starts with it); the same for
+//! the session count under `sessions`.
 
 use std::time::Duration;
 

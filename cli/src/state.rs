@@ -1,4 +1,4 @@
-//! `turnstile state <bucket>`: seed 002's RateLimitState of a bucket, read from DynamoDB (so it
+//! `turnstile state <bucket>`: the RateLimitState of a bucket, read from DynamoDB (so it
 //! survives restarts). Buckets: `{nameId}:{id}` or `Name:id` (the latter needs the limits file);
 //! a `table:` prefix picks another store once it registers a reader.
 
