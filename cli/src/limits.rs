@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use shared::limit::load::{self, LimitDiff, LoadOptions};
 use shared::limit::LimitStore;
-use shared::{Deps, Error, Result};
+use shared::{Error, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -37,7 +37,7 @@ enum Cmd {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let deps = Deps::from_env().await?;
+    let deps = crate::aws::deps().await?;
     let store = LimitStore::from_deps(&deps)?;
     match args.command {
         Cmd::Load {

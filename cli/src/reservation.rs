@@ -76,7 +76,7 @@ fn refusal(e: ReservationError) -> Result<serde_json::Value> {
     }
 }
 
-pub async fn run(args: Args) -> Result<()> {
+pub async fn run(args: Args) -> Result<crate::Exit> {
     let now = match &args.command {
         Cmd::Get { now, .. } | Cmd::Bind { now, .. } | Cmd::List { now, .. } => *now,
         Cmd::Delete { .. } => None,
@@ -141,5 +141,9 @@ pub async fn run(args: Args) -> Result<()> {
             json!(rows)
         }
     };
-    crate::print_json(&out)
+    crate::print_json(&out)?;
+    // A refusal is `"granted": false` (get) or `"bound": false` (bind).
+    let refused =
+        out.get("granted") == Some(&json!(false)) || out.get("bound") == Some(&json!(false));
+    Ok(crate::Exit::granted(!refused))
 }

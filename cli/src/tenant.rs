@@ -104,7 +104,7 @@ enum Cmd {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let deps = Deps::from_env().await?;
+    let deps = crate::aws::deps().await?;
     match args.command {
         Cmd::Put {
             tenant_id,
@@ -124,6 +124,19 @@ pub async fn run(args: Args) -> Result<()> {
             max_sessions_per_subject,
             ticket_in_query,
         } => {
+            if [
+                connections_per_session,
+                tenant_connections,
+                session_per_minute,
+                tenant_per_minute,
+            ] == [0; 4]
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "tenant {tenant_id} would admit no connection: every connection limit is 0. \
+                     To block a tenant on purpose, set one of them to 0 (e.g. \
+                     --tenant-connections 0)"
+                )));
+            }
             if connect_auth == tenant::ConnectAuth::None {
                 eprintln!(
                     "warning: --connect-auth none is insecure: anyone who knows a session id of \
