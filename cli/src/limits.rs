@@ -25,7 +25,7 @@ enum Cmd {
         /// Print the diff (and any conflicts) without writing.
         #[arg(long)]
         dry_run: bool,
-        /// Re-own rows of other services that the file lists (reported in "taken_over").
+        /// Re-own rows of other services that the file lists (reported in "takenOver").
         #[arg(long)]
         take_over: bool,
     },

@@ -93,8 +93,8 @@ pub async fn run(args: Args) -> Result<crate::Exit> {
             Ok(r) => json!({
                 "granted": true,
                 "coordinate": r.coordinate,
-                "reservation_id": r.id,
-                "expires_at": r.expires_at.map(|t| t.to_rfc3339()),
+                "reservationId": r.id,
+                "expiresAt": r.expires_at.map(|t| t.to_rfc3339()),
             }),
             Err(e) => refusal(e)?,
         },
@@ -125,7 +125,7 @@ pub async fn run(args: Args) -> Result<crate::Exit> {
         } => {
             let coordinate = NonFungibleLimiter::coordinate(&resource, &account)?;
             let released = limiter.release(&coordinate, &reservation_id).await?;
-            json!({"deleted": true, "released_capacity": released, "reservation_id": reservation_id})
+            json!({"deleted": true, "releasedCapacity": released, "reservationId": reservation_id})
         }
         Cmd::List {
             resource,

@@ -29,8 +29,10 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        panic!("stdout is not JSON ({e}): {stdout}\nstderr: {stderr}")
+    })
 }
 
 #[tokio::test]
@@ -153,4 +155,89 @@ async fn reconcile_dry_run_says_what_it_waits_for_and_prints_a_json_report() {
     );
     let report = json(&out);
     assert_eq!(report["tenants"][0]["tenantId"], "acme", "{report}");
+}
+
+/// Every key of `v`, at any depth, that is not camelCase (has `_` or `-`, or starts upper-case).
+fn not_camel_case(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let camel = !k.contains(['_', '-']) && !k.starts_with(char::is_uppercase);
+                if !camel && k != "@type" {
+                    out.push(format!("{path}.{k}"));
+                }
+                not_camel_case(v, &format!("{path}.{k}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| not_camel_case(v, &format!("{path}[{i}]"), out)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn json_output_is_camel_case_and_the_retry_hint_is_retry_after() {
+    let env = TestEnv::new(&[
+        TableKind::FungibleTokens,
+        TableKind::Limits,
+        TableKind::NonFungibleTokens,
+        TableKind::Buckets,
+    ])
+    .await;
+    let dir = std::env::temp_dir().join(format!("turnstile-cli-{}", env.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let limits_yaml = dir.join("limits.yaml");
+    std::fs::write(
+        &limits_yaml,
+        "names:\n  Api: { id: 1, format: string }\ndefaults:\n  Api: { burst: 1, count: 1, period: 1h }\n",
+    )
+    .unwrap();
+    let limits_json = dir.join("limits.json");
+    std::fs::write(
+        &limits_json,
+        r#"{"limits":[{"accountId":"acct-1","resourceName":"api","limit":5,"windowSec":60}]}"#,
+    )
+    .unwrap();
+    let yaml = limits_yaml.to_str().unwrap();
+    let file = limits_json.to_str().unwrap();
+    let take = [
+        "token", "take", "api", "acct-1", "--limit", "1", "--window", "3600",
+    ];
+    let spend = ["kv", "spend", "Api", "k1", "--config", yaml];
+    let get = ["reservation", "get", "emr", "acct-1", "--limit", "2"];
+    let runs: Vec<Vec<&str>> = vec![
+        take.to_vec(),
+        take.to_vec(),
+        spend.to_vec(),
+        spend.to_vec(),
+        get.to_vec(),
+        vec!["reservation", "list", "emr", "acct-1"],
+        vec!["limits", "load", file, "--service", "orders", "--dry-run"],
+        vec!["limits", "list"],
+        vec!["tables", "show"],
+    ];
+    let mut outputs = Vec::new();
+    let mut bad = Vec::new();
+    for args in &runs {
+        let out = turnstile(Some(&env), args);
+        let v = json(&out);
+        not_camel_case(&v, &args[..2].join(" "), &mut bad);
+        outputs.push(v);
+    }
+    assert!(bad.is_empty(), "keys not in camelCase: {bad:?}");
+    let id = outputs[4]["reservationId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let delete = turnstile(Some(&env), &["reservation", "delete", "emr", "acct-1", &id]);
+    not_camel_case(&json(&delete), "reservation delete", &mut bad);
+    assert!(bad.is_empty(), "keys not in camelCase: {bad:?}");
+    // The refused token and the refused spend name their retry hint as the 429 and frames do.
+    for refused in [&outputs[1], &outputs[3]] {
+        let secs = refused["retryAfter"].as_f64();
+        assert!(secs.is_some_and(|s| s > 0.0), "no retryAfter: {refused}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
