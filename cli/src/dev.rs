@@ -115,7 +115,7 @@ pub(crate) fn local_vars(deps: &mut Deps) -> Result<()> {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let mut deps = Deps::from_env().await?;
+    let mut deps = crate::aws::deps().await?;
     local_vars(&mut deps)?;
     let endpoint = deps.vars.get(shared::deps::ENDPOINT_VAR).ok_or_else(|| {
         Error::Other(format!(

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use shared::{Deps, Error, Result};
+use shared::{Error, Result};
 use turnstile_local::functions::LocalFunctions;
 use turnstile_local::lambda::Invoke;
 
@@ -32,7 +32,7 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let event: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Error::Other(format!("{}: not JSON: {e}", args.event.display())))?;
-    let mut deps = Deps::from_env().await?;
+    let mut deps = crate::aws::deps().await?;
     crate::dev::local_vars(&mut deps)?;
     let functions = LocalFunctions::new(deps, &args.management_endpoint).await?;
     let out = functions

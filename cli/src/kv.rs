@@ -9,7 +9,7 @@ use shared::clock::{Clock, SystemClock, Timestamp};
 use shared::kv::config::{parse_period, LIMITS_FILE_VAR};
 use shared::kv::instant::parse_instant;
 use shared::kv::{item_write_budget, LimitSet, Limiter, Limits};
-use shared::{Deps, Error, Result};
+use shared::{Error, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -123,15 +123,16 @@ enum Op {
     Reset,
 }
 
-pub async fn run(args: Args) -> Result<()> {
+pub async fn run(args: Args) -> Result<crate::Exit> {
     let set = load(args.config.as_deref())?;
     let (target, op) = match args.command {
         Cmd::Validate => {
-            return crate::print_json(&serde_json::json!({
+            crate::print_json(&serde_json::json!({
                 "valid": true,
                 "names": set.names(),
                 "overrides": set.override_count(),
-            }))
+            }))?;
+            return Ok(crate::Exit::Done);
         }
         Cmd::Check { target, cost } => (target, Op::Check(cost)),
         Cmd::Spend { target, cost } => (target, Op::Spend(cost)),
@@ -139,7 +140,7 @@ pub async fn run(args: Args) -> Result<()> {
         Cmd::Reset { target } => (target, Op::Reset),
         Cmd::Lease(cmd) => return lease(set, cmd).await,
     };
-    let deps = Deps::from_env().await?;
+    let deps = crate::aws::deps().await?;
     let limiter = Limiter::new(
         deps.dynamo.clone(),
         &deps.tables.buckets,
@@ -164,12 +165,13 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(obj) = value.as_object_mut() {
         obj.insert("now".into(), serde_json::Value::String(now.to_rfc3339()));
     }
-    crate::print_json(&value)
+    crate::print_json(&value)?;
+    Ok(crate::Exit::granted(outcome.decision.allowed))
 }
 
 /// `turnstile kv lease ...`: one lease operation, printed as JSON.
-async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<()> {
-    let deps = Deps::from_env().await?;
+async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<crate::Exit> {
+    let deps = crate::aws::deps().await?;
     let limiter = Limiter::new(
         deps.dynamo.clone(),
         &deps.tables.buckets,
@@ -203,5 +205,6 @@ async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<()> {
         }
     }
     .map_err(|e| Error::Other(e.to_string()))?;
-    crate::print_json(&outcome)
+    crate::print_json(&outcome)?;
+    Ok(crate::Exit::granted(outcome.granted))
 }

@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use shared::limit::load::{self, LimitDiff, LoadOptions};
 use shared::limit::LimitStore;
-use shared::{Deps, Error, Result};
+use shared::{Error, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,7 +25,7 @@ enum Cmd {
         /// Print the diff (and any conflicts) without writing.
         #[arg(long)]
         dry_run: bool,
-        /// Re-own rows of other services that the file lists (reported in "taken_over").
+        /// Re-own rows of other services that the file lists (reported in "takenOver").
         #[arg(long)]
         take_over: bool,
     },
@@ -37,7 +37,7 @@ enum Cmd {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let deps = Deps::from_env().await?;
+    let deps = crate::aws::deps().await?;
     let store = LimitStore::from_deps(&deps)?;
     match args.command {
         Cmd::Load {

@@ -1,6 +1,10 @@
 //! `turnstile`: the operator CLI. Each subcommand lives in its own module and only translates
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
+//!
+//! Exit status: 0 done (or granted), 1 an error (nothing decided; the message is on stderr), 2 a
+//! usage error (clap's), 3 refused (a limit said no; the decision is still printed on stdout).
 
+mod aws;
 mod dev;
 mod invoke;
 mod kv;
@@ -27,6 +31,8 @@ struct Cli {
     /// Log as JSON lines instead of text (also TURNSTILE_LOG_FORMAT=json).
     #[arg(long, global = true)]
     json_logs: bool,
+    #[command(flatten)]
+    aws: aws::Options,
     #[command(subcommand)]
     command: Command,
 }
@@ -57,29 +63,65 @@ enum Command {
     Reconcile(reconcile::Args),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How a command ended, when it did not fail: the exit status's meaning is documented in
+/// docs/cli.md ("Exit status").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Done,
+    /// A limit said no (the decision is on stdout).
+    Refused,
+}
+
+impl Exit {
+    /// `Done` for a granted decision, `Refused` otherwise.
+    pub(crate) fn granted(granted: bool) -> Self {
+        if granted {
+            Exit::Done
+        } else {
+            Exit::Refused
+        }
+    }
+}
+
+/// A refusal's exit status (0 done, 1 error, 2 usage error).
+const REFUSED: u8 = 3;
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before the runtime's threads exist: the options become the variables the SDK reads.
+    cli.aws.export();
     shared::telemetry::init_cli(cli.json_logs);
-    let result = match cli.command {
-        Command::Tables(args) => tables::run(args).await,
-        Command::Dev(args) => dev::run(args).await,
-        Command::Invoke(args) => invoke::run(args).await,
-        Command::Token(args) => token::run(args).await,
-        Command::Reservation(args) => reservation::run(args).await,
-        Command::Limits(args) => limits::run(args).await,
-        Command::Kv(args) => kv::run(args).await,
-        Command::State(args) => state::run(args).await,
-        Command::Tenant(args) => tenant::run(args).await,
-        Command::Tickets(args) => tickets::run(args).await,
-        Command::Reconcile(args) => reconcile::run(args).await,
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    match runtime.block_on(run(cli.command)) {
+        Ok(Exit::Done) => ExitCode::SUCCESS,
+        Ok(Exit::Refused) => ExitCode::from(REFUSED),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn run(command: Command) -> shared::Result<Exit> {
+    let done = |r: shared::Result<()>| r.map(|()| Exit::Done);
+    match command {
+        Command::Tables(args) => done(tables::run(args).await),
+        Command::Dev(args) => done(dev::run(args).await),
+        Command::Invoke(args) => done(invoke::run(args).await),
+        Command::Token(args) => token::run(args).await,
+        Command::Reservation(args) => reservation::run(args).await,
+        Command::Limits(args) => done(limits::run(args).await),
+        Command::Kv(args) => kv::run(args).await,
+        Command::State(args) => done(state::run(args).await),
+        Command::Tenant(args) => done(tenant::run(args).await),
+        Command::Tickets(args) => done(tickets::run(args).await),
+        Command::Reconcile(args) => done(reconcile::run(args).await),
     }
 }
 
@@ -93,5 +135,53 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> shared::Result<()> {
             Err(shared::Error::Other(format!("writing output: {e}")))
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command's long help, the root's first, with its path (`turnstile tenant put`).
+    fn long_helps(cmd: &mut clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+        out.push((path.to_string(), cmd.render_long_help().to_string()));
+        for sub in cmd.get_subcommands_mut() {
+            let path = format!("{path} {}", sub.get_name());
+            long_helps(sub, &path, out);
+        }
+    }
+
+    /// Users have no design records: help says the thing itself, never "seed 003" or
+    /// "decision 1502".
+    #[test]
+    fn help_cites_no_seed_decision_or_issue_number() {
+        let mut root = Cli::command();
+        root.build();
+        let mut helps = Vec::new();
+        long_helps(&mut root, "turnstile", &mut helps);
+        assert!(helps.len() > 20, "walked only {} commands", helps.len());
+        let mut cited = Vec::new();
+        for (path, help) in &helps {
+            for line in help.lines() {
+                let words: Vec<String> = line
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_lowercase)
+                    .collect();
+                let cites = words.windows(2).any(|w| {
+                    matches!(w[0].as_str(), "seed" | "decision" | "issue")
+                        && w[1].starts_with(|c: char| c.is_ascii_digit())
+                });
+                if cites {
+                    cited.push(format!("{path}: {}", line.trim()));
+                }
+            }
+        }
+        assert!(
+            cited.is_empty(),
+            "help cites internal records:\n{}",
+            cited.join("\n")
+        );
     }
 }

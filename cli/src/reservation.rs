@@ -76,7 +76,7 @@ fn refusal(e: ReservationError) -> Result<serde_json::Value> {
     }
 }
 
-pub async fn run(args: Args) -> Result<()> {
+pub async fn run(args: Args) -> Result<crate::Exit> {
     let now = match &args.command {
         Cmd::Get { now, .. } | Cmd::Bind { now, .. } | Cmd::List { now, .. } => *now,
         Cmd::Delete { .. } => None,
@@ -93,8 +93,8 @@ pub async fn run(args: Args) -> Result<()> {
             Ok(r) => json!({
                 "granted": true,
                 "coordinate": r.coordinate,
-                "reservation_id": r.id,
-                "expires_at": r.expires_at.map(|t| t.to_rfc3339()),
+                "reservationId": r.id,
+                "expiresAt": r.expires_at.map(|t| t.to_rfc3339()),
             }),
             Err(e) => refusal(e)?,
         },
@@ -125,7 +125,7 @@ pub async fn run(args: Args) -> Result<()> {
         } => {
             let coordinate = NonFungibleLimiter::coordinate(&resource, &account)?;
             let released = limiter.release(&coordinate, &reservation_id).await?;
-            json!({"deleted": true, "released_capacity": released, "reservation_id": reservation_id})
+            json!({"deleted": true, "releasedCapacity": released, "reservationId": reservation_id})
         }
         Cmd::List {
             resource,
@@ -141,5 +141,9 @@ pub async fn run(args: Args) -> Result<()> {
             json!(rows)
         }
     };
-    crate::print_json(&out)
+    crate::print_json(&out)?;
+    // A refusal is `"granted": false` (get) or `"bound": false` (bind).
+    let refused =
+        out.get("granted") == Some(&json!(false)) || out.get("bound") == Some(&json!(false));
+    Ok(crate::Exit::granted(!refused))
 }

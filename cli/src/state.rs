@@ -1,4 +1,4 @@
-//! `turnstile state <bucket>`: seed 002's RateLimitState of a bucket, read from DynamoDB (so it
+//! `turnstile state <bucket>`: the RateLimitState of a bucket, read from DynamoDB (so it
 //! survives restarts). Buckets: `{nameId}:{id}` or `Name:id` (the latter needs the limits file);
 //! a `table:` prefix picks another store once it registers a reader.
 
@@ -9,7 +9,7 @@ use shared::kv::config::LIMITS_FILE_VAR;
 use shared::kv::instant::parse_instant;
 use shared::kv::LimitSet;
 use shared::state::{GcraReader, Registry};
-use shared::{Deps, Error, Result};
+use shared::{Error, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -30,7 +30,7 @@ pub async fn run(args: Args) -> Result<()> {
         )),
         None => None,
     };
-    let deps = Deps::from_env().await?;
+    let deps = crate::aws::deps().await?;
     let registry = Registry::default().with(GcraReader {
         client: deps.dynamo.clone(),
         table: deps.tables.buckets.clone(),

@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use shared::catalog;
 use shared::table::{self, TableKind};
-use shared::{Deps, Error, Result};
+use shared::{Error, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -48,7 +48,7 @@ pub async fn run(args: Args) -> Result<()> {
         }
         Cmd::Create { only } => {
             let kinds = selected(&only)?;
-            let deps = Deps::from_env().await?;
+            let deps = crate::aws::deps().await?;
             let defs: Vec<_> = kinds
                 .into_iter()
                 .map(|k| catalog::definition(k, &deps.tables, deps.style))

@@ -1,4 +1,4 @@
-//! `turnstile tenant put|get|list|delete`: the tenant table (seed 003), one row per tenant with its
+//! `turnstile tenant put|get|list|delete`: the tenant table, one row per tenant with its
 //! WebSocket limits. Output is JSON on stdout.
 
 use clap::Subcommand;
@@ -51,33 +51,33 @@ enum Cmd {
         #[arg(long, default_value = "closed")]
         on_failure: tenant::OnFailure,
         /// Counter items the tenant's open connections are spread over (1-100; 1 = one item).
-        /// More than 1 lets one tenant connect past one item's ~1,000 writes/s (decision 1502).
+        /// More than 1 lets one tenant connect past one item's ~1,000 writes/s
+        /// (docs/decisions/1502-sharded-connection-counters.md).
         /// Change it only while the tenant holds no connections.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
         connection_shards: u64,
         /// Allow changing an existing tenant's `--connection-shards`: only safe while it holds no
         /// open connections (connections counted under the old layout are released on the new
-        /// one; decision 1502).
+        /// one).
         #[arg(long)]
         reshard_drained: bool,
         /// What `$connect` must present: `ticket` (a connect ticket from the session API),
         /// `jwt` (an OIDC token whose tenant claim is this tenant), or `none` — INSECURE: anyone
-        /// who knows or guesses a session id joins that session (seed 003's behaviour).
+        /// who knows or guesses a session id joins that session.
         #[arg(long, default_value = "ticket")]
         connect_auth: tenant::ConnectAuth,
         /// Sessions the tenant may hold at once (0-1000000; default 10000): a session PUT past it
-        /// answers 429 naming maxSessions (decision 2204).
+        /// answers 429 naming maxSessions.
         #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS,
               value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
         max_sessions: u64,
         /// Sessions one signed-in user (a JWT caller's `sub`) may hold at once (0-1000000; default
-        /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject (decision
-        /// 3602).
+        /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject.
         #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
               value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
         max_sessions_per_subject: u64,
         /// Also take a connect ticket from the URL (`?ticket=`), which access logs keep; without
-        /// it only the `Sec-WebSocket-Protocol: turnstile, <ticket>` form is taken (decision 3607).
+        /// it only the `Sec-WebSocket-Protocol: turnstile, <ticket>` form is taken.
         #[arg(long)]
         ticket_in_query: bool,
     },
@@ -104,7 +104,7 @@ enum Cmd {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let deps = Deps::from_env().await?;
+    let deps = crate::aws::deps().await?;
     match args.command {
         Cmd::Put {
             tenant_id,
@@ -124,6 +124,19 @@ pub async fn run(args: Args) -> Result<()> {
             max_sessions_per_subject,
             ticket_in_query,
         } => {
+            if [
+                connections_per_session,
+                tenant_connections,
+                session_per_minute,
+                tenant_per_minute,
+            ] == [0; 4]
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "tenant {tenant_id} would admit no connection: every connection limit is 0. \
+                     To block a tenant on purpose, set one of them to 0 (e.g. \
+                     --tenant-connections 0)"
+                )));
+            }
             if connect_auth == tenant::ConnectAuth::None {
                 eprintln!(
                     "warning: --connect-auth none is insecure: anyone who knows a session id of \
@@ -160,7 +173,7 @@ pub async fn run(args: Args) -> Result<()> {
                     )));
                 }
                 // Fence the counters first: a process still holding the old row is refused by
-                // them and re-planned on the new layout (decision 2206).
+                // them and re-planned on the new layout.
                 shared::admission::shards::fence(&deps, &t.tenant_id, was, connection_shards)
                     .await?;
             }

@@ -1,4 +1,4 @@
-//! `turnstile tickets`: the connect-ticket key set (decision 2100). Each rotation step reads the
+//! `turnstile tickets`: the connect-ticket key set. Each rotation step reads the
 //! current set on stdin and writes the next on stdout, so it pipes between `aws secretsmanager
 //! get-secret-value` and `put-secret-value` without the key set touching a file or a log:
 //!

@@ -111,14 +111,14 @@ fn parse_rfc3339(s: &str) -> Option<Timestamp> {
 
 /// Deps from the environment, with a frozen clock when `--now` is given.
 pub(crate) async fn deps_at(now: Option<Timestamp>) -> Result<Deps> {
-    let mut deps = Deps::from_env().await?;
+    let mut deps = crate::aws::deps().await?;
     if let Some(t) = now {
         deps.clock = Arc::new(ManualClock::new(t));
     }
     Ok(deps)
 }
 
-pub async fn run(args: Args) -> Result<()> {
+pub async fn run(args: Args) -> Result<crate::Exit> {
     match args.command {
         Cmd::Take {
             resource,
@@ -148,7 +148,8 @@ pub async fn run(args: Args) -> Result<()> {
                 }
             };
             let d = limiter.get_token(&resource, &account, default).await?;
-            crate::print_json(&d)
+            crate::print_json(&d)?;
+            Ok(crate::Exit::granted(d.granted))
         }
     }
 }

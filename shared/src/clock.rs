@@ -6,6 +6,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// A wait as the JSON retry hint `retryAfter` carries it everywhere (HTTP bodies, frames, the CLI):
+/// seconds, with milliseconds as fractions, rounded up so that a refusal never says 0.
+pub fn retry_after_secs(wait: Duration) -> f64 {
+    wait.as_nanos().div_ceil(1_000_000) as f64 / 1000.0
+}
+
 /// An instant, as nanoseconds since the Unix epoch.
 ///
 /// Nanoseconds keep GCRA arithmetic exact for rates such as 3 per second (a 333,333,333 ns interval)

@@ -32,21 +32,29 @@ impl Deps {
     /// are configured, dummy credentials are used so local runs need no AWS account.
     pub async fn from_env() -> Result<Self> {
         let vars = Vars::process();
-        let tables = TableNames::from_vars(&vars)?;
-        let style = AttributeStyle::from_vars(&vars)?;
-        let dynamo = match vars.get(ENDPOINT_VAR) {
+        match vars.get(ENDPOINT_VAR) {
             Some(url) if dynamo::wants_local_credentials(&url, &vars) => {
-                dynamo::local_client(&url, None)
+                let dynamo = dynamo::local_client(&url, None);
+                Self::with_client(dynamo, vars)
             }
             _ => {
                 let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
-                dynamo::client(&sdk, None)
+                Self::from_sdk(&sdk, vars)
             }
-        };
+        }
+    }
+
+    /// From an SDK configuration the caller loaded (and may have checked: the CLI resolves its
+    /// credentials first, to say in one line what is missing) and the variables naming the tables.
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, vars: Vars) -> Result<Self> {
+        Self::with_client(dynamo::client(sdk, None), vars)
+    }
+
+    fn with_client(dynamo: Client, vars: Vars) -> Result<Self> {
         Ok(Deps {
             dynamo,
-            tables,
-            style,
+            tables: TableNames::from_vars(&vars)?,
+            style: AttributeStyle::from_vars(&vars)?,
             clock: clock::system(),
             vars,
             function: None,

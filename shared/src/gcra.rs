@@ -34,6 +34,10 @@ pub struct Rate {
     pub period: Duration,
 }
 
+fn retry_after<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(crate::clock::retry_after_secs(*d))
+}
+
 mod duration_ms {
     use serde::Serializer;
     use std::time::Duration;
@@ -155,11 +159,12 @@ pub struct Decision {
     pub allowed: bool,
     /// Whole tokens left after this decision.
     pub remaining: u64,
-    /// How long until a request of the same cost could be allowed (0 when it could be now).
-    #[serde(with = "duration_ms")]
+    /// How long until a request of the same cost could be allowed (0 when it could be now); in
+    /// JSON `retryAfter`, in seconds, as HTTP's `Retry-After`.
+    #[serde(rename = "retryAfter", serialize_with = "retry_after")]
     pub retry_in: Duration,
-    /// How long until the bucket is full again.
-    #[serde(with = "duration_ms")]
+    /// How long until the bucket is full again (`resetMs` in JSON).
+    #[serde(rename = "resetMs", with = "duration_ms")]
     pub reset_in: Duration,
     /// The TAT to store when `allowed` (unchanged on a denial; equal to the old one for a check).
     /// Saturates at [`Timestamp::MAX`] when the exact TAT lies past the end of the time type.

@@ -87,6 +87,7 @@ impl AttributeStyle {
 
 /// Resolved names of every table and index, from env vars (see docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TableNames {
     pub tenants: String,
     pub sessions: String,
@@ -192,6 +193,7 @@ pub enum AttrType {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct KeyAttr {
     pub name: &'static str,
     #[serde(rename = "type")]
@@ -215,6 +217,7 @@ impl KeyAttr {
 
 /// A global secondary index, projecting all attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct IndexDef {
     pub name: String,
     pub partition_key: KeyAttr,
@@ -222,6 +225,7 @@ pub struct IndexDef {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TableDef {
     pub kind: TableKind,
     pub name: String,

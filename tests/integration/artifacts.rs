@@ -223,7 +223,7 @@ fn session_body(v: &Value) -> Result<(), String> {
 fn removed(v: &Value, cluster: &str) -> Result<(), String> {
     want(
         v["action"] == "removed"
-            && v["resource_id"] == cluster
+            && v["resourceId"] == cluster
             && v["tokens"].as_array().is_some_and(|t| t.len() == 1),
         &format!("the one token of {cluster} removed"),
         v,

@@ -61,6 +61,12 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Seconds with millisecond precision: the retry hint's one name and unit across the JSON
+/// Turnstile writes (docs/cli.md, "JSON").
+fn secs(d: Duration) -> f64 {
+    ms(d) as f64 / 1000.0
+}
+
 impl Verdict {
     fn usage(&self) -> Usage {
         Usage {
@@ -77,8 +83,8 @@ impl Verdict {
         m.insert("policy".into(), json!(self.policy));
         m.insert("limit".into(), json!(self.limit));
         m.insert("remaining".into(), json!(self.remaining));
-        m.insert("retryAfterMs".into(), json!(self.retry_after.map(ms)));
-        m.insert("resetAfterMs".into(), json!(self.reset_after.map(ms)));
+        m.insert("retryAfter".into(), json!(self.retry_after.map(secs)));
+        m.insert("resetMs".into(), json!(self.reset_after.map(ms)));
         m
     }
 }

@@ -114,7 +114,11 @@ pub async fn init(deps: &Deps) -> Result<Remover, shared::Error> {
 
 /// What the handler did with an event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "action")]
+#[serde(
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase",
+    tag = "action"
+)]
 pub enum Outcome {
     /// No processor for this source / detail type: logged and acknowledged.
     Unmatched { source: String, detail_type: String },

@@ -398,7 +398,8 @@ where
                 }
             }
         }
-        tracing::info!(tenant = %w.tenant, report = ?w.report, "reconciled");
+        let report = serde_json::to_string(&w.report).unwrap_or_default();
+        tracing::info!(tenant = %w.tenant, %report, "reconciled");
     }
     let mut tenants: Vec<TenantReport> = work.into_iter().map(|w| w.report).collect();
     tenants.extend(deferred);

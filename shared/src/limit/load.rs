@@ -19,6 +19,7 @@ use crate::reservation::shard::MAX_CAPACITY;
 
 /// One entry of a limits file, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitSpec {
     pub resource_name: String,
     pub account_id: String,
@@ -42,6 +43,7 @@ pub enum LimitKind {
 
 /// A changed row: what the table held and what the file says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Change {
     pub before: LimitRow,
     pub after: LimitRow,
@@ -49,6 +51,7 @@ pub struct Change {
 
 /// A row this load would touch that another service (or no service) owns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Conflict {
     pub resource_name: String,
     pub account_id: String,
@@ -85,6 +88,7 @@ pub struct LoadOptions {
 
 /// What loading a file does (or, on a dry run, would do).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitDiff {
     pub service: String,
     pub added: Vec<LimitRow>,

@@ -30,6 +30,7 @@ const MAX_CACHED: usize = 10_000;
 
 /// A caller's default allowance: `limit` tokens per `window`, used when no limit row exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Quota {
     pub limit: i64,
     #[serde(rename = "window_sec")]
@@ -45,6 +46,7 @@ impl Quota {
 
 /// One row of the limit table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LimitRow {
     pub resource_name: String,
     pub account_id: String,

@@ -105,6 +105,7 @@ pub struct Reservation {
 
 /// A reservation bound to a resource instance (an EMR cluster id).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Token {
     pub coordinate: String,
     pub reservation_id: String,
@@ -115,6 +116,7 @@ pub struct Token {
 
 /// One row of the non-fungible table, as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TokenRow {
     pub coordinate: String,
     pub reservation_id: String,

@@ -11,13 +11,17 @@ pub mod metrics;
 use tracing_subscriber::EnvFilter;
 
 /// `TURNSTILE_LOG_FORMAT=json` gives one JSON object per line; the default is human-readable text.
-/// The level comes from `RUST_LOG` (default `info`). Calling it twice is harmless.
+/// The level comes from `RUST_LOG` (default `info`, with the SDK's configuration loader at `error`:
+/// each credential provider and instance-metadata probe that finds nothing warns, pages of it on a
+/// machine without AWS, while the CLI says in one line what is missing). Calling it twice is
+/// harmless.
 pub fn init_cli(json: bool) {
     let json = json
         || std::env::var("TURNSTILE_LOG_FORMAT")
             .map(|v| v.eq_ignore_ascii_case("json"))
             .unwrap_or(false);
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -48,6 +48,7 @@ pub enum Source {
 
 /// The answer to one `get_token`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Decision {
     pub resource: String,
     pub account: String,
@@ -57,7 +58,9 @@ pub struct Decision {
     /// The limit and window that applied (0 when blocked).
     pub limit: u64,
     pub window_ms: u64,
-    /// Denied: how long until a token can be had (`None` when blocked: no wait will help).
+    /// Denied: how long until a token can be had (`None` when blocked: no wait will help). In
+    /// JSON `retryAfter`, in seconds, as HTTP's `Retry-After`.
+    #[serde(rename = "retryAfter", serialize_with = "retry_after")]
     pub retry_after_ms: Option<u64>,
     /// How long until the bucket is full again.
     pub reset_ms: u64,
@@ -65,6 +68,13 @@ pub struct Decision {
     pub at: String,
     pub reset_at: String,
     pub source: Source,
+}
+
+fn retry_after<S: serde::Serializer>(ms: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match ms {
+        Some(ms) => s.serialize_f64(crate::clock::retry_after_secs(Duration::from_millis(*ms))),
+        None => s.serialize_none(),
+    }
 }
 
 impl Decision {

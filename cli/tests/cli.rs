@@ -1,0 +1,243 @@
+//! The `turnstile` binary as a user runs it: exit status, stdout and stderr, against DynamoDB Local
+//! (tables under a fresh prefix, dropped after each test).
+
+use std::process::{Command, Output};
+
+use shared::table::TableKind;
+use turnstile_tests::TestEnv;
+
+/// A refusal: a limit said no (docs/cli.md, "Exit status").
+const REFUSED: i32 = 3;
+
+/// `turnstile ARGS` against `env`'s tables, with nothing of this process's AWS environment.
+fn turnstile(env: Option<&TestEnv>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", std::env::temp_dir().join("turnstile-cli-test-home"))
+        .env("NO_COLOR", "1")
+        .args(args);
+    if let Some(env) = env {
+        cmd.env("AWS_ENDPOINT_URL_DYNAMODB", &env.endpoint)
+            .env("TURNSTILE_TABLE_PREFIX", &env.prefix);
+    }
+    cmd.output().expect("the turnstile binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        panic!("stdout is not JSON ({e}): {stdout}\nstderr: {stderr}")
+    })
+}
+
+#[tokio::test]
+async fn a_refused_reservation_exits_3_and_still_prints_the_decision() {
+    let env = TestEnv::new(&[TableKind::NonFungibleTokens, TableKind::Limits]).await;
+    let get = ["reservation", "get", "emr", "acct-1", "--limit", "1"];
+    let first = turnstile(Some(&env), &get);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert_eq!(json(&first)["granted"], true);
+    let second = turnstile(Some(&env), &get);
+    assert_eq!(json(&second)["granted"], false);
+    assert_eq!(
+        second.status.code(),
+        Some(REFUSED),
+        "{}",
+        text(&second.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_refused_token_exits_3() {
+    let env = TestEnv::new(&[TableKind::FungibleTokens, TableKind::Limits]).await;
+    let take = [
+        "token", "take", "api", "acct-1", "--limit", "1", "--window", "3600",
+    ];
+    assert_eq!(turnstile(Some(&env), &take).status.code(), Some(0));
+    let refused = turnstile(Some(&env), &take);
+    assert_eq!(json(&refused)["granted"], false);
+    assert_eq!(refused.status.code(), Some(REFUSED));
+}
+
+#[tokio::test]
+async fn without_endpoint_or_credentials_one_line_says_what_to_set() {
+    let out = turnstile(None, &["tenant", "list"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one line, not the SDK's warnings:\n{err}"
+    );
+    assert!(
+        err.contains("--endpoint-url") && err.contains("AWS_PROFILE"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_endpoint_url_option_reaches_dynamodb_local() {
+    let env = TestEnv::new(&[TableKind::Tenants]).await;
+    let prefix = format!("--endpoint-url={}", env.endpoint);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    let out = cmd
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TURNSTILE_TABLE_PREFIX", &env.prefix)
+        .args([prefix.as_str(), "--region", "eu-west-1", "tenant", "list"])
+        .output()
+        .expect("the turnstile binary runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(json(&out), serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn tenant_put_refuses_limits_that_admit_nothing() {
+    let env = TestEnv::new(&[TableKind::Tenants, TableKind::Counters]).await;
+    let mut put = vec!["tenant", "put", "--tenant-id", "zero"];
+    for flag in [
+        "--connections-per-session",
+        "--tenant-connections",
+        "--session-per-minute",
+        "--tenant-per-minute",
+    ] {
+        put.extend([flag, "0"]);
+    }
+    let out = turnstile(Some(&env), &put);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("admit no connection"), "{err}");
+    let get = turnstile(Some(&env), &["tenant", "get", "--tenant-id", "zero"]);
+    assert_eq!(get.status.code(), Some(1), "the tenant was written anyway");
+}
+
+#[tokio::test]
+async fn reconcile_dry_run_says_what_it_waits_for_and_prints_a_json_report() {
+    let env = TestEnv::new(&[TableKind::Tenants, TableKind::Sessions, TableKind::Counters]).await;
+    let put = [
+        "tenant",
+        "put",
+        "--tenant-id",
+        "acme",
+        "--connections-per-session",
+        "2",
+        "--tenant-connections",
+        "10",
+        "--session-per-minute",
+        "5",
+        "--tenant-per-minute",
+        "60",
+    ];
+    assert_eq!(turnstile(Some(&env), &put).status.code(), Some(0));
+    let args = [
+        "reconcile",
+        "--dry-run",
+        "--tenant-id",
+        "acme",
+        "--grace-secs",
+        "15",
+    ];
+    let out = turnstile(Some(&env), &args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("waiting 15 s"),
+        "no progress on stderr:\n{err}"
+    );
+    assert!(
+        !err.contains("TenantReport {"),
+        "a Rust Debug struct:\n{err}"
+    );
+    let report = json(&out);
+    assert_eq!(report["tenants"][0]["tenantId"], "acme", "{report}");
+}
+
+/// Every key of `v`, at any depth, that is not camelCase (has `_` or `-`, or starts upper-case).
+fn not_camel_case(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let camel = !k.contains(['_', '-']) && !k.starts_with(char::is_uppercase);
+                if !camel && k != "@type" {
+                    out.push(format!("{path}.{k}"));
+                }
+                not_camel_case(v, &format!("{path}.{k}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| not_camel_case(v, &format!("{path}[{i}]"), out)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn json_output_is_camel_case_and_the_retry_hint_is_retry_after() {
+    let env = TestEnv::new(&[
+        TableKind::FungibleTokens,
+        TableKind::Limits,
+        TableKind::NonFungibleTokens,
+        TableKind::Buckets,
+    ])
+    .await;
+    let dir = std::env::temp_dir().join(format!("turnstile-cli-{}", env.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let limits_yaml = dir.join("limits.yaml");
+    std::fs::write(
+        &limits_yaml,
+        "names:\n  Api: { id: 1, format: string }\ndefaults:\n  Api: { burst: 1, count: 1, period: 1h }\n",
+    )
+    .unwrap();
+    let limits_json = dir.join("limits.json");
+    std::fs::write(
+        &limits_json,
+        r#"{"limits":[{"accountId":"acct-1","resourceName":"api","limit":5,"windowSec":60}]}"#,
+    )
+    .unwrap();
+    let yaml = limits_yaml.to_str().unwrap();
+    let file = limits_json.to_str().unwrap();
+    let take = [
+        "token", "take", "api", "acct-1", "--limit", "1", "--window", "3600",
+    ];
+    let spend = ["kv", "spend", "Api", "k1", "--config", yaml];
+    let get = ["reservation", "get", "emr", "acct-1", "--limit", "2"];
+    let runs: Vec<Vec<&str>> = vec![
+        take.to_vec(),
+        take.to_vec(),
+        spend.to_vec(),
+        spend.to_vec(),
+        get.to_vec(),
+        vec!["reservation", "list", "emr", "acct-1"],
+        vec!["limits", "load", file, "--service", "orders", "--dry-run"],
+        vec!["limits", "list"],
+        vec!["tables", "show"],
+    ];
+    let mut outputs = Vec::new();
+    let mut bad = Vec::new();
+    for args in &runs {
+        let out = turnstile(Some(&env), args);
+        let v = json(&out);
+        not_camel_case(&v, &args[..2].join(" "), &mut bad);
+        outputs.push(v);
+    }
+    assert!(bad.is_empty(), "keys not in camelCase: {bad:?}");
+    let id = outputs[4]["reservationId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let delete = turnstile(Some(&env), &["reservation", "delete", "emr", "acct-1", &id]);
+    not_camel_case(&json(&delete), "reservation delete", &mut bad);
+    assert!(bad.is_empty(), "keys not in camelCase: {bad:?}");
+    // The refused token and the refused spend name their retry hint as the 429 and frames do.
+    for refused in [&outputs[1], &outputs[3]] {
+        let secs = refused["retryAfter"].as_f64();
+        assert!(secs.is_some_and(|s| s > 0.0), "no retryAfter: {refused}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
