@@ -55,7 +55,7 @@ impl Timestamp {
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0).max(0) as u64)
     }
-    /// RFC 3339 in UTC with millisecond precision, the form seed 002's records use.
+    /// RFC 3339 in UTC with millisecond precision, the form the `RateLimitState` view uses.
     pub fn to_rfc3339(self) -> String {
         let secs = self.as_secs();
         let millis = self.as_millis().rem_euclid(1000);
@@ -189,7 +189,7 @@ mod tests {
             Timestamp::from_secs(0).to_rfc3339(),
             "1970-01-01T00:00:00.000Z"
         );
-        // 2024-03-15T14:30:45Z, the instant of seed 002's first example.
+        // 2024-03-15T14:30:45Z, an instant with every field non-zero.
         assert_eq!(
             Timestamp::from_millis(1_710_513_045_123).to_rfc3339(),
             "2024-03-15T14:30:45.123Z"

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 
 /// Management API calls one function invocation has in flight at most (a session's fan-out and a
 /// delete's closes): a session with thousands of sockets must not open thousands of connections
-/// at once from one Lambda sandbox (issue 22).
+/// at once from one Lambda sandbox.
 pub const FANOUT: usize = 32;
 
 /// Runs `calls` at most [`FANOUT`] at a time; the results in the order given.

@@ -1,9 +1,10 @@
-//! GCRA (seed 004): pure arithmetic over a bucket's theoretical arrival time (TAT), with no storage
+//! GCRA: pure arithmetic over a bucket's theoretical arrival time (TAT), with no storage
 //! and no clock of its own, so it is tested with exact instants through scripted sequences.
 //!
-//! Terms (seed 004): the *emission interval* `EI = period / count` is the steady-state spacing of
-//! requests; the *burst offset* `EI * burst` is how long an empty bucket takes to fill; the *cost
-//! increment* is `cost * EI`. A TAT in the past (or none) means a full bucket.
+//! Terms (Boulder's key-value rate limits): the *emission interval* `EI = period / count` is the
+//! steady-state spacing of requests; the *burst offset* `EI * burst` is how long an empty bucket
+//! takes to fill; the *cost increment* is `cost * EI`. A TAT in the past (or none) means a full
+//! bucket.
 //!
 //! The arithmetic follows Boulder's `ratelimits` so results match its worked cases exactly
 //! (see the tests), including its definition of `retry_in` on an allowed spend.
@@ -100,7 +101,8 @@ impl Rate {
         Ok(rate)
     }
 
-    /// `count` per minute with a burst of the same size: the per-minute limits of seed 003.
+    /// `count` per minute with a burst of the same size: the per-minute WebSocket connection
+    /// limits.
     pub fn per_minute(count: u64) -> Result<Self, RateError> {
         Rate::new(count, count, Duration::from_secs(60))
     }
@@ -344,8 +346,8 @@ mod tests {
         assert_eq!(d.new_tat, tat, "a check spends nothing");
     }
 
-    /// Seed 004's example: 20 per second with a burst of 20; 19 left after the first request,
-    /// full again in 50 ms; the 21st request in the same instant is refused for 50 ms.
+    /// Boulder's documented example: 20 per second with a burst of 20; 19 left after the first
+    /// request, full again in 50 ms; the 21st request in the same instant is refused for 50 ms.
     #[test]
     fn seed_004_example() {
         let rate = Rate::new(20, 20, Duration::from_secs(1)).unwrap();
@@ -443,7 +445,7 @@ mod tests {
         assert_eq!(increment_nanos(&rate, 2), 400_000_000);
     }
 
-    /// Issue 12, defect 5: `burst: 200000, count: 1, period: 24h` has a burst offset of 547 years,
+    /// `burst: 200000, count: 1, period: 24h` has a burst offset of 547 years,
     /// beyond an i64 of nanoseconds. Whatever built the rate, the arithmetic must neither wrap nor
     /// panic, and the answers must be the exact ones.
     #[test]

@@ -1,4 +1,4 @@
-//! Tenant isolation (seed 003): every row a tenant-facing function touches has a leading (partition)
+//! Tenant isolation: every row a tenant-facing function touches has a leading (partition)
 //! key that is the tenant id itself or starts with `{tenantId}:` — tenants and sessions are keyed by
 //! `tenantId`, counters by `{tenantId}` and `{tenantId}:swept:{sessionId}:{eventId}` (formerly also
 //! per-minute and per-connection rows). Two independent guards hold a function to one tenant's rows:

@@ -1,14 +1,29 @@
 //! Turnstile's shared library: the table logic every Lambda function and the CLI call.
 //!
-//! Organised by concept, each module holding its table's attribute names next to its logic:
-//! [`tenant`], [`session`] and [`counter`] (WebSocket admission, seed 003), [`token`], [`limit`] and
-//! [`reservation`] (fungible and non-fungible tokens, seeds 001/000), [`kv`] (GCRA limits, seed 004).
-//! Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (table shapes), [`catalog`]
-//! (the one definition of every table), [`dynamo`] (clients, the call counter, the item codec,
-//! transactions, retries, pagination), [`cache`] (the one in-process cache), [`capacity`]
-//! (write/read units by DynamoDB's rules), [`ids`] (validated identifiers), [`interleave`] (points
-//! where tests force an order between two writes), [`ticket`] (connect
-//! tickets: who may join a session).
+//! Organised by concept, each module holding its table's attribute names next to its logic
+//! (docs/layout.md draws the layers and which way the imports run):
+//!
+//! - WebSocket admission: [`tenant`] (tenant rows, their cache and policies), [`session`]
+//!   (sessions and their connection ids), [`counter`] (per-tenant counters and minute windows),
+//!   composed by [`admission`] (`$connect`, messages, releases, the reconciler).
+//! - Who may connect or call: [`ticket`] (connect tickets: who may join a session), `oidc` (the
+//!   `$connect` verifier of an identity provider's JWTs, feature `oidc`), [`caller`] (whose tenant
+//!   an HTTP API caller acts for, one binding for every HTTP API that serves tenants).
+//! - Tokens, as rate-limiter-py keeps them: [`token`] (fungible token buckets), [`limit`]
+//!   (per-account limits) and [`reservation`] (non-fungible reservations and tokens).
+//! - Key-value GCRA limits: [`kv`] (the limits file, its limiter and leases), [`gcra`] (the
+//!   arithmetic), [`state`] (the `RateLimitState` view of any bucket), [`shard`] (exact shares of
+//!   one limit spread over several items), [`refusal`] (HTTP 429 bodies and headers).
+//! - Plumbing: [`clock`] (injected time), [`config`] (env vars), [`table`] (table shapes),
+//!   [`catalog`] (the one definition of every table), [`dynamo`] (clients, the call counter, the
+//!   item codec, transactions, retries, pagination), [`cache`] (the one in-process cache),
+//!   [`capacity`] (write/read units by DynamoDB's rules), [`ids`] (validated identifiers),
+//!   [`isolation`] (the tenant key guard and tenant-scoped credentials), [`telemetry`] (logs and
+//!   metrics), [`deps`] (what a handler is given), [`error`] (typed errors), [`function`] (what
+//!   every function's `main` shares).
+//! - Test hooks: [`interleave`] (named points where tests force an order between two writes;
+//!   production holds none), [`mutation`] (deliberate defects for the fault-schedule simulation's
+//!   mutation tests, active only with the `mutations` feature).
 
 pub mod admission;
 pub mod cache;

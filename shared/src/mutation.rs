@@ -1,5 +1,5 @@
-//! Deliberately broken behaviours, for the fault-schedule simulation's mutation tests (issue 23,
-//! decision 2300): each shows the simulation's oracle catches a real class of bug. A mutation is
+//! Deliberately broken behaviours, for the fault-schedule simulation's mutation tests
+//! (decision 2300): each shows the simulation's oracle catches a real class of bug. A mutation is
 //! off unless this crate is built with the `mutations` feature (the test suite's build only; no
 //! function binary enables it) *and* a test switched it on for one set of tables, so parallel
 //! tests on other tables never see it. Without the feature, [`active`] is `false` and compiles away.
@@ -26,7 +26,7 @@ pub enum Mutation {
     MessageOffByOne,
     /// A reservation's ledger shard admits one past its share of the coordinate's limit.
     ReservationOverShare,
-    /// A bind ignores the ended-resource marker (issue 22 item 14 undone: a bind after the
+    /// A bind ignores the ended-resource marker (so a bind after the
     /// remover's event holds its unit for the token's lifetime).
     BindIgnoresEnded,
     /// A kv spend admits one token past the burst (an off-by-one in the tolerance).

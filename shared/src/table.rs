@@ -10,19 +10,20 @@ use crate::config::{check_table_name, ConfigError, Vars};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TableKind {
-    /// Seed 003: per-tenant limits for WebSocket admission.
+    /// Per-tenant limits for WebSocket admission.
     Tenants,
-    /// Seed 003: sessions and their live connection ids; TTL + stream drive the sweeper.
+    /// Sessions and their live connection ids; TTL + stream drive the sweeper.
     Sessions,
-    /// Seed 003's "Limit table": open-connection counts, per-minute counters, connection rows.
+    /// The AWS WebSocket sample's "Limit table": open-connection counts, per-minute counters,
+    /// connection rows.
     Counters,
-    /// Seed 004/002: one GCRA bucket (TAT + state) per key.
+    /// One GCRA bucket (TAT + `RateLimitState` fields) per key.
     Buckets,
-    /// Seed 001/000: fungible token buckets (rate-limiter-py compatible).
+    /// Fungible token buckets (rate-limiter-py compatible).
     FungibleTokens,
-    /// Seed 001/000: per-account limits with the serviceName index.
+    /// rate-limiter-py's per-account limits with the serviceName index.
     Limits,
-    /// Seed 001: non-fungible reservations/tokens with the resourceId index.
+    /// rate-limiter-py's non-fungible reservations/tokens with the resourceId index.
     NonFungibleTokens,
 }
 
@@ -37,7 +38,7 @@ impl TableKind {
         TableKind::NonFungibleTokens,
     ];
 
-    /// The WebSocket suite's tables (seed 003).
+    /// The WebSocket suite's tables.
     pub const WEBSOCKET: [TableKind; 3] =
         [TableKind::Tenants, TableKind::Sessions, TableKind::Counters];
 
@@ -58,9 +59,9 @@ impl TableKind {
     }
 }
 
-/// Which spelling of the rate-limiter-py attribute names a deployment's tables use: seed 001 writes
-/// camelCase (`resourceName`), seed 000 snake_case (`resource_name`). Chosen by
-/// `TURNSTILE_ATTRIBUTE_STYLE` so existing tables work unchanged.
+/// Which spelling of the rate-limiter-py attribute names a deployment's tables use: rate-limiter-py
+/// writes camelCase (`resourceName`), its earlier table design snake_case (`resource_name`). Chosen
+/// by `TURNSTILE_ATTRIBUTE_STYLE` so existing tables work unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttributeStyle {

@@ -2,11 +2,11 @@
 //! one conditional UpdateItem on the session item (no other row is touched).
 //!
 //! The counter is `msgMinute` (the minute it counts) and `msgCount`: every message of the minute on
-//! a live session is counted and refreshes `sessionTTL`, refused ones included (seed 003: every
-//! inbound message refreshes the TTL). The write's `ALL_NEW` count decides: the message is admitted
-//! when it is at most `messagesPerMinute`. Counts only grow within a minute, so exactly the first
-//! `messagesPerMinute` messages of a minute are admitted, whatever the concurrency, and a refusal
-//! never makes room for a later message (decision 0303).
+//! a live session is counted and refreshes `sessionTTL`, refused ones included (every inbound
+//! message refreshes the TTL, as in the AWS WebSocket sample). The write's `ALL_NEW` count decides:
+//! the message is admitted when it is at most `messagesPerMinute`. Counts only grow within a
+//! minute, so exactly the first `messagesPerMinute` messages of a minute are admitted, whatever the
+//! concurrency, and a refusal never makes room for a later message (decision 0303).
 //!
 //! Whether this message opens a new minute or continues the stored one is guessed from the last
 //! minute this process saw ([`MinuteHint`]); a wrong guess costs one more UpdateItem, decided from

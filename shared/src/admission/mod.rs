@@ -1,4 +1,4 @@
-//! WebSocket admission (seed 003): the conditional writes behind `$connect`, `$disconnect`,
+//! WebSocket admission: the conditional writes behind `$connect`, `$disconnect`,
 //! `$default`, the session API and the TTL sweeper, and the reconciler that repairs leaked counts.
 //! Every admission is a conditional update, or ordered conditional updates proven never to
 //! over-admit; see `docs/decisions/0300-websocket-admission.md` and
@@ -64,7 +64,7 @@ pub struct Request<'a> {
 /// (it frees when someone disconnects), so this is only a polite pace for retries.
 pub const OPEN_CONNECTION_RETRY: Duration = Duration::from_secs(10);
 
-/// The limits of seed 003, named as the tenant row names them.
+/// The WebSocket limits, named as the tenant row names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Limit {
     #[serde(rename = "tenantConnections")]

@@ -90,8 +90,9 @@ pub async fn check(
     } else {
         Some(row_of(Some(&rows), &deps.tables.counters, &counter_key))
     };
-    // The seed's order: tenant connections, session connections, tenant/minute, session/minute.
-    // An unread item (still unprocessed) is not checked here; a zero limit refuses regardless.
+    // The AWS sample's order: tenant connections, session connections, tenant/minute,
+    // session/minute. An unread item (still unprocessed) is not checked here; a zero limit refuses
+    // regardless.
     let open = |it: Option<&Item>| {
         it.and_then(|i| item::num(i, cattr::ITEM_COUNT))
             .map(|c| c.max(0) as u64)

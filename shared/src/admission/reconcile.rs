@@ -1,4 +1,4 @@
-//! The reconciler (issue 12, defect 7): repairs a tenant's open-connection count that leaked high —
+//! The reconciler: repairs a tenant's open-connection count that leaked high —
 //! a `$connect` whose second write never happened, a `$disconnect` API Gateway never delivered, a
 //! TTL sweep that ended in the DLQ — and releases connection ids whose socket is gone.
 //!

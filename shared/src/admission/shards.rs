@@ -1,4 +1,4 @@
-//! Sharded tenant connection counters (issue 15 part 4, decision 1502): a tenant with
+//! Sharded tenant connection counters (decision 1502): a tenant with
 //! `connectionShards: n` (2..=100) counts its open connections on `n` items `{tenant}:shard:{i}`
 //! instead of the one `{tenant}` item, so its connects are not capped by one item's write ceiling.
 //!

@@ -4,7 +4,7 @@
 //!
 //! | key | what it holds |
 //! |---|---|
-//! | `{tenant}` | the tenant's open connections (seed 003's count), and its per-minute window folded in (decision 0306) |
+//! | `{tenant}` | the tenant's open connections, and its per-minute window folded in (decision 0306) |
 //! | `{tenant}:shard:{i}` | shard `i` of a tenant with `connectionShards` > 1: its share of the open connections and of the minute (decision 1502) |
 //! | `{tenant}:swept:{session}:{eventId}` | a TTL sweep already released: the stream record that did it (expires after the stream's retention) |
 //! | `{tenant}:sessions` | the tenant's session count, under its `maxSessions` (decision 2204) |

@@ -1,5 +1,5 @@
-//! Counters: seed 003's "Limit table" of open-connection counts and per-minute counters, plus one
-//! row per open connection (see `docs/decisions/0301-connection-rows.md`).
+//! Counters: the AWS WebSocket sample's "Limit table" of open-connection counts and per-minute
+//! counters, plus one row per open connection (see `docs/decisions/0301-connection-rows.md`).
 
 pub mod keys;
 pub mod window;

@@ -1,6 +1,7 @@
-//! The per-minute connection limits, as seed 003's fixed windows: `minStart = floor(epoch/60)*60`,
-//! folded into the tenant's counter item and the session item (`connMinute`, `connMinuteCount`;
-//! decision 0306). A tenant with `rateAlgorithm = gcra` keeps a GCRA TAT there instead (0304).
+//! The per-minute connection limits, as fixed calendar-minute windows: `minStart =
+//! floor(epoch/60)*60`, folded into the tenant's counter item and the session item (`connMinute`,
+//! `connMinuteCount`; decision 0306). A tenant with `rateAlgorithm = gcra` keeps a GCRA TAT there
+//! instead (0304).
 
 use std::time::Duration;
 

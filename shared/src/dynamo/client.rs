@@ -59,7 +59,7 @@ pub fn client(sdk: &aws_config::SdkConfig, counter: Option<&CallCounter>) -> Cli
 /// A client from `sdk` with [`timeouts`] ([`TIMEOUT_VAR`], else `attempt`), the meter and `counter`.
 /// The SDK's stalled-stream protection is off: it watches the throughput of streamed bodies, while
 /// DynamoDB's are a few hundred bytes whose every attempt the timeouts already bound, and it costs
-/// ~7k instructions per call (2 % of an `UpdateItem`; decision 0806, stop 34).
+/// ~7k instructions per call (2 % of an `UpdateItem`; decision 0806).
 fn metered(
     sdk: &aws_config::SdkConfig,
     attempt: Duration,

@@ -143,7 +143,7 @@ mod tests {
         assert!(!super::super::txn::is_conflict(Some("ThrottlingException")));
     }
 
-    /// Issue 22 item 12: each code DynamoDB refuses with before applying anything gives
+    /// Each code DynamoDB refuses with before applying anything gives
     /// `$connect`'s reservation back; an answer that may have applied (lost, timed out, a 5xx, a
     /// conflict) keeps it, for the reconciler.
     #[test]

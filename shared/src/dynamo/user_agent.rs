@@ -2,7 +2,7 @@
 //!
 //! The SDK's own `UserAgentInterceptor` rebuilds the same header on every request (it reads
 //! `AWS_EXECUTION_ENV`, formats seven fields and collects per-request feature codes): ~20k
-//! instructions, 6 % of a whole `UpdateItem` (decision 0806, stop 34). The [`Meter`](super::meter)
+//! instructions, 6 % of a whole `UpdateItem` (decision 0806). The [`Meter`](super::meter)
 //! turns that interceptor off for each request through the SDK's own switch
 //! (`DisableInterceptor`, [`disable_sdk_user_agent`]) and sets this header instead: the same
 //! fields (SDK, service and version, OS, Rust version, execution environment) plus

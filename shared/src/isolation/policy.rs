@@ -45,7 +45,8 @@ const RELEASE: (TableKind, &[&str]) = (Counters, &["dynamodb:UpdateItem"]);
 /// never reach STS).
 pub const TENANT_ACCESS: &[TenantAccess] = &[
     // precheck: one BatchGetItem of the session and the tenant's counter. Its read of the tenant
-    // row is not here: it is made with the execution role, before any AssumeRole (issue 22).
+    // row is not here: it is made with the execution role, before any AssumeRole, so made-up tenant
+    // ids never reach STS.
     TenantAccess {
         function: "authorizer",
         tables: &[

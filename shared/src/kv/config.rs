@@ -1,4 +1,5 @@
-//! The limits file (seed 004): declared names, defaults keyed by name, overrides keyed `Name:id`.
+//! The limits file (Boulder's layout): declared names, defaults keyed by name, overrides keyed
+//! `Name:id`.
 //!
 //! ```yaml
 //! names:

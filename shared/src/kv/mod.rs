@@ -1,6 +1,7 @@
-//! Key-value GCRA limits (seed 004): names and id formats ([`names`]), the limits file
-//! ([`config`]), the conditional writes that spend a bucket in one round trip ([`write`]), and the
-//! DynamoDB-backed limiter ([`limiter`]). The bucket's state view (seed 002) is in [`crate::state`].
+//! Key-value GCRA limits (as Boulder's `ratelimits` defines them): names and id formats
+//! ([`names`]), the limits file ([`config`]), the conditional writes that spend a bucket in one
+//! round trip ([`write`]), and the DynamoDB-backed limiter ([`limiter`]). The bucket's state view
+//! (`RateLimitState`) is in [`crate::state`].
 
 use crate::table::{KeyAttr, TableDef, TableKind};
 
@@ -18,7 +19,7 @@ pub use limiter::{
 pub use names::IdFormat;
 
 pub mod attr {
-    /// `{nameId}:{id}`, the interned bucket key of seed 004.
+    /// `{nameId}:{id}`, the interned bucket key (Boulder's form).
     pub const BUCKET: &str = "bucket";
     /// Epoch seconds after which an idle bucket is full again and can be forgotten.
     pub const EXPIRES_AT: &str = "expiresAt";

@@ -1,7 +1,7 @@
-//! Limit names and their id formats (seed 004). Names are declared by the deployment in the limits
-//! file, each with a number (interned into bucket keys) and the format its ids must have. Every id,
-//! from the file or from a request, goes through [`IdFormat::canonical`], so `2001:0db8::1` and
-//! `2001:db8::1`, or `a.com,b.com` and `b.com,a.com`, name the same bucket.
+//! Limit names and their id formats (as in Boulder's `ratelimits`). Names are declared by the
+//! deployment in the limits file, each with a number (interned into bucket keys) and the format its
+//! ids must have. Every id, from the file or from a request, goes through [`IdFormat::canonical`],
+//! so `2001:0db8::1` and `2001:db8::1`, or `a.com,b.com` and `b.com,a.com`, name the same bucket.
 
 use std::fmt;
 use std::net::IpAddr;

@@ -37,7 +37,7 @@ pub use expr::Expr;
 pub mod attr {
     /// Theoretical arrival time: when the bucket is full again.
     pub const TAT: &str = "tat";
-    /// Incremented by one on every successful write (seed 002's `version`).
+    /// Incremented by one on every successful write (`RateLimitState`'s `version`).
     pub const VERSION: &str = "version";
     pub const LAST_REQUEST_AT: &str = "lastRequestAt";
     pub const UPDATED_AT: &str = "updatedAt";
@@ -118,7 +118,7 @@ pub enum Case {
     RefundToFull,
 }
 
-/// The seed 002 fields written with the TAT. `None` for tables that keep only the TAT.
+/// The `RateLimitState` fields written with the TAT. `None` for tables that keep only the TAT.
 #[derive(Debug, Clone, Default)]
 pub struct StateWrite {
     pub limit_name: Option<String>,

@@ -1,4 +1,5 @@
-//! Per-account limits (seeds 001/000): the limit and window for (resource, account), owned by a service.
+//! Per-account limits (rate-limiter-py's): the limit and window for (resource, account), owned by a
+//! service.
 //!
 //! [`LimitStore`] reads rows and caches them (found or not) for `TURNSTILE_LIMIT_CACHE_SECS`;
 //! [`load`] diffs a rate-limiter-py limits file against the `serviceName` index.
@@ -27,8 +28,9 @@ impl Attrs {
         window_sec: "windowSec",
         service_name: "serviceName",
     };
-    /// Seed 000 names the index key `serviceName` but the attribute `service_name`; an index key must
-    /// be the attribute, so snake-case tables index `service_name`.
+    /// rate-limiter-py's snake_case design names the index key `serviceName` but the attribute
+    /// `service_name`; an index key must be the attribute, so snake-case tables index
+    /// `service_name`.
     pub const SNAKE: Attrs = Attrs {
         resource_name: "resource_name",
         account_id: "account_id",

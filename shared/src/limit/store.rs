@@ -38,7 +38,7 @@ pub struct Quota {
 }
 
 impl Quota {
-    /// `limit` tokens per `window_secs` seconds (the seed's `limit`, `windowSec`).
+    /// `limit` tokens per `window_secs` seconds (rate-limiter-py's `limit`, `windowSec`).
     pub const fn new(limit: i64, window_secs: i64) -> Self {
         Quota { limit, window_secs }
     }

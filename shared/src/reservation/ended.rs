@@ -1,6 +1,6 @@
 //! A resource's partition: its ended marker and the rows of the tokens bound to it.
 //!
-//! **Bound rows** (issue 25). A token's binding is a row keyed by the resource, partition
+//! **Bound rows** (decision 0101). A token's binding is a row keyed by the resource, partition
 //! `:ended:{resource id}`, sort key the reservation id, holding `resourceName`, `accountId`, the
 //! token's `expirationTime` (also its TTL) and `binding`, the value its ledger entry takes (the
 //! expiry and a bind id: [`Binding`]). The remover reads a resource's tokens with one strongly
@@ -9,7 +9,7 @@
 //! Binding one reservation to one resource only is the ledger's job: its entry moves from an
 //! unbound expiry to this row's binding once (decision 0101, "Bound rows").
 //!
-//! **The ended marker** (issue 22 item 14), sort key `~ended` in the same partition. The remover
+//! **The ended marker**, sort key `~ended` in the same partition. The remover
 //! first records that the resource ended, and a bind reads the marker (strongly consistent) after
 //! writing its row and before extending its ledger entry: either the bind sees the marker and
 //! releases itself, or its row was written before the marker, hence before the remover's Query

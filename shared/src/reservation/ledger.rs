@@ -36,8 +36,8 @@ pub(super) struct Ledger {
     pub live: Entries,
 }
 
-/// Expiries are whole epoch seconds (the TTL attribute's unit), rounded down as the seed does
-/// (`int(time()) + ttl`): a reservation lives at most its TTL.
+/// Expiries are whole epoch seconds (the TTL attribute's unit), rounded down as rate-limiter-py
+/// does (`int(time()) + ttl`): a reservation lives at most its TTL.
 pub(super) fn expiry_secs(t: Timestamp) -> i64 {
     t.as_secs()
 }

@@ -30,9 +30,9 @@ use crate::interleave::Interleave;
 use crate::limit::{Companion, LimitRow, LimitStore};
 use crate::Deps;
 
-/// A reservation not bound to a resource expires after this (the seed's 300 s).
+/// A reservation not bound to a resource expires after this (rate-limiter-py's 300 s).
 pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(300);
-/// A bound resource token expires after this (the seed's 8 hours).
+/// A bound resource token expires after this (rate-limiter-py's 8 hours).
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(8 * 3600);
 
 pub(super) const MAX_ATTEMPTS: u32 = 64;
@@ -74,7 +74,7 @@ pub enum ReservationError {
         bound_until: i64,
     },
     /// The resource ended (the remover saw its event) before this bind could hold capacity for
-    /// it: the reservation is released (issue 22 item 14).
+    /// it: the reservation is released.
     #[error(
         "resource {resource_id} has ended; reservation {reservation_id} was released, not bound"
     )]
@@ -127,8 +127,8 @@ pub struct TokenRow {
     /// False once `expirationTime` has passed, whether or not TTL has removed the row yet.
     pub live: bool,
 }
-/// Non-fungible tokens (seed 001): reservations that become resource tokens, capacity exact under
-/// concurrency. Clones share caches; build one per process.
+/// Non-fungible tokens (rate-limiter-py's): reservations that become resource tokens, capacity
+/// exact under concurrency. Clones share caches; build one per process.
 ///
 /// Calls (no transactions): [`get_reservation`](Self::get_reservation) **1** UpdateItem warm,
 /// **2** cold (a BatchGetItem for the limit row and ledger first), **3** the first time a coordinate
@@ -259,8 +259,8 @@ impl NonFungibleLimiter {
         &self.inner.limits
     }
 
-    /// The seed's `resourceCoordinate`, `"{resource}:{account}"`; a resource name holding `:` is
-    /// refused so that no two pairs share a coordinate ([`coordinate::encode`]).
+    /// rate-limiter-py's `resourceCoordinate`, `"{resource}:{account}"`; a resource name holding
+    /// `:` is refused so that no two pairs share a coordinate ([`coordinate::encode`]).
     pub fn coordinate(resource: &str, account: &str) -> Result<String, CoordinateError> {
         coordinate::encode(resource, account)
     }

@@ -1,4 +1,4 @@
-//! Non-fungible tokens (seed 001): one row per reservation or resource token.
+//! Non-fungible tokens (rate-limiter-py's): one row per reservation or resource token.
 //!
 //! [`NonFungibleLimiter::get_reservation`] holds a unit of capacity; [`Reservation::create_token`]
 //! binds it to a resource; [`Reservation::delete`] and [`NonFungibleLimiter::remove_by_resource_id`]

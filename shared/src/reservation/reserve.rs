@@ -174,7 +174,7 @@ impl NonFungibleLimiter {
                     fresh.some.insert(k);
                     // Holding our entry means our own write applied and its answer was lost: the
                     // SDK re-sent it and the retry failed on what the first attempt wrote. The id
-                    // is a fresh uuid, so the entry is ours (issue 22 item 11b).
+                    // is a fresh uuid, so the entry is ours.
                     let mine = l.holds(&id, exp);
                     lock(&view).shards.insert(k, l);
                     mine

@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn a_full_shard_is_one_write_unit_for_coordinates_up_to_66_bytes() {
-        // The seed's own coordinate (EMR, an AWS account id).
+        // rate-limiter-py's own example coordinate (EMR, an AWS account id).
         assert!(worst_shard_size("emr", "123456789012") <= 1024);
         // A 66-byte coordinate still fits; names are counted twice (key and listing attributes).
         let resource = "r".repeat(40);

@@ -1,4 +1,4 @@
-//! Sessions (seed 003): a tenant's session, its live connection ids, and its expiry.
+//! Sessions: a tenant's session, its live connection ids, and its expiry.
 
 pub mod store;
 pub mod stream;

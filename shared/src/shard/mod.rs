@@ -1,4 +1,4 @@
-//! Sharded hot limits (issue 15, decision 1500): one logical limit spread over `n` items, each on
+//! Sharded hot limits (decision 1500): one logical limit spread over `n` items, each on
 //! its own partition key, so a limit is not capped by one item's write ceiling (~1,000 WCU/s).
 //!
 //! Each shard holds an exact share of every quantity (burst, rate): `share(total, n, i)` is

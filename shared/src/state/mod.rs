@@ -1,10 +1,11 @@
-//! Seed 002's `RateLimitState`: one JSON view of any bucket, whatever its algorithm.
+//! `RateLimitState`: one JSON view of any bucket, whatever its algorithm.
 //!
 //! Constructors: [`RateLimitState::from_gcra_item`] (a GCRA bucket's stored item),
-//! [`RateLimitState::fixed_window`] (a per-window counter such as seed 003's per-minute rows) and
-//! [`RateLimitState::token_bucket`] (a refilling token count such as seed 001's). Each store plugs
-//! a [`StateReader`] into a [`Registry`] so `turnstile state <bucket>` finds the bucket wherever it
-//! lives. Which fields are exact and which best-effort: `docs/decisions/0603-rate-limit-state.md`.
+//! [`RateLimitState::fixed_window`] (a per-window counter such as the per-minute connection rows)
+//! and [`RateLimitState::token_bucket`] (a refilling token count such as rate-limiter-py's). Each
+//! store plugs a [`StateReader`] into a [`Registry`] so `turnstile state <bucket>` finds the bucket
+//! wherever it lives. Which fields are exact and which best-effort:
+//! `docs/decisions/0603-rate-limit-state.md`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use crate::kv::write::attr;
 use crate::kv::{KeyError, LimitSet};
 use crate::table::TableKind;
 
-/// The view, with seed 002's field names. Times are RFC 3339 (UTC, milliseconds).
+/// The view, with `RateLimitState`'s field names. Times are RFC 3339 (UTC, milliseconds).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RateLimitState {

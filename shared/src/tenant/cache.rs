@@ -92,7 +92,7 @@ mod tests {
     use super::*;
     use crate::tenant::Limits;
 
-    /// Issue 22 item 1: a flood of made-up ids, more than the negative set holds, keeps that set
+    /// A flood of made-up ids, more than the negative set holds, keeps that set
     /// within [`MAX_ENTRIES`] (it is cleared when full) and never touches a real tenant's entry.
     #[test]
     fn the_negative_cache_is_bounded_and_apart_from_real_tenants() {

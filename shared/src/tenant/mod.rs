@@ -1,4 +1,4 @@
-//! Tenants (seed 003): each tenant's WebSocket limits, their store and an in-memory read cache.
+//! Tenants: each tenant's WebSocket limits, their store and an in-memory read cache.
 
 pub mod cache;
 pub mod policy;
@@ -14,7 +14,7 @@ pub use window::WindowAlgorithm;
 pub use cache::TenantCache;
 pub use policy::{ConnectAuth, Enforcement, OnFailure};
 
-/// Attribute names, as seed 003 and the AWS sample write them.
+/// Attribute names, as the AWS WebSocket rate-limiting sample writes them.
 pub mod attr {
     pub const TENANT_ID: &str = "tenantId";
     pub const CONNECTIONS_PER_SESSION: &str = "connectionsPerSession";
@@ -23,7 +23,7 @@ pub mod attr {
     pub const TENANT_PER_MINUTE: &str = "tenantPerMinute";
     pub const SESSION_TTL: &str = "sessionTTL";
     pub const MESSAGES_PER_MINUTE: &str = "messagesPerMinute";
-    /// How the two per-minute connection limits are enforced: `fixed` (seed 003's minute windows,
+    /// How the two per-minute connection limits are enforced: `fixed` (calendar-minute windows,
     /// the default and what a row without the attribute means) or `gcra`.
     pub const RATE_ALGORITHM: &str = "rateAlgorithm";
     /// `enforce` (default) or `shadow` ([`super::Enforcement`]).
@@ -96,9 +96,9 @@ pub fn table(name: &str) -> TableDef {
     }
 }
 
-/// Seconds a session lives when a tenant row written by seed 003 (which has no `sessionTTL`) lacks it.
+/// Seconds a session lives when a tenant row lacks `sessionTTL` (the AWS sample's rows have none).
 pub const DEFAULT_SESSION_TTL_SECS: u64 = 300;
-/// Messages per minute per session when a seed-003 tenant row lacks `messagesPerMinute`.
+/// Messages per minute per session when a tenant row lacks `messagesPerMinute`.
 pub const DEFAULT_MESSAGES_PER_MINUTE: u64 = 600;
 
 /// A tenant's WebSocket limits. A limit of 0 blocks that dimension entirely.
@@ -404,7 +404,7 @@ mod tests {
         crate::capacity::item_size(&Value::Object(item))
     }
 
-    /// Issue 22 item 3: a session at the ceiling fits DynamoDB's 400 KB (409,600 bytes) with 5% to
+    /// A session at the ceiling fits DynamoDB's 400 KB (409,600 bytes) with 5% to
     /// spare, even with every one of its connections' releases in flight at once while as many new
     /// connections joined. More than that in flight would need the whole membership to turn over
     /// within one release's round trip on an item whose every write costs ~375 WCU (a partition

@@ -28,7 +28,7 @@ pub enum OnFailure {
 /// `connectAuth`: what a `$connect` must present for this tenant (decision 2100). `ticket`
 /// (default, also for rows written before the attribute existed): a connect ticket from the session
 /// API; `jwt`: an OIDC token whose tenant claim is the tenant; `none`: nothing — anyone who knows a
-/// session's id joins it (seed 003's behaviour, insecure, only when named).
+/// session's id joins it (the AWS sample's behaviour, insecure, only when named).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConnectAuth {

@@ -18,8 +18,8 @@ fn key(id: &TenantId) -> HashMap<String, AttributeValue> {
     )])
 }
 
-/// Reads a tenant row into a [`Tenant`]. The four seed-003 limits are required; `sessionTTL` and
-/// `messagesPerMinute` (added by the AWS sample) default when absent so seed-003 rows keep working.
+/// Reads a tenant row into a [`Tenant`]. The AWS WebSocket sample's four limits are required;
+/// `sessionTTL` and `messagesPerMinute` default when absent, so rows with only those four work.
 pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Tenant> {
     let id = item::string(it, table, attr::TENANT_ID)?;
     let tenant_id = TenantId::parse(&id).map_err(|e| Error::MalformedItem {
@@ -77,7 +77,7 @@ pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Te
 
 /// A named setting (`rateAlgorithm`, `enforcement`, `onFailure`, `connectAuth`): absent means its
 /// default (rows written before the attribute existed: fixed, enforce, closed, and a connect
-/// ticket — the secure choice, not seed 003's anonymous connect); an unknown
+/// ticket — the secure choice, not the AWS sample's anonymous connect); an unknown
 /// value makes the row malformed.
 fn named<T: FromStr<Err = String> + Default>(
     table: &str,

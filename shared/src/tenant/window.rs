@@ -1,10 +1,11 @@
-//! The tenant setting that picks how seed 003's per-minute connection limits are enforced (a
+//! The tenant setting that picks how the per-minute connection limits are enforced (a
 //! tenant row attribute, carried in the authorizer context).
 
-/// How a per-window limit (seed 003's per-minute connection limits) is enforced, chosen per tenant.
-/// `Fixed` is the seed's minute window (one counter per `floor(epoch/60)`), which lets up to twice
-/// the limit through across a window boundary; `Gcra` is a bucket of `Rate::per_minute(limit)` spent
-/// with a [`SpendPlan`](crate::kv::write::SpendPlan), which never does.
+/// How a per-window limit (the per-minute connection limits) is enforced, chosen per tenant.
+/// `Fixed` is the AWS WebSocket sample's minute window (one counter per `floor(epoch/60)`), which
+/// lets up to twice the limit through across a window boundary; `Gcra` is a bucket of
+/// `Rate::per_minute(limit)` spent with a [`SpendPlan`](crate::kv::write::SpendPlan), which never
+/// does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WindowAlgorithm {

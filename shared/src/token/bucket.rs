@@ -1,4 +1,4 @@
-//! The token-bucket arithmetic of seeds 001/000, pure. Times are epoch nanoseconds here; the table
+//! rate-limiter-py's token-bucket arithmetic, pure. Times are epoch nanoseconds here; the table
 //! stores milliseconds (see [`format_ms`]).
 //!
 //! A bucket holds `tokens` as of `lastRefill`. At `now` it has
@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-/// A bucket as stored: `tokens` (the seed allows negative values) and `lastRefill`.
+/// A bucket as stored: `tokens` (rate-limiter-py allows negative values) and `lastRefill`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BucketState {
     pub tokens: i64,
@@ -64,9 +64,9 @@ pub fn time_for(tokens: u64, want: u64, last_refill: i64, limit: u64, window: u6
     last_refill.saturating_add(ns.min(i64::MAX as u128) as i64)
 }
 
-/// Epoch nanoseconds as the seed's milliseconds: an integer when whole (`1700000000123`), else with
-/// up to six decimals (`1700000000123.456789`), so no precision is lost and Python reads it as a
-/// `Decimal`.
+/// Epoch nanoseconds as rate-limiter-py's milliseconds: an integer when whole (`1700000000123`),
+/// else with up to six decimals (`1700000000123.456789`), so no precision is lost and Python reads
+/// it as a `Decimal`.
 pub fn format_ms(ns: i64) -> String {
     // Sign and magnitude, as a decimal is read: -1 ns is "-0.000001", not "-1.999999".
     let sign = if ns < 0 { "-" } else { "" };

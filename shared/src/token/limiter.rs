@@ -106,8 +106,8 @@ struct Seen {
     state: Option<BucketState>,
 }
 
-/// Fungible tokens (seeds 001/000): a token bucket per (resource, account) in the token table, with
-/// limits from the limit table. Clones share caches; build one per process.
+/// Fungible tokens (rate-limiter-py's): a token bucket per (resource, account) in the token table,
+/// with limits from the limit table. Clones share caches; build one per process.
 ///
 /// Call budget of [`get_token`](Self::get_token): warm (limit row cached and bucket seen) **1**
 /// UpdateItem; cold **2** (one BatchGetItem for the limit row and bucket, then the write); a

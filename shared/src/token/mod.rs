@@ -1,4 +1,4 @@
-//! Fungible tokens (seeds 001/000): a token bucket per (resource, account).
+//! Fungible tokens, as rate-limiter-py keeps them: a token bucket per (resource, account).
 //!
 //! [`bucket`] is the refill arithmetic; [`FungibleLimiter`] the DynamoDB side: direct
 //! ([`FungibleLimiter::get_token`]), scoped ([`FungibleLimiter::with_token`]) and a Lambda handler

@@ -103,7 +103,7 @@ pub(super) async fn join_inner(
         let written = match write::update_once(deps, &deps.tables.sessions, &key, &p).await {
             Ok(w) => w,
             // Refused by DynamoDB before it applied (throttled, invalid, denied, no table): the
-            // join certainly did not happen, so the reservation is given back (issue 22). Any other
+            // join certainly did not happen, so the reservation is given back. Any other
             // error may have applied: the reservation is kept and the reconciler repairs it.
             Err(e @ Error::DynamoRejected { .. }) => return Ok(Joined::GaveUp(e)),
             Err(e) => return Err(e),

@@ -1,4 +1,4 @@
-//! How a run fits its function (issue 22 item 13): each tenant's probes get a time budget, the run
+//! How a run fits its function (decision 2205): each tenant's probes get a time budget, the run
 //! takes new tenants only while its own budget lasts, and it starts where the last run stopped (a
 //! cursor in the tenant table), so one tenant with very many sessions cannot starve the others:
 //! every tenant is reached within `⌈tenants / tenants-per-run⌉` runs. Time is the injected clock's.

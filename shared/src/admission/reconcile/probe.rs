@@ -14,7 +14,7 @@ use crate::ids::TenantId;
 use crate::Deps;
 
 /// Attribute of `{tenant}:sessions`: the id a tenant's next probing starts at, as
-/// `{session}:{connection}` (ids hold no `:`; issue 22 item 13), when the last one ran out of budget
+/// `{session}:{connection}` (ids hold no `:`), when the last one ran out of budget
 /// before the end.
 pub const PROBE_FROM: &str = "probeFrom";
 

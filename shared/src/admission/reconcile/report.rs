@@ -18,7 +18,7 @@ pub enum Outcome {
     /// Not checked, and why.
     Skipped { reason: String },
     /// Not reached: the run's budget was spent on the tenants before it; the next run starts with
-    /// it (issue 22 item 13).
+    /// it.
     Deferred,
 }
 

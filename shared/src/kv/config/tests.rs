@@ -1,4 +1,4 @@
-//! The limits file's unit tests: the seed layout, each refusal with its line, reloads.
+//! The limits file's unit tests: Boulder's layout, each refusal with its line, reloads.
 
 use std::time::Duration;
 
@@ -175,7 +175,7 @@ defaults:
     assert!(p[0].reason.contains("period"), "{p:?}");
 }
 
-/// Issue 12, defect 5: a limit whose burst offset (period / count × burst) cannot be held by
+/// A limit whose burst offset (period / count × burst) cannot be held by
 /// the time type, or exceeds the documented maximum of 100 years, is refused at load, naming
 /// the limit and its line.
 #[test]

@@ -1,4 +1,4 @@
-//! Leases (issue 15, decision 1501): hold an estimated cost on a GCRA bucket, then adjust it to the
+//! Leases (decision 1501): hold an estimated cost on a GCRA bucket, then adjust it to the
 //! real cost when it is known (LLM tokens), commit it, or let it expire and get the estimate back.
 //!
 //! A lease is an item `~lease:{n}:{bucket}:{leaseId}` in the buckets table (`leaseOf`, `amount`,

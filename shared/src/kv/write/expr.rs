@@ -1,6 +1,6 @@
 //! The text of one conditional write: a [`SpendPlan`] as condition and update expressions (the
-//! case it bets on, the TTL, the seed 002 state fields), sent as an `UpdateItem` or as one item of
-//! a `TransactWriteItems`.
+//! case it bets on, the TTL, the `RateLimitState` fields), sent as an `UpdateItem` or as one item
+//! of a `TransactWriteItems`.
 
 use std::collections::HashMap;
 
@@ -212,9 +212,9 @@ impl SpendPlan {
         }
     }
 
-    /// Seed 002's fields (decision 0603), written by the same write; `:now` is defined by the caller.
-    /// A spend sets `lastRequestAt` and not `updatedAt` (the state view reads the later of the
-    /// two): one attribute fewer to write and to get back on the admission path.
+    /// The `RateLimitState` fields (decision 0603), written by the same write; `:now` is defined by
+    /// the caller. A spend sets `lastRequestAt` and not `updatedAt` (the state view reads the later
+    /// of the two): one attribute fewer to write and to get back on the admission path.
     fn state_parts(&self, state: &super::StateWrite, p: &mut Parts) {
         p.name("#ver", attr::VERSION);
         p.value(":one", n(1));
@@ -274,7 +274,7 @@ impl SpendPlan {
     /// the updated attributes only where the new TAT depends on the stored one (draining, partial
     /// refund). An idle spend sets `now + inc` and a refund to full `now`, both known here, so
     /// they ask for nothing back: `UPDATED_NEW` would return every state field written (up to 12
-    /// with seed 002's) for a value the caller already has (decision 0806). A hot bucket's
+    /// with `RateLimitState`'s) for a value the caller already has (decision 0806). A hot bucket's
     /// draining spend names 5 (`StateWrite::stamp_known`, decision 0603 "The rate stamp").
     pub fn update_item(&self, client: &Client, target: &Target) -> UpdateItemFluentBuilder {
         let req = conditional!(client.update_item(), target, self.expression(target));
