@@ -1,4 +1,4 @@
-//! Client cost (issue 25): what one decision costs the client alone, apart from DynamoDB Local.
+//! Client cost: what one decision costs the client alone, apart from DynamoDB Local.
 //!
 //! Each workload runs at c = 1 against a [`turnstile_faultproxy::replay`] stub in another process:
 //! its warm-up goes through to DynamoDB Local while the stub records the answers, then the stub is

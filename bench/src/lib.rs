@@ -1,4 +1,4 @@
-//! Turnstile's benchmark harness (`make bench`, issue #8): the workload trait and registry
+//! Turnstile's benchmark harness (`make bench`): the workload trait and registry
 //! ([`workload`], **where new workloads plug in**), the runner ([`runner`]), the measured paths
 //! ([`workloads`]), the cold-start harness ([`coldstart`]) and the rows the sample events need
 //! ([`samples`]). The `turnstile-bench` binary drives them; bench/README.md explains the whole run.

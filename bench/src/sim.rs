@@ -1,4 +1,4 @@
-//! Simulation mode (issue 15, decision 1500): DynamoDB's per-item write ceiling in front of
+//! Simulation mode (decision 1500): DynamoDB's per-item write ceiling in front of
 //! DynamoDB Local, and one logical GCRA limit sharded past it.
 //!
 //! The fault proxy (`turnstile-faultproxy`) throttles any item past `W` writes per second with

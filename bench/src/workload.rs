@@ -317,7 +317,7 @@ pub fn registry() -> Vec<Spec> {
                 Box::pin(workloads::decide_api::build_take(ctx, p))
             }),
         },
-        // Issue 11: the transactional paths with DynamoDB's TransactionConflict injected by
+        // The transactional paths with DynamoDB's TransactionConflict injected by
         // turnstile-faultproxy; c = 1 never overlaps (exactly the promise), c > 1 reports retries.
         Spec {
             id: "websocket-handlers-conflicts",

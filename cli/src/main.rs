@@ -152,8 +152,8 @@ mod tests {
         }
     }
 
-    /// Users have no design records: help says the thing itself, never "seed 003" or
-    /// "decision 1502".
+    /// Users have no design records: help says the thing itself, never a design seed's, a
+    /// decision record's or an issue's number.
     #[test]
     fn help_cites_no_seed_decision_or_issue_number() {
         let mut root = Cli::command();

@@ -1,4 +1,4 @@
-//! The transactional paths with DynamoDB's `TransactionConflict` injected (issue 11): the same
+//! The transactional paths with DynamoDB's `TransactionConflict` injected: the same
 //! workloads as `websocket-handlers` and `reservation-lifecycle`, but their client talks to
 //! DynamoDB Local through `turnstile-faultproxy` with conflicts on, so a transaction that overlaps
 //! in time with another on the same item is cancelled as DynamoDB cancels it (DynamoDB Local itself

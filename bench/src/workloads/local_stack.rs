@@ -1,5 +1,5 @@
-//! The local stack end to end (issue #4's numbers): real WebSocket clients against `turnstile dev`'s
-//! stack, running the real handlers on the benchmark's DynamoDB Local.
+//! The local stack end to end: real WebSocket clients against `turnstile dev`'s stack, running the
+//! real handlers on the benchmark's DynamoDB Local.
 //!
 //! - `local-stack-connects`: one decision = a WebSocket handshake (authorizer + `$connect`) that
 //!   succeeds, then a close (`$disconnect` runs after the decision is timed, its call still counted).

@@ -10,7 +10,7 @@
 //! `s{w % 32}`), a fresh connection id per decision. Throughput runs give the tenant limits above
 //! the budget (`tenantPerMinute` = `sessionPerMinute` = `tenantConnections` = `params.limit`,
 //! `connectionsPerSession` 1,000); the accuracy run sets `tenantPerMinute` = `params.limit` (the
-//! fixed one-minute window of seed 003) and starts inside one minute, so "allowed" is that limit.
+//! fixed one-minute window) and starts inside one minute, so "allowed" is that limit.
 //!
 //! Admitted = `$connect` answered 200 (the disconnect must then answer 200 "released"); refused =
 //! the authorizer denied or `$connect` answered 429. DynamoDB calls per decision, warm

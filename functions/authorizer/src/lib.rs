@@ -1,4 +1,5 @@
-//! The WebSocket `$connect` REQUEST authorizer (seed 003, steps 1-7, and decision 2100).
+//! The WebSocket `$connect` REQUEST authorizer: the AWS WebSocket rate-limiting sample's checks
+//! plus connect tickets and JWTs (decision 2100).
 //!
 //! 1. the credential ([`shared::ticket::presented`]): a connect ticket (the `turnstile`
 //!    subprotocol, or `ticket=` for tenants with `ticketInQuery`; a name given twice, in either
@@ -10,7 +11,7 @@
 //!    tenant and session are the ticket's (`tenantId`/`sessionId` in the query, if given, must
 //!    match). Without a credential the ids come from the query;
 //! 3. the tenant, from the in-memory cache (cold: 1 GetItem; warm: none), read with the execution
-//!    role before any STS call (issue 22: made-up tenant ids never reach `AssumeRole`); its
+//!    role before any STS call (so made-up tenant ids never reach `AssumeRole`); its
 //!    `connectAuth` must be the method used (`none` tenants take any), and a ticket in the query
 //!    string is refused unless the tenant allows it (`ticketInQuery`, off by default: URLs are
 //!    logged);

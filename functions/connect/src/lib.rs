@@ -1,4 +1,4 @@
-//! `$connect` (seed 003 step 5): admits the connection with two ordered conditional writes — the
+//! `$connect`: admits the connection with two ordered conditional writes — the
 //! tenant's counter (open connections and its minute), then the session (its connections, its
 //! minute, the TTL refresh) — giving the first back if the second refuses
 //! (`shared::admission::connect`, decision 0306).

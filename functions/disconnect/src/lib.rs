@@ -1,4 +1,4 @@
-//! `$disconnect` (seed 003 step 7): releases the connection exactly once — removes it from the
+//! `$disconnect`: releases the connection exactly once — removes it from the
 //! session's `connectionIds`, and only if this call removed it, decrements the tenant's open
 //! connections (`shared::admission::release`, decision 0306). A repeated disconnect, or one for a
 //! connection already released by pruning, a session delete or the TTL sweeper, changes nothing.

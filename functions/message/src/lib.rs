@@ -1,4 +1,4 @@
-//! `$default` (seed 003 step 6): holds the sender against its tenant as the tenant cache has it
+//! `$default`: holds the sender against its tenant as the tenant cache has it
 //! now (`shared::admission::message::standing`), counts the message against the session's current
 //! `messagesPerMinute`, refreshes the session TTL and reads the recipients in one conditional
 //! UpdateItem (`shared::admission::message`), then echoes the message to the sender and forwards
@@ -11,7 +11,7 @@
 //!   the failure policy when the tenant row cannot be read.
 //! - Over the limit: the sender gets an error frame (problem+json from `shared::refusal`, with
 //!   `retryAfter` seconds) and the answer is 429. The refused message still refreshed the session
-//!   TTL (seed 003: every inbound message does), in the same single UpdateItem.
+//!   TTL (every inbound message does), in the same single UpdateItem.
 //! - The session is gone or expired, or the sender is no longer in it: the sender's connection is
 //!   closed (the session is never recreated) and the answer is 410.
 //! - A recipient that answers 410 is reported as `gone` but NOT released: a connection still inside

@@ -1,4 +1,4 @@
-//! The reconciler (issue 12, defect 7), run on an EventBridge schedule: recomputes each tenant's
+//! The reconciler, run on an EventBridge schedule: recomputes each tenant's
 //! open connections from its sessions' `connectionIds`, releases ids whose socket is gone
 //! (`GET @connections` answered 410 twice, a grace apart), and sets the tenant's count to the truth
 //! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0306), and the same

@@ -1,4 +1,4 @@
-//! The session HTTP API (HTTP API, payload v2; seed 003 steps 1-2 and 8, decision 2100):
+//! The session HTTP API (HTTP API, payload v2; decision 2100):
 //!
 //! - `PUT /session?tenantId=&sessionId=` creates the session or refreshes it
 //!   (`sessionTTL = now + tenant.sessionTTL`) and returns it with a **connect ticket** (for tenants

@@ -76,7 +76,7 @@ pub struct Processor {
     pub when: Option<Predicate>,
 }
 
-/// The seed's normalisation of a detail type: lower case, spaces removed.
+/// rate-limiter-py's normalisation of a detail type: lower case, spaces removed.
 fn norm(s: &str) -> String {
     s.chars()
         .filter(|c| !c.is_whitespace())

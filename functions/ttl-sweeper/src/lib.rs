@@ -1,4 +1,4 @@
-//! The TTL sweeper (seed 003 step 9), on the session table's stream. For each record that is a TTL
+//! The TTL sweeper, on the session table's stream. For each record that is a TTL
 //! deletion — `eventName` `REMOVE` by `userIdentity` `{type: Service, principalId:
 //! dynamodb.amazonaws.com}` — it closes every connection of the old image through the Management
 //! API first, and once every one is known gone (a 2xx, or a 410 a grace after the row's last
