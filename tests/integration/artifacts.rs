@@ -1,4 +1,4 @@
-//! The artifacts `sam build` made (issue 13), started as Lambda starts them: each
+//! The artifacts `sam build` made, started as Lambda starts them: each
 //! `.aws-sam/build/<Function>/bootstrap` gets a Lambda Runtime API on loopback (the cold-start
 //! harness's, `turnstile_bench::coldstart`), the environment template.yaml resolves for that
 //! function (the interpreter of tests/integration/template.rs, under a stack named after this run's
@@ -12,8 +12,8 @@
 //! Ignored in the plain `cargo test` run: `scripts/sam-check.sh` runs it after `sam build` with
 //! `TURNSTILE_SAM_BUILD_DIR` set, and `TURNSTILE_ARTIFACT_RUNNER` (e.g. `qemu-aarch64 -L
 //! /usr/aarch64-linux-gnu`) when the artifacts are for another architecture than this host's
-//! (issue 24: the arm64 default, started under qemu-user on x86_64). Times under emulation say only
-//! that a sample finished within its `Timeout`; they are not performance numbers.
+//! (the arm64 default, started under qemu-user on x86_64; decision 0704). Times under emulation say
+//! only that a sample finished within its `Timeout`; they are not performance numbers.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

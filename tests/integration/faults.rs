@@ -1,8 +1,8 @@
-//! DynamoDB's failures, injected by `turnstile-faultproxy` in front of DynamoDB Local (issues 11 and
-//! 12): transaction conflicts under concurrency (caps stay exact, waits stay bounded, the conflict
-//! rate, retries and p99 are printed), throttling and stalls on every path (fail closed, bounded
-//! time), and DynamoDB Local killed and restarted under load (nothing acknowledged is lost, no count
-//! above the truth, errors instead of hangs during the outage).
+//! DynamoDB's failures, injected by `turnstile-faultproxy` in front of DynamoDB Local
+//! (decision 0900): transaction conflicts under concurrency (caps stay exact, waits stay bounded,
+//! the conflict rate, retries and p99 are printed), throttling and stalls on every path (fail
+//! closed, bounded time), and DynamoDB Local killed and restarted under load (nothing acknowledged
+//! is lost, no count above the truth, errors instead of hangs during the outage).
 //!
 //! Lines starting with `FAULTS` are the measurements (`cargo test -p turnstile-tests --test
 //! integration -- faults --nocapture`).
@@ -319,7 +319,7 @@ async fn the_sdk_surfaces_injected_answers_as_dynamodbs_typed_errors() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Conflicts under concurrency (issue 11).
+// Conflicts under concurrency.
 
 /// Counts a batch of concurrent calls: latencies, and how many ended each way.
 #[derive(Default)]
@@ -562,7 +562,7 @@ async fn thirty_two_token_takers_under_conflicts_get_exactly_the_limit() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Throttling and stalls on every path (issue 12).
+// Throttling and stalls on every path.
 
 /// What one path answered under a fault.
 #[derive(Debug)]
@@ -905,7 +905,7 @@ async fn the_default_timeout_bounds_a_stalled_call() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kill -9 and restart of DynamoDB Local under load (issue 12).
+// Kill -9 and restart of DynamoDB Local under load.
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -1385,7 +1385,7 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
     assert_eq!(w.count(T).await, Some(2));
 }
 
-/// Issue 22 item 11a: a kv refund applied but its answer lost (the proxy forwards it, then answers
+/// A kv refund applied but its answer lost (the proxy forwards it, then answers
 /// 500). The SDK retried the same `SET tat = tat - :inc`, whose condition still held, and the bucket
 /// got the cost back twice: 2 more admitted than spent. The refund must be applied once, and
 /// answered as applied, whether one answer or two in a row are lost.
@@ -1541,7 +1541,7 @@ async fn a_refund_delivered_late_is_applied_once() {
     );
 }
 
-/// Issue 22 item 11a, leases: a lease's refund is one `TransactWriteItems` with the lease item. The
+/// Leases: a lease's refund is one `TransactWriteItems` with the lease item. The
 /// SDK's retry after a lost answer carries the same `ClientRequestToken` (set once per call), which
 /// DynamoDB answers without applying the transaction again; were it applied again, the lease item's
 /// condition (its amount and `heldUntil` as read) would fail. Given back once (decision 0601).
@@ -1589,7 +1589,7 @@ async fn a_lost_lease_release_answer_is_not_refunded_twice() {
     assert!(lim.read_lease("Slow", "l", "L").await.unwrap().is_none());
 }
 
-/// Issue 22 item 11b: a reservation's admission write applied and its answer was lost. The SDK
+/// A reservation's admission write applied and its answer was lost. The SDK
 /// re-sent the same write, whose condition (`attribute_not_exists` of the new entry, the ledger's
 /// size) then failed on what the first attempt wrote. Re-planning with a new id told a capacity-1
 /// caller `Limited` while its own entry held the slot, and gave a capacity-2 caller two entries for
@@ -1641,7 +1641,7 @@ async fn live_units(nf: &NonFungibleLimiter, account: &str) -> Vec<(String, Opti
         .collect()
 }
 
-/// Issue 22 item 11 (bind): `create_token` whose bound-row write, or whose ledger write, applied
+/// Bind: `create_token` whose bound-row write, or whose ledger write, applied
 /// but lost its answer, so the SDK sent it again. Decision 0101 says both are idempotent (the row
 /// keeps the expiry it holds, the entry may already hold that expiry); this checks it:
 /// the caller gets its token, the unit is held exactly once (at capacity 1 another reservation is
@@ -1700,7 +1700,7 @@ async fn a_lost_bind_answer_binds_once() {
     }
 }
 
-/// Issue 22 item 11 (release): `release` whose ledger write (the capacity, its only write) applied
+/// Release: `release` whose ledger write (the capacity, its only write) applied
 /// but lost its answer, so the SDK sent it again. The unit is released exactly once (free for one
 /// reservation, not two), nothing is left, and `Reservation::delete` succeeds.
 /// Whether `release` also *says* it released is [`a_lost_release_answer_says_it_released`].
@@ -1741,8 +1741,8 @@ async fn a_lost_release_answer_releases_once() {
 /// answers `false` ("ledger: this call released the unit" fails). The fix that passes this (a
 /// request token `rel:{id}` on the shard, cleaned by a second write, as `$disconnect`'s) is commit
 /// a4d6476, reverted then: +1 call and +1 WCU per release, past that day's checked
-/// reservation-lifecycle budget (6 calls, 7 WCU) for a return value. Since bound rows (issue 25) a
-/// release is 1 call and 1 WCU, so the fix would now fit issue 25's ≤ 2 WCU. Decision 0101.
+/// reservation-lifecycle budget (6 calls, 7 WCU) for a return value. With bound rows a release is 1
+/// call and 1 WCU, so the fix would now fit a budget of ≤ 2 WCU per release (decision 0101).
 #[tokio::test]
 #[ignore = "known: release under-reports after a lost answer; fix a4d6476 awaits a budget decision (0101)"]
 async fn a_lost_release_answer_says_it_released() {

@@ -544,7 +544,7 @@ async fn with_a_tenant_role_every_websocket_handler_signs_tenant_calls_with_tena
         "one AssumeRole per function for ab, each with its own policy"
     );
     // Every call signed by ab's credentials, but the authorizer's (cold) read of the tenant row,
-    // which is the execution role's: it comes before any AssumeRole (issue 22).
+    // which is the execution role's: it comes before any AssumeRole.
     let ab_keys = keys_of("ab");
     let signed = keys.all();
     assert_eq!(
@@ -668,7 +668,7 @@ async fn each_functions_assume_role_sends_its_own_session_policy() {
     assert!(err.to_string().contains("names no function"), "{err}");
 }
 
-/// Issue 22, item 1: anonymous `$connect`s naming made-up tenants never reach STS. The authorizer
+/// Anonymous `$connect`s naming made-up tenants never reach STS. The authorizer
 /// reads the tenant row (execution role, cached; unknown ids cached apart and briefly) before it
 /// assumes the tenant role, so a flood of connects naming unknown tenants makes 0 AssumeRole calls
 /// and leaves the real tenant's credentials cached (before: one AssumeRole each, and each unknown id

@@ -1,4 +1,4 @@
-//! Key-value GCRA limits against DynamoDB Local: seed 004's example, Boulder's worked cases,
+//! Key-value GCRA limits against DynamoDB Local: Boulder's documented example and worked cases,
 //! overrides, refunds, resets, batch spends, concurrency, and the call budget of each path.
 
 use std::sync::Arc;
@@ -261,7 +261,7 @@ async fn refunds_are_capped_at_the_burst_and_refused_on_a_full_bucket() {
     assert!(calls <= 2, "{calls}");
 }
 
-/// Issue 22 item 11a: a refund's write requires the bucket's `refundId` to be smaller than its own
+/// A refund's write requires the bucket's `refundId` to be smaller than its own
 /// (so a resend never applies twice). One that arrives after a larger id (another process's clock
 /// ahead) is sent once more with an id above it, and applied once.
 #[tokio::test]
@@ -674,7 +674,7 @@ async fn expired_buckets_read_as_full_whether_or_not_deleted_yet() {
     assert_eq!(calls, 1, "a cold spend on an idle bucket is one call");
 }
 
-/// Seed 004's narrative step by step, with the manual clock: 20 per second, burst 20.
+/// Boulder's documented example step by step, with the manual clock: 20 per second, burst 20.
 #[tokio::test]
 async fn seed_004_narrative_with_the_manual_clock() {
     let env = TestEnv::new(&[TableKind::Buckets]).await;

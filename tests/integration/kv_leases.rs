@@ -1,4 +1,4 @@
-//! Leases on GCRA buckets (issue 15, decision 1501) against DynamoDB Local: adjust up (refused
+//! Leases on GCRA buckets (decision 1501) against DynamoDB Local: adjust up (refused
 //! without room), adjust down (refund), duplicates by lease id, commit, expiry returning the
 //! estimate, concurrent leases that never over-admit, and the calls/WCU of each operation.
 
@@ -12,7 +12,7 @@ use shared::table::TableKind;
 use turnstile_tests::TestEnv;
 
 /// `Llm`: 1,000 tokens, refilling one per 360 s: the tests' few seconds refill nothing. `Fast`:
-/// 10 tokens refilling 10 a second, where a lease's refund races the refill (issue 22 item 8).
+/// 10 tokens refilling 10 a second, where a lease's refund races the refill.
 const LIMITS: &str = "\
 names:
   Llm: { id: 1, format: string }
@@ -354,7 +354,7 @@ async fn spend_until_refused(lim: &Limiter, id: &str, now: Timestamp) -> u64 {
     n
 }
 
-/// Issue 22 item 8, the CLI repro: burst 10 at 10/s, lease 10 at t0; at t0 + 2 s the bucket has
+/// The CLI repro: burst 10 at 10/s, lease 10 at t0; at t0 + 2 s the bucket has
 /// long refilled, another caller spends 10, the lease is released, and 10 more were admitted (20 at
 /// one instant). The lease's tokens were already given back by the refill: a release may not give
 /// them again.
@@ -390,7 +390,7 @@ async fn a_release_after_the_refill_gives_nothing_back() {
     assert_eq!(r.returned, 0);
 }
 
-/// Issue 22 item 8, the adjust-after-deadline path on a fast bucket: a lease of 10 whose deadline
+/// The adjust-after-deadline path on a fast bucket: a lease of 10 whose deadline
 /// (1 s) passed while the refill returned its tokens; another caller spends 10; an adjust down then
 /// settles the expired lease as a release, which may give nothing back: no 11th admission.
 #[tokio::test]
@@ -417,7 +417,7 @@ async fn an_adjust_after_the_deadline_gives_nothing_back_once_refilled() {
     assert!(lim.read_lease("Fast", "d", "D1").await.unwrap().is_none());
 }
 
-/// Issue 22 item 8, partly refilled: each refund gives back exactly what an ideal bucket would
+/// Partly refilled: each refund gives back exactly what an ideal bucket would
 /// still owe (the test's instants are whole emission intervals, 100 ms).
 #[tokio::test]
 async fn a_refund_gives_back_only_what_the_refill_has_not() {
@@ -474,7 +474,7 @@ async fn a_refund_gives_back_only_what_the_refill_has_not() {
     assert_eq!(fast_left(&lim, "c", t.plus(ms(900))).await, 10);
 }
 
-/// Issue 22 item 8: a seeded script of spends, waits and leases (acquired, adjusted up and down,
+/// A seeded script of spends, waits and leases (acquired, adjusted up and down,
 /// released, committed) on `Fast`, several processes sharing the bucket. Afterwards the net
 /// consumption (every admitted spend, and what each lease still holds, each part at the moment it
 /// was spent, the last spent given back first) is fed to an ideal bucket: it must admit all of it,
@@ -598,7 +598,7 @@ async fn leases_and_spends_never_outrun_an_ideal_bucket() {
     }
 }
 
-/// Issue 22 item 9: a lease id is scoped to its bucket. Reused on another bucket it is a new lease
+/// A lease id is scoped to its bucket. Reused on another bucket it is a new lease
 /// there (spent there, refused when that bucket is empty), never a grant of the other bucket's
 /// lease; on its own bucket a repeat is the same grant (nothing spent twice), a different estimate
 /// is an error, and an expired lease is settled, not granted again.

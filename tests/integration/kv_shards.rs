@@ -1,4 +1,4 @@
-//! Sharded GCRA limits (issue 15, decision 1500) against DynamoDB Local: exact shares, the call and
+//! Sharded GCRA limits (decision 1500) against DynamoDB Local: exact shares, the call and
 //! write-unit cost of each path, small bursts, 64 concurrent spenders that never over-admit, and
 //! refusals beyond an ideal single bucket within the decision's stated tolerance. Time is the
 //! injected clock; shard choices are seeded.

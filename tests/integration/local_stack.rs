@@ -595,7 +595,7 @@ async fn the_local_session_api_binds_a_jwt_caller_to_its_tenant_claim() {
     l.shutdown().await;
 }
 
-/// Issue 22, item 6: the local stack answers only requests addressed to it, so a web page using DNS
+/// The local stack answers only requests addressed to it, so a web page using DNS
 /// rebinding (its own name resolving to 127.0.0.1) cannot read the dashboard's state or call the
 /// session API from the developer's browser. Raw requests, to set `Host` as such a page would.
 #[tokio::test]

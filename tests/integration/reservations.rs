@@ -429,7 +429,7 @@ async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
     drop(r);
 }
 
-/// Issue 12, defect 2: `"{resource}:{account}"` made (`emr`, `acct:1`) and (`emr:acct`, `1`) one
+/// `"{resource}:{account}"` made (`emr`, `acct:1`) and (`emr:acct`, `1`) one
 /// ledger. A resource name with ':' is now refused (naming the field), so they cannot share capacity;
 /// an account with ':' keeps rate-limiter-py's coordinate.
 #[tokio::test]
@@ -883,7 +883,7 @@ async fn fill(l: &NonFungibleLimiter, account: &'static str, limit: i64, n: usiz
     }
 }
 
-/// Issue 25: a capacity of 40 is three ledger shards (16, 16, 8). Concurrent callers, on one
+/// A capacity of 40 is three ledger shards (16, 16, 8). Concurrent callers, on one
 /// limiter or many, cold or warm, get exactly 40; after expiry, 40 again; a raised limit admits
 /// exactly the difference.
 #[tokio::test]
@@ -932,7 +932,7 @@ async fn churn_on_a_sharded_coordinate_never_holds_more_than_the_capacity() {
     assert_eq!(concurrent(vec![limiter(&env); 60], "churn", 40).await, 40);
 }
 
-/// Issue 25: with 1,000 live reservations on one coordinate, every ledger write is still 1 write
+/// With 1,000 live reservations on one coordinate, every ledger write is still 1 write
 /// unit (one shard of at most 16 entries, under 1 KB), as DynamoDB Local reports them
 /// (`ReturnConsumedCapacity=TOTAL`, which would include index writes): a reservation + bind costs 3
 /// (reserve, the bound row, the shard entry) and a release 1 (the shard entry), at any count. The
@@ -975,7 +975,7 @@ async fn a_thousand_live_reservations_cost_the_same_write_units() {
     assert_eq!(live(&l, "big").await, 1_000);
 }
 
-/// Issue 25 and issue 22 item 15: capacities up to the ceiling (100,000) are served with one
+/// Capacities up to the ceiling (100,000) are served with one
 /// write unit per write; above it, a clear refusal instead of a ledger that hits DynamoDB's item
 /// limit.
 #[tokio::test]
@@ -1017,7 +1017,7 @@ async fn capacities_up_to_the_ceiling_are_served_and_above_it_refused() {
     ));
 }
 
-/// Issue 22 item 15: ten thousand live reservations on one coordinate, then a clean refusal. Before
+/// Ten thousand live reservations on one coordinate, then a clean refusal. Before
 /// the ledger was sharded (6a329ff) one item held every entry, and at about 9,000 of them (~43 bytes
 /// each) it passed DynamoDB's 400 KB item limit: the fill failed with a ValidationException where
 /// the caller needed room or `Limited`. Sharded, every write stays one unit and the 10,001st is

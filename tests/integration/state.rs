@@ -1,6 +1,6 @@
-//! Seed 002's rate-limit state against DynamoDB Local: kept on the bucket's item by the admission
-//! write itself (no extra call), read back by a fresh client (a restart), and the best-effort
-//! throttle fields flushed under the `version` lock.
+//! The rate-limit state (`RateLimitState`) against DynamoDB Local: kept on the bucket's item by the
+//! admission write itself (no extra call), read back by a fresh client (a restart), and the
+//! best-effort throttle fields flushed under the `version` lock.
 
 use std::sync::Arc;
 use std::time::Duration;

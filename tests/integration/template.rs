@@ -237,13 +237,13 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
 
 /// A tenant-table action a function makes with its execution role even under isolation: the
 /// authorizer reads the tenant row before it assumes the tenant role, so ids made up by anonymous
-/// clients never reach STS (issue 22).
+/// clients never reach STS.
 fn unscoped_read(function: &str, table: &str, tenants_arn: &str, action: &str) -> bool {
     function == "authorizer" && table == tenants_arn && action == "dynamodb:GetItem"
 }
 
 /// The reconciler's cursor statement: every action under a `dynamodb:LeadingKeys` condition that
-/// names exactly the cursor's key (issue 22 item 13).
+/// names exactly the cursor's key (decision 2205).
 fn is_cursor_statement(s: &Value) -> bool {
     s["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
         == json!([shared::admission::reconcile::budget::CURSOR_KEY])
@@ -2350,7 +2350,7 @@ fn alarms_and_the_dashboard_use_the_metric_catalogue() {
         .iter()
         .map(|w| w["properties"]["title"].as_str().unwrap())
         .collect();
-    // The local dashboard's panels that have a metric (issue 26), then operations'.
+    // The local dashboard's panels that have a metric, then operations'.
     for want in [
         "Decisions per second: admitted, and refused by limit",
         "Decisions per second by tenant",

@@ -345,7 +345,7 @@ async fn a_bind_stopped_after_reading_the_marker_holds_nothing_past_the_reservat
         .expect("the unit is free again after the reservation's TTL");
 }
 
-/// Issue 22 item 14: the cluster's TERMINATED event is handled before the bind (the caller was slow,
+/// The cluster's TERMINATED event is handled before the bind (the caller was slow,
 /// or the index had not caught up). The remover found no token, and the bind then held a unit
 /// for the token's 8 hours with no event left to release it. Now the remover records the end first
 /// and the bind, reading it, releases its reservation: the capacity is free at once.
@@ -465,7 +465,7 @@ async fn a_bind_between_the_marker_and_the_query_releases_itself() {
     assert!(l.get_reservation("emr", "acct", 1).await.is_ok());
 }
 
-/// Issue 25 (bound rows, decision 0101): a bind stopped after its row write (a crash) leaves that
+/// Bound rows (decision 0101): a bind stopped after its row write (a crash) leaves that
 /// row in the first resource's partition, and the reservation is then bound to another resource.
 /// No per-reservation row says which binding is current, so the remover releases an entry only
 /// while it holds the expiry its row records (or is still unbound): the first resource's end finds

@@ -1,4 +1,4 @@
-//! Fungible tokens against DynamoDB Local: the seed's refill arithmetic, exact counts under
+//! Fungible tokens against DynamoDB Local: rate-limiter-py's refill arithmetic, exact counts under
 //! concurrency, the call budget (1 warm / 2 cold / 0 on a cached rejection), limit rows, both
 //! attribute styles, and the scoped and Lambda-wrapper forms.
 

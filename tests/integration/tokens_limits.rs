@@ -1,5 +1,5 @@
 //! Loading limits: rate-limiter-py's JSON diffed against the `serviceName` index, in both
-//! attribute styles; other services' rows are never touched (issue 12, defect 3), unless taken over
+//! attribute styles; other services' rows are never touched, unless taken over
 //! explicitly.
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -113,7 +113,7 @@ fn row(resource: &str, account: &str, limit: i64, service: Option<&str>) -> Limi
     }
 }
 
-/// Issue 12, defect 3: `limits load --service orders` used to diff only against orders' rows and
+/// `limits load --service orders` used to diff only against orders' rows and
 /// put whole rows, silently re-owning billing's. Now a file naming another owner's row is refused
 /// whole (conflicts name resource, account and owner), the dry run shows the same conflicts, the
 /// writes are conditional on the owner, and only `take_over` re-owns.

@@ -1,4 +1,4 @@
-//! Sharded fungible buckets (issue 15, decision 1500) against DynamoDB Local: 64 concurrent takers
+//! Sharded fungible buckets (decision 1500) against DynamoDB Local: 64 concurrent takers
 //! never over-admit, refusals beyond the ideal stay within the stated tolerance, the cost of each
 //! path, and a limit smaller than the shard count. Injected clock, seeded shard choices.
 

@@ -539,8 +539,8 @@ async fn a_refusal_by_the_tenant_costs_one_call_and_writes_nothing() {
     assert!(w.session(T, "s2").await.unwrap().connection_ids.is_empty());
 }
 
-/// A limit of 0 blocks its dimension even when no counter has been written yet (issue 12, defect
-/// 4): `$connect` refuses naming the limit, and nothing is written.
+/// A limit of 0 blocks its dimension even when no counter has been written yet:
+/// `$connect` refuses naming the limit, and nothing is written.
 #[tokio::test]
 async fn a_cap_of_zero_blocks_the_first_connect_too() {
     let w = World::new().await;
@@ -585,7 +585,7 @@ async fn a_cap_of_zero_blocks_the_first_connect_too() {
     }
 }
 
-/// Issue 11's targets in write units (the call counter's capacity meter): `$connect` ≤ 4 WCU
+/// The write-unit budgets (the call counter's capacity meter): `$connect` ≤ 4 WCU
 /// (measured 2), `$disconnect` ≤ 2 (2), a message 1; refusals: by the tenant 1, by the session 3
 /// (reserve, refused, give back), by a zero limit 0.
 #[tokio::test]
@@ -723,7 +723,7 @@ async fn pad_session(w: &World, t: &str, s: &str, len: usize) -> bool {
         .is_ok()
 }
 
-/// Issue 22, item 12: a session write that DynamoDB refuses before applying it — here a session item
+/// A session write that DynamoDB refuses before applying it — here a session item
 /// at the 400 KB item limit, answered with a ValidationException — gives the tenant's reservation
 /// back: nothing joined, so nothing may stay counted (before, each client retry leaked one unit of
 /// `tenantConnections` until the reconciler ran). An error that may have applied still keeps it.
@@ -750,7 +750,7 @@ async fn a_session_write_refused_before_it_applied_gives_the_reservation_back() 
     assert!(w.session(T, "big").await.unwrap().connection_ids.is_empty());
 }
 
-/// Issue 22, item 3: shadow mode lifts the caps but keeps one ceiling, the session's
+/// Shadow mode lifts the caps but keeps one ceiling, the session's
 /// `MAX_CONNECTIONS_PER_SESSION` (everything about its connections lives in one item, limited to
 /// 400 KB): a shadow tenant's session at the ceiling is refused with the ceiling's 429, not grown
 /// until DynamoDB refuses the item (before, shadow admitted under 2^40 and the item grew without

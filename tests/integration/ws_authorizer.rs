@@ -1,4 +1,5 @@
-//! The REQUEST authorizer: the seed's seven steps, expiry against the clock, and its call budget.
+//! The REQUEST authorizer: the AWS WebSocket sample's seven checks, expiry against the clock, and
+//! its call budget.
 
 use std::time::Duration;
 

@@ -273,7 +273,7 @@ async fn rate_algorithm_is_stored_defaults_to_fixed_and_rejects_unknown_values()
         .unwrap()
         .unwrap();
     assert_eq!(got.limits.rate_algorithm, WindowAlgorithm::Gcra);
-    // A row written before the attribute existed (seed 003 / the AWS sample): fixed.
+    // A row without the attribute (as the AWS WebSocket sample writes them): fixed.
     let put_raw = |alg: Option<&str>| {
         let mut req = w
             .deps()

@@ -271,9 +271,9 @@ async fn the_local_management_api_answers_the_real_sdk_client() {
     assert_eq!(w.api.received()[1].body_str(), "payload");
 }
 
-/// Seed 003: every inbound message refreshes the session TTL, refused ones included (issue 12,
-/// defect 8). The refusal still costs one UpdateItem (decision 0303) and counts nothing that could
-/// admit a later message of the same minute.
+/// Every inbound message refreshes the session TTL, refused ones included (as in the AWS
+/// WebSocket sample). The refusal still costs one UpdateItem (decision 0303) and counts nothing
+/// that could admit a later message of the same minute.
 #[tokio::test]
 async fn a_refused_message_still_refreshes_the_session_ttl_in_one_call() {
     let w = World::new().await;
@@ -391,7 +391,7 @@ impl InFlight {
     }
 }
 
-/// Issue 22, item 3: a delete's closes keep at most `shared::gateway::FANOUT` Management API calls
+/// A delete's closes keep at most `shared::gateway::FANOUT` Management API calls
 /// in flight; before, every connection at once.
 #[tokio::test]
 async fn fan_out_keeps_a_bounded_number_of_calls_in_flight() {
@@ -404,7 +404,7 @@ async fn fan_out_keeps_a_bounded_number_of_calls_in_flight() {
     counts.assert_bounded(200);
 }
 
-/// Issue 22, item 3: `$default` posts a message to every member of a 200-connection session
+/// `$default` posts a message to every member of a 200-connection session
 /// through the message function itself, at most `shared::gateway::FANOUT` posts in flight
 /// (seen failing with the handler's `bounded` replaced by `join_all`: 200 in flight).
 #[tokio::test]
@@ -456,7 +456,7 @@ fn message_admitted_as(
     ev
 }
 
-/// Issue 36 item 3: a socket of a tenant deleted after its `$connect` is told and closed on its
+/// A socket of a tenant deleted after its `$connect` is told and closed on its
 /// next message once the tenant cache's time has passed (the staleness bound), instead of going
 /// on with the limits the authorizer captured until API Gateway's 2-hour cap.
 #[tokio::test]
@@ -487,7 +487,7 @@ async fn a_deleted_tenants_socket_is_told_and_closed_on_its_next_message() {
     assert_eq!(w.closed(), ["a"], "and the socket closed");
 }
 
-/// Issue 36 item 3: lowered message limits apply to the next message once the tenant cache's
+/// Lowered message limits apply to the next message once the tenant cache's
 /// time has passed, not only to sockets admitted after the change.
 #[tokio::test]
 async fn lowered_message_limits_apply_to_the_next_message() {
@@ -518,7 +518,7 @@ async fn lowered_message_limits_apply_to_the_next_message() {
     assert_eq!(body_json(&r)["violated-policies"][0], "messagesPerMinute");
 }
 
-/// Issue 36 item 3: a tenant whose `connectAuth` became stricter closes, on their next message,
+/// A tenant whose `connectAuth` became stricter closes, on their next message,
 /// the sockets admitted under the old mode (the authorizer context records the mode each socket
 /// was admitted under); sockets admitted under the mode now required go on.
 #[tokio::test]
@@ -557,7 +557,7 @@ async fn a_stricter_connect_auth_closes_sockets_admitted_under_the_old_one() {
     assert_eq!(r.status_code, 200, "{:?}", r.body);
 }
 
-/// Issue 36 item 3: `$default`'s DynamoDB budget with the tenant read on every message: a cache
+/// `$default`'s DynamoDB budget with the tenant read on every message: a cache
 /// hit adds no call (1 UpdateItem), a miss adds 1 GetItem of the tenant row (2 calls).
 #[tokio::test]
 async fn a_message_reads_its_tenant_from_the_cache_and_pays_one_call_on_a_miss() {

@@ -1,4 +1,4 @@
-//! The reconciler (issue 12, defect 7) against DynamoDB Local and the local Management API: drift
+//! The reconciler against DynamoDB Local and the local Management API: drift
 //! made on purpose is repaired, a dry run changes nothing, a connect in flight is never undercounted,
 //! a leak is repaired under load, a probe error skips nothing, and a late TTL sweep does not subtract
 //! what a repair already did (even from a clock running behind).

@@ -1,4 +1,4 @@
-//! The reconciler finishes (issue 22 item 13): its grace is bounded, each tenant's probes have a
+//! The reconciler finishes (decision 2205): its grace is bounded, each tenant's probes have a
 //! time budget, and a run over every tenant takes new tenants only while its budget lasts and starts
 //! where the last run stopped, so tenants with many sessions cannot starve one with a leak. Time is
 //! the injected clock's: a clock that moves one second each time it is read stands for work that

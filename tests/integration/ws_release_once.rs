@@ -1,4 +1,4 @@
-//! Releases exactly once when DynamoDB's answers are lost (issue 22 item 11c, decision 2206): the
+//! Releases exactly once when DynamoDB's answers are lost (decision 2206): the
 //! SDK's retry of a write that applied must not be taken for "someone else released it", and a
 //! sweeper stopped before or after its one transaction must still release once when the stream
 //! record comes again. Faults from `turnstile-faultproxy` (decision 0900).

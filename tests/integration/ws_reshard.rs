@@ -1,4 +1,4 @@
-//! Resharding a tenant's connection counters (issue 22 item 10, decision 2206): each connection is
+//! Resharding a tenant's connection counters (decision 2206): each connection is
 //! released to the counter it was charged on, whatever its session or its tenant row says now;
 //! an authorizer still holding the old tenant row (its 60 s cache) cannot charge a retired layout;
 //! and the reconciler brings every counter of a resharded tenant to its truth.

@@ -474,7 +474,7 @@ async fn the_sample_session_events_run_as_is() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Binding callers to their tenant (issue 12, defect 1): with JWT (or IAM with a binding), the tenant
+// Binding callers to their tenant: with JWT (or IAM with a binding), the tenant
 // comes from the caller's identity, and naming another tenant is refused before any DynamoDB call.
 // ------------------------------------------------------------------------------------------------
 
@@ -856,7 +856,7 @@ fn session_api_auth_settings_are_validated() {
     assert!(read(&[("TURNSTILE_SESSION_API_AUTH", "NONE")]).is_ok());
 }
 
-/// Issue 21: JWT claims bind the caller whatever `TURNSTILE_SESSION_API_AUTH` says (a route with a
+/// JWT claims bind the caller whatever `TURNSTILE_SESSION_API_AUTH` says (a route with a
 /// JWT authorizer in front of a function configured for `none` or `iam` once let a claim of tenant A
 /// act for tenant B), and an IAM caller under the template's defaults reaches only its own tenant.
 #[tokio::test]
@@ -1010,7 +1010,7 @@ async fn a_delete_while_connections_keep_joining_releases_every_connection_once(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Owners inside a tenant (issue 36 item 2): with JWT callers, a session belongs to the user who
+// Owners inside a tenant (decision 3602): with JWT callers, a session belongs to the user who
 // created it (its `sub`); other users of the same tenant get the 404 of a session that does not
 // exist, a ticket's subject is the caller's, and a per-subject quota keeps one user from taking
 // the tenant's `maxSessions`.

@@ -1,4 +1,4 @@
-//! The per-tenant session cap (`maxSessions`, issue 22 item 4, decision 2204) against DynamoDB
+//! The per-tenant session cap (`maxSessions`, decision 2204) against DynamoDB
 //! Local: concurrent `PUT`s never create more sessions than the cap, `DELETE` and a TTL expiry
 //! (through the sweeper, redelivered) each give one back exactly once, and the reconciler repairs a
 //! count that leaked high, which a late sweep then does not lower again.

@@ -1,4 +1,4 @@
-//! Sharded tenant connection counters (issue 15 part 4, decision 1502) against DynamoDB Local:
+//! Sharded tenant connection counters (decision 1502) against DynamoDB Local:
 //! 64 concurrent connects never exceed the tenant cap and admit exactly it, every release path
 //! (disconnect, session DELETE, TTL sweep) decrements the shard it was charged on (decision 2206) so the shards sum
 //! back to 0, the call/WCU cost of each path, and the reconciler refusing to "repair" a sharded

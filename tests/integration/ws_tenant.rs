@@ -36,7 +36,7 @@ async fn put_get_list_delete_and_seed_rows_without_the_new_fields() {
     assert!(!tenant::store::delete(d, &"t3".parse().unwrap())
         .await
         .unwrap());
-    // A row written by seed 003's tooling has only the four seed fields.
+    // A row written by the AWS WebSocket sample's tooling has only its four limit fields.
     let item: HashMap<String, AttributeValue> = [
         ("tenantId", AttributeValue::S("seed".into())),
         ("connectionsPerSession", AttributeValue::N("2".into())),
@@ -116,7 +116,7 @@ async fn the_tenant_cache_serves_from_memory_for_its_configured_time_only() {
         cache.get(w.deps(), &id).await.unwrap().unwrap().limits,
         MEDIUM
     );
-    // Unknown tenants are remembered apart and briefly (issue 22: a flood of made-up ids costs one
+    // Unknown tenants are remembered apart and briefly (so a flood of made-up ids costs one
     // read per id per few seconds): a tenant created later is seen once that lapses.
     let ghost = "ghost".parse().unwrap();
     w.env.counter.reset();
@@ -165,7 +165,7 @@ async fn the_tenant_cache_serves_from_memory_for_its_configured_time_only() {
     );
 }
 
-/// Issue 36 item 3: `turnstile tenant delete` (`closing::end_tenant`) deletes the row, then pages
+/// `turnstile tenant delete` (`closing::end_tenant`) deletes the row, then pages
 /// through the tenant's sessions and ends each as the session API's `DELETE` does: its sockets
 /// closed through the Management API and released, its session unit given back, the row gone.
 /// More sessions than one page; another tenant is untouched.

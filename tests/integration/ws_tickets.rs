@@ -1,4 +1,4 @@
-//! Connect tickets (issue 21, decision 2100): who may join a session. Every bad ticket is refused by
+//! Connect tickets (decision 2100): who may join a session. Every bad ticket is refused by
 //! the authorizer with no DynamoDB write (most with no call at all); a good one admits within the
 //! budgets (`$connect` one write more, for the ticket's use: decision 3607); a ticket admits only
 //! the connects it was minted for, and `?ticket=` only where the tenant opts in; rotation keeps
@@ -258,7 +258,7 @@ async fn tenants_choose_their_connect_authentication() {
     w.put_tenant("oidc", jwt).await;
     w.put_session("open", "s1").await;
     w.put_session("oidc", "s1").await;
-    // `none`: seed 003's anonymous connect, and a ticket is taken too.
+    // `none`: the AWS sample's anonymous connect, and a ticket is taken too.
     let (d, _, _) = authorize_query(&w, &[("tenantId", "open"), ("sessionId", "s1")]).await;
     assert_eq!(d, Decision::Allow);
     assert_eq!(w.authorize("open", "s1").await, Decision::Allow);
@@ -630,7 +630,7 @@ async fn connect_with(w: &World, tk: &str, sid: &str, cid: &str) -> (i64, u64, f
     }
 }
 
-/// Issue 36 item 7: whoever holds a ticket (a leaked URL) could take every `connectionsPerSession`
+/// Whoever holds a ticket (a leaked URL) could take every `connectionsPerSession`
 /// slot for its minute of life. A ticket now admits as many `$connect`s as it was minted for: 1
 /// for a browser's (a JWT caller's), up to `connectionsPerSession` when a backend asks.
 #[tokio::test]
@@ -736,7 +736,7 @@ async fn a_ticket_admits_only_the_connects_it_was_minted_for() {
     );
 }
 
-/// Issue 36 item 7: `?ticket=` (kept in URL logs) is taken only from tenants that opt in
+/// `?ticket=` (kept in URL logs) is taken only from tenants that opt in
 /// (`ticketInQuery`); the subprotocol list works for every tenant.
 #[tokio::test]
 async fn a_ticket_in_the_query_string_is_taken_only_where_the_tenant_opts_in() {
@@ -773,7 +773,7 @@ async fn a_ticket_in_the_query_string_is_taken_only_where_the_tenant_opts_in() {
     assert_eq!(d, Decision::Allow);
 }
 
-/// Issue 36 item 8: API Gateway gives `queryStringParameters` one value per name (the last);
+/// API Gateway gives `queryStringParameters` one value per name (the last);
 /// `?ticket=a&ticket=b` shows only in `multiValueQueryStringParameters`, and is refused there.
 #[tokio::test]
 async fn a_ticket_named_twice_in_the_multi_value_query_is_refused() {

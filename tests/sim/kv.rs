@@ -1,4 +1,4 @@
-//! Key-value GCRA limits in the simulation (issue 23, decision 2300): spends, refunds, batch
+//! Key-value GCRA limits in the simulation (decision 2300): spends, refunds, batch
 //! spends and leases (acquire, adjust, commit, release, expiry) through `shared::kv::Limiter` —
 //! two "processes", each with its own hints — on unsharded and sharded limits (`shards: 2-3`),
 //! against the same proxied DynamoDB Local, in the same rounds, faults and crashes as the other

@@ -1,4 +1,4 @@
-//! Random fault schedules (issue 23, decision 2300): a seeded generator of operation schedules
+//! Random fault schedules (decision 2300): a seeded generator of operation schedules
 //! over the WebSocket admission paths (and, in a share of schedules, reservations with the token
 //! remover and kv limits), run against the real handlers and DynamoDB Local behind
 //! `turnstile-faultproxy`, with crashes (dropped futures) from the harness, and an oracle after

@@ -1,4 +1,4 @@
-//! Reservations and the token remover in the simulation (issue 23, decision 2300). Steps reserve,
+//! Reservations and the token remover in the simulation (decision 2300). Steps reserve,
 //! bind, release and end resources through `NonFungibleLimiter` — two "processes", each with its
 //! own ledger cache, as two Lambda instances would be — and the token remover's `handle`, against
 //! the same proxied DynamoDB Local as the WebSocket steps and in the same rounds, faults and
