@@ -423,8 +423,8 @@ mod tests {
 
     #[test]
     fn a_refused_gcra_spend_says_when_to_retry() {
-        // Boulder's example: 20 per second, burst 20; the 21st request in the same instant waits 50
-        // ms.
+        // Boulder's example: 20 per second, burst 20; the 21st request in the same instant
+        // waits 50 ms.
         let rate = Rate::new(20, 20, Duration::from_secs(1)).unwrap();
         let now = crate::clock::Timestamp::from_secs(5_000);
         let mut tat = None;
