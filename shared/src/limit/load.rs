@@ -221,7 +221,7 @@ pub fn parse_file(text: &str) -> Result<Vec<LimitSpec>> {
             };
             return Err(bad(format!(
                 "{at}.limit {} is above the non-fungible ceiling of {MAX_CAPACITY} live \
-                 reservations per coordinate (decision 0101){hint}",
+                 reservations per coordinate{hint}",
                 spec.limit
             )));
         }
