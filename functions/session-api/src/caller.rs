@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use shared::admission::respond;
 use shared::admission::sessions;
+use shared::caller::{Caller as Bound, CallerVars};
 use shared::config::{ConfigError, Vars};
 use shared::ids::TenantId;
 use shared::refusal::HttpAnswer;
@@ -15,46 +16,12 @@ use shared::ticket;
 
 use crate::State;
 
-/// `TURNSTILE_SESSION_API_AUTH`: how the session API learns its caller's tenant. Required: the
-/// permissive choice exists only when named.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Auth {
-    /// `none`: a request without JWT claims acts for the tenant it names. For callers trusted with
-    /// every tenant (the local stack, a private backend).
-    None,
-    /// `iam`: API Gateway checked a SigV4 signature; the tenant binding is
-    /// `TURNSTILE_SESSION_IAM_BINDING`.
-    Iam,
-    /// `jwt`: API Gateway validated a JWT; the caller's tenant is its tenant claim.
-    Jwt,
-}
+pub use shared::caller::{Auth, Binding, CallerRole, IamBinding};
 
-/// The role whose session names are tenant ids (`TURNSTILE_SESSION_IAM_ROLE_ARN`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallerRole {
-    pub account: String,
-    /// The role's name (its path is not part of an assumed-role ARN).
-    pub name: String,
-}
-
-/// `TURNSTILE_SESSION_IAM_BINDING`: how an IAM caller is bound to a tenant. API Gateway passes no
-/// principal tags to the function (`requestContext.authorizer.iam` has `accessKey`, `accountId`,
-/// `callerId`, `cognitoIdentity`, `principalOrgId`, `userArn`, `userId`), so the binding is read
-/// from the caller's ARN.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IamBinding {
-    /// `role-session-name` (default): the caller must be a session of [`CallerRole`]; its session
-    /// name is its tenant (the role's trust policy pins it: `sts:RoleSessionName` =
-    /// `${aws:PrincipalTag/tenantId}`).
-    RoleSessionName(CallerRole),
-    /// `any-tenant`: any caller IAM lets through acts for the tenant it names.
-    AnyTenant,
-}
-
-pub const AUTH_VAR: &str = "TURNSTILE_SESSION_API_AUTH";
-pub const TENANT_CLAIM_VAR: &str = "TURNSTILE_SESSION_TENANT_CLAIM";
-pub const IAM_BINDING_VAR: &str = "TURNSTILE_SESSION_IAM_BINDING";
-pub const IAM_ROLE_VAR: &str = "TURNSTILE_SESSION_IAM_ROLE_ARN";
+pub const AUTH_VAR: &str = CallerVars::SESSION.auth;
+pub const TENANT_CLAIM_VAR: &str = CallerVars::SESSION.tenant_claim;
+pub const IAM_BINDING_VAR: &str = CallerVars::SESSION.iam_binding;
+pub const IAM_ROLE_VAR: &str = CallerVars::SESSION.iam_role;
 
 pub(crate) fn invalid(var: &str, value: String, reason: &str) -> ConfigError {
     ConfigError::Invalid {
@@ -64,132 +31,16 @@ pub(crate) fn invalid(var: &str, value: String, reason: &str) -> ConfigError {
     }
 }
 
-/// `(account, role name)` of `arn:{partition}:iam::{account}:role/{path/}{name}`.
-pub(crate) fn role_arn(arn: &str) -> Option<CallerRole> {
-    let parts: Vec<&str> = arn.splitn(6, ':').collect();
-    if parts.len() != 6 || parts[0] != "arn" || parts[2] != "iam" {
-        return None;
-    }
-    let account = parts[4];
-    if account.len() != 12 || !account.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let name = parts[5].strip_prefix("role/")?.rsplit('/').next()?;
-    (!name.is_empty()).then(|| CallerRole {
-        account: account.to_string(),
-        name: name.to_string(),
-    })
-}
-
-/// The IAM binding the variables name; `None` for `role-session-name` without a role when the mode
-/// is not `iam` (`required`: it is, and the role must be named).
-pub(crate) fn iam_binding(vars: &Vars, required: bool) -> Result<Option<IamBinding>, ConfigError> {
-    let named = vars.string_or(IAM_BINDING_VAR, "role-session-name");
-    let role = vars.get(IAM_ROLE_VAR).filter(|r| !r.is_empty());
-    match named.to_ascii_lowercase().replace('_', "-").as_str() {
-        "any-tenant" => Ok(Some(IamBinding::AnyTenant)),
-        "role-session-name" => match role {
-            Some(arn) => role_arn(&arn)
-                .map(|r| Some(IamBinding::RoleSessionName(r)))
-                .ok_or_else(|| {
-                    invalid(
-                        IAM_ROLE_VAR,
-                        arn,
-                        "expected an IAM role ARN (arn:aws:iam::123456789012:role/name)",
-                    )
-                }),
-            None if required => Err(ConfigError::Missing {
-                var: IAM_ROLE_VAR.into(),
-                hint: "the ARN of the role whose session names are tenant ids (the template's \
-                       SessionCallerRole), or TURNSTILE_SESSION_IAM_BINDING=any-tenant"
-                    .into(),
-            }),
-            None => Ok(None),
-        },
-        "none" => Err(invalid(
-            IAM_BINDING_VAR,
-            named,
-            "`none` was renamed: say any-tenant to let every IAM caller act for any tenant",
-        )),
-        _ => Err(invalid(
-            IAM_BINDING_VAR,
-            named,
-            "expected role-session-name or any-tenant",
-        )),
-    }
-}
-
-/// The tenant the caller is bound to, `None` when it may name any (see the module docs), or the
-/// 403 that refuses it.
+/// The tenant the caller is bound to, `None` when it may name any (the binding `shared::caller`
+/// reads for every HTTP API), or the 403 that refuses it.
 pub fn caller_tenant(
     state: &State,
     event: &ApiGatewayV2httpRequest,
 ) -> Result<Option<TenantId>, HttpAnswer> {
-    let authorizer = event.request_context.authorizer.as_ref();
-    let claim = &state.tenant_claim;
-    // JWT claims bind in every mode: a route with a JWT authorizer never acts for another tenant.
-    if let Some(claims) = authorizer.and_then(|a| a.jwt.as_ref()).map(|j| &j.claims) {
-        let Some(value) = claims.get(claim.as_str()) else {
-            return Err(respond::forbidden(format!(
-                "the token has no {claim} claim, so it is bound to no tenant"
-            )));
-        };
-        return TenantId::parse(value).map(Some).map_err(|e| {
-            respond::forbidden(format!("the token's {claim} claim is not a tenant id: {e}"))
-        });
-    }
-    match (state.auth, &state.iam_binding) {
-        (Auth::None, _) => Ok(None),
-        (Auth::Jwt, _) => Err(respond::forbidden(format!(
-            "the request carries no JWT claims (is the route's JWT authorizer attached?); \
-             the caller's tenant comes from its {claim} claim"
-        ))),
-        (Auth::Iam, binding) => {
-            let Some(iam) = authorizer.and_then(|a| a.iam.as_ref()) else {
-                return Err(respond::forbidden(
-                    "the request carries no IAM identity (is the route's AWS_IAM authorization \
-                     attached?)",
-                ));
-            };
-            let role = match binding {
-                Some(IamBinding::RoleSessionName(role)) => role,
-                Some(IamBinding::AnyTenant) | None => return Ok(None),
-            };
-            let arn = iam.user_arn.as_deref().unwrap_or("");
-            let Some((account, name, session)) = assumed_role(arn) else {
-                return Err(respond::forbidden(format!(
-                    "the caller ({arn:?}) is not an assumed role: with {IAM_BINDING_VAR}=\
-                     role-session-name the tenant is the session name of role {}",
-                    role.name
-                )));
-            };
-            if account != role.account || name != role.name {
-                return Err(respond::forbidden(format!(
-                    "the caller is a session of role {name} in account {account}; only sessions \
-                     of role {} in account {} are bound to a tenant by their name",
-                    role.name, role.account
-                )));
-            }
-            TenantId::parse(session).map(Some).map_err(|e| {
-                respond::forbidden(format!(
-                    "the caller's role session name is not a tenant id: {e}"
-                ))
-            })
-        }
-    }
-}
-
-/// `(account, RoleName, SessionName)` of
-/// `arn:{partition}:sts::{account}:assumed-role/{RoleName}/{SessionName}`.
-fn assumed_role(arn: &str) -> Option<(&str, &str, &str)> {
-    let parts: Vec<&str> = arn.splitn(6, ':').collect();
-    if parts.len() != 6 || parts[0] != "arn" || parts[2] != "sts" {
-        return None;
-    }
-    let rest = parts[5].strip_prefix("assumed-role/")?;
-    let (role, session) = rest.split_once('/')?;
-    (!role.is_empty() && !session.is_empty() && !session.contains('/'))
-        .then_some((parts[4], role, session))
+    Ok(match state.binding.caller(&event.request_context)? {
+        Bound::Tenant(t) => Some(t),
+        Bound::AnyTenant => None,
+    })
 }
 
 /// `TURNSTILE_SESSION_ADMIN_CLAIM`: the JWT claim that makes a signed-in user a tenant admin,
@@ -307,6 +158,7 @@ pub fn caller(state: &State, event: &ApiGatewayV2httpRequest) -> Result<Caller, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shared::caller::{assumed_role, role_arn};
 
     #[test]
     fn the_session_name_is_read_only_from_assumed_role_arns() {

@@ -70,17 +70,17 @@ use shared::ticket::source::{KeyConfig, KeySource};
 use shared::ticket::{self, fingerprint, KeySet};
 use shared::Deps;
 
+use caller::invalid;
 pub use caller::{
-    caller, caller_tenant, AdminClaim, Auth, Caller, CallerRole, IamBinding, ADMIN_CLAIM_VAR,
-    AUTH_VAR, IAM_BINDING_VAR, IAM_ROLE_VAR, TENANT_CLAIM_VAR,
+    caller, caller_tenant, AdminClaim, Auth, Binding, Caller, CallerRole, IamBinding,
+    ADMIN_CLAIM_VAR, AUTH_VAR, IAM_BINDING_VAR, IAM_ROLE_VAR, TENANT_CLAIM_VAR,
 };
-use caller::{iam_binding, invalid};
 pub use request::{target, Target, CONNECTS};
 
 /// Seconds a connect ticket lives (default 60, at most 3600).
 pub const TICKET_TTL_VAR: &str = "TURNSTILE_TICKET_TTL_SECS";
 /// The claim read by default (Cognito user pools: `custom:tenantId`).
-pub const DEFAULT_TENANT_CLAIM: &str = "tenantId";
+pub const DEFAULT_TENANT_CLAIM: &str = shared::caller::DEFAULT_TENANT_CLAIM;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -88,13 +88,11 @@ pub struct Config {
     pub tenant_cache: Duration,
     /// `TURNSTILE_MANAGEMENT_ENDPOINT` (required): where connections are closed.
     pub management_endpoint: String,
-    /// `TURNSTILE_SESSION_API_AUTH` (required): `none`, `iam` or `jwt`, any case.
-    pub auth: Auth,
-    /// `TURNSTILE_SESSION_TENANT_CLAIM` (default `tenantId`): the JWT claim naming the tenant.
-    pub tenant_claim: String,
+    /// How callers are bound to tenants: `TURNSTILE_SESSION_API_AUTH` (required: `none`, `iam` or
+    /// `jwt`), `TURNSTILE_SESSION_TENANT_CLAIM` (default `tenantId`),
     /// `TURNSTILE_SESSION_IAM_BINDING` (`role-session-name`, the default, with
-    /// `TURNSTILE_SESSION_IAM_ROLE_ARN`; or `any-tenant`). Read only with `iam`.
-    pub iam_binding: Option<IamBinding>,
+    /// `TURNSTILE_SESSION_IAM_ROLE_ARN`; or `any-tenant`; read only with `iam`).
+    pub binding: Binding,
     /// `TURNSTILE_TICKET_TTL_SECS` (default 60).
     pub ticket_ttl: Duration,
     /// The keys tickets are signed with.
@@ -106,37 +104,7 @@ pub struct Config {
 impl Config {
     pub fn from_vars(vars: &Vars) -> Result<Config, ConfigError> {
         let management_endpoint = gateway::required_endpoint(vars)?;
-        let auth = match vars.get(AUTH_VAR) {
-            None => {
-                return Err(ConfigError::Missing {
-                    var: AUTH_VAR.into(),
-                    hint: "jwt (a JWT authorizer on the routes), iam (SigV4, bound by \
-                           TURNSTILE_SESSION_IAM_BINDING), or none (callers trusted with every \
-                           tenant)"
-                        .into(),
-                })
-            }
-            Some(v) => match v.to_ascii_lowercase().as_str() {
-                "none" => Auth::None,
-                "iam" => Auth::Iam,
-                "jwt" => Auth::Jwt,
-                _ => return Err(invalid(AUTH_VAR, v, "expected none, iam or jwt")),
-            },
-        };
-        let tenant_claim = vars.string_or(TENANT_CLAIM_VAR, DEFAULT_TENANT_CLAIM);
-        if tenant_claim
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(invalid(
-                TENANT_CLAIM_VAR,
-                tenant_claim,
-                "expected a claim name without spaces (e.g. tenantId or custom:tenantId)",
-            ));
-        }
-        // Read in every mode (a stack's template sets them whatever the mode), used with `iam`.
-        let binding = iam_binding(vars, auth == Auth::Iam)?;
-        let iam_binding = (auth == Auth::Iam).then_some(binding).flatten();
+        let binding = Binding::from_vars(vars, shared::caller::CallerVars::SESSION)?;
         let ticket_ttl = vars.secs_or(TICKET_TTL_VAR, ticket::DEFAULT_TTL)?;
         if ticket_ttl.is_zero() || ticket_ttl > ticket::MAX_TTL {
             return Err(invalid(
@@ -148,9 +116,7 @@ impl Config {
         Ok(Config {
             tenant_cache: TenantCache::ttl_from_vars(vars)?,
             management_endpoint,
-            auth,
-            tenant_claim,
-            iam_binding,
+            binding,
             ticket_ttl,
             tickets: KeyConfig::from_vars(vars)?,
             admin_claim: AdminClaim::from_vars(vars)?,
@@ -163,9 +129,7 @@ impl Config {
 pub struct State {
     pub tenants: TenantCache,
     /// How callers are bound to tenants (from [`Config`]).
-    pub auth: Auth,
-    pub tenant_claim: String,
-    pub iam_binding: Option<IamBinding>,
+    pub binding: Binding,
     /// The JWT claim that makes a signed-in user a tenant admin.
     pub admin_claim: Option<AdminClaim>,
     /// Where the connections of a deleted or replaced session are closed.
@@ -183,11 +147,9 @@ pub async fn init(deps: &Deps) -> Result<State, shared::Error> {
     let config = Config::from_vars(&deps.vars)?;
     Ok(State {
         tenants: TenantCache::new(config.tenant_cache),
-        auth: config.auth,
-        iam_binding: config.iam_binding,
+        binding: config.binding,
         connections: Connections::new(deps, &config.management_endpoint).await,
         tenancy: Tenancy::from_deps(deps).await?,
-        tenant_claim: config.tenant_claim,
         admin_claim: config.admin_claim,
         tickets: KeySource::new(config.tickets, &deps.vars, deps.clock.now()).await?,
         ticket_ttl: config.ticket_ttl,
@@ -268,7 +230,7 @@ async fn answer(
         .as_ref()
         .is_some_and(|a| a.jwt.is_some());
     let claim = if has_claims {
-        format!("{} claim", state.tenant_claim)
+        format!("{} claim", state.binding.tenant_claim)
     } else {
         "role session name".to_string()
     };
