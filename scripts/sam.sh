@@ -18,4 +18,7 @@ export SAM_CLI_TELEMETRY=0
 export SAM_CLI_BETA_RUST_CARGO_LAMBDA="${SAM_CLI_BETA_RUST_CARGO_LAMBDA:-1}"
 
 [ "${1:-}" != "--install-only" ] || exit 0
+# `scripts/sam.sh --exec CMD...` runs another command of the venv's (e.g. `cargo lambda build`) with
+# the same PATH and settings.
+if [ "${1:-}" = "--exec" ]; then shift; exec "$@"; fi
 exec sam "$@"

@@ -20,7 +20,10 @@ export TURNSTILE_TABLE_PREFIX="st$$-"
 export TURNSTILE_DEV_WS_ADDR="127.0.0.1:${SCHEMATHESIS_WS_PORT:-3101}"
 export TURNSTILE_DEV_HTTP_ADDR="127.0.0.1:${SCHEMATHESIS_HTTP_PORT:-3100}"
 export TURNSTILE_DEV_TENANTS=""
-cargo build --quiet --locked -p turnstile-cli
+# The test build's selection (every package and target), so inside `make test` this only links the
+# binary from what `cargo test --workspace` compiled; `-p turnstile-cli` alone would unify other
+# features and compile `shared` and its async stack a second time.
+cargo build --quiet --locked --workspace --all-targets
 target="${CARGO_TARGET_DIR:-target}"
 log=$(mktemp "${TMPDIR:-/tmp}/schemathesis-dev.XXXXXX")
 # Hypothesis' own files (its Unicode tables) go there too, not into the worktree.
