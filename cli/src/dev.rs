@@ -142,7 +142,11 @@ pub async fn run(args: Args) -> Result<()> {
     let rules = turnstile_local::template::rules(&template, &HashMap::new())
         .map_err(|e| Error::Other(format!("{}: {e}", args.template.display())))?;
 
+    let sweeper_filters = turnstile_local::template::stream_filters(&template, "ttl-sweeper")
+        .map_err(|e| Error::Other(format!("{}: {e}", args.template.display())))?;
+
     let mut cfg = StackConfig::new(args.ws_addr, args.http_addr, &endpoint);
+    cfg.sweeper_filters = sweeper_filters;
     cfg.stage = args.stage.clone();
     cfg.session_table = Some(deps.tables.sessions.clone());
     cfg.stream_poll = Duration::from_millis(args.stream_poll_ms.max(50));
@@ -186,7 +190,9 @@ pub async fn run(args: Args) -> Result<()> {
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
   Dashboard       {http}/   (live: decisions per second, connections against caps, bucket levels)
-  WebSocket API   {ws}/   (a connect ticket in the subprotocol list "turnstile, <ticket>"; ?ticket=.. where a tenant has ticketInQuery)
+  WebSocket API   {ws}/  or  {ws}/{stage}   (a connect ticket in the subprotocol list "turnstile, <ticket>"; ?ticket=.. where a tenant has ticketInQuery)
+                  a refusal is 403 {{"message":"Forbidden"}}, as API Gateway answers; the reason is in the
+                  log line "authorizer denied the connection" (field reason=) and in the dashboard's Last decisions
   @connections    {mgmt}/@connections/{{id}}
   Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})
                   {http}/session/ticket?tenantId=..&sessionId=..   (POST: a fresh ticket)
@@ -212,6 +218,7 @@ Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
 Ctrl-C stops everything.
 "#,
         mgmt = eps.management_url(),
+        stage = eps.stage,
         auth = deps.vars.get(session_api::AUTH_VAR).unwrap_or_default(),
         ticket_ttl = deps
             .vars
