@@ -2,7 +2,8 @@
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 //!
 //! Exit status: 0 done (or granted), 1 an error (nothing decided; the message is on stderr), 2 a
-//! usage error (clap's), 3 refused (a limit said no; the decision is still printed on stdout).
+//! usage error (clap's), 3 refused (a limit said no; the decision is still printed on stdout), 4
+//! (`turnstile ws` only) the server closed the socket with a code other than 1000 or 1001.
 
 mod aws;
 mod dev;
@@ -16,6 +17,7 @@ mod tables;
 mod tenant;
 mod tickets;
 mod token;
+mod ws;
 
 use std::process::ExitCode;
 
@@ -61,6 +63,8 @@ enum Command {
     Tickets(tickets::Args),
     /// Repair leaked open-connection counts from the sessions' connection ids (prints a report).
     Reconcile(reconcile::Args),
+    /// A WebSocket client: send stdin's lines, print the frames received and how the socket closed.
+    Ws(ws::Args),
 }
 
 /// How a command ended, when it did not fail: the exit status's meaning is documented in
@@ -70,6 +74,8 @@ pub(crate) enum Exit {
     Done,
     /// A limit said no (the decision is on stdout).
     Refused,
+    /// The server closed a WebSocket with a code other than 1000 or 1001 (`turnstile ws`).
+    Closed,
 }
 
 impl Exit {
@@ -85,6 +91,8 @@ impl Exit {
 
 /// A refusal's exit status (0 done, 1 error, 2 usage error).
 const REFUSED: u8 = 3;
+/// A WebSocket the server closed with an error code.
+const CLOSED: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -101,6 +109,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(Exit::Done) => ExitCode::SUCCESS,
         Ok(Exit::Refused) => ExitCode::from(REFUSED),
+        Ok(Exit::Closed) => ExitCode::from(CLOSED),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -122,6 +131,7 @@ async fn run(command: Command) -> shared::Result<Exit> {
         Command::Tenant(args) => done(tenant::run(args).await),
         Command::Tickets(args) => done(tickets::run(args).await),
         Command::Reconcile(args) => done(reconcile::run(args).await),
+        Command::Ws(args) => ws::run(args).await,
     }
 }
 
