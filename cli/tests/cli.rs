@@ -241,3 +241,25 @@ async fn json_output_is_camel_case_and_the_retry_hint_is_retry_after() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Logs written to a file or a pipe (not a terminal) carry no ANSI colour codes, even without
+/// `NO_COLOR`: `make dev > dev.log` stays readable.
+#[tokio::test]
+async fn logs_to_a_pipe_have_no_colour_codes() {
+    let env = TestEnv::new(&[TableKind::Tenants, TableKind::Sessions, TableKind::Counters]).await;
+    let event = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../events/authorizer/connect-request.json"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &env.endpoint)
+        .env("TURNSTILE_TABLE_PREFIX", &env.prefix)
+        .args(["invoke", "authorizer", event])
+        .output()
+        .expect("the turnstile binary runs");
+    let err = text(&out.stderr);
+    assert!(err.contains("authorizer: deny"), "{err}");
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
+}
