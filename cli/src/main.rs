@@ -10,6 +10,7 @@ mod dev;
 mod invoke;
 mod kv;
 mod limits;
+mod output;
 mod reconcile;
 mod reservation;
 mod state;
@@ -33,6 +34,15 @@ struct Cli {
     /// Log as JSON lines instead of text (also TURNSTILE_LOG_FORMAT=json).
     #[arg(long, global = true)]
     json_logs: bool,
+    /// What stdout carries: json (the default) or table, the same result in aligned columns.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "TURNSTILE_OUTPUT"
+    )]
+    output: output::Format,
     #[command(flatten)]
     aws: aws::Options,
     #[command(subcommand)]
@@ -98,6 +108,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before the runtime's threads exist: the options become the variables the SDK reads.
     cli.aws.export();
+    output::set(cli.output);
     shared::telemetry::init_cli(cli.json_logs);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -135,11 +146,15 @@ async fn run(command: Command) -> shared::Result<Exit> {
     }
 }
 
-/// Prints a value as pretty JSON on stdout. A closed pipe (`turnstile ... | head`) is not an error.
+/// Prints a value on stdout as `--output` says: pretty JSON, or a table ([`output::table`]). A
+/// closed pipe (`turnstile ... | head`) is not an error.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> shared::Result<()> {
     use std::io::Write;
-    let s = serde_json::to_string_pretty(value)
-        .map_err(|e| shared::Error::Other(format!("formatting output: {e}")))?;
+    let formatting = |e: serde_json::Error| shared::Error::Other(format!("formatting output: {e}"));
+    let s = match output::format() {
+        output::Format::Json => serde_json::to_string_pretty(value).map_err(formatting)?,
+        output::Format::Table => output::table(&serde_json::to_value(value).map_err(formatting)?),
+    };
     match writeln!(std::io::stdout().lock(), "{s}") {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(shared::Error::Other(format!("writing output: {e}")))
