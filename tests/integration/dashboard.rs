@@ -652,8 +652,8 @@ async fn the_charts_hold_a_burst_and_show_a_refusal_at_the_next_poll() {
     assert_eq!(s["filter"], Value::Null);
     assert_eq!(total(&s, "decisions", "admitted"), 4);
 
-    // The screenshot the README shows is made here (written to target/, copied to docs/images
-    // by hand when the page changes).
+    // A screenshot of this test's page, to look at (target/dashboard.png); the README's is
+    // make dev's own demo, taken by scripts/dev-screenshot.sh.
     if let Ok(png) = client.screenshot().await {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
         let _ = std::fs::create_dir_all(&dir);
