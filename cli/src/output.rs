@@ -111,7 +111,8 @@ pub fn table(value: &Value) -> String {
                 }
             }
             // Identifiers first (`tenantId`, `reservationId`): they name the row.
-            header.sort_by_key(|h| !(h.ends_with("Id") && !h.contains('.')));
+            let is_id = |h: &String| h.ends_with("Id") && !h.contains('.');
+            header.sort_by_key(|h| !is_id(h));
             let rows: Vec<Vec<String>> = flat
                 .iter()
                 .map(|row| {
