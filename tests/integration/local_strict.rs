@@ -49,6 +49,37 @@ async fn a_frame_over_api_gateways_quota_closes_the_socket_with_1009() {
     l.shutdown().await;
 }
 
+/// A message sent in frames that each fit (30 KB) but together pass 128 KB is closed with 1009 too.
+#[tokio::test]
+async fn a_fragmented_message_over_128_kb_closes_the_socket_with_1009() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let l = Local::start_without_ttl().await;
+    l.tenant("frag", limits(10, 5, 100, 300)).await;
+    l.put_session("frag", "s").await;
+    let mut ws = l.connect("frag", "s").await.unwrap();
+    let part = "z".repeat(30 * 1024);
+    for i in 0..5 {
+        let op = if i == 0 { Data::Text } else { Data::Continue };
+        let frame = Frame::message(part.clone().into_bytes(), OpCode::Data(op), i == 4);
+        if ws.send(Message::Frame(frame)).await.is_err() {
+            break; // the server may close before the last fragment
+        }
+    }
+    let close = match tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("the socket is closed within 5 s")
+    {
+        Some(Ok(Message::Close(Some(frame)))) => frame,
+        Some(Ok(other)) => panic!("the message was answered: {} bytes", other.len()),
+        other => panic!("no close frame: {other:?}"),
+    };
+    assert_eq!(close.code, CloseCode::Size);
+    assert!(eventually(5, async || runs(&l, "disconnect") == 1).await);
+    assert_eq!(runs(&l, "message"), 0, "no part of it reached $default");
+    l.shutdown().await;
+}
+
 /// A frame within the quotas still reaches `$default` (the limits are API Gateway's, not lower).
 #[tokio::test]
 async fn a_frame_within_the_quotas_is_delivered() {
