@@ -142,7 +142,11 @@ pub async fn run(args: Args) -> Result<()> {
     let rules = turnstile_local::template::rules(&template, &HashMap::new())
         .map_err(|e| Error::Other(format!("{}: {e}", args.template.display())))?;
 
+    let sweeper_filters = turnstile_local::template::stream_filters(&template, "ttl-sweeper")
+        .map_err(|e| Error::Other(format!("{}: {e}", args.template.display())))?;
+
     let mut cfg = StackConfig::new(args.ws_addr, args.http_addr, &endpoint);
+    cfg.sweeper_filters = sweeper_filters;
     cfg.stage = args.stage.clone();
     cfg.session_table = Some(deps.tables.sessions.clone());
     cfg.stream_poll = Duration::from_millis(args.stream_poll_ms.max(50));
@@ -186,7 +190,9 @@ pub async fn run(args: Args) -> Result<()> {
 Turnstile local stack is up (DynamoDB at {endpoint}).
 
   Dashboard       {http}/   (live: decisions per second, connections against caps, bucket levels)
-  WebSocket API   {ws}/   (a connect ticket in the subprotocol list "turnstile, <ticket>"; ?ticket=.. where a tenant has ticketInQuery)
+  WebSocket API   {ws}/  or  {ws}/{stage}   (a connect ticket in the subprotocol list "turnstile, <ticket>"; ?ticket=.. where a tenant has ticketInQuery)
+                  a refusal is 403 {{"message":"Forbidden"}}, as API Gateway answers; the reason is in the
+                  log line "authorizer denied the connection" (field reason=) and in the dashboard's Last decisions
   @connections    {mgmt}/@connections/{{id}}
   Session API     {http}/session?tenantId=..   (PUT, GET, DELETE; callers trusted: {auth})
                   {http}/session/ticket?tenantId=..&sessionId=..   (POST: a fresh ticket)
@@ -194,16 +200,16 @@ Turnstile local stack is up (DynamoDB at {endpoint}).
   (POSTs must be Content-Type: application/json; pages of other origins are refused)
   Tenants loaded  {tenants}
 
-Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
+Try it (`turnstile ws`: this CLI's WebSocket client; lines typed are sent, Ctrl-D closes):
   S=$(curl -s -X PUT "{http}/session?tenantId=acme&connects=2")  # a new session, its id, a ticket for 2 sockets
   SID=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])')
   TICKET=$(echo "$S" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
-  websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 1: type a line, see it echoed
-  websocat --protocol "turnstile, $TICKET" "{ws}/"   # terminal 2: sees terminal 1's lines as {{"from","message"}}
-  websocat --protocol "turnstile, $TICKET" "{ws}/"   # a third socket: refused, the ticket admits 2 connects
-  T2=$(curl -s -X POST "{http}/session/ticket?tenantId=acme&sessionId=$SID" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
-  websocat --protocol "turnstile, $T2" "{ws}/"       # a fresh ticket: refused too, acme allows 2 per session
-  websocat "{ws}/?tenantId=acme&sessionId=$SID"      # no ticket: refused (403)
+  {exe} ws --ticket "$TICKET" {ws}/   # terminal 1: type a line, see it echoed
+  {exe} ws --ticket "$TICKET" {ws}/   # terminal 2: sees terminal 1's lines as {{"from","message"}}
+  {exe} ws --ticket "$TICKET" {ws}/   # a third socket: refused (403), the ticket admits 2 connects
+  T2=$(curl -s -X POST -H 'content-type: application/json' "{http}/session/ticket?tenantId=acme&sessionId=$SID" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ticket"])')
+  {exe} ws --ticket "$T2" {ws}/       # a fresh ticket: refused too, acme allows 2 per session
+  {exe} ws "{ws}/?tenantId=acme&sessionId=$SID"      # no ticket: refused (403)
   curl -s "{http}/session?tenantId=acme&sessionId=$SID"  # the session and its live connections
   curl -s -X DELETE "{http}/session?tenantId=acme&sessionId=$SID"   # closes both sockets
   # Tickets live {ticket_ttl} s here; POST /session/ticket gives a fresh one. Tenant "brief" has
@@ -212,6 +218,10 @@ Try it (websocat: `cargo install websocat`; or wscat: `npx wscat`):
 Ctrl-C stops everything.
 "#,
         mgmt = eps.management_url(),
+        stage = eps.stage,
+        exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "turnstile".into()),
         auth = deps.vars.get(session_api::AUTH_VAR).unwrap_or_default(),
         ticket_ttl = deps
             .vars

@@ -2,13 +2,15 @@
 //! arguments into calls to `shared`, printing results as JSON on stdout and errors on stderr.
 //!
 //! Exit status: 0 done (or granted), 1 an error (nothing decided; the message is on stderr), 2 a
-//! usage error (clap's), 3 refused (a limit said no; the decision is still printed on stdout).
+//! usage error (clap's), 3 refused (a limit said no; the decision is still printed on stdout), 4
+//! (`turnstile ws` only) the server closed the socket with a code other than 1000 or 1001.
 
 mod aws;
 mod dev;
 mod invoke;
 mod kv;
 mod limits;
+mod output;
 mod reconcile;
 mod reservation;
 mod state;
@@ -16,6 +18,7 @@ mod tables;
 mod tenant;
 mod tickets;
 mod token;
+mod ws;
 
 use std::process::ExitCode;
 
@@ -31,6 +34,15 @@ struct Cli {
     /// Log as JSON lines instead of text (also TURNSTILE_LOG_FORMAT=json).
     #[arg(long, global = true)]
     json_logs: bool,
+    /// What stdout carries: json (the default) or table, the same result in aligned columns.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "TURNSTILE_OUTPUT"
+    )]
+    output: output::Format,
     #[command(flatten)]
     aws: aws::Options,
     #[command(subcommand)]
@@ -61,6 +73,8 @@ enum Command {
     Tickets(tickets::Args),
     /// Repair leaked open-connection counts from the sessions' connection ids (prints a report).
     Reconcile(reconcile::Args),
+    /// A WebSocket client: send stdin's lines, print the frames received and how the socket closed.
+    Ws(ws::Args),
 }
 
 /// How a command ended, when it did not fail: the exit status's meaning is documented in
@@ -70,6 +84,8 @@ pub(crate) enum Exit {
     Done,
     /// A limit said no (the decision is on stdout).
     Refused,
+    /// The server closed a WebSocket with a code other than 1000 or 1001 (`turnstile ws`).
+    Closed,
 }
 
 impl Exit {
@@ -85,11 +101,14 @@ impl Exit {
 
 /// A refusal's exit status (0 done, 1 error, 2 usage error).
 const REFUSED: u8 = 3;
+/// A WebSocket the server closed with an error code.
+const CLOSED: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before the runtime's threads exist: the options become the variables the SDK reads.
     cli.aws.export();
+    output::set(cli.output);
     shared::telemetry::init_cli(cli.json_logs);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -101,6 +120,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(Exit::Done) => ExitCode::SUCCESS,
         Ok(Exit::Refused) => ExitCode::from(REFUSED),
+        Ok(Exit::Closed) => ExitCode::from(CLOSED),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -122,14 +142,19 @@ async fn run(command: Command) -> shared::Result<Exit> {
         Command::Tenant(args) => done(tenant::run(args).await),
         Command::Tickets(args) => done(tickets::run(args).await),
         Command::Reconcile(args) => done(reconcile::run(args).await),
+        Command::Ws(args) => ws::run(args).await,
     }
 }
 
-/// Prints a value as pretty JSON on stdout. A closed pipe (`turnstile ... | head`) is not an error.
+/// Prints a value on stdout as `--output` says: pretty JSON, or a table ([`output::table`]). A
+/// closed pipe (`turnstile ... | head`) is not an error.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> shared::Result<()> {
     use std::io::Write;
-    let s = serde_json::to_string_pretty(value)
-        .map_err(|e| shared::Error::Other(format!("formatting output: {e}")))?;
+    let formatting = |e: serde_json::Error| shared::Error::Other(format!("formatting output: {e}"));
+    let s = match output::format() {
+        output::Format::Json => serde_json::to_string_pretty(value).map_err(formatting)?,
+        output::Format::Table => output::table(&serde_json::to_value(value).map_err(formatting)?),
+    };
     match writeln!(std::io::stdout().lock(), "{s}") {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(shared::Error::Other(format!("writing output: {e}")))

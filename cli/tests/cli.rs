@@ -241,3 +241,76 @@ async fn json_output_is_camel_case_and_the_retry_hint_is_retry_after() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Logs written to a file or a pipe (not a terminal) carry no ANSI colour codes, even without
+/// `NO_COLOR`: `make dev > dev.log` stays readable.
+#[tokio::test]
+async fn logs_to_a_pipe_have_no_colour_codes() {
+    let env = TestEnv::new(&[TableKind::Tenants, TableKind::Sessions, TableKind::Counters]).await;
+    let event = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../events/authorizer/connect-request.json"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &env.endpoint)
+        .env("TURNSTILE_TABLE_PREFIX", &env.prefix)
+        .args(["invoke", "authorizer", event])
+        .output()
+        .expect("the turnstile binary runs");
+    let err = text(&out.stderr);
+    assert!(err.contains("authorizer: deny"), "{err}");
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
+}
+
+/// `--output table` prints the same result in columns: a list as one row per item under a header,
+/// one item as `field value` lines; JSON stays the default.
+#[tokio::test]
+async fn output_table_prints_rows_and_json_stays_the_default() {
+    let env = TestEnv::new(&[TableKind::Tenants, TableKind::Counters]).await;
+    for id in ["acme", "globex"] {
+        let put = turnstile(
+            Some(&env),
+            &[
+                "tenant",
+                "put",
+                "--tenant-id",
+                id,
+                "--connections-per-session",
+                "2",
+                "--tenant-connections",
+                "10",
+                "--session-per-minute",
+                "60",
+                "--tenant-per-minute",
+                "600",
+            ],
+        );
+        assert_eq!(put.status.code(), Some(0), "{}", text(&put.stderr));
+    }
+    let list = turnstile(Some(&env), &["tenant", "list", "--output", "table"]);
+    assert_eq!(list.status.code(), Some(0), "{}", text(&list.stderr));
+    let out = text(&list.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("tenantId "), "{out}");
+    assert!(lines[1].starts_with("--------"), "{out}");
+    assert!(
+        lines[2].starts_with("acme ") && lines[3].starts_with("globex "),
+        "{out}"
+    );
+    assert_eq!(lines.len(), 4, "{out}");
+    let get = turnstile(
+        Some(&env),
+        &["tenant", "get", "--tenant-id", "acme", "--output", "table"],
+    );
+    let out = text(&get.stdout);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("tenantId") && l.ends_with("acme")),
+        "{out}"
+    );
+    assert!(!out.contains('{'), "{out}");
+    let default = turnstile(Some(&env), &["tenant", "get", "--tenant-id", "acme"]);
+    assert_eq!(json(&default)["tenantId"], "acme");
+}

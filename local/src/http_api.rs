@@ -1,12 +1,17 @@
 //! A local API Gateway HTTP API (payload format 2.0) for the session routes, plus `POST /events`, a
 //! local EventBridge `PutEvents` that delivers matching events to their rule's target function.
+//!
+//! Bodies are limited as in AWS, and every refusal is JSON: a session route passes a body of up to
+//! Lambda's 6 MB invoke payload ([`MAX_INVOKE_BODY`]) on to the function (which refuses more than
+//! its own 16 KiB), `POST /events` takes up to `PutEvents`' 256 KiB ([`MAX_EVENTS_BODY`]); beyond,
+//! 413 `{"message":"Request Entity Too Large"}`, as API Gateway answers.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
@@ -16,6 +21,61 @@ use shared::clock::SharedClock;
 
 use crate::eventbridge::{event_from_entry, Pattern};
 use crate::lambda::Invoke;
+
+/// The largest body a session route passes on: Lambda's synchronous invoke payload (6 MB).
+pub const MAX_INVOKE_BODY: usize = 6 * 1024 * 1024;
+/// The largest `PutEvents` request EventBridge takes (256 KiB).
+pub const MAX_EVENTS_BODY: usize = 256 * 1024;
+/// How much of a refused body is still read, so a client that is still sending sees the 413
+/// rather than a reset connection.
+const DRAINED: usize = 64 * 1024 * 1024;
+
+/// A body over its route's limit.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the body is over {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the body could not be read: {0}")]
+    Read(String),
+}
+
+impl IntoResponse for BodyError {
+    fn into_response(self) -> Response {
+        match self {
+            BodyError::TooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Json(json!({"message": "Request Entity Too Large"})),
+            )
+                .into_response(),
+            BodyError::Read(_) => (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"message": "Bad Request"})),
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// Reads a body of at most `limit` bytes; a longer one is read on (up to [`DRAINED`]) and refused.
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= limit {
+            kept.extend_from_slice(&chunk);
+        } else if seen > DRAINED {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(BodyError::TooLarge { limit });
+    }
+    Ok(Bytes::from(kept))
+}
 
 /// An EventBridge rule: events matching `pattern` go to the function `target`.
 #[derive(Debug, Clone)]
@@ -60,6 +120,7 @@ pub fn router(
         .route("/session/ticket", any(session))
         .route("/events", post(put_events))
         .fallback(|| async { not_found() })
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
         .merge(decide)
 }
@@ -121,8 +182,12 @@ async fn session(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    let body = match read_body(body, MAX_INVOKE_BODY).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     let now = st.clock.now();
     let mut hdrs: HashMap<String, String> = HashMap::new();
     for (k, v) in &headers {
@@ -271,7 +336,11 @@ pub(crate) fn v2_response(resp: &Value) -> Response {
 /// `POST /events` with a `PutEvents` body (`{"Entries": [...]}`): each entry becomes an event; every
 /// rule whose pattern matches invokes its target. Answers in `PutEvents`' shape, with per-entry
 /// errors for malformed entries (as EventBridge does) and the targets each event reached.
-async fn put_events(State(st): State<HttpState>, body: Bytes) -> Response {
+async fn put_events(State(st): State<HttpState>, body: Body) -> Response {
+    let body = match read_body(body, MAX_EVENTS_BODY).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     let parsed: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {

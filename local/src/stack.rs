@@ -30,6 +30,9 @@ pub struct StackConfig {
     pub session_table: Option<String>,
     pub stream_poll: Duration,
     pub stream_start: StartAt,
+    /// The sweeper's event source mapping filter (`template::stream_filters`): records none of
+    /// these match never reach `ttl-sweeper`. Empty delivers every record.
+    pub sweeper_filters: Vec<crate::eventbridge::Pattern>,
     pub rules: Vec<Rule>,
     pub account_id: String,
     pub region: String,
@@ -55,6 +58,7 @@ impl StackConfig {
             session_table: None,
             stream_poll: Duration::from_millis(500),
             stream_start: StartAt::Latest,
+            sweeper_filters: Vec::new(),
             rules: Vec::new(),
             account_id: "000000000000".into(),
             region: "us-east-1".into(),
@@ -191,7 +195,8 @@ impl Stack {
                 table,
                 cfg.stream_start,
             )
-            .await?;
+            .await?
+            .with_filters(cfg.sweeper_filters.clone());
             let f = functions.clone();
             let poll = cfg.stream_poll;
             tasks.push(tokio::spawn(async move {

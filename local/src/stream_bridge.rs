@@ -5,6 +5,10 @@
 //! no `userIdentity`; AWS delivers `REMOVE` with `userIdentity {type: Service, principalId:
 //! dynamodb.amazonaws.com}`. The bridge rewrites the former into the latter, so the TTL sweeper's
 //! production filter is what runs locally too. A user's own `DeleteItem` stays a plain `REMOVE`.
+//!
+//! [`StreamBridge::with_filters`] applies the event source mapping's `FilterCriteria`
+//! (`crate::template::stream_filters`): records no pattern matches are dropped before delivery, as
+//! Lambda drops them, so the handler runs only for what it runs for in AWS.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -69,6 +73,8 @@ pub struct StreamBridge {
     /// Shards that reported their end.
     closed: std::collections::BTreeSet<String>,
     discovered: bool,
+    /// The mapping's filter patterns; a record is delivered when any matches (all, when empty).
+    filters: Vec<crate::eventbridge::Pattern>,
 }
 
 impl StreamBridge {
@@ -95,7 +101,18 @@ impl StreamBridge {
             iterators: BTreeMap::new(),
             closed: Default::default(),
             discovered: false,
+            filters: Vec::new(),
         })
+    }
+
+    /// Delivers only records one of `filters` matches (Lambda's `FilterCriteria`).
+    pub fn with_filters(mut self, filters: Vec<crate::eventbridge::Pattern>) -> Self {
+        self.filters = filters;
+        self
+    }
+
+    fn passes(&self, record: &Value) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|p| p.matches(record))
     }
 
     pub fn stream_arn(&self) -> &str {
@@ -251,7 +268,11 @@ impl StreamBridge {
             if *shutdown.borrow() {
                 return;
             }
-            match self.poll().await {
+            let polled = self.poll().await.map(|mut records| {
+                records.retain(|r| self.passes(r));
+                records
+            });
+            match polled {
                 Ok(records) if !records.is_empty() => {
                     deliver_with_retries(&self.table, records, max_retries, &deliver).await
                 }

@@ -6,6 +6,9 @@
 //! names the function the local stack invokes. Schedules (`ScheduleExpression`, no pattern) match no
 //! event and are skipped.
 //!
+//! [`stream_filters`] reads an event source mapping's `FilterCriteria`, so the stream bridge drops
+//! the records Lambda would drop before invoking the function.
+//!
 //! [`to_json`] reads the YAML with `serde-saphyr` (the crate `shared` reads the limits file with)
 //! and writes CloudFormation's short-form tags in their long form (`!Ref X` → `{"Ref": X}`), so the
 //! template is plain JSON here and in the template check (tests/integration/template.rs).
@@ -246,9 +249,92 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
     Ok(out)
 }
 
+/// The filter patterns (any one matches) of the event source mappings that invoke the function
+/// built as `binary`: an `AWS::Lambda::EventSourceMapping` whose `FunctionName` is `!Ref` to it, or
+/// the function's own `DynamoDB` events. Empty when none filters (every record is delivered).
+pub fn stream_filters(text: &str, binary: &str) -> Result<Vec<Pattern>, TemplateError> {
+    let doc = to_json(text)?;
+    let empty = Map::new();
+    let resources = doc
+        .get("Resources")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let is_ours = |logical: &str| {
+        resources
+            .get(logical)
+            .and_then(|r| r.pointer("/Metadata/BuildProperties/Binary"))
+            .and_then(Value::as_str)
+            == Some(binary)
+    };
+    let mut criteria: Vec<(String, &Value)> = Vec::new();
+    for (name, res) in resources {
+        match res.get("Type").and_then(Value::as_str) {
+            Some("AWS::Lambda::EventSourceMapping") => {
+                let target = res
+                    .pointer("/Properties/FunctionName/Ref")
+                    .and_then(Value::as_str);
+                if let (Some(target), Some(c)) = (target, res.pointer("/Properties/FilterCriteria"))
+                {
+                    if is_ours(target) {
+                        criteria.push((name.clone(), c));
+                    }
+                }
+            }
+            Some("AWS::Serverless::Function") if is_ours(name) => {
+                let events = res.pointer("/Properties/Events").and_then(Value::as_object);
+                for (ev_name, ev) in events.into_iter().flatten() {
+                    if ev.get("Type").and_then(Value::as_str) != Some("DynamoDB") {
+                        continue;
+                    }
+                    if let Some(c) = ev.pointer("/Properties/FilterCriteria") {
+                        criteria.push((format!("{name}.{ev_name}"), c));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (name, c) in criteria {
+        for filter in c
+            .get("Filters")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let text = filter
+                .get("Pattern")
+                .and_then(Value::as_str)
+                .ok_or_else(|| rule_err(&name, "a filter without a Pattern string"))?;
+            let json: Value = serde_json::from_str(text)
+                .map_err(|e| rule_err(&name, format!("filter pattern is not JSON: {e}")))?;
+            out.push(Pattern::parse(json).map_err(|e| rule_err(&name, e.to_string()))?);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sweepers_filter_passes_only_ttl_removes() {
+        let text = include_str!("../../template.yaml");
+        let filters = stream_filters(text, "ttl-sweeper").unwrap();
+        assert_eq!(filters.len(), 1);
+        let passes = |r: &Value| filters.iter().any(|p| p.matches(r));
+        let ttl = json!({"eventName": "REMOVE",
+            "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"}});
+        assert!(passes(&ttl));
+        assert!(!passes(&json!({"eventName": "INSERT"})));
+        assert!(!passes(&json!({"eventName": "MODIFY"})));
+        assert!(
+            !passes(&json!({"eventName": "REMOVE"})),
+            "a user's DeleteItem"
+        );
+        assert!(stream_filters(text, "token-remover").unwrap().is_empty());
+    }
 
     const TEMPLATE: &str = r#"
 Parameters:

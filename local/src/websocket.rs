@@ -4,6 +4,11 @@
 //! that status, body and headers). Text and binary frames go to `$default`; a close (or a dropped
 //! TCP connection) goes to `$disconnect`, exactly once. The `@connections` Management API is served on
 //! the same host and reaches the live sockets through [`LiveConnections`].
+//!
+//! API Gateway's quotas hold here too: a frame over [`MAX_FRAME`] or a message over [`MAX_MESSAGE`]
+//! closes the socket with 1009 "Message too big". The upgrade is served at `/` and at `/{stage}`
+//! (the stage-shaped URL API Gateway hands out); any other path that is not the Management API's
+//! answers a JSON 404 naming both.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,6 +27,13 @@ use tokio::sync::mpsc;
 
 use crate::lambda::Invoke;
 use crate::management::{self, ConnectionInfo, Connections, Reach};
+
+/// API Gateway's WebSocket frame quota (32 KB).
+pub const MAX_FRAME: usize = 32 * 1024;
+/// API Gateway's WebSocket message quota (128 KB).
+pub const MAX_MESSAGE: usize = 128 * 1024;
+/// The close code API Gateway sends when a frame or message is over its quota.
+pub const CLOSE_TOO_BIG: u16 = 1009;
 
 /// What the events say about the API (API Gateway fills these from the deployment).
 #[derive(Debug, Clone)]
@@ -128,7 +140,8 @@ struct WsState {
     clock: SharedClock,
 }
 
-/// The WebSocket API's router: the upgrade endpoint at `/` and the Management API on every other path.
+/// The WebSocket API's router: the upgrade endpoint at `/` and `/{stage}`, the Management API at
+/// `/{stage}/@connections/{id}`, and a JSON 404 naming both on every other path.
 pub fn router(
     api: ApiIdentity,
     functions: Arc<dyn Invoke>,
@@ -136,6 +149,12 @@ pub fn router(
     clock: SharedClock,
 ) -> Router {
     let (management, _log) = management::router(live.clone());
+    let stage = format!("/{}", api.stage);
+    let not_here = format!(
+        "Not Found: the WebSocket API is ws://{host}/ (or ws://{host}{stage}); the @connections \
+         API is http://{host}{stage}/@connections/{{connectionId}}",
+        host = api.domain_name
+    );
     let state = WsState {
         api: Arc::new(api),
         functions,
@@ -144,8 +163,15 @@ pub fn router(
     };
     Router::new()
         .route("/", get(upgrade))
+        .route(&stage, get(upgrade))
+        .route(&format!("{stage}/"), get(upgrade))
         .with_state(state)
-        .fallback_service(management)
+        .route_service(
+            "/{stage}/@connections/{id}",
+            management.clone().into_service(),
+        )
+        .route_service("/@connections/{id}", management.into_service())
+        .fallback(move || async move { plain(StatusCode::NOT_FOUND, &not_here) })
 }
 
 /// A connection id in API Gateway's style: 12 random bytes, base64 (16 characters).
@@ -284,7 +310,14 @@ async fn upgrade(
         }
     };
     if !policy_allows(&auth) {
-        tracing::info!(connection = %conn, "authorizer denied the connection");
+        // API Gateway answers every Deny with 403 {"message":"Forbidden"}; the reason is the
+        // authorizer's, in this line's `reason` field (and on the dashboard's "Last decisions").
+        tracing::info!(
+            connection = %conn,
+            reason = auth["context"]["reason"].as_str().unwrap_or("denied"),
+            limit = auth["context"]["limit"].as_str().unwrap_or(""),
+            "authorizer denied the connection"
+        );
         return plain(StatusCode::FORBIDDEN, "Forbidden");
     }
     let mut authorizer = auth["context"].as_object().cloned().unwrap_or_default();
@@ -317,7 +350,9 @@ async fn upgrade(
         {
             Some(p) => ws.protocols([p.to_string()]),
             None => ws,
-        },
+        }
+        .max_frame_size(MAX_FRAME)
+        .max_message_size(MAX_MESSAGE),
         Err(e) => {
             tracing::error!(connection = %conn, error = %e, "$connect failed");
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error");
@@ -353,6 +388,14 @@ async fn upgrade(
     .on_upgrade(move |socket| session.run(socket, rx))
 }
 
+/// Whether a read failed because a frame or message was over [`MAX_FRAME`] or [`MAX_MESSAGE`].
+fn over_quota(e: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error;
+    std::error::Error::source(e)
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .is_some_and(|inner| matches!(inner, Error::Capacity(_)))
+}
+
 #[derive(Clone)]
 struct Session {
     st: WsState,
@@ -378,6 +421,14 @@ impl Session {
                         break frame.map_or((1005, String::new()), |f| (f.code, f.reason.to_string()));
                     }
                     Some(Ok(_)) => {}
+                    Some(Err(e)) if over_quota(&e) => {
+                        let frame = CloseFrame {
+                            code: CLOSE_TOO_BIG,
+                            reason: Utf8Bytes::from_static("Message too big"),
+                        };
+                        let _ = sink.send(Message::Close(Some(frame))).await;
+                        break (CLOSE_TOO_BIG, "Message too big".to_string());
+                    }
                     Some(Err(_)) | None => break (1006, "Going away".to_string()),
                 },
                 out = rx.recv() => match out {

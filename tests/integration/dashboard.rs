@@ -394,7 +394,8 @@ async fn the_charts_hold_a_burst_and_show_a_refusal_at_the_next_poll() {
     };
     let local = Local::start_with_tables(&[TableKind::Buckets, TableKind::FungibleTokens]).await;
     local.tenant("acme", limits(10, 1, 100, 300)).await;
-    local.tenant("beta", limits(10, 5, 2, 300)).await;
+    // A cap of 1,000 beside acme's 10: each bar is drawn on its own cap's scale.
+    local.tenant("beta", limits(1000, 5, 2, 300)).await;
     let mut deps = local.env.deps.clone();
     deps.clock = shared::clock::system();
 
@@ -531,11 +532,20 @@ async fn the_charts_hold_a_burst_and_show_a_refusal_at_the_next_poll() {
         s["tenantCaps"]
             == json!([
                 {"label": "acme", "open": 1, "cap": 10},
-                {"label": "beta", "open": 1, "cap": 10}
+                {"label": "beta", "open": 1, "cap": 1000}
             ])
     })
     .await;
     assert!(caps_held, "the tenant caps chart: {s:#}");
+    // Both bars span the full width (each its own cap), and acme's 1 of 10 fills a tenth of its.
+    assert_eq!(
+        s["tenantCapBars"],
+        json!([
+            {"label": "acme", "length": 1, "open": 0.1},
+            {"label": "beta", "length": 1, "open": 0}
+        ]),
+        "{s:#}"
+    );
     assert_eq!(
         s["sessionCaps"],
         json!([
@@ -624,7 +634,7 @@ async fn the_charts_hold_a_burst_and_show_a_refusal_at_the_next_poll() {
     assert_eq!(s["reasons"].as_array().unwrap().len(), 1);
     assert_eq!(
         s["tenantCaps"],
-        json!([{"label": "beta", "open": 1, "cap": 10}])
+        json!([{"label": "beta", "open": 1, "cap": 1000}])
     );
     assert_eq!(s["sessionCaps"].as_array().unwrap().len(), 1);
     let sessions = text(&client, "#sessions tbody").await;
@@ -642,8 +652,8 @@ async fn the_charts_hold_a_burst_and_show_a_refusal_at_the_next_poll() {
     assert_eq!(s["filter"], Value::Null);
     assert_eq!(total(&s, "decisions", "admitted"), 4);
 
-    // The screenshot the README shows is made here (written to target/, copied to docs/images
-    // by hand when the page changes).
+    // A screenshot of this test's page, to look at (target/dashboard.png); the README's is
+    // make dev's own demo, taken by scripts/dev-screenshot.sh.
     if let Ok(png) = client.screenshot().await {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
         let _ = std::fs::create_dir_all(&dir);

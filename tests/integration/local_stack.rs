@@ -45,7 +45,7 @@ impl Local {
     }
 
     /// [`Local::start`] with more variables for the functions.
-    async fn start_with(vars: &[(&str, &str)]) -> Local {
+    pub(crate) async fn start_with(vars: &[(&str, &str)]) -> Local {
         Self::start_in(TestEnv::for_ttl(&KINDS).await, vars).await
     }
 
@@ -83,6 +83,11 @@ impl Local {
         cfg.session_table = Some(env.deps.tables.sessions.clone());
         cfg.stream_poll = Duration::from_millis(200);
         cfg.stream_start = StartAt::TrimHorizon;
+        cfg.sweeper_filters = turnstile_local::template::stream_filters(
+            include_str!("../../template.yaml"),
+            "ttl-sweeper",
+        )
+        .unwrap();
         cfg.dashboard = Some(deps.clone());
         cfg.rules = vec![Rule {
             name: "emr-terminations".into(),
@@ -122,7 +127,7 @@ impl Local {
             .unwrap();
     }
 
-    fn session_url(&self, t: &str, s: &str) -> String {
+    pub(crate) fn session_url(&self, t: &str, s: &str) -> String {
         format!(
             "{}/session?tenantId={t}&sessionId={s}",
             self.stack().endpoints.http_url()

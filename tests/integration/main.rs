@@ -15,6 +15,7 @@ mod kv_shards;
 mod local_origin;
 mod local_stack;
 mod local_stream_bridge;
+mod local_strict;
 mod oidc;
 mod reservations;
 mod state;

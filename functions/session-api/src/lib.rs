@@ -15,7 +15,8 @@
 //!   `$disconnect`, the reconciler or the sweep releases it (decision 2208).
 //!
 //! Bad input never reaches DynamoDB: missing or malformed ids → 400 naming the parameter; a body
-//! that is not JSON → 400; unknown tenant or session → 404; other methods → 405; other paths → 404.
+//! that is not JSON → 400, one over 16 KiB (`request::MAX_BODY`) → 413; unknown tenant or session
+//! → 404; other methods → 405; other paths → 404.
 //! Budget: PUT 2 calls with a cold tenant cache (1 warm: a refresh's UpdateItem, or a new session's
 //! TransactWriteItems of the row and the tenant's session count; 2 for a named session that does
 //! not exist yet; over an expired session 1 UpdateItem + 1 GetItem + 1 TransactWriteItems of the

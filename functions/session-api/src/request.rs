@@ -8,6 +8,11 @@ use shared::ids::{SessionId, TenantId};
 use shared::refusal::HttpAnswer;
 use shared::ticket;
 
+/// The largest request body read, in bytes: the ids, a subject and `connects` fit in far less. A
+/// longer body is answered 413 before it is parsed, here as behind API Gateway (whose own limit,
+/// Lambda's 6 MB invoke payload, is far higher).
+pub const MAX_BODY: usize = 16 * 1024;
+
 /// The request field asking for a ticket that admits more than one connect.
 pub const CONNECTS: &str = "connects";
 
@@ -37,6 +42,12 @@ pub fn target(
     let mut subject = q.first("subject").map(str::to_string);
     let mut connects = q.first(CONNECTS).map(|c| Value::String(c.to_string()));
     if let Some(body) = event.body.as_deref().filter(|b| !b.trim().is_empty()) {
+        if body.len() > MAX_BODY {
+            return Err(respond::message(
+                413,
+                format!("the request body is over {MAX_BODY} bytes"),
+            ));
+        }
         let v: Value = serde_json::from_str(body).map_err(|e| {
             respond::message(400, format!("the request body is not valid JSON: {e}"))
         })?;
