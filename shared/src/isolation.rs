@@ -60,13 +60,7 @@ pub fn key_in_tenant(tenant: &TenantId, key: &str) -> bool {
     }
 }
 
-/// A key that does not belong to the tenant a client is scoped to: always a bug in the caller.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("key {key:?} is outside tenant {tenant:?}: a tenant's keys are its id or start with \"{tenant}:\"")]
-pub struct CrossTenantKey {
-    pub tenant: String,
-    pub key: String,
-}
+pub use crate::error::CrossTenantKey;
 
 /// Guard 1: `Ok` only for keys of `tenant` (see [`key_in_tenant`]).
 pub fn check_key(tenant: &TenantId, key: &str) -> Result<(), CrossTenantKey> {

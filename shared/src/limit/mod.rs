@@ -7,7 +7,9 @@
 pub mod load;
 mod store;
 
-pub use store::{Companion, Effective, LimitRow, LimitStore, Quota, CACHE_SECS_VAR, DEFAULT_CACHE};
+pub use store::{
+    Companion, Effective, LimitRow, LimitStore, Quota, CACHE_SECS_VAR, DEFAULT_CACHE, MAX_CAPACITY,
+};
 
 use crate::table::{AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};
 
