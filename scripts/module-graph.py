@@ -156,6 +156,7 @@ def expand_use(tree, prefix=()):
 
 
 USE_RE = re.compile(r"\b(pub(?:\s*\([^)]*\))?\s+)?use\s+([^;]+);")
+DEF_RE = re.compile(r"\b(?:fn|struct|enum|const|static|type|trait|union|macro_rules!)\s+(\w+)")
 PATH_RE = re.compile(r"(?<![\w:])((?:crate|super|self)(?:\s*::\s*\w+)+|\w+(?:\s*::\s*\w+)+)")
 
 
@@ -167,6 +168,8 @@ class Module:
         self.inline = []
         self.uses = []  # (absolute or relative segments)
         self.reexports = {}  # bound name -> segments
+        self.globs = []  # segments of `pub use x::*`
+        self.defines = set()  # names of the items the file itself defines
         self.lines = 0
 
 
@@ -178,7 +181,7 @@ def load(src):
             raw = f.read()
         mod = Module(path, file)
         mod.lines = raw.count("\n")
-        text = strip_source(raw)
+        text = re.sub(r"pub\s*\(\s*in\s+[\w:]+\s*\)", "pub", strip_source(raw))
         children, text, inline = scan_mods(text)
         mod.children, mod.inline = children, inline
         for m in USE_RE.finditer(text):
@@ -186,6 +189,9 @@ def load(src):
                 mod.uses.append(segs)
                 if m.group(1) and bound:
                     mod.reexports[bound] = segs
+                elif m.group(1) and segs[-1] == "*":
+                    mod.globs.append(segs[:-1])
+        mod.defines = set(DEF_RE.findall(text)) | set(inline)
         body = USE_RE.sub(" ", text)
         for m in PATH_RE.finditer(body):
             segs = [s.strip() for s in m.group(1).split("::")]
@@ -237,6 +243,11 @@ def resolve(mods, segs, depth=0):
         to = absolute(mods, target, target.reexports[rest[0]])
         if to is not None:
             return resolve(mods, to + list(rest[1:]), depth + 1)
+    if rest and rest[0] not in target.defines and depth < 8:
+        for glob in target.globs:
+            to = absolute(mods, target, glob)
+            if to is not None and tuple(to) in mods and rest[0] in mods[tuple(to)].defines:
+                return resolve(mods, to + list(rest), depth + 1)
     return best
 
 

@@ -1,5 +1,7 @@
 //! The limits file's unit tests: Boulder's layout, each refusal with its line, reloads.
 
+use crate::gcra::Rate;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;

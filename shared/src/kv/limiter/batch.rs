@@ -1,6 +1,16 @@
 //! The all-or-nothing batch spend over several buckets (one `TransactWriteItems`, decision 0602).
 
-use super::*;
+use super::super::write::{self, Case, Next, SpendPlan, StateWrite};
+use super::denials::BucketDenials;
+use super::limiter_core::{
+    BatchOutcome, KvError, Limiter, Located, Outcome, CONFLICT_BACKOFF, MAX_ATTEMPTS, MAX_BATCH,
+};
+use crate::clock::Timestamp;
+use crate::dynamo::item::num;
+use crate::dynamo::txn::{self, Reason};
+use crate::gcra::{self, Decision};
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use std::collections::{HashMap, HashSet};
 
 impl Limiter {
     /// Spends from several buckets at once, all or nothing: either every bucket admits its cost and
@@ -45,7 +55,7 @@ impl Limiter {
             let plan = SpendPlan::spend(rate, now, *cost, hint)?;
             items.push((bucket, rate, plan, hint));
         }
-        let pendings: Vec<Option<Pending>> = items
+        let pendings: Vec<Option<BucketDenials>> = items
             .iter()
             .map(|(b, ..)| self.pending.take(&b.key()))
             .collect();

@@ -11,7 +11,14 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
-use super::*;
+use super::super::config::BucketKey;
+use super::super::write::{self, Next, SpendPlan, StateWrite};
+use super::limiter_core::{KvError, Limiter, Outcome, CONFLICT_BACKOFF, MAX_ATTEMPTS};
+use crate::clock::Timestamp;
+use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::txn::{self, Reason};
+use crate::gcra::{self, Decision, Rate};
+use serde::Serialize;
 
 /// Prefix of refund markers; `~` is not a digit, so no bucket key `{nameId}:{id}` starts with it.
 const REFUND_PREFIX: &str = "~refund:";

@@ -12,7 +12,16 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
-use super::*;
+use super::super::config::BucketKey;
+use super::super::write::{self, Case, Next, SpendPlan, Target};
+use super::limiter_core::{KvError, Limiter, Located, CONFLICT_BACKOFF, MAX_ATTEMPTS};
+use crate::clock::Timestamp;
+use crate::dynamo::item::{n, num, s};
+use crate::dynamo::txn::{self, Reason};
+use crate::gcra::{self, Decision, Rate};
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use serde::Serialize;
+use std::time::Duration;
 
 /// Prefix of lease items; `~` is not a digit, so no bucket key `{nameId}:{id}` starts with it.
 const LEASE_PREFIX: &str = "~lease:";

@@ -2,9 +2,14 @@
 //! its own item and partition key, each with an exact share of the burst and the rate. A spend tries
 //! up to [`TRIES`] distinct shards chosen at random and is refused only when all of them refuse.
 
-use super::*;
+use super::super::config::{BucketKey, LimitSet};
+use super::super::write::{self};
+use super::limiter_core::{KvError, Limiter, Located, Op, Outcome};
+use crate::clock::Timestamp;
 use crate::config::{ConfigError, Vars};
+use crate::gcra::{self, Decision, Rate, RateError};
 use crate::shard::{self, share, TRIES};
+use std::time::Duration;
 
 /// `TURNSTILE_ITEM_WRITE_BUDGET` (writes per second per item behind `shards: auto`), default 800.
 pub fn item_write_budget(vars: &Vars) -> Result<u64, ConfigError> {

@@ -297,7 +297,7 @@ impl SpendPlan {
 mod tests {
     use std::time::Duration;
 
-    use super::super::tests::rate;
+    use super::super::plan::tests::rate;
     use super::super::StateWrite;
     use super::*;
     use crate::clock::Timestamp;
