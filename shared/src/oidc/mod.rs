@@ -9,10 +9,14 @@
 //!
 //! Errors never carry the token; only short, sanitised claim values (an issuer, an algorithm name).
 
+mod config;
 mod fetch;
 mod jwks;
+mod outcome;
+mod quote;
 mod token;
-pub use fetch::check_url;
 mod verifier;
 
+pub use config::*;
+pub use outcome::*;
 pub use verifier::*;
