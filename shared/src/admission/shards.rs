@@ -19,9 +19,6 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
-use super::connect::{self, Admission, Ask, Minute, Reservation, TENANT_MINUTE};
-use super::Limit;
-use crate::clock::Timestamp;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
@@ -62,28 +59,8 @@ pub struct Counter {
     pub index: i64,
 }
 
-/// Whether a counter item read as `old` has room for one connection under `on`'s caps at `now`
-/// (the same test a refused step 1 applies to its old image).
-pub(super) fn has_room(
-    limits: &Limits,
-    on: &Counter,
-    old: Option<&Item>,
-    now: Timestamp,
-) -> Result<bool> {
-    let count = old
-        .and_then(|o| item::num(o, cattr::ITEM_COUNT))
-        .unwrap_or(0);
-    if count >= on.cap as i64 {
-        return Ok(false);
-    }
-    let alg = limits.rate_algorithm;
-    let stored = TENANT_MINUTE.stored(alg, old);
-    let m = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
-    Ok(m.refused(&TENANT_MINUTE, old).is_none())
-}
-
 /// Shard `i` of a tenant of `limits` (n > 1).
-fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+pub(crate) fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
     let over = u64::from(crate::mutation::active(
         deps,
         crate::mutation::Mutation::ShardOverShare,
@@ -97,66 +74,6 @@ fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter
         sharded: true,
         index: i64::from(i32_),
     })
-}
-
-/// Step 1 of a sharded tenant: 1 `UpdateItem` on a random shard when it has room; otherwise 1
-/// `BatchGetItem` of every shard and up to [`TRIES_PER_ROUND`] `UpdateItem` on shards that had
-/// room, at most [`ROUNDS`] times. Refused when a read finds no shard with room (or every round's
-/// tries lost their room to other connects meanwhile).
-pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservation, Admission>> {
-    let Ask {
-        deps,
-        t,
-        sid,
-        limits,
-        ..
-    } = ask;
-    let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
-    let first = fastrand::u64(0..n);
-    let mut answer = match connect::reserve_on(ask, &counter(deps, t, limits, first)?).await? {
-        Ok(r) => return Ok(Ok(r)),
-        Err(a) => a,
-    };
-    for _ in 0..ROUNDS {
-        let now = deps.clock.now();
-        let rows = read_all(deps, t, n).await?;
-        let mut open_room = false;
-        let mut room = Vec::new();
-        for i in 0..n {
-            let Some(old) = rows.get(&i) else { continue };
-            if let Some(layout) = connect::fenced(old.as_ref(), n) {
-                ask.relayout
-                    .store(layout, std::sync::atomic::Ordering::Relaxed);
-                return Ok(Err(answer));
-            }
-            let on = counter(deps, t, limits, i)?;
-            let count = old
-                .as_ref()
-                .and_then(|o| item::num(o, cattr::ITEM_COUNT))
-                .unwrap_or(0);
-            open_room |= count < on.cap as i64;
-            if has_room(limits, &on, old.as_ref(), now)? {
-                room.push(on);
-            }
-        }
-        if room.is_empty() {
-            // Name the limit that binds the whole tenant: open connections when no shard has an
-            // open slot, otherwise the minute.
-            if !open_room {
-                answer =
-                    connect::refusal(super::Limit::TenantConnections, limits, now, t, sid, None);
-            }
-            return Ok(Err(answer));
-        }
-        fastrand::shuffle(&mut room);
-        for on in room.iter().take(TRIES_PER_ROUND) {
-            match connect::reserve_on(ask, on).await? {
-                Ok(r) => return Ok(Ok(r)),
-                Err(a) => answer = a,
-            }
-        }
-    }
-    Ok(Err(answer))
 }
 
 /// Every shard of `t` (strongly consistent), by index; a shard with no item maps to `None`. 1
