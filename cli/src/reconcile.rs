@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use shared::admission::reconcile::{self, Options, Pause, Probe};
+use shared::reconcile::{self, Options, Pause, Probe};
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
 use shared::{Error, Result};

@@ -53,6 +53,9 @@ pub mod mutation;
 /// The `$connect` JWT verifier (the `oidc` feature).
 #[cfg(feature = "oidc")]
 pub mod oidc;
+/// The reconciler (the `gateway` feature: it asks the Management API which sockets are gone).
+#[cfg(feature = "gateway")]
+pub mod reconcile;
 pub mod refusal;
 pub mod reservation;
 pub mod session;

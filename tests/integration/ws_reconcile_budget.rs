@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shared::admission::connect::{self as admission, Hints};
-use shared::admission::reconcile::{self, Budget, Options, Outcome, Probe, Report};
+use shared::reconcile::{self, Budget, Options, Outcome, Probe, Report};
 use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};

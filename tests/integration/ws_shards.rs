@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::Value;
-use shared::admission::reconcile::{self, Outcome, Pause};
+use shared::reconcile::{self, Outcome, Pause};
 use shared::admission::shards;
 use shared::tenant::Limits;
 

@@ -118,7 +118,7 @@ async fn a_shadow_tenant_is_never_refused_and_meters_exactly_the_refusals_enforc
     let report = reconcile_tenant(w.deps(), &tid, &w.api.url(), true, Duration::ZERO).await;
     assert_eq!(
         report.tenants[0].outcome,
-        shared::admission::reconcile::Outcome::Consistent,
+        shared::reconcile::Outcome::Consistent,
         "{report:?}"
     );
 }

@@ -855,11 +855,11 @@ fn event(
     ev
 }
 
-fn skipped(r: &shared::admission::reconcile::Report) -> bool {
+fn skipped(r: &shared::reconcile::Report) -> bool {
     r.tenants.iter().any(|t| {
         matches!(
             t.outcome,
-            shared::admission::reconcile::Outcome::Skipped { .. }
+            shared::reconcile::Outcome::Skipped { .. }
         )
     })
 }
@@ -878,8 +878,8 @@ pub async fn reconcile(
     w: &World,
     t: &TenantId,
     grace: Duration,
-) -> Result<shared::admission::reconcile::Report, String> {
-    use shared::admission::reconcile::{self, Options, Probe};
+) -> Result<shared::reconcile::Report, String> {
+    use shared::reconcile::{self, Options, Probe};
     let gateway = shared::gateway::Gateway::local(&w.api.url());
     let probe = Probe {
         gateway: &gateway,

@@ -1,5 +1,6 @@
 //! WebSocket admission: the conditional writes behind `$connect`, `$disconnect`,
-//! `$default`, the session API and the TTL sweeper, and the reconciler that repairs leaked counts.
+//! `$default`, the session API and the TTL sweeper (the reconciler that repairs leaked counts is
+//! `crate::reconcile`, above this module).
 //! Every admission is a conditional update, or ordered conditional updates proven never to
 //! over-admit; see `docs/decisions/0300-websocket-admission.md` and
 //! `0306-connect-without-a-transaction.md`.
@@ -14,7 +15,6 @@
 //!   after [`message::standing`]: no call with the tenant cached, 1 GetItem on a cache miss.
 //! - [`closing::delete`] (session `DELETE`): 1 GetItem + 1 TransactWriteItems without connections;
 //!   with them 1 more for the end, then one per release attempt (decision 2208).
-//! - [`reconcile::run`]: per tenant 1 GetItem, 2 Query pages, at most 1 UpdateItem.
 //! - Sharded tenants (`connectionShards` > 1, [`shards`], decision 1502): the same 2 writes when
 //!   the random shard admits; 1 BatchGetItem of the shards and a write per shard tried otherwise.
 
@@ -23,10 +23,6 @@ pub mod connect;
 pub mod context;
 pub mod message;
 pub mod precheck;
-#[cfg(feature = "gateway")]
-pub mod reconcile;
-#[cfg(feature = "gateway")]
-mod reconcile_shards;
 pub mod release;
 pub mod respond;
 pub mod sessions;

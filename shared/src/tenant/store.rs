@@ -194,7 +194,7 @@ pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     let scan = deps.dynamo.scan().table_name(&deps.tables.tenants);
     pages::scan(scan, |it| {
         // Items whose key starts with `~` (never a tenant id) are not tenants: the reconciler's
-        // cursor (`admission::reconcile::budget`).
+        // cursor (`reconcile::budget`).
         if let Some(AttributeValue::S(id)) = it.get(attr::TENANT_ID) {
             if id.starts_with(RESERVED) {
                 return Ok(());

@@ -169,8 +169,8 @@ pub(super) fn after(minute: &Minute) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::admission::connect::zero_limit;
-    use crate::tenant::Limits;
     use crate::kv::write::Case;
+    use crate::tenant::Limits;
 
     fn old(pairs: &[(&str, i64)]) -> Item {
         pairs.iter().map(|(k, v)| (k.to_string(), n(v))).collect()

@@ -57,7 +57,7 @@ pub(super) async fn sessions(
     deps: &Deps,
     t: &TenantId,
     n: u64,
-    mut each: Option<&mut crate::admission::reconcile_shards::Each>,
+    mut each: Option<&mut crate::reconcile::shards::Each>,
     fenced: bool,
 ) -> Result<Rows> {
     let mut query = deps
@@ -83,7 +83,7 @@ pub(super) async fn sessions(
     let mut out = Rows::default();
     pages::query(query, |it| {
         if !fenced {
-            crate::admission::reconcile_shards::same_layout(it, n)?;
+            crate::reconcile::shards::same_layout(it, n)?;
         }
         if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
             let ids = item::string_set(it, sattr::CONNECTION_IDS);

@@ -52,6 +52,11 @@ mod start;
 mod truth;
 pub use budget::{Budget, MAX_GRACE};
 pub use report::{Outcome, Report, TenantReport};
+mod options;
 mod run;
+mod shards;
+mod snapshot;
+mod work;
 
+pub use options::*;
 pub use run::*;

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 
-use super::reconcile::{unchanged, Outcome, Snapshot};
-use super::shards;
-use super::write::Parts;
+use super::report::Outcome;
+use super::snapshot::snapshot_of;
+use super::snapshot::{unchanged, Snapshot};
+use crate::admission::shards;
+use crate::admission::write::Parts;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::{self, n, s, Item};
 use crate::dynamo::txn;
@@ -164,19 +166,6 @@ async fn read_keys(deps: &Deps, keys: &[String]) -> Result<BTreeMap<String, Snap
     Ok(out)
 }
 
-/// One counter item as a [`Snapshot`].
-pub(super) fn snapshot_of(it: Option<&Item>) -> Snapshot {
-    let num = |a: &str| it.and_then(|i| item::num(i, a));
-    Snapshot {
-        count: num(cattr::ITEM_COUNT),
-        ver: num(cattr::VERSION),
-        reserved: num(cattr::RESERVED_TOTAL),
-        released: num(cattr::RELEASED_TOTAL),
-        repairs: num(cattr::REPAIRS),
-        span: num(cattr::LAYOUT_SPAN),
-    }
-}
-
 fn sum(rows: &BTreeMap<String, Snapshot>) -> Snapshot {
     let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (None, None) => None,
@@ -208,7 +197,7 @@ impl Each {
     /// Counts the ids of one session (with where each was charged) into the truth per counter.
     pub fn count_truth(&mut self, t: &TenantId, ids: &[String], charges: &Charges) -> Result<()> {
         for c in ids {
-            let (key, _) = super::release::target(t, c, charges)?;
+            let (key, _) = crate::admission::release::target(t, c, charges)?;
             *self.truth.entry(key).or_default() += 1;
         }
         Ok(())

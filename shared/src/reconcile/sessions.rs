@@ -11,7 +11,9 @@
 //!
 //! Cost per tenant: 2 GetItem, at most 1 UpdateItem per attempt ([`super::REPAIR_ATTEMPTS`]).
 
-use super::{grew, read_item, stamp_repair, unchanged, Outcome, Snapshot, REPAIR_ATTEMPTS};
+use super::options::REPAIR_ATTEMPTS;
+use super::report::Outcome;
+use super::snapshot::{grew, read_item, stamp_repair, unchanged, Snapshot};
 use crate::admission::write::Parts;
 use crate::counter::{attr as cattr, keys};
 use crate::dynamo::item::n;

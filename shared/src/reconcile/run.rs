@@ -1,206 +1,23 @@
 //! The reconciler's pass: read each counter, compare it with the truth, repair what drifted.
 
-use super::budget::{Budget, MAX_GRACE};
 use super::report::{Outcome, Report, TenantReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::ReturnValue;
-
-use super::super::release;
-use super::super::write::{self, Parts, Retries, Written};
+use crate::admission::release;
+use crate::admission::write::Parts;
 use crate::counter::{attr as cattr, keys};
-use crate::dynamo::item::{n, s, Item};
-use crate::error::{Error, Result};
-use crate::gateway::Gateway;
+use crate::dynamo::item::n;
+use crate::error::Result;
 use crate::ids::{SessionId, TenantId};
 use crate::Deps;
 
+use super::options::{Options, Pause, Probe, REPAIR_ATTEMPTS};
+use super::snapshot::grew;
+use super::snapshot::{stamp_repair, unchanged};
 use super::truth::{sessions, truth_of};
-
-/// Default grace between the phases: longer than any `$connect` or release can be half-way.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
-/// The handlers' timeout (`template.yaml`, `Globals.Function.Timeout`): no `$connect` or release is
-/// half-way for longer, since the handler is stopped.
-pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
-/// The shortest grace accepted from configuration: the handler timeout plus 5 s for the last
-/// request's flight and scheduling.
-pub const MIN_GRACE: Duration = Duration::from_secs(15);
-/// Repair writes tried when releases keep landing between the last read and the write.
-pub const REPAIR_ATTEMPTS: u32 = 4;
-
-/// Validates a configured grace: at least [`MIN_GRACE`], or the reasoning of the module docs fails
-/// (a grace of 0 repairs a connect half-way through down to below the truth); at most
-/// [`MAX_GRACE`], or two graces leave the run too little of its function's timeout to finish.
-pub fn check_grace(grace: Duration) -> std::result::Result<Duration, String> {
-    if grace > MAX_GRACE {
-        return Err(format!(
-            "the reconcile grace must be at most {} s, not {} s: a run waits two graces inside \
-             the reconciler's {} s timeout and needs the rest for its work",
-            MAX_GRACE.as_secs(),
-            grace.as_secs_f64(),
-            super::budget::FUNCTION_TIMEOUT.as_secs()
-        ));
-    }
-    if grace < MIN_GRACE {
-        Err(format!(
-            "the reconcile grace must be at least {} s (the handlers' {} s timeout plus a margin), \
-             not {} s: a shorter grace can repair a count below the connections it holds",
-            MIN_GRACE.as_secs(),
-            HANDLER_TIMEOUT.as_secs(),
-            grace.as_secs_f64()
-        ))
-    } else {
-        Ok(grace)
-    }
-}
-
-/// What to reconcile and how.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// One tenant, or every tenant in the tenant table.
-    pub tenant: Option<TenantId>,
-    /// Report only: release nothing, write nothing.
-    pub dry_run: bool,
-    /// Time between the phases (see the module docs). Not checked here (tests use short ones):
-    /// the entry points validate configured values with [`check_grace`].
-    pub grace: Duration,
-    /// The run's and each tenant's time ([`Budget::for_grace`] for a scheduled run).
-    pub budget: Budget,
-}
-
-/// Where the Management API is, to find gone sockets; `None` skips probing.
-pub struct Probe<'a> {
-    pub gateway: &'a Gateway,
-    pub endpoint: String,
-}
-
-/// What one read of the tenant's counter showed.
-/// For a sharded tenant, the sums over its shards (`repairs` from shard 0; decision 1502).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(in crate::admission) struct Snapshot {
-    pub count: Option<i64>,
-    pub ver: Option<i64>,
-    pub reserved: Option<i64>,
-    pub released: Option<i64>,
-    pub repairs: Option<i64>,
-    /// `layoutSpan`: the tenant was resharded and fenced (decision 2206).
-    pub span: Option<i64>,
-}
-
-/// One counter item (`{tenant}`, or `{tenant}:sessions`) as a snapshot: 1 GetItem.
-pub(in crate::admission) async fn read_item(deps: &Deps, key: &str) -> Result<Snapshot> {
-    let out = deps
-        .dynamo
-        .get_item()
-        .table_name(&deps.tables.counters)
-        .key(cattr::KEY, s(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("GetItem", e))?;
-    Ok(super::super::reconcile_shards::snapshot_of(out.item()))
-}
-
-/// The counter as one snapshot: the `{tenant}` item (1 GetItem), or the sums over a sharded
-/// tenant's shards (1 BatchGetItem), keeping each shard's `relTotal` for the repair's conditions.
-/// A resharded tenant's counters are read one by one (`each`, decision 2206) once a read shows
-/// its fence.
-pub(super) async fn read_snapshot(w: &mut Work) -> Result<Snapshot> {
-    if let Some(each) = w.each.as_mut() {
-        return each.read_phase(&w.deps).await;
-    }
-    let snap = if w.shards <= 1 {
-        read_item(&w.deps, &keys::tenant_connections(&w.tenant)?).await?
-    } else {
-        let (snap, released) =
-            super::super::reconcile_shards::read(&w.deps, &w.tenant, w.shards).await?;
-        w.released = released;
-        snap
-    };
-    if let Some(mut each) = super::super::reconcile_shards::fenced(&w.tenant, snap.span)? {
-        let snap = each.read_phase(&w.deps).await?;
-        w.each = Some(each);
-        return Ok(snap);
-    }
-    Ok(snap)
-}
-
-/// Adds `#name = :value`, or `attribute_not_exists(#name)` when it was absent.
-pub(in crate::admission) fn unchanged(
-    p: &mut Parts,
-    name: &str,
-    attr: &str,
-    value: &str,
-    was: Option<i64>,
-) {
-    p.name(name, attr);
-    match was {
-        Some(v) => {
-            p.value(value, n(v));
-            p.conditions.push(format!("{name} = {value}"));
-        }
-        None => p.conditions.push(format!("attribute_not_exists({name})")),
-    }
-}
-
-pub(in crate::admission) fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
-    u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
-}
-
-/// Per-tenant state carried between the phases.
-pub(super) struct Work {
-    pub(super) tenant: TenantId,
-    pub(super) deps: Deps,
-    pub(super) report: TenantReport,
-    pub(super) candidates: Vec<(String, String)>,
-    /// Phase 1's read of the counter.
-    pub(super) before: Snapshot,
-    /// Phase 2's read of the counter.
-    pub(super) read: Snapshot,
-    /// Phase 2's read of the session count, just before the truth.
-    pub(super) sessions_read: Snapshot,
-    pub(super) truth_at: i64,
-    pub(super) done: bool,
-    /// The tenant's `connectionShards` (1: the one `{tenant}` item).
-    pub(super) shards: u64,
-    /// For a sharded tenant: each shard's `relTotal` at the last read (the repair's conditions).
-    pub(super) released: Vec<Option<i64>>,
-    /// A resharded tenant: every counter on its own (decision 2206).
-    pub(super) each: Option<super::super::reconcile_shards::Each>,
-    /// Ended session rows the truth found empty: deleted in phase 3 (decision 2208).
-    pub(super) ended_empty: Vec<String>,
-}
-
-impl Work {
-    pub(super) fn new(tenant: TenantId, deps: Deps, report: TenantReport, shards: u64) -> Work {
-        Work {
-            tenant,
-            deps,
-            report,
-            candidates: vec![],
-            before: Snapshot::default(),
-            read: Snapshot::default(),
-            sessions_read: Snapshot::default(),
-            truth_at: 0,
-            done: false,
-            shards,
-            released: vec![],
-            each: None,
-            ended_empty: vec![],
-        }
-    }
-}
-
-/// Where a run waits between its phases (module docs): `grace` of wall-clock time in [`run`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pause {
-    /// After phase 1 (the counter before, the probes), before the releases and the read.
-    AfterProbe,
-    /// After phase 2 (the read and the truth), before the repair.
-    AfterRead,
-}
+use super::work::{read_snapshot, skip, Work};
 
 /// Reconciles `options.tenant` (or every tenant), with tenant-scoped clients from `scoped` (the
 /// functions' `isolation::tenant_deps`; pass `|_| deps.clone()` for the execution role).
@@ -428,16 +245,7 @@ pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
         if w.shards > 1 {
             let (deps, t, rel) = (&w.deps, &w.tenant, &w.released);
             let leak = from - to;
-            if super::super::reconcile_shards::subtract(
-                deps,
-                t,
-                leak,
-                w.truth_at,
-                rel,
-                read.repairs,
-            )
-            .await?
-            {
+            if super::shards::subtract(deps, t, leak, w.truth_at, rel, read.repairs).await? {
                 return Ok(Outcome::Repaired { from, to: to_u });
             }
             // A release (or another repair) landed since the read: read again.
@@ -450,47 +258,6 @@ pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
         // A release (or anything, when quiet) landed since the read: read again.
     }
     Ok(Outcome::Busy)
-}
-
-/// A repair's write on one counter item (`key`): `p` (the change and its conditions), plus
-/// `repairs` unchanged since the read (two reconcilers never repair the same thing), `truthAt`
-/// stamped, `ver` and `repairs` + 1. 1 UpdateItem, at most once. Whether it applied.
-pub(in crate::admission) async fn stamp_repair(
-    deps: &Deps,
-    key: &str,
-    mut p: Parts,
-    repairs: Option<i64>,
-    truth_at: i64,
-) -> Result<bool> {
-    unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", repairs);
-    p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
-    p.value(":one", n(1)).value(":at", n(truth_at));
-    p.set.push("#ta = :at".into());
-    p.add.push("#v :one".into());
-    p.add.push("#rp :one".into());
-    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
-    let table = &deps.tables.counters;
-    Ok(matches!(
-        write::update(
-            deps,
-            table,
-            &key,
-            &p,
-            ReturnValue::None,
-            Retries::AtMostOnce
-        )
-        .await?,
-        Written::Applied(_)
-    ))
-}
-
-pub(super) fn skip(w: &mut Work, reason: String) {
-    tracing::warn!(tenant = %w.tenant, %reason, "reconcile skipped a tenant");
-    w.report.sessions = Outcome::Skipped {
-        reason: reason.clone(),
-    };
-    w.report.outcome = Outcome::Skipped { reason };
-    w.done = true;
 }
 
 pub(super) async fn release_and_read(
