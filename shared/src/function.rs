@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 
-use crate::admission::{context, respond};
 use crate::config::{ConfigError, Vars};
+use crate::edge::{context, respond};
 use crate::error::Result;
 use crate::ids::{ConnectionId, IdError, SessionId, TenantId};
 use crate::isolation::{self, TenantClients};

@@ -35,6 +35,7 @@ pub mod config;
 pub mod counter;
 pub mod deps;
 pub mod dynamo;
+pub mod edge;
 pub mod error;
 pub mod function;
 /// Property-test input generators (tests and the `fuzz` feature only).
@@ -44,6 +45,7 @@ pub mod fuzz;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod gcra;
+pub mod gcra_write;
 pub mod ids;
 pub mod interleave;
 pub mod isolation;

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use shared::reconcile::Outcome;
 use shared::interleave::{Interleave, Point};
+use shared::reconcile::Outcome;
 use shared::tenant::Limits;
 
 use crate::ws_support::*;

@@ -526,11 +526,7 @@ async fn call(
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    (
-        r.status_code,
-        shared::admission::respond::body_text(&r.body),
-        ct,
-    )
+    (r.status_code, shared::edge::respond::body_text(&r.body), ct)
 }
 
 /// A refusal: 403, problem+json naming the problem, and no DynamoDB call.

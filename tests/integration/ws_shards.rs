@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::Value;
-use shared::reconcile::{self, Outcome, Pause};
 use shared::admission::shards;
+use shared::reconcile::{self, Outcome, Pause};
 use shared::tenant::Limits;
 
 use crate::ws_support::*;

@@ -12,8 +12,8 @@ use aws_lambda_events::apigw::{
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
-use shared::admission::{context, respond};
 use shared::config::Vars;
+use shared::edge::{context, respond};
 use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};
 use shared::table::TableKind;

@@ -849,19 +849,16 @@ fn event(
 ) -> aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest {
     let mut ev = ws_event(sample, t.as_str(), s, cid, Some(l));
     let sid = shared::ids::SessionId::parse(s).expect("valid session id");
-    if let serde_json::Value::Object(m) = shared::admission::context::build(t, &sid, l) {
+    if let serde_json::Value::Object(m) = shared::edge::context::build(t, &sid, l) {
         ev.request_context.authorizer.fields.extend(m);
     }
     ev
 }
 
 fn skipped(r: &shared::reconcile::Report) -> bool {
-    r.tenants.iter().any(|t| {
-        matches!(
-            t.outcome,
-            shared::reconcile::Outcome::Skipped { .. }
-        )
-    })
+    r.tenants
+        .iter()
+        .any(|t| matches!(t.outcome, shared::reconcile::Outcome::Skipped { .. }))
 }
 
 fn t_index(sch: &Schedule, t: &TenantId) -> usize {

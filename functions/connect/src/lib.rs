@@ -14,7 +14,7 @@ use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxy
 use shared::admission::connect::{Admission, Hints};
 use shared::admission::verdict::{self, Verdict};
 use shared::admission::Request;
-use shared::admission::{context, respond};
+use shared::edge::{context, respond};
 use shared::function::{self, Tenancy};
 use shared::tenant::TenantCache;
 use shared::ticket::{self, fingerprint, presented};

@@ -6,8 +6,9 @@
 //! Budget: 2 UpdateItem, 2 WCU (1 when there was nothing to release).
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::{release, respond};
+use shared::admission::release;
 use shared::config::{ConfigError, Vars};
+use shared::edge::respond;
 use shared::function::{self, Tenancy};
 use shared::Deps;
 

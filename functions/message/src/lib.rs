@@ -30,9 +30,10 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::message::{self, MessageAdmission, MinuteHint, Standing};
+use shared::admission::release;
 use shared::admission::verdict::{self, Verdict};
-use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
+use shared::edge::{context, respond};
 use shared::function::{self, Tenancy};
 use shared::gateway::{Delivery, Gateway};
 use shared::tenant::TenantCache;

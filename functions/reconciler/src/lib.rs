@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use shared::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::config::{ConfigError, Vars};
 use shared::function::Tenancy;
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
+use shared::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::telemetry::catalogue::{self, Worker};
 use shared::Deps;
 

@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
-use shared::admission::respond;
 use shared::admission::sessions;
 use shared::caller::{Caller as Bound, CallerVars};
 use shared::config::{ConfigError, Vars};
+use shared::edge::respond;
 use shared::ids::TenantId;
 use shared::refusal::HttpAnswer;
 use shared::ticket;

@@ -20,11 +20,9 @@
 
 pub mod closing;
 pub mod connect;
-pub mod context;
 pub mod message;
 pub mod precheck;
 pub mod release;
-pub mod respond;
 pub mod sessions;
 pub mod shards;
 pub mod verdict;

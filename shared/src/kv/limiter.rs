@@ -1,5 +1,5 @@
 //! The DynamoDB-backed key-value limiter: spend, check, refund, reset and an all-or-nothing batch
-//! spend over the buckets table, one TAT per bucket (see [`super::write`] for the conditional
+//! spend over the buckets table, one TAT per bucket (see [`crate::gcra_write`] for the conditional
 //! writes). Each operation's doc comment states its DynamoDB call count.
 
 mod batch;

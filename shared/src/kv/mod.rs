@@ -8,7 +8,8 @@ pub mod instant;
 pub mod limiter;
 mod meter;
 pub mod names;
-pub mod write;
+/// The GCRA conditional write (`crate::gcra_write`, which admission uses too), at its old path.
+pub use crate::gcra_write as write;
 pub use config::{BucketKey, KeyError, LimitSet, Limits, LoadError, NameDef, Problem};
 pub use limiter::{
     item_write_budget, BatchOutcome, KeyedRefund, KvError, Lease, LeaseOutcome, Limiter, Outcome,

@@ -11,7 +11,7 @@ use crate::counter::window::MinuteWindow;
 use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
-use crate::kv::write::{SpendPlan, Target};
+use crate::gcra_write::{SpendPlan, Target};
 use crate::session::attr as sattr;
 use crate::tenant::WindowAlgorithm;
 
@@ -169,7 +169,7 @@ pub(super) fn after(minute: &Minute) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::admission::connect::zero_limit;
-    use crate::kv::write::Case;
+    use crate::gcra_write::Case;
     use crate::tenant::Limits;
 
     fn old(pairs: &[(&str, i64)]) -> Item {

@@ -1,6 +1,5 @@
 //! The all-or-nothing batch spend over several buckets (one `TransactWriteItems`, decision 0602).
 
-use super::super::write::{self, Case, Next, SpendPlan, StateWrite};
 use super::denials::BucketDenials;
 use super::limiter_core::{
     BatchOutcome, KvError, Limiter, Located, Outcome, CONFLICT_BACKOFF, MAX_ATTEMPTS, MAX_BATCH,
@@ -9,6 +8,7 @@ use crate::clock::Timestamp;
 use crate::dynamo::item::num;
 use crate::dynamo::txn::{self, Reason};
 use crate::gcra::{self, Decision};
+use crate::gcra_write::{self, Case, Next, SpendPlan, StateWrite};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use std::collections::{HashMap, HashSet};
 
@@ -107,13 +107,13 @@ impl Limiter {
                         match reason {
                             Reason::ConditionFailed(old) => {
                                 let old = old.as_ref();
-                                let tat = write::stored_tat(old, write::attr::TAT);
+                                let tat = gcra_write::stored_tat(old, gcra_write::attr::TAT);
                                 self.remember(&bucket.key(), tat);
                                 *hint = tat;
-                                match plan.on_condition_failed(old, write::attr::TAT) {
+                                match plan.on_condition_failed(old, gcra_write::attr::TAT) {
                                     Next::Refused(d) => {
                                         let version =
-                                            old.and_then(|i| num(i, write::attr::VERSION));
+                                            old.and_then(|i| num(i, gcra_write::attr::VERSION));
                                         denials.push((Self::outcome(bucket, *rate, d), version));
                                     }
                                     Next::Retry(p) => *plan = p,

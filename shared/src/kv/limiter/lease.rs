@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
 use super::super::config::BucketKey;
-use super::super::write::{self, Case, Next, SpendPlan, Target};
 use super::limiter_core::{KvError, Limiter, Located, CONFLICT_BACKOFF, MAX_ATTEMPTS};
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, num, s};
 use crate::dynamo::txn::{self, Reason};
 use crate::gcra::{self, Decision, Rate};
+use crate::gcra_write::{self, Case, Next, SpendPlan, Target};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use serde::Serialize;
 use std::time::Duration;
@@ -583,8 +583,8 @@ impl Limiter {
             match (&plan, reasons.first()) {
                 (Some(p), Some(Reason::ConditionFailed(old))) => {
                     let old = old.as_ref();
-                    self.remember(key, write::stored_tat(old, write::attr::TAT));
-                    match p.on_condition_failed(old, write::attr::TAT) {
+                    self.remember(key, gcra_write::stored_tat(old, gcra_write::attr::TAT));
+                    match p.on_condition_failed(old, gcra_write::attr::TAT) {
                         Next::Refused(d) => return Ok(Tx::BucketRefused(d)),
                         Next::Retry(next) => plan = Some(next),
                     }

@@ -9,13 +9,13 @@ use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
 use super::super::config::{BucketKey, KeyError, LimitSet, Limits};
-use super::super::write::{self, Case, Next, SpendPlan, StateWrite, Target};
 use crate::cache::{Cache, WhenFull};
 use crate::clock::Timestamp;
 use crate::dynamo::item::num;
 use crate::dynamo::retry::{self, Backoff, Jitter};
 use crate::dynamo::txn::{self};
 use crate::gcra::{self, Decision, Rate, RateError};
+use crate::gcra_write::{self, Case, Next, SpendPlan, StateWrite, Target};
 
 /// Default time an idle bucket's item outlives the moment it is full again: longer than a signed
 /// request can take to reach DynamoDB (15 minutes, else it is refused as expired) plus a refund's
@@ -96,7 +96,7 @@ pub enum KvError {
 pub(super) struct Hint {
     pub(super) tat: Timestamp,
     /// The rate and name the item carried (`None`: not seen, so the next write sets them).
-    pub(super) stamp: Option<write::Stamp>,
+    pub(super) stamp: Option<gcra_write::Stamp>,
 }
 
 /// A decision about one bucket, with what the caller needs for headers and logs.
@@ -230,7 +230,7 @@ impl Limiter {
         &self,
         key: &str,
         tat: Option<Timestamp>,
-        stamp: Option<write::Stamp>,
+        stamp: Option<gcra_write::Stamp>,
     ) {
         match tat {
             Some(tat) => self.hints.insert(key.to_string(), Hint { tat, stamp }),
@@ -365,7 +365,7 @@ impl Limiter {
         };
         let mut plan = plan.map_err(|e| (e.into(), false))?.with_state(state);
         if op == Op::Refund {
-            plan = plan.with_refund_id(write::RefundId::fresh());
+            plan = plan.with_refund_id(gcra_write::RefundId::fresh());
         }
         match self.write_key(key, plan).await {
             Ok(Wrote::Admitted(d)) => Ok(Self::outcome_at(bucket, key, rate, d)),
@@ -420,7 +420,7 @@ impl Limiter {
                 Ok(out) => {
                     let new_tat = match plan.case {
                         Case::RefundToFull => Some(plan.now),
-                        _ => write::stored_tat(out.attributes(), write::attr::TAT),
+                        _ => gcra_write::stored_tat(out.attributes(), gcra_write::attr::TAT),
                     };
                     let d = plan.admitted(new_tat, None);
                     match plan.stamp() {
@@ -436,12 +436,12 @@ impl Limiter {
                         UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                         _ => None,
                     };
-                    let stored = write::stored_tat(old.as_ref(), write::attr::TAT);
-                    let seen = write::Stamp::of_item(old.as_ref());
+                    let stored = gcra_write::stored_tat(old.as_ref(), gcra_write::attr::TAT);
+                    let seen = gcra_write::Stamp::of_item(old.as_ref());
                     plan.learn_stamp(seen.as_ref());
                     self.remember_seen(key, stored, seen);
                     if let Some(id) = plan.refund_id {
-                        match write::RefundId::stored(old.as_ref()) {
+                        match gcra_write::RefundId::stored(old.as_ref()) {
                             // Applied by an earlier send whose answer was lost.
                             Some(s) if s == id => {
                                 return Ok(Wrote::Admitted(plan.applied_as_stored(stored)))
@@ -458,14 +458,17 @@ impl Limiter {
                             }
                             // Every send was answered, none applied, and none can land later: a
                             // later id got there first, and this refund goes after it.
-                            Some(s) if s > id => plan.refund_id = Some(write::RefundId::after(s)),
+                            Some(s) if s > id => {
+                                plan.refund_id = Some(gcra_write::RefundId::after(s))
+                            }
                             // A smaller id (or none): not applied yet; retried under the same id.
                             _ => {}
                         }
                     }
-                    match plan.on_condition_failed(old.as_ref(), write::attr::TAT) {
+                    match plan.on_condition_failed(old.as_ref(), gcra_write::attr::TAT) {
                         Next::Refused(d) => {
-                            let version = old.as_ref().and_then(|i| num(i, write::attr::VERSION));
+                            let version =
+                                old.as_ref().and_then(|i| num(i, gcra_write::attr::VERSION));
                             return Ok(Wrote::Refused(d, version));
                         }
                         Next::Retry(p) => plan = p,
@@ -506,8 +509,12 @@ impl Limiter {
         }
         let (bucket, rate) = (&at.bucket, at.rate);
         let item = self.read(&bucket.key()).await?;
-        let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
-        self.remember_seen(&bucket.key(), tat, write::Stamp::of_item(item.as_ref()));
+        let tat = gcra_write::stored_tat(item.as_ref(), gcra_write::attr::TAT);
+        self.remember_seen(
+            &bucket.key(),
+            tat,
+            gcra_write::Stamp::of_item(item.as_ref()),
+        );
         // The decision a spend of `cost` would get (remaining after it, as Boulder reports), with
         // the stored TAT left as it is.
         let d = gcra::spend(&rate, tat, now, cost)?;

@@ -3,11 +3,11 @@
 //! up to [`TRIES`] distinct shards chosen at random and is refused only when all of them refuse.
 
 use super::super::config::{BucketKey, LimitSet};
-use super::super::write::{self};
 use super::limiter_core::{KvError, Limiter, Located, Op, Outcome};
 use crate::clock::Timestamp;
 use crate::config::{ConfigError, Vars};
 use crate::gcra::{self, Decision, Rate, RateError};
+use crate::gcra_write::{self};
 use crate::shard::{self, share, TRIES};
 use std::time::Duration;
 
@@ -184,7 +184,8 @@ impl Limiter {
         for i in 0..n {
             let shard_rate = Self::shard_rate(&rate, n, i)?;
             let key = Self::shard_key(bucket, i);
-            let tat = write::stored_tat(self.read(&key).await?.as_ref(), write::attr::TAT);
+            let tat =
+                gcra_write::stored_tat(self.read(&key).await?.as_ref(), gcra_write::attr::TAT);
             self.remember(&key, tat);
             let d = gcra::spend(&shard_rate, tat, now, cost.min(shard_rate.burst))?;
             let fits = cost <= shard_rate.burst;

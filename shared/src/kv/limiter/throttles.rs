@@ -2,11 +2,11 @@
 //! count per bucket and adds it to the bucket's next write, or writes it off the admission path
 //! with [`Limiter::flush_throttles`].
 
-use super::super::write::{self};
 use super::denials::BucketDenials;
 use super::limiter_core::{KvError, Limiter};
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, s};
+use crate::gcra_write::{self};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 
@@ -39,10 +39,10 @@ impl Limiter {
                 .update_expression(
                     "SET #ta = if_not_exists(#ta, :ft), #ua = :now ADD #tc :n, #ver :one",
                 )
-                .expression_attribute_names("#ver", write::attr::VERSION)
-                .expression_attribute_names("#ta", write::attr::THROTTLED_AT)
-                .expression_attribute_names("#tc", write::attr::THROTTLE_COUNT)
-                .expression_attribute_names("#ua", write::attr::UPDATED_AT)
+                .expression_attribute_names("#ver", gcra_write::attr::VERSION)
+                .expression_attribute_names("#ta", gcra_write::attr::THROTTLED_AT)
+                .expression_attribute_names("#tc", gcra_write::attr::THROTTLE_COUNT)
+                .expression_attribute_names("#ua", gcra_write::attr::UPDATED_AT)
                 .expression_attribute_values(":v", n(version))
                 .expression_attribute_values(":ft", n(p.first.as_nanos()))
                 .expression_attribute_values(":now", n(now.as_nanos()))

@@ -65,20 +65,6 @@ impl Target {
             ttl_margin,
         }
     }
-
-    /// A bucket in the buckets table (`kv::table`).
-    pub fn bucket(table: &str, bucket_key: &str, ttl_margin: Duration) -> Self {
-        Target {
-            table: table.to_string(),
-            key: HashMap::from([(
-                super::super::attr::BUCKET.to_string(),
-                AttributeValue::S(bucket_key.to_string()),
-            )]),
-            tat_attr: attr::TAT.to_string(),
-            ttl_attr: Some(super::super::attr::EXPIRES_AT.to_string()),
-            ttl_margin,
-        }
-    }
 }
 
 /// Which condition a write bets on.
@@ -434,7 +420,7 @@ pub(super) mod tests {
 
     const S: i64 = 1_000_000_000;
 
-    pub(in crate::kv::write) fn rate() -> Rate {
+    pub(in crate::gcra_write) fn rate() -> Rate {
         Rate::new(10, 1, Duration::from_secs(1)).unwrap()
     }
 
