@@ -6,7 +6,6 @@
 pub mod config;
 pub mod instant;
 pub mod limiter;
-mod meter;
 pub mod names;
 /// The GCRA conditional write (`crate::gcra_write`, which admission uses too), at its old path.
 pub use crate::gcra_write as write;

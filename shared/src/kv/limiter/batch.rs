@@ -1,9 +1,10 @@
 //! The all-or-nothing batch spend over several buckets (one `TransactWriteItems`, decision 0602).
 
 use super::denials::BucketDenials;
-use super::limiter_core::{
-    BatchOutcome, KvError, Limiter, Located, Outcome, CONFLICT_BACKOFF, MAX_ATTEMPTS, MAX_BATCH,
-};
+use super::outcome::MAX_ATTEMPTS;
+use super::outcome::{BatchOutcome, KvError, Outcome, MAX_BATCH};
+use super::spend::CONFLICT_BACKOFF;
+use super::state::{Limiter, Located};
 use crate::clock::Timestamp;
 use crate::dynamo::item::num;
 use crate::dynamo::txn::{self, Reason};

@@ -12,7 +12,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
 use super::super::config::BucketKey;
-use super::limiter_core::{KvError, Limiter, Outcome, CONFLICT_BACKOFF, MAX_ATTEMPTS};
+use super::outcome::MAX_ATTEMPTS;
+use super::outcome::{KvError, Outcome};
+use super::spend::CONFLICT_BACKOFF;
+use super::state::Limiter;
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, s, Item};
 use crate::dynamo::txn::{self, Reason};

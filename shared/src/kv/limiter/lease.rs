@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
 use super::super::config::BucketKey;
-use super::limiter_core::{KvError, Limiter, Located, CONFLICT_BACKOFF, MAX_ATTEMPTS};
+use super::outcome::KvError;
+use super::outcome::MAX_ATTEMPTS;
+use super::spend::CONFLICT_BACKOFF;
+use super::state::{Limiter, Located};
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, num, s};
 use crate::dynamo::txn::{self, Reason};

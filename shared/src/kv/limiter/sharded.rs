@@ -3,7 +3,9 @@
 //! up to [`TRIES`] distinct shards chosen at random and is refused only when all of them refuse.
 
 use super::super::config::{BucketKey, LimitSet};
-use super::limiter_core::{KvError, Limiter, Located, Op, Outcome};
+use super::outcome::{KvError, Outcome};
+use super::spend::Op;
+use super::state::{Limiter, Located};
 use crate::clock::Timestamp;
 use crate::config::{ConfigError, Vars};
 use crate::gcra::{self, Decision, Rate, RateError};

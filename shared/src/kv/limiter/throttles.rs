@@ -3,7 +3,8 @@
 //! with [`Limiter::flush_throttles`].
 
 use super::denials::BucketDenials;
-use super::limiter_core::{KvError, Limiter};
+use super::outcome::KvError;
+use super::state::Limiter;
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, s};
 use crate::gcra_write::{self};

@@ -1,32 +1,26 @@
-//! The key-value limiter: its state, where each bucket lives, and its write loop.
+//! Spending, checking and refunding one bucket: the conditional write loop.
+//!
+//! [`Limiter::spend`] meters its decisions (`Decisions` with `Path` kv, `Refusals` by limit name)
+//! and applies shadow limits: a denial by a limit declared `shadow: true` is logged, metered
+//! `shadow_refused`, and returned allowed (decision 1000). A denial writes nothing in either mode,
+//! so a shadow limit's bucket holds exactly what an enforced one would.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
+
+use crate::telemetry::catalogue::{self, Path};
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::Client;
-use serde::Serialize;
 
-use super::super::config::{BucketKey, KeyError, LimitSet, Limits};
-use crate::cache::{Cache, WhenFull};
+use super::super::config::BucketKey;
+use super::outcome::{KvError, Outcome, MAX_ATTEMPTS};
+use super::state::{Limiter, Located};
 use crate::clock::Timestamp;
 use crate::dynamo::item::num;
 use crate::dynamo::retry::{self, Backoff, Jitter};
 use crate::dynamo::txn::{self};
-use crate::gcra::{self, Decision, Rate, RateError};
+use crate::gcra::{self, Decision, Rate};
 use crate::gcra_write::{self, Case, Next, SpendPlan, StateWrite, Target};
-
-/// Default time an idle bucket's item outlives the moment it is full again: longer than a signed
-/// request can take to reach DynamoDB (15 minutes, else it is refused as expired) plus a refund's
-/// own call, so no send of an applied refund can land after its item's refund id was deleted with
-/// the item (decision 0605).
-pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(16 * 60);
-
-/// Most conditional writes one operation makes. Two suffice unless other writers refund or reset
-/// the same bucket between them (each failed write returns a TAT newer than the last), or
-/// transactions conflict.
-pub const MAX_ATTEMPTS: usize = 4;
 
 /// The pause before a transaction retried after a conflict: 5, 10, 20 ms (no jitter).
 pub(super) const CONFLICT_BACKOFF: Backoff = Backoff {
@@ -35,258 +29,38 @@ pub(super) const CONFLICT_BACKOFF: Backoff = Backoff {
     jitter: Jitter::None,
 };
 
-use super::denials::{HeldDenials, MAX_HINTS};
-
-/// Most buckets in one batch spend: DynamoDB's limit of items per transaction.
-pub const MAX_BATCH: usize = 100;
-
-#[derive(Debug, thiserror::Error)]
-pub enum KvError {
-    #[error(transparent)]
-    Key(#[from] KeyError),
-    #[error(transparent)]
-    Rate(#[from] RateError),
-    #[error("a spend needs a cost of at least 1 (use check for 0)")]
-    ZeroCost,
-    #[error("bucket {0} appears more than once in a batch")]
-    DuplicateInBatch(String),
-    /// A batch is one transaction over fixed items; a sharded limit is spent on its own.
-    #[error("limit {0} is sharded and cannot be part of a batch spend (spend it on its own)")]
-    ShardedInBatch(String),
-    /// A batch is all-or-nothing: a shadow limit's would-deny cannot be let through without
-    /// letting the other limits' spends through too, so shadow limits are spent on their own.
-    #[error(
-        "limit {0} is in shadow mode and cannot be part of a batch spend (spend it on its own)"
-    )]
-    ShadowInBatch(String),
-    #[error("no lease {0}")]
-    LeaseNotFound(String),
-    /// An acquire under a lease id that already holds another estimate on this bucket (or a lease
-    /// held elsewhere): never granted, since nothing would be spent for it.
-    #[error("lease {lease} on {bucket} already holds {held}, not the {asked} asked for")]
-    LeaseMismatch {
-        lease: String,
-        bucket: String,
-        held: u64,
-        asked: u64,
-    },
-    /// The lease's deadline had passed: its amount was returned to the bucket.
-    #[error("lease {0} has expired; its amount was returned")]
-    LeaseExpired(String),
-    #[error("lease id {0:?} must be 1-200 printable characters")]
-    BadLeaseId(String),
-    #[error("idempotency key {0:?} must be 1-200 printable characters")]
-    BadIdempotencyKey(String),
-    /// A keyed refund writes one bucket item with its marker; a sharded limit's refund goes to
-    /// whichever shard has room.
-    #[error("limit {0} is sharded: a refund with an idempotency key needs a limit of one item")]
-    ShardedKeyedRefund(String),
-    #[error("a batch needs at least one limit")]
-    EmptyBatch,
-    #[error("a batch of {0} limits exceeds DynamoDB's {MAX_BATCH} items per transaction")]
-    BatchTooLarge(usize),
-    #[error("bucket {0} is contended: no decision after {MAX_ATTEMPTS} conditional writes")]
-    Contended(String),
-    #[error(transparent)]
-    Store(#[from] crate::Error),
-}
-
-/// What this process last saw of a bucket's item.
-#[derive(Debug, Clone)]
-pub(super) struct Hint {
-    pub(super) tat: Timestamp,
-    /// The rate and name the item carried (`None`: not seen, so the next write sets them).
-    pub(super) stamp: Option<gcra_write::Stamp>,
-}
-
-/// A decision about one bucket, with what the caller needs for headers and logs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Outcome {
-    /// `Name:id`.
-    pub limit: String,
-    /// The stored key, `{nameId}:{id}`.
-    pub bucket: String,
-    pub rate: Rate,
-    #[serde(flatten)]
-    pub decision: Decision,
-    /// A shadow limit denied this spend and it was allowed anyway (nothing was spent).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub shadow_denied: bool,
-}
-
-/// The strictest of a batch's decisions, and each bucket's.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchOutcome {
-    /// Denied if any bucket denied (the denial with the longest retry-in); otherwise allowed with
-    /// the fewest remaining tokens and the longest retry-in and reset-in.
-    pub decision: Decision,
-    /// The bucket that decided (`Name:id`).
-    pub deciding: String,
-    pub each: Vec<Outcome>,
-    /// False when some admitted bucket's numbers were computed from the TAT last seen rather than
-    /// one DynamoDB returned (a transaction returns nothing on success).
-    pub exact: bool,
-}
-
-/// A limiter over one buckets table. Cheap to share (`Arc`); its hints and pending throttle counts
-/// are per process, like a Lambda sandbox's.
-#[derive(Debug)]
-pub struct Limiter {
-    pub(super) client: Client,
-    pub(super) table: String,
-    pub(super) limits: Arc<Limits>,
-    pub(super) ttl_margin: Duration,
-    /// What this process last saw of each bucket item, to bet on the right case and to leave
-    /// out a stamp the item already carries (a hint is only an optimisation: a wrong or missing
-    /// one costs one more write, or a stamp written again).
-    pub(super) hints: Cache<String, Hint>,
-    pub(super) pending: HeldDenials,
-    /// Which shards a sharded spend tries, and the write budget behind `shards: auto`.
-    pub(super) picker: crate::shard::Picker,
-    pub(super) item_write_budget: u64,
-    /// The tenant whose key space every item key starts in ([`Limiter::for_tenant`]).
-    pub(super) scope: Option<crate::ids::TenantId>,
-}
-
 impl Limiter {
-    pub fn new(client: Client, table: impl Into<String>, limits: Arc<Limits>) -> Self {
-        Limiter {
-            client,
-            table: table.into(),
-            limits,
-            ttl_margin: DEFAULT_TTL_MARGIN,
-            hints: Cache::new(MAX_HINTS, WhenFull::Clear),
-            pending: HeldDenials::default(),
-            picker: crate::shard::Picker::default(),
-            item_write_budget: crate::shard::DEFAULT_ITEM_WRITE_BUDGET,
-            scope: None,
-        }
-    }
-
-    /// A limiter whose every item (bucket, shard, lease, refund marker) is keyed in `tenant`'s key
-    /// space, `{tenant}:...`, so tenant-scoped credentials (`dynamodb:LeadingKeys`) confine it and
-    /// the key guard checks each bucket it locates. The limits file is shared: overrides still
-    /// match `Name:id`.
-    pub fn for_tenant(mut self, tenant: &crate::ids::TenantId) -> Self {
-        self.scope = Some(tenant.clone());
-        self
-    }
-
-    /// The tenant this limiter is scoped to, if any.
-    pub fn scope(&self) -> Option<&crate::ids::TenantId> {
-        self.scope.as_ref()
-    }
-
-    pub fn with_ttl_margin(mut self, margin: Duration) -> Self {
-        self.ttl_margin = margin;
-        self
-    }
-
-    pub fn limits(&self) -> &Arc<Limits> {
-        &self.limits
-    }
-
-    /// Forgets the TATs seen, so the next operation on each bucket is cold (tests, benchmarks).
-    pub fn forget_hints(&self) {
-        self.hints.clear();
-    }
-
-    pub(super) fn hint(&self, key: &str) -> Option<Timestamp> {
-        self.hints.update(key, |h| h.tat)
-    }
-
-    /// The TAT last seen for `key`, and whether its item was seen carrying `rate` and `name`.
-    pub(super) fn seen(&self, key: &str, rate: &Rate, name: &str) -> (Option<Timestamp>, bool) {
-        self.hints
-            .update(key, |h| {
-                let known = h
-                    .stamp
-                    .as_ref()
-                    .is_some_and(|s| s.matches(rate, Some(name)));
-                (Some(h.tat), known)
-            })
-            .unwrap_or((None, false))
-    }
-
-    /// A new TAT for `key`; the stamp seen stays (`None`: no TAT, the hint goes).
-    pub(super) fn remember(&self, key: &str, tat: Option<Timestamp>) {
-        match tat {
-            Some(t) => self.hints.upsert(
-                key.to_string(),
-                || Hint {
-                    tat: t,
-                    stamp: None,
-                },
-                |h| h.tat = t,
-            ),
-            None => self.hints.remove(key).is_some(),
-        };
-    }
-
-    /// A TAT and the stamp seen with it (a whole item read, or a write that set the stamp).
-    pub(super) fn remember_seen(
+    /// Spends `cost` (≥ 1) tokens of `name`'s bucket for `id`, and meters the decision; a shadow
+    /// limit's denial comes back allowed, with `shadow_denied`. Calls and cost: those of
+    /// [`Limiter::spend_at`]. Bad input (an unknown name, a bad id, cost 0) is not a
+    /// decision and is not metered.
+    pub async fn spend(
         &self,
-        key: &str,
-        tat: Option<Timestamp>,
-        stamp: Option<gcra_write::Stamp>,
-    ) {
-        match tat {
-            Some(tat) => self.hints.insert(key.to_string(), Hint { tat, stamp }),
-            None => self.hints.remove(key).is_some(),
-        };
-    }
-
-    /// The bucket of `name` for `id` as the limits `set` places it.
-    pub(super) fn locate_in(
-        &self,
-        set: &LimitSet,
         name: &str,
         id: &str,
-    ) -> Result<Located, KvError> {
-        let mut bucket = set.bucket(name, id)?;
-        if let Some(t) = &self.scope {
-            bucket.scope = Some(t.to_string());
-            crate::isolation::check_key(t, &bucket.key())
-                .map_err(|e| KvError::Store(crate::Error::CrossTenantKey(e)))?;
-        }
-        let rate = set.rate(&bucket)?;
-        let shards = self.shard_count(set, &bucket, &rate);
-        Ok(Located {
-            bucket,
-            rate,
-            shards,
-        })
-    }
-
-    /// [`locate_in`](Self::locate_in) the current limits.
-    pub(super) fn locate(&self, name: &str, id: &str) -> Result<Located, KvError> {
-        self.locate_in(&self.limits.current(), name, id)
-    }
-
-    pub(super) fn target(&self, bucket: &BucketKey) -> Target {
-        Target::bucket(&self.table, &bucket.key(), self.ttl_margin)
-    }
-
-    pub(super) fn outcome(bucket: &BucketKey, rate: Rate, decision: Decision) -> Outcome {
-        Self::outcome_at(bucket, &bucket.key(), rate, decision)
-    }
-
-    /// An outcome decided by the item `key` (a shard's, for a sharded limit).
-    pub(super) fn outcome_at(
-        bucket: &BucketKey,
-        key: &str,
-        rate: Rate,
-        decision: Decision,
-    ) -> Outcome {
-        Outcome {
-            limit: bucket.display_name(),
-            bucket: key.to_string(),
-            rate,
-            decision,
-            shadow_denied: false,
-        }
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, KvError> {
+        let started = Instant::now();
+        let mut out = match self.locate_cost(name, id, cost) {
+            Ok(at) => self.spend_at(&at, cost, now).await,
+            Err(e) => Err(e),
+        };
+        let shadow = self.limits().current().name(name).is_some_and(|d| d.shadow);
+        let (outcome, limit) = match &mut out {
+            Ok(o) if o.decision.allowed => (catalogue::Outcome::Admitted, None),
+            Ok(o) if shadow => {
+                tracing::info!(limit = %o.limit, "shadow: would deny");
+                o.decision.allowed = true;
+                o.shadow_denied = true;
+                (catalogue::Outcome::ShadowRefused, Some(name))
+            }
+            Ok(_) => (catalogue::Outcome::Refused, Some(name)),
+            Err(KvError::Key(_) | KvError::ZeroCost) => return out,
+            Err(_) => (catalogue::Outcome::Error, None),
+        };
+        catalogue::decision(Path::Kv, outcome, limit, None, started.elapsed());
+        out
     }
 
     /// Spends `cost` (≥ 1) tokens of the bucket `at` (located by
@@ -368,8 +142,8 @@ impl Limiter {
             plan = plan.with_refund_id(gcra_write::RefundId::fresh());
         }
         match self.write_key(key, plan).await {
-            Ok(Wrote::Admitted(d)) => Ok(Self::outcome_at(bucket, key, rate, d)),
-            Ok(Wrote::Refused(d, version)) => {
+            Ok(WriteVerdict::Admitted(d)) => Ok(Self::outcome_at(bucket, key, rate, d)),
+            Ok(WriteVerdict::Refused(d, version)) => {
                 if op == Op::Spend {
                     self.pending.keep(key, pending, 1, now, version);
                 }
@@ -399,7 +173,7 @@ impl Limiter {
         &self,
         key: &str,
         mut plan: SpendPlan,
-    ) -> Result<Wrote, (KvError, bool)> {
+    ) -> Result<WriteVerdict, (KvError, bool)> {
         let target = Target::bucket(&self.table, key, self.ttl_margin);
         // Whether a send of this refund id went unanswered: it may have applied, or may still
         // land later. Never cleared: a failed condition since shows only that it has not landed yet.
@@ -427,7 +201,7 @@ impl Limiter {
                         Some(stamp) => self.remember_seen(key, Some(d.new_tat), Some(stamp)),
                         None => self.remember(key, Some(d.new_tat)),
                     }
-                    return Ok(Wrote::Admitted(d));
+                    return Ok(WriteVerdict::Admitted(d));
                 }
                 Err(SdkError::ServiceError(e))
                     if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -444,7 +218,7 @@ impl Limiter {
                         match gcra_write::RefundId::stored(old.as_ref()) {
                             // Applied by an earlier send whose answer was lost.
                             Some(s) if s == id => {
-                                return Ok(Wrote::Admitted(plan.applied_as_stored(stored)))
+                                return Ok(WriteVerdict::Admitted(plan.applied_as_stored(stored)))
                             }
                             // A later refund came in after a send we never heard back from: it may
                             // have applied, or may land yet (then failing behind the later id),
@@ -454,7 +228,7 @@ impl Limiter {
                                     bucket = key,
                                     "refund answer lost, another refund since: counted as applied"
                                 );
-                                return Ok(Wrote::Admitted(plan.applied_as_stored(stored)));
+                                return Ok(WriteVerdict::Admitted(plan.applied_as_stored(stored)));
                             }
                             // Every send was answered, none applied, and none can land later: a
                             // later id got there first, and this refund goes after it.
@@ -469,7 +243,7 @@ impl Limiter {
                         Next::Refused(d) => {
                             let version =
                                 old.as_ref().and_then(|i| num(i, gcra_write::attr::VERSION));
-                            return Ok(Wrote::Refused(d, version));
+                            return Ok(WriteVerdict::Refused(d, version));
                         }
                         Next::Retry(p) => plan = p,
                     }
@@ -578,13 +352,6 @@ pub(super) fn resend(
     }
 }
 
-/// A bucket as the current limits place it: its key, its rate and its number of shards.
-pub(in crate::kv) struct Located {
-    pub(super) bucket: BucketKey,
-    pub(super) rate: Rate,
-    pub(super) shards: u32,
-}
-
 /// Which way a write moves a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Op {
@@ -593,7 +360,7 @@ pub(super) enum Op {
 }
 
 /// What a bucket item's conditional writes came to.
-pub(super) enum Wrote {
+pub(super) enum WriteVerdict {
     Admitted(Decision),
     /// Refused from the old item, at its `version`.
     Refused(Decision, Option<i64>),
