@@ -15,7 +15,7 @@ use shared::admission::connect::{Admission, Hints};
 use shared::admission::verdict::{self, Verdict};
 use shared::admission::Request;
 use shared::edge::{context, respond};
-use shared::function::{self, Tenancy};
+use shared::function::{self, Tenancy, WebsocketCaller};
 use shared::tenant::TenantCache;
 use shared::ticket::{self, fingerprint, presented};
 use shared::Deps;
@@ -48,12 +48,24 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid, scoped) =
-        match function::websocket_request(&state.tenancy, deps, &event).await? {
-            Ok(r) => r,
-            Err(e) => return Ok(function::bad_ids(&e)),
-        };
-    let deps: &Deps = &scoped;
+    function::on_websocket(&state.tenancy, deps, &event, |caller| {
+        connect(state, &event, caller)
+    })
+    .await
+}
+
+async fn connect(
+    state: &State,
+    event: &ApiGatewayWebsocketProxyRequest,
+    caller: WebsocketCaller<'_>,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let WebsocketCaller {
+        tenant: t,
+        session: sid,
+        connection: cid,
+        deps,
+    } = caller;
+    let deps: &Deps = &deps;
     let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
         return Ok(respond::websocket(&respond::message(
             403,

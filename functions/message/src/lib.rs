@@ -34,7 +34,7 @@ use shared::admission::release;
 use shared::admission::verdict::{self, Verdict};
 use shared::config::{ConfigError, Vars};
 use shared::edge::{context, respond};
-use shared::function::{self, Tenancy};
+use shared::function::{self, Tenancy, WebsocketCaller};
 use shared::gateway::{Delivery, Gateway};
 use shared::tenant::TenantCache;
 use shared::Deps;
@@ -100,12 +100,24 @@ async fn answer(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid, scoped) =
-        match function::websocket_request(&state.tenancy, deps, &event).await? {
-            Ok(r) => r,
-            Err(e) => return Ok(function::bad_ids(&e)),
-        };
-    let deps: &Deps = &scoped;
+    function::on_websocket(&state.tenancy, deps, &event, |caller| {
+        deliver(state, &event, caller)
+    })
+    .await
+}
+
+async fn deliver(
+    state: &State,
+    event: &ApiGatewayWebsocketProxyRequest,
+    caller: WebsocketCaller<'_>,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let WebsocketCaller {
+        tenant: t,
+        session: sid,
+        connection: cid,
+        deps,
+    } = caller;
+    let deps: &Deps = &deps;
     let rc = &event.request_context;
     let endpoint = state
         .gateway
