@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::counter::window::MinuteWindow;
 use crate::refusal::{Policy, QuotaUnit, Refusal, Usage};
-use crate::tenant::{attr as tattr, Limits};
+use crate::tenant::{attr as tenant_attr, Limits};
 
 /// One WebSocket request as the authorizer context names it: the tenant, the session and the
 /// connection, under the tenant's limits.
@@ -82,13 +82,13 @@ pub enum Limit {
 impl Limit {
     pub fn name(self) -> &'static str {
         match self {
-            Limit::TenantConnections => tattr::TENANT_CONNECTIONS,
-            Limit::ConnectionsPerSession => tattr::CONNECTIONS_PER_SESSION,
-            Limit::TenantPerMinute => tattr::TENANT_PER_MINUTE,
-            Limit::SessionPerMinute => tattr::SESSION_PER_MINUTE,
-            Limit::MessagesPerMinute => tattr::MESSAGES_PER_MINUTE,
-            Limit::MaxSessions => tattr::MAX_SESSIONS,
-            Limit::MaxSessionsPerSubject => tattr::MAX_SESSIONS_PER_SUBJECT,
+            Limit::TenantConnections => tenant_attr::TENANT_CONNECTIONS,
+            Limit::ConnectionsPerSession => tenant_attr::CONNECTIONS_PER_SESSION,
+            Limit::TenantPerMinute => tenant_attr::TENANT_PER_MINUTE,
+            Limit::SessionPerMinute => tenant_attr::SESSION_PER_MINUTE,
+            Limit::MessagesPerMinute => tenant_attr::MESSAGES_PER_MINUTE,
+            Limit::MaxSessions => tenant_attr::MAX_SESSIONS,
+            Limit::MaxSessionsPerSubject => tenant_attr::MAX_SESSIONS_PER_SUBJECT,
         }
     }
 

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
-use crate::counter::{attr as cattr, keys};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
@@ -91,7 +91,7 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();
     for it in rows.get(&deps.tables.counters).into_iter().flatten() {
         if let Some(i) = it
-            .get(cattr::KEY)
+            .get(counter_attr::KEY)
             .and_then(|v| v.as_s().ok())
             .and_then(|k| index.get(k))
         {
@@ -101,7 +101,7 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     let unread: Vec<u64> = request
         .values()
         .flat_map(|ka| ka.keys())
-        .filter_map(|k| k.get(cattr::KEY).and_then(|v| v.as_s().ok()))
+        .filter_map(|k| k.get(counter_attr::KEY).and_then(|v| v.as_s().ok()))
         .filter_map(|k| index.get(k).copied())
         .collect();
     for i in 0..n {
@@ -123,7 +123,7 @@ pub(crate) async fn read_counters(
 )> {
     let wanted = keys
         .iter()
-        .map(|k| Item::from([(cattr::KEY.to_string(), s(k.clone()))]))
+        .map(|k| Item::from([(counter_attr::KEY.to_string(), s(k.clone()))]))
         .collect();
     let built = KeysAndAttributes::builder()
         .set_keys(Some(wanted))
@@ -141,7 +141,7 @@ pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
         .await?
         .values()
         .flatten()
-        .filter_map(|it| item::num(it, cattr::ITEM_COUNT))
+        .filter_map(|it| item::num(it, counter_attr::ITEM_COUNT))
         .sum())
 }
 
@@ -176,10 +176,10 @@ pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> 
         for k in group {
             let update = aws_sdk_dynamodb::types::Update::builder()
                 .table_name(&deps.tables.counters)
-                .key(cattr::KEY, s(k))
+                .key(counter_attr::KEY, s(k))
                 .update_expression("SET #lay = :lay, #span = :span")
-                .expression_attribute_names("#lay", cattr::LAYOUT)
-                .expression_attribute_names("#span", cattr::LAYOUT_SPAN)
+                .expression_attribute_names("#lay", counter_attr::LAYOUT)
+                .expression_attribute_names("#span", counter_attr::LAYOUT_SPAN)
                 .expression_attribute_values(":lay", item::n(to))
                 .expression_attribute_values(":span", item::n(from.max(to)))
                 .build()

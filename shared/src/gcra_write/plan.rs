@@ -88,7 +88,7 @@ pub struct StateWrite {
     /// Added by a draining spend; dropped by an idle one (their window is over).
     pub pending_throttles: u64,
     pub first_throttle: Option<Timestamp>,
-    /// This process has seen the item carry this write's rate and limit name ([`Stamp`]), so a
+    /// This process has seen the item carry this write's rate and limit name ([`RateStamp`]), so a
     /// write that cannot create the item leaves them out: a hot bucket's draining spends then
     /// write 5 attributes and get 5 back, not 9 (decision 0603, "The rate stamp").
     pub stamp_known: bool,
@@ -97,14 +97,14 @@ pub struct StateWrite {
 /// The rate and limit name a bucket's item carries (`burst`, `count`, `periodNs`, `limitName`), so
 /// the state view needs no limits file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stamp {
+pub struct RateStamp {
     pub rate: Rate,
     pub limit_name: Option<String>,
 }
 
-impl Stamp {
+impl RateStamp {
     /// The stamp an item carries (`None`: none, or not a valid rate).
-    pub fn of_item(item: Option<&Item>) -> Option<Stamp> {
+    pub fn of_item(item: Option<&Item>) -> Option<RateStamp> {
         let item = item?;
         let uint = |a: &str| num(item, a).and_then(|v| u64::try_from(v).ok());
         let rate = Rate::new(
@@ -117,7 +117,7 @@ impl Stamp {
             Some(AttributeValue::S(name)) => Some(name.clone()),
             _ => None,
         };
-        Some(Stamp { rate, limit_name })
+        Some(RateStamp { rate, limit_name })
     }
 
     pub fn matches(&self, rate: &Rate, limit_name: Option<&str>) -> bool {
@@ -287,7 +287,7 @@ impl SpendPlan {
         self
     }
 
-    /// Whether this write sets the item's [`Stamp`]: every write with state, but those whose item
+    /// Whether this write sets the item's [`RateStamp`]: every write with state, but those whose item
     /// is known to carry it already and which cannot create the item (every case but idle
     /// requires a stored TAT, so the item exists; an idle spend may create it, or recreate it
     /// after its TTL).
@@ -298,9 +298,9 @@ impl SpendPlan {
     }
 
     /// The stamp this write sets, if it sets one.
-    pub fn stamp(&self) -> Option<Stamp> {
+    pub fn stamp(&self) -> Option<RateStamp> {
         let state = self.state.as_ref().filter(|_| self.writes_stamp())?;
-        Some(Stamp {
+        Some(RateStamp {
             rate: self.rate,
             limit_name: state.limit_name.clone(),
         })
@@ -308,7 +308,7 @@ impl SpendPlan {
 
     /// After a failed condition returned `old`: whether the item carries this write's stamp (the
     /// retry leaves it out only then).
-    pub fn learn_stamp(&mut self, old: Option<&Stamp>) {
+    pub fn learn_stamp(&mut self, old: Option<&RateStamp>) {
         let rate = self.rate;
         if let Some(state) = self.state.as_mut() {
             state.stamp_known = old.is_some_and(|s| s.matches(&rate, state.limit_name.as_deref()));

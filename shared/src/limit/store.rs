@@ -14,7 +14,7 @@ use super::Attrs;
 use crate::cache::{Cache, WhenFull};
 use crate::clock::SharedClock;
 use crate::config::{ConfigError, Vars};
-use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
+use crate::dynamo::item::{lenient_int, lenient_opt_int, lenient_opt_str, lenient_str, n, s, Item};
 use crate::dynamo::pages;
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
@@ -226,11 +226,11 @@ impl LimitStore {
         let a = self.inner.attrs;
         let t = &self.inner.table;
         Ok(LimitRow {
-            resource_name: req_str(item, t, a.resource_name)?,
-            account_id: req_str(item, t, a.account_id)?,
-            limit: req_int(item, t, a.limit)?,
-            window_sec: opt_int(item, t, a.window_sec)?,
-            service_name: opt_str(item, t, a.service_name)?,
+            resource_name: lenient_str(item, t, a.resource_name)?,
+            account_id: lenient_str(item, t, a.account_id)?,
+            limit: lenient_int(item, t, a.limit)?,
+            window_sec: lenient_opt_int(item, t, a.window_sec)?,
+            service_name: lenient_opt_str(item, t, a.service_name)?,
         })
     }
 

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::admission::release;
-use crate::admission::write::Parts;
-use crate::counter::{attr as cattr, keys};
+use crate::admission::write::ConditionalUpdate;
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::n;
 use crate::error::Result;
 use crate::ids::{SessionId, TenantId};
@@ -96,7 +96,7 @@ where
         work.push(w);
     }
     if let (true, false, Some(last)) = (every, options.dry_run, work.last()) {
-        // Written now, so a run stopped later still moves the next one on.
+        // UpdateOutcome now, so a run stopped later still moves the next one on.
         if let Err(e) = super::budget::write(deps, &last.tenant).await {
             tracing::warn!(error = %e, "the reconcile cursor was not written");
         }
@@ -215,9 +215,9 @@ pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
             if from == truth {
                 return Ok(Outcome::Consistent);
             }
-            let mut p = Parts::default();
-            unchanged(&mut p, "#v", cattr::VERSION, ":v0", w.before.ver);
-            p.name("#c", cattr::ITEM_COUNT);
+            let mut p = ConditionalUpdate::default();
+            unchanged(&mut p, "#v", counter_attr::VERSION, ":v0", w.before.ver);
+            p.name("#c", counter_attr::ITEM_COUNT);
             p.value(":t", n(truth));
             p.set.push("#c = :t".into());
             (truth, p)
@@ -230,9 +230,15 @@ pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
                     Outcome::Busy
                 });
             }
-            let mut p = Parts::default();
-            unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", now.released);
-            p.name("#c", cattr::ITEM_COUNT);
+            let mut p = ConditionalUpdate::default();
+            unchanged(
+                &mut p,
+                "#rl",
+                counter_attr::RELEASED_TOTAL,
+                ":rl0",
+                now.released,
+            );
+            p.name("#c", counter_attr::ITEM_COUNT);
             p.value(":leak", n(leak)).value(":neg", n(-leak));
             p.conditions.push("#c >= :leak".into());
             p.add.push("#c :neg".into());

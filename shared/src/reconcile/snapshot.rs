@@ -4,8 +4,8 @@ use crate::dynamo::item;
 
 use aws_sdk_dynamodb::types::ReturnValue;
 
-use crate::admission::write::{self, Parts, Retries, Written};
-use crate::counter::attr as cattr;
+use crate::admission::write::{self, ConditionalUpdate, Retries, UpdateOutcome};
+use crate::counter::attr as counter_attr;
 use crate::dynamo::item::{n, s, Item};
 use crate::error::{Error, Result};
 use crate::Deps;
@@ -29,7 +29,7 @@ pub(in crate::reconcile) async fn read_item(deps: &Deps, key: &str) -> Result<Sn
         .dynamo
         .get_item()
         .table_name(&deps.tables.counters)
-        .key(cattr::KEY, s(key))
+        .key(counter_attr::KEY, s(key))
         .consistent_read(true)
         .send()
         .await
@@ -39,7 +39,7 @@ pub(in crate::reconcile) async fn read_item(deps: &Deps, key: &str) -> Result<Sn
 
 /// Adds `#name = :value`, or `attribute_not_exists(#name)` when it was absent.
 pub(in crate::reconcile) fn unchanged(
-    p: &mut Parts,
+    p: &mut ConditionalUpdate,
     name: &str,
     attr: &str,
     value: &str,
@@ -65,17 +65,18 @@ pub(in crate::reconcile) fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
 pub(in crate::reconcile) async fn stamp_repair(
     deps: &Deps,
     key: &str,
-    mut p: Parts,
+    mut p: ConditionalUpdate,
     repairs: Option<i64>,
     truth_at: i64,
 ) -> Result<bool> {
-    unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", repairs);
-    p.name("#v", cattr::VERSION).name("#ta", cattr::TRUTH_AT);
+    unchanged(&mut p, "#rp", counter_attr::REPAIRS, ":rp0", repairs);
+    p.name("#v", counter_attr::VERSION)
+        .name("#ta", counter_attr::TRUTH_AT);
     p.value(":one", n(1)).value(":at", n(truth_at));
     p.set.push("#ta = :at".into());
     p.add.push("#v :one".into());
     p.add.push("#rp :one".into());
-    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
+    let key = Item::from([(counter_attr::KEY.to_string(), s(key))]);
     let table = &deps.tables.counters;
     Ok(matches!(
         write::update(
@@ -87,7 +88,7 @@ pub(in crate::reconcile) async fn stamp_repair(
             Retries::AtMostOnce
         )
         .await?,
-        Written::Applied(_)
+        UpdateOutcome::Applied(_)
     ))
 }
 
@@ -95,11 +96,11 @@ pub(in crate::reconcile) async fn stamp_repair(
 pub(in crate::reconcile) fn snapshot_of(it: Option<&Item>) -> Snapshot {
     let num = |a: &str| it.and_then(|i| item::num(i, a));
     Snapshot {
-        count: num(cattr::ITEM_COUNT),
-        ver: num(cattr::VERSION),
-        reserved: num(cattr::RESERVED_TOTAL),
-        released: num(cattr::RELEASED_TOTAL),
-        repairs: num(cattr::REPAIRS),
-        span: num(cattr::LAYOUT_SPAN),
+        count: num(counter_attr::ITEM_COUNT),
+        ver: num(counter_attr::VERSION),
+        reserved: num(counter_attr::RESERVED_TOTAL),
+        released: num(counter_attr::RELEASED_TOTAL),
+        repairs: num(counter_attr::REPAIRS),
+        span: num(counter_attr::LAYOUT_SPAN),
     }
 }

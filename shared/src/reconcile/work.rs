@@ -28,7 +28,7 @@ pub(super) struct Work {
     /// For a sharded tenant: each shard's `relTotal` at the last read (the repair's conditions).
     pub(super) released: Vec<Option<i64>>,
     /// A resharded tenant: every counter on its own (decision 2206).
-    pub(super) each: Option<super::shards::Each>,
+    pub(super) each: Option<super::shards::PerCounter>,
     /// Ended session rows the truth found empty: deleted in phase 3 (decision 2208).
     pub(super) ended_empty: Vec<String>,
 }

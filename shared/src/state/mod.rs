@@ -149,7 +149,7 @@ impl RateLimitState {
         limits_rate: Option<Rate>,
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        let stamped = crate::gcra_write::Stamp::of_item(item).map(|stamp| stamp.rate);
+        let stamped = crate::gcra_write::RateStamp::of_item(item).map(|stamp| stamp.rate);
         let (rate, source) = match (stamped, limits_rate) {
             (Some(r), _) => (r, RateSource::Stored),
             (None, Some(r)) => (r, RateSource::LimitsFile),

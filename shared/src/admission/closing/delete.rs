@@ -8,14 +8,14 @@ use aws_sdk_dynamodb::types::{
 use futures::future::BoxFuture;
 
 use super::super::release::{self, Attempt};
-use super::super::write::Parts;
+use super::super::write::ConditionalUpdate;
 use crate::counter::keys;
 use crate::dynamo::item::{self, n, s, Item};
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
 use crate::interleave::{Interleave, Point};
-use crate::session::{attr as sattr, store as sstore, Session};
+use crate::session::{attr as session_attr, store as sstore, Session};
 use crate::Deps;
 
 /// How long after a row's last join a 410 proves a socket gone: the reconciler's shortest grace
@@ -75,9 +75,9 @@ impl Row {
     pub(super) fn of(table: &str, it: &Item) -> Result<Row> {
         Ok(Row {
             session: sstore::from_item(table, it)?,
-            ended: item::opt_str(it, table, sattr::ENDED_BY)?,
-            ended_at: item::num(it, sattr::ENDED_AT),
-            joined_at: item::num(it, sattr::JOINED_AT),
+            ended: item::lenient_opt_str(it, table, session_attr::ENDED_BY)?,
+            ended_at: item::num(it, session_attr::ENDED_AT),
+            joined_at: item::num(it, session_attr::JOINED_AT),
         })
     }
 
@@ -237,12 +237,12 @@ pub(super) async fn end(
     let now = deps.clock.now().as_secs();
     let mut plan = units(t, &seen.session)?;
     for attempt in 1..=ATTEMPTS {
-        let mut p = Parts::default();
-        p.name("#sid", sattr::SESSION_ID)
-            .name("#ttl", sattr::SESSION_TTL)
-            .name("#end", sattr::ENDED_BY)
-            .name("#eat", sattr::ENDED_AT)
-            .name("#owner", sattr::OWNER);
+        let mut p = ConditionalUpdate::default();
+        p.name("#sid", session_attr::SESSION_ID)
+            .name("#ttl", session_attr::SESSION_TTL)
+            .name("#end", session_attr::ENDED_BY)
+            .name("#eat", session_attr::ENDED_AT)
+            .name("#owner", session_attr::OWNER);
         p.value(":now", n(now)).value(":call", s(call));
         p.conditions
             .push("attribute_exists(#sid) AND attribute_not_exists(#end)".into());
@@ -294,7 +294,7 @@ pub async fn drain_expired(
     let Some(mut row) = read(deps, t, sid).await? else {
         return Ok(Drained::Changed);
     };
-    let owner = item::opt_str(&fresh, &deps.tables.sessions, sattr::OWNER)?;
+    let owner = item::lenient_opt_str(&fresh, &deps.tables.sessions, session_attr::OWNER)?;
     let call = release::request_token();
     let mut closes = Closes::default();
     for attempt in 1..=ATTEMPTS {
@@ -424,7 +424,7 @@ pub(super) fn lead_update(
     table: &str,
     t: &TenantId,
     sid: &SessionId,
-    p: Parts,
+    p: ConditionalUpdate,
     what: &'static str,
 ) -> Result<TransactWriteItem> {
     let update = Update::builder()
@@ -449,9 +449,9 @@ pub(super) fn take_out(
     seen: &Session,
     gone: &[String],
 ) -> Result<TransactWriteItem> {
-    let mut p = Parts::default();
-    p.name("#sid", sattr::SESSION_ID)
-        .name("#ids", sattr::CONNECTION_IDS);
+    let mut p = ConditionalUpdate::default();
+    p.name("#sid", session_attr::SESSION_ID)
+        .name("#ids", session_attr::CONNECTION_IDS);
     p.value(":ids", AttributeValue::Ss(seen.connection_ids.clone()))
         .value(":gone", AttributeValue::Ss(gone.to_vec()));
     p.conditions

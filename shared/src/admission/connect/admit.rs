@@ -14,7 +14,7 @@ pub async fn admit(r: Request<'_>) -> Result<Admission> {
 }
 
 /// [`admit`], betting on each minute's case from `hints` (and updating them). 2 `UpdateItem` when
-/// admitted and the bets are right; each wrong bet costs one more; a ticket's use 1 more, and its
+/// admitted and the bets are right; each wrong guess costs one more; a ticket's use 1 more, and its
 /// give-back on a refusal another.
 pub async fn admit_hinted(r: Request<'_>, hints: &Hints) -> Result<Admission> {
     let (deps, t, sid, limits) = (r.deps, r.t, r.sid, r.limits);

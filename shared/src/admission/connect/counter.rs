@@ -6,9 +6,9 @@ use super::{
     TENANT_MINUTE,
 };
 use crate::admission::shards::Counter;
-use crate::admission::write::{self, Parts, Written};
+use crate::admission::write::{self, ConditionalUpdate, UpdateOutcome};
 use crate::admission::Limit;
-use crate::counter::attr as cattr;
+use crate::counter::attr as counter_attr;
 use crate::dynamo::item::{self, n, s, Item};
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
@@ -19,7 +19,7 @@ use crate::Deps;
 /// The layout a counter item is fenced for, when it differs from `believed` (decision 2206).
 pub(crate) fn fenced(old: Option<&Item>, believed: u64) -> Option<u64> {
     let layout = old
-        .and_then(|o| item::num(o, cattr::LAYOUT))
+        .and_then(|o| item::num(o, counter_attr::LAYOUT))
         .and_then(|l| u64::try_from(l).ok())?;
     (layout != believed).then_some(layout.clamp(1, crate::tenant::MAX_CONNECTION_SHARDS))
 }
@@ -52,24 +52,24 @@ pub(crate) async fn reserve_on(
     } = ask;
     let now = deps.clock.now();
     let key_text = on.key.clone();
-    let key = Item::from([(cattr::KEY.to_string(), s(key_text.clone()))]);
+    let key = Item::from([(counter_attr::KEY.to_string(), s(key_text.clone()))]);
     let alg = limits.rate_algorithm;
     let cap = on.cap;
-    let bet = |stored| Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now);
-    let mut minute = bet(hints.get(&key_text))?;
-    // Two budgets: waiting for reservations to settle is not a wrong bet, and a connect that used
+    let guess = |stored| Minute::guess(alg, Limit::TenantPerMinute, on.minute_cap, stored, now);
+    let mut minute = guess(hints.get(&key_text))?;
+    // Two budgets: waiting for reservations to settle is not a wrong guess, and a connect that used
     // both up on one item still had a definite answer each time (seen in the random-fault soak,
     // decision 2300: two wrong bets and six settle waits answered 503 instead of the refusal).
     let mut settling = 0;
     let mut wrong_bets = 0;
     while wrong_bets < MAX_ATTEMPTS {
-        let mut p = Parts::default();
+        let mut p = ConditionalUpdate::default();
         count_move(&mut p, 1);
-        p.name("#at", cattr::RESERVED_AT);
+        p.name("#at", counter_attr::RESERVED_AT);
         p.value(":cap", n(cap)).value(":at", n(now.as_millis()));
         p.conditions
             .push("attribute_not_exists(#c) OR #c < :cap".into());
-        p.name("#lay", cattr::LAYOUT);
+        p.name("#lay", counter_attr::LAYOUT);
         p.value(":lay", n(limits.connection_shards));
         p.conditions
             .push("attribute_not_exists(#lay) OR #lay = :lay".into());
@@ -79,7 +79,7 @@ pub(crate) async fn reserve_on(
         // reserve twice, or fail its condition and refuse while holding a unit. A lost answer
         // is an error (a 5xx) and at worst a count one too high, which `reconcile` repairs.
         match write::update_once(deps, &deps.tables.counters, &key, &p).await? {
-            Written::Applied(_) => {
+            UpdateOutcome::Applied(_) => {
                 hints.set(&key_text, after(&minute));
                 return Ok(Ok(Reservation {
                     tenant: t.clone(),
@@ -91,7 +91,7 @@ pub(crate) async fn reserve_on(
                     reserved: std::time::Instant::now(),
                 }));
             }
-            Written::Refused(old) => {
+            UpdateOutcome::Refused(old) => {
                 let old = old.as_ref();
                 if let Some(layout) = fenced(old, limits.connection_shards) {
                     relayout.store(layout, std::sync::atomic::Ordering::Relaxed);
@@ -106,7 +106,7 @@ pub(crate) async fn reserve_on(
                 }
                 hints.set(&key_text, TENANT_MINUTE.stored(alg, old));
                 let count = old
-                    .and_then(|o| item::num(o, cattr::ITEM_COUNT))
+                    .and_then(|o| item::num(o, counter_attr::ITEM_COUNT))
                     .unwrap_or(0);
                 let refused = if count >= cap as i64 {
                     Some(refusal(Limit::TenantConnections, limits, now, t, sid, None))
@@ -115,10 +115,10 @@ pub(crate) async fn reserve_on(
                         .refused(&TENANT_MINUTE, old)
                         .map(|d| refusal(Limit::TenantPerMinute, limits, now, t, sid, d))
                 };
-                let next = bet(TENANT_MINUTE.stored(alg, old))?;
+                let next = guess(TENANT_MINUTE.stored(alg, old))?;
                 if let Some(answer) = refused {
                     let recent = old
-                        .and_then(|o| item::num(o, cattr::RESERVED_AT))
+                        .and_then(|o| item::num(o, counter_attr::RESERVED_AT))
                         .is_some_and(|at| at >= now.minus(SETTLE).as_millis());
                     if on.sharded || !recent || settling >= SETTLE_ATTEMPTS {
                         return Ok(Err(answer));
@@ -145,14 +145,14 @@ pub(crate) async fn reserve_on(
 /// `by`, `ver` + 1, and `|by|` added to the running total of its direction (`resvTotal` up,
 /// `relTotal` down), all in the one write, so the reconciler can bound what is in flight.
 /// Names `#c`, `#v`, `#tot`; values `:d`, `:size`, `:one` (a caller's condition may use them).
-pub(crate) fn count_move(p: &mut Parts, by: i64) {
+pub(crate) fn count_move(p: &mut ConditionalUpdate, by: i64) {
     let total = if by > 0 {
-        cattr::RESERVED_TOTAL
+        counter_attr::RESERVED_TOTAL
     } else {
-        cattr::RELEASED_TOTAL
+        counter_attr::RELEASED_TOTAL
     };
-    p.name("#c", cattr::ITEM_COUNT)
-        .name("#v", cattr::VERSION)
+    p.name("#c", counter_attr::ITEM_COUNT)
+        .name("#v", counter_attr::VERSION)
         .name("#tot", total);
     p.value(":d", n(by))
         .value(":size", n(by.unsigned_abs()))

@@ -3,16 +3,16 @@
 
 use std::time::Duration;
 
-use super::super::write::Parts;
+use super::super::write::ConditionalUpdate;
 use super::super::Limit;
 use crate::clock::Timestamp;
-use crate::counter::attr as cattr;
+use crate::counter::attr as counter_attr;
 use crate::counter::window::MinuteWindow;
 use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
 use crate::gcra_write::{SpendPlan, Target};
-use crate::session::attr as sattr;
+use crate::session::attr as session_attr;
 use crate::tenant::WindowAlgorithm;
 
 /// The per-minute part of one write.
@@ -34,14 +34,14 @@ pub(in crate::admission) struct MinuteAttrs {
 }
 
 pub(in crate::admission) const TENANT_MINUTE: MinuteAttrs = MinuteAttrs {
-    minute: cattr::CONN_MINUTE,
-    count: cattr::CONN_MINUTE_COUNT,
-    tat: cattr::CONN_TAT,
+    minute: counter_attr::CONN_MINUTE,
+    count: counter_attr::CONN_MINUTE_COUNT,
+    tat: counter_attr::CONN_TAT,
 };
 pub(super) const SESSION_MINUTE: MinuteAttrs = MinuteAttrs {
-    minute: sattr::CONN_MINUTE,
-    count: sattr::CONN_MINUTE_COUNT,
-    tat: sattr::CONN_TAT,
+    minute: session_attr::CONN_MINUTE,
+    count: session_attr::CONN_MINUTE_COUNT,
+    tat: session_attr::CONN_TAT,
 };
 
 impl MinuteAttrs {
@@ -64,8 +64,8 @@ pub(super) fn rate(limit: Limit, cap: u64) -> Result<Rate> {
 }
 
 impl Minute {
-    /// The bet for a limit of `cap` a minute at `now`, from what was last seen (`stored`).
-    pub(in crate::admission) fn bet(
+    /// The guess for a limit of `cap` a minute at `now`, from what was last seen (`stored`).
+    pub(in crate::admission) fn guess(
         alg: WindowAlgorithm,
         limit: Limit,
         cap: u64,
@@ -94,8 +94,8 @@ impl Minute {
         }
     }
 
-    /// Adds this bet's condition and update to `p`.
-    pub(super) fn write(&self, p: &mut Parts, a: &MinuteAttrs) {
+    /// Adds this guess's condition and update to `p`.
+    pub(super) fn write(&self, p: &mut ConditionalUpdate, a: &MinuteAttrs) {
         match self {
             Minute::Same { m, cap } => {
                 p.name("#cm", a.minute).name("#cn", a.count);
@@ -191,20 +191,20 @@ mod tests {
         let now = Timestamp::from_secs(1_700_000_070);
         let m = MinuteWindow::at(now).start;
         let alg = WindowAlgorithm::Fixed;
-        let bet = |stored| Minute::bet(alg, Limit::TenantPerMinute, 3, stored, now).unwrap();
-        assert!(matches!(bet(None), Minute::New { .. }));
-        assert!(matches!(bet(Some(m - 60)), Minute::New { .. }));
-        assert!(matches!(bet(Some(m)), Minute::Same { .. }));
+        let guess = |stored| Minute::guess(alg, Limit::TenantPerMinute, 3, stored, now).unwrap();
+        assert!(matches!(guess(None), Minute::New { .. }));
+        assert!(matches!(guess(Some(m - 60)), Minute::New { .. }));
+        assert!(matches!(guess(Some(m)), Minute::Same { .. }));
         let a = &TENANT_MINUTE;
         let full = old(&[(a.minute, m), (a.count, 3)]);
-        assert_eq!(bet(None).refused(a, Some(&full)), Some(None));
+        assert_eq!(guess(None).refused(a, Some(&full)), Some(None));
         let room = old(&[(a.minute, m), (a.count, 2)]);
-        assert_eq!(bet(None).refused(a, Some(&room)), None);
+        assert_eq!(guess(None).refused(a, Some(&room)), None);
         let stale = old(&[(a.minute, m - 60), (a.count, 3)]);
-        assert_eq!(bet(Some(m)).refused(a, Some(&stale)), None);
+        assert_eq!(guess(Some(m)).refused(a, Some(&stale)), None);
         // Every placeholder the expressions use is defined, and nothing else is.
-        for b in [bet(None), bet(Some(m))] {
-            let mut p = Parts::default();
+        for b in [guess(None), guess(Some(m))] {
+            let mut p = ConditionalUpdate::default();
             b.write(&mut p, a);
             let text = format!("{} {}", p.condition().unwrap(), p.update());
             for k in p.names.keys().chain(p.values.keys()) {
@@ -218,10 +218,10 @@ mod tests {
         let now = Timestamp::from_secs(1_700_000_070);
         let alg = WindowAlgorithm::Gcra;
         let a = &SESSION_MINUTE;
-        let idle = Minute::bet(alg, Limit::SessionPerMinute, 4, None, now).unwrap();
+        let idle = Minute::guess(alg, Limit::SessionPerMinute, 4, None, now).unwrap();
         assert!(matches!(&idle, Minute::Gcra(p) if p.case == Case::Idle));
         let ahead = now.plus(Duration::from_secs(30)).as_nanos();
-        let draining = Minute::bet(alg, Limit::SessionPerMinute, 4, Some(ahead), now).unwrap();
+        let draining = Minute::guess(alg, Limit::SessionPerMinute, 4, Some(ahead), now).unwrap();
         assert!(matches!(&draining, Minute::Gcra(p) if p.case == Case::Draining));
         assert!(!idle.same_bet(&draining));
         // Four connections a minute: a TAT a full minute ahead has no room; retry in 15 s.
@@ -230,7 +230,7 @@ mod tests {
             Some(Some(d)) => assert_eq!(d.retry_in, Duration::from_secs(15)),
             other => panic!("{other:?}"),
         }
-        let mut p = Parts::default();
+        let mut p = ConditionalUpdate::default();
         draining.write(&mut p, a);
         assert!(
             p.update().starts_with("SET #tat = #tat + :inc"),

@@ -5,9 +5,9 @@
 use super::counter::{count_move, reserve_on, Ask};
 use super::{refusal, zero_limit, Admission, Hints, Minute, Reservation, TENANT_MINUTE};
 use crate::admission::shards::Counter;
-use crate::admission::write::{self, Parts, Written};
+use crate::admission::write::{self, ConditionalUpdate, UpdateOutcome};
 use crate::admission::Limit;
-use crate::counter::{attr as cattr, keys};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{n, s, Item};
 use crate::error::Result;
 use crate::gcra;
@@ -17,7 +17,7 @@ use crate::Deps;
 
 /// Step 1: reserves one open connection and one of this minute's connections on the tenant's
 /// counter (on its shards when `connectionShards` > 1: [`super::sharded::reserve`]).
-/// `Err(answer)` when refused (nothing written). 1 `UpdateItem` when the bet is right.
+/// `Err(answer)` when refused (nothing written). 1 `UpdateItem` when the guess is right.
 pub async fn reserve(
     deps: &Deps,
     t: &TenantId,
@@ -81,9 +81,9 @@ pub async fn reserve(
 /// spend (`inc` minus the time since the spend). 1 `UpdateItem`; 2 when the window moved on.
 /// Sent at most once: a repeated decrement would undercount.
 pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
-    let key = Item::from([(cattr::KEY.to_string(), s(r.key.clone()))]);
+    let key = Item::from([(counter_attr::KEY.to_string(), s(r.key.clone()))]);
     let base = || {
-        let mut p = Parts::default();
+        let mut p = ConditionalUpdate::default();
         count_move(&mut p, -1);
         if !r.sharded {
             p.conditions.push("#c >= :one".into());
@@ -116,8 +116,8 @@ pub async fn undo(deps: &Deps, r: &Reservation) -> Result<()> {
     let counters = &deps.tables.counters;
     for parts in [with_minute, base()] {
         match write::update_once(deps, counters, &key, &parts).await? {
-            Written::Applied(_) => return Ok(()),
-            Written::Refused(_) => continue,
+            UpdateOutcome::Applied(_) => return Ok(()),
+            UpdateOutcome::Refused(_) => continue,
         }
     }
     tracing::warn!(tenant = %r.tenant, "nothing to give back: the tenant's count is already 0");

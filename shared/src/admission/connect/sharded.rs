@@ -8,7 +8,7 @@ use crate::admission::shards::Counter;
 use crate::admission::shards::{counter, ROUNDS, TRIES_PER_ROUND};
 use crate::admission::Limit;
 use crate::clock::Timestamp;
-use crate::counter::attr as cattr;
+use crate::counter::attr as counter_attr;
 use crate::dynamo::item::{self, Item};
 use crate::error::Result;
 use crate::tenant::{Limits, MAX_CONNECTION_SHARDS};
@@ -17,14 +17,14 @@ use crate::tenant::{Limits, MAX_CONNECTION_SHARDS};
 /// (the same test a refused step 1 applies to its old image).
 fn has_room(limits: &Limits, on: &Counter, old: Option<&Item>, now: Timestamp) -> Result<bool> {
     let count = old
-        .and_then(|o| item::num(o, cattr::ITEM_COUNT))
+        .and_then(|o| item::num(o, counter_attr::ITEM_COUNT))
         .unwrap_or(0);
     if count >= on.cap as i64 {
         return Ok(false);
     }
     let alg = limits.rate_algorithm;
     let stored = TENANT_MINUTE.stored(alg, old);
-    let m = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
+    let m = Minute::guess(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
     Ok(m.refused(&TENANT_MINUTE, old).is_none())
 }
 
@@ -61,7 +61,7 @@ pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservat
             let on = counter(deps, t, limits, i)?;
             let count = old
                 .as_ref()
-                .and_then(|o| item::num(o, cattr::ITEM_COUNT))
+                .and_then(|o| item::num(o, counter_attr::ITEM_COUNT))
                 .unwrap_or(0);
             open_room |= count < on.cap as i64;
             if has_room(limits, &on, old.as_ref(), now)? {

@@ -191,7 +191,11 @@ impl Limiter {
                     if matches!(reasons.get(1), Some(Reason::ConditionFailed(_))) {
                         let item = self.read(&key).await?;
                         let tat = gcra_write::stored_tat(item.as_ref(), gcra_write::attr::TAT);
-                        self.remember_seen(&key, tat, gcra_write::Stamp::of_item(item.as_ref()));
+                        self.remember_seen(
+                            &key,
+                            tat,
+                            gcra_write::RateStamp::of_item(item.as_ref()),
+                        );
                         let d = gcra::spend(&at.rate, tat, now, 0)?;
                         let d = Decision {
                             new_tat: tat.map_or(now, |t| t.max(now)),

@@ -76,7 +76,7 @@ pub struct LeaseOutcome {
 }
 
 enum Tx {
-    /// Written; the decision and whether its numbers are exact.
+    /// UpdateOutcome; the decision and whether its numbers are exact.
     Done(Option<Decision>, bool),
     /// The bucket's write was refused (a spend without room, a refund into a full bucket).
     BucketRefused(Decision),
@@ -104,7 +104,7 @@ fn unchanged(lease: &Lease) -> (String, HashMap<String, AttributeValue>) {
         (":held".to_string(), n(lease.held_until_ns)),
     ]);
     if lease.held_until_ns == i64::MIN {
-        // Written before `heldUntil` (or since, as that same "nothing known outstanding").
+        // UpdateOutcome before `heldUntil` (or since, as that same "nothing known outstanding").
         let held = "(attribute_not_exists(#u) OR #u = :held)";
         return (format!("#a = :old AND {held}"), values);
     }

@@ -211,7 +211,7 @@ impl Limiter {
                         _ => None,
                     };
                     let stored = gcra_write::stored_tat(old.as_ref(), gcra_write::attr::TAT);
-                    let seen = gcra_write::Stamp::of_item(old.as_ref());
+                    let seen = gcra_write::RateStamp::of_item(old.as_ref());
                     plan.learn_stamp(seen.as_ref());
                     self.remember_seen(key, stored, seen);
                     if let Some(id) = plan.refund_id {
@@ -287,7 +287,7 @@ impl Limiter {
         self.remember_seen(
             &bucket.key(),
             tat,
-            gcra_write::Stamp::of_item(item.as_ref()),
+            gcra_write::RateStamp::of_item(item.as_ref()),
         );
         // The decision a spend of `cost` would get (remaining after it, as Boulder reports), with
         // the stored TAT left as it is.

@@ -25,7 +25,7 @@ pub const DEFAULT_TTL_MARGIN: Duration = Duration::from_secs(16 * 60);
 pub(super) struct Hint {
     pub(super) tat: Timestamp,
     /// The rate and name the item carried (`None`: not seen, so the next write sets them).
-    pub(super) stamp: Option<gcra_write::Stamp>,
+    pub(super) stamp: Option<gcra_write::RateStamp>,
 }
 
 /// A limiter over one buckets table. Cheap to share (`Arc`); its hints and pending throttle counts
@@ -128,7 +128,7 @@ impl Limiter {
         &self,
         key: &str,
         tat: Option<Timestamp>,
-        stamp: Option<gcra_write::Stamp>,
+        stamp: Option<gcra_write::RateStamp>,
     ) {
         match tat {
             Some(tat) => self.hints.insert(key.to_string(), Hint { tat, stamp }),

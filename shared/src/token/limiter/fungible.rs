@@ -196,7 +196,7 @@ impl FungibleLimiter {
         let t = &self.inner.table;
         let tokens_raw = item.get(a.tokens).cloned();
         let refill_raw = item.get(a.last_refill).cloned();
-        let tokens = crate::dynamo::item::opt_int(item, t, a.tokens)?;
+        let tokens = crate::dynamo::item::lenient_opt_int(item, t, a.tokens)?;
         let last_refill = match &refill_raw {
             None | Some(AttributeValue::Null(_)) => None,
             Some(AttributeValue::N(v)) => {
