@@ -20,7 +20,6 @@
 use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
 
 use super::connect::count_move;
-use super::shards;
 use super::write::{self, ConditionalUpdate, Retries, UpdateOutcome};
 use crate::clock::Timestamp;
 use crate::counter::{attr as counter_attr, keys};
@@ -149,15 +148,12 @@ async fn one_from_session(
 }
 
 /// The counter item a connection's release decrements: the one its `chg:{cid}` names (decision
-/// 2206), or, for a connection that joined before that record existed, `{tenant}` or the shard
-/// its id hashes to among the session's `connShards` (decision 1502). `(key, floored)`: only
-/// `{tenant}` keeps its floor at zero.
+/// 2206; every join writes it with the id), else `{tenant}`. `(key, floored)`: only `{tenant}`
+/// keeps its floor at zero.
 pub fn target(t: &TenantId, cid: &str, charges: &Charges) -> Result<(String, bool)> {
     let shard = match charges.recorded.get(cid) {
-        Some(&i) if i == crate::session::TENANT_COUNTER => None,
-        Some(&i) => Some(u64::try_from(i).unwrap_or(0)),
-        None if charges.shards <= 1 => None,
-        None => Some(shards::shard_of(cid, charges.shards)),
+        Some(&i) if i != crate::session::TENANT_COUNTER => Some(u64::try_from(i).unwrap_or(0)),
+        _ => None,
     };
     Ok(match shard {
         None => (keys::tenant_connections(t)?, true),

@@ -7,13 +7,10 @@
 //! each shard's count is at most its share after every increment and only falls between them, and
 //! the shares sum to the cap: the tenant never holds more than `tenantConnections`.
 //!
-//! A connect charges a random shard; a release (disconnect, session delete, TTL sweep) decrements
-//! the shard its connection id hashes to ([`shard_of`], with the shard count the session recorded
-//! at its join, `connShards`), with no lookup. The sum over shards is exactly the 0306 count, so
-//! a release that lands on another shard than the one charged moves one unit of room there (a
-//! shard's count may go below zero). A connect refused by its shard reads every shard (1
-//! BatchGetItem) and tries shards that had room, at most [`TRIES_PER_ROUND`] per read and
-//! [`ROUNDS`] reads.
+//! A connect charges a random shard and its join records which (`chg:{cid}`); a release
+//! (disconnect, session delete, TTL sweep) decrements that shard, with no lookup (decision 2206).
+//! A connect refused by its shard reads every shard (1 BatchGetItem) and tries shards that had
+//! room, at most [`TRIES_PER_ROUND`] per read and [`ROUNDS`] reads.
 
 use std::collections::HashMap;
 
@@ -31,17 +28,6 @@ use crate::Deps;
 pub const TRIES_PER_ROUND: usize = 3;
 /// Reads of all shards before a refusal stands.
 pub const ROUNDS: u32 = 3;
-
-/// The shard a connection id's release decrements: FNV-1a of the id, modulo `n` (stable across
-/// processes and releases; not `std`'s hasher, whose seed and algorithm may change).
-pub fn shard_of(cid: &str, n: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in cid.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h % n.max(1)
-}
 
 pub use crate::session::store::connection_shards as of_item;
 
@@ -203,24 +189,4 @@ pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> 
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_hash_stably_and_spread() {
-        // Stable: a release in another process finds the same shard.
-        assert_eq!(
-            shard_of("Zk3xYcTpoAMCK_A=", 8),
-            shard_of("Zk3xYcTpoAMCK_A=", 8)
-        );
-        assert_eq!(shard_of("anything", 1), 0);
-        let mut per = [0u32; 8];
-        for i in 0..8_000 {
-            per[shard_of(&format!("conn-{i}="), 8) as usize] += 1;
-        }
-        assert!(per.iter().all(|c| (800..1200).contains(c)), "{per:?}");
-    }
 }

@@ -26,11 +26,7 @@ pub fn connection_shards(it: &Item) -> u64 {
 
 /// Where the connections of a session item (or its `ALL_OLD` image) were charged.
 pub fn charges(it: &Item) -> super::Charges {
-    super::Charges::from_attrs(
-        it,
-        |v| v.as_n().ok().and_then(|n| n.parse().ok()),
-        connection_shards(it),
-    )
+    super::Charges::from_attrs(it, |v| v.as_n().ok().and_then(|n| n.parse().ok()))
 }
 
 /// The session's key. Its leading (partition) key is the tenant id itself, taken from the validated
