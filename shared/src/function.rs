@@ -102,6 +102,13 @@ pub struct WebsocketCaller<'d> {
     pub deps: Cow<'d, Deps>,
 }
 
+impl WebsocketCaller<'_> {
+    /// Tenant, session, connection and the `Deps` for the tenant's rows, as a route uses them.
+    pub fn parts(&self) -> (&TenantId, &SessionId, &ConnectionId, &Deps) {
+        (&self.tenant, &self.session, &self.connection, &self.deps)
+    }
+}
+
 /// How a WebSocket route's event opens: its ids ([`context::websocket_ids`]), then the `Deps` for
 /// its tenant. `Ok(Err(_))`: the ids do not parse (nothing was called; the route answers
 /// [`bad_ids`]); `Err(_)`: tenant credentials could not be had.

@@ -48,10 +48,7 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    function::on_websocket(&state.tenancy, deps, &event, |caller| {
-        connect(state, &event, caller)
-    })
-    .await
+    function::on_websocket(&state.tenancy, deps, &event, |c| connect(state, &event, c)).await
 }
 
 async fn connect(
@@ -59,14 +56,8 @@ async fn connect(
     event: &ApiGatewayWebsocketProxyRequest,
     caller: WebsocketCaller<'_>,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let WebsocketCaller {
-        tenant: t,
-        session: sid,
-        connection: cid,
-        deps,
-    } = caller;
-    let deps: &Deps = &deps;
-    let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
+    let (t, sid, cid, deps) = caller.parts();
+    let Some(limits) = context::websocket_limits(deps, &state.tenants, event, t).await? else {
         return Ok(respond::websocket(&respond::message(
             403,
             format!("tenant {t} does not exist"),
@@ -77,9 +68,9 @@ async fn connect(
     let ticket_use = context::ticket_use(fields);
     let request = Request {
         deps,
-        t: &t,
-        sid: &sid,
-        cid: &cid,
+        t,
+        sid,
+        cid,
         limits: &limits,
         nonce: nonce.as_deref(),
         ticket: ticket_use.as_ref(),

@@ -100,10 +100,7 @@ async fn answer(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    function::on_websocket(&state.tenancy, deps, &event, |caller| {
-        deliver(state, &event, caller)
-    })
-    .await
+    function::on_websocket(&state.tenancy, deps, &event, |c| deliver(state, &event, c)).await
 }
 
 async fn deliver(
@@ -111,35 +108,29 @@ async fn deliver(
     event: &ApiGatewayWebsocketProxyRequest,
     caller: WebsocketCaller<'_>,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let WebsocketCaller {
-        tenant: t,
-        session: sid,
-        connection: cid,
-        deps,
-    } = caller;
-    let deps: &Deps = &deps;
+    let (t, sid, cid, deps) = caller.parts();
     let rc = &event.request_context;
     let endpoint = state
         .gateway
         .endpoint(rc.domain_name.as_deref(), rc.stage.as_deref())?;
     let fields = &rc.authorizer.fields;
     let admitted = context::connect_auth(fields);
-    let verdict = match message::standing(deps, &state.tenants, &t, admitted).await {
+    let verdict = match message::standing(deps, &state.tenants, t, admitted).await {
         Ok(Standing::Current(limits)) => {
-            verdict::message(deps, &t, &sid, &cid, &limits, &state.hint).await
+            verdict::message(deps, t, sid, cid, &limits, &state.hint).await
         }
         Ok(Standing::TenantGone) => {
             let why = format!("tenant {t} no longer exists; connection closed");
-            return end(state, &endpoint, &cid, respond::message(410, why)).await;
+            return end(state, &endpoint, cid, respond::message(410, why)).await;
         }
         Ok(Standing::Revoked { admitted, required }) => {
             let why = format!(
                 "tenant {t} now connects with connectAuth={required}; this connection was \
                  admitted with {admitted} and is closed: connect again with a {required} credential"
             );
-            return end(state, &endpoint, &cid, respond::message(403, why)).await;
+            return end(state, &endpoint, cid, respond::message(403, why)).await;
         }
-        Err(e) => verdict::message_unread(e, context::limits(fields).as_ref(), &t),
+        Err(e) => verdict::message_unread(e, context::limits(fields).as_ref(), t),
     };
     let body = event.body.clone().unwrap_or_default();
     let admission = match verdict {
@@ -165,7 +156,7 @@ async fn deliver(
                 .await?
                 == Delivery::Gone
             {
-                release::from_session(deps, &t, &sid, std::slice::from_ref(&cid)).await?;
+                release::from_session(deps, t, sid, std::slice::from_ref(cid)).await?;
             }
             Ok(respond::websocket(&answer))
         }

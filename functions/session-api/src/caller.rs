@@ -58,15 +58,8 @@ pub fn authenticate(
     } else {
         "role session name".to_string()
     };
-    let target = match target(event, bound.as_ref(), &claim) {
-        Ok(target) => target,
-        Err(a) => return Err(a),
-    };
-    let who = match caller(state, event) {
-        Ok(who) => who,
-        Err(refused) => return Err(refused),
-    };
-    Ok((target, who))
+    let target = target(event, bound.as_ref(), &claim)?;
+    Ok((target, caller(state, event)?))
 }
 
 /// The tenant the caller is bound to, `None` when it may name any (the binding `shared::caller`

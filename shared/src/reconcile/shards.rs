@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWrite
 
 use super::report::Outcome;
 use super::snapshot::snapshot_of;
-use super::snapshot::{unchanged, Snapshot};
+use super::snapshot::{grew, unchanged, Snapshot};
 use crate::admission::shards;
 use crate::admission::write::ConditionalUpdate;
 use crate::counter::{attr as counter_attr, keys};
@@ -320,8 +320,4 @@ impl PerCounter {
         }
         Ok((Outcome::Busy, in_flight_all))
     }
-}
-
-fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
-    u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }

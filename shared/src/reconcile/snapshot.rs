@@ -55,6 +55,7 @@ pub(in crate::reconcile) fn unchanged(
     }
 }
 
+/// How much a running total grew between two reads (0 when it did not).
 pub(in crate::reconcile) fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
     u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }
