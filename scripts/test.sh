@@ -81,8 +81,11 @@ summary() {
 }
 
 run cargo fmt --all -- --check
+# The module graph of shared/src: no cycles, no upward imports (docs/layout.md's layers), no file in
+# shared/ or functions/ over 600 lines; its fixture self-test first. Under a second.
+run scripts/module-graph.py
 # Offline: the locks pin every Python package with hashes, and a tampered hash, an unlocked
-# dependency or a tampered DynamoDB Local jar is refused (issue 22, item 7).
+# dependency or a tampered DynamoDB Local jar is refused.
 run scripts/supply-chain-check.sh
 run scripts/cfn-lint.sh
 run cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use shared::admission::reconcile::{self, Options, Pause, Probe};
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
+use shared::reconcile::{self, Options, Pause, Probe};
 use shared::{Error, Result};
 
 #[derive(Debug, clap::Args)]

@@ -22,64 +22,13 @@ enum Cmd {
         /// The tenant id (1-128 of letters, digits, '-', '_', '.').
         #[arg(long)]
         tenant_id: TenantId,
-        /// Open connections one session may hold.
-        #[arg(long)]
-        connections_per_session: u64,
-        /// Open connections the tenant may hold.
-        #[arg(long)]
-        tenant_connections: u64,
-        /// New connections per minute for one session.
-        #[arg(long)]
-        session_per_minute: u64,
-        /// New connections per minute for the tenant.
-        #[arg(long)]
-        tenant_per_minute: u64,
-        /// Seconds a session lives after its last use.
-        #[arg(long = "session-ttl", default_value_t = tenant::DEFAULT_SESSION_TTL_SECS)]
-        session_ttl: u64,
-        /// Messages per minute, per session.
-        #[arg(long, default_value_t = tenant::DEFAULT_MESSAGES_PER_MINUTE)]
-        messages_per_minute: u64,
-        /// How the two per-minute connection limits are enforced: `fixed` (one-minute windows,
-        /// up to twice the limit across a boundary) or `gcra` (a bucket refilling continuously).
-        #[arg(long, default_value = "fixed")]
-        rate_algorithm: tenant::WindowAlgorithm,
-        /// `enforce` refuses over a limit; `shadow` only logs and meters a would-refuse.
-        #[arg(long, default_value = "enforce")]
-        enforcement: tenant::Enforcement,
-        /// When DynamoDB fails or times out: `closed` answers 5xx, `open` lets requests through.
-        #[arg(long, default_value = "closed")]
-        on_failure: tenant::OnFailure,
-        /// Counter items the tenant's open connections are spread over (1-100; 1 = one item).
-        /// More than 1 lets one tenant connect past one item's ~1,000 writes/s
-        /// (docs/decisions/1502-sharded-connection-counters.md).
-        /// Change it only while the tenant holds no connections.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
-        connection_shards: u64,
+        #[command(flatten)]
+        limits: LimitsArgs,
         /// Allow changing an existing tenant's `--connection-shards`: only safe while it holds no
         /// open connections (connections counted under the old layout are released on the new
         /// one).
         #[arg(long)]
         reshard_drained: bool,
-        /// What `$connect` must present: `ticket` (a connect ticket from the session API),
-        /// `jwt` (an OIDC token whose tenant claim is this tenant), or `none` — INSECURE: anyone
-        /// who knows or guesses a session id joins that session.
-        #[arg(long, default_value = "ticket")]
-        connect_auth: tenant::ConnectAuth,
-        /// Sessions the tenant may hold at once (0-1000000; default 10000): a session PUT past it
-        /// answers 429 naming maxSessions.
-        #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS,
-              value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
-        max_sessions: u64,
-        /// Sessions one signed-in user (a JWT caller's `sub`) may hold at once (0-1000000; default
-        /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject.
-        #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
-              value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
-        max_sessions_per_subject: u64,
-        /// Also take a connect ticket from the URL (`?ticket=`), which access logs keep; without
-        /// it only the `Sec-WebSocket-Protocol: turnstile, <ticket>` form is taken.
-        #[arg(long)]
-        ticket_in_query: bool,
     },
     /// Print a tenant (exit status 1 if it does not exist).
     Get {
@@ -103,32 +52,99 @@ enum Cmd {
     },
 }
 
+/// A tenant's limits as `tenant put` flags, one per field of [`Limits`].
+#[derive(Debug, clap::Args)]
+struct LimitsArgs {
+    /// Open connections one session may hold.
+    #[arg(long)]
+    connections_per_session: u64,
+    /// Open connections the tenant may hold.
+    #[arg(long)]
+    tenant_connections: u64,
+    /// New connections per minute for one session.
+    #[arg(long)]
+    session_per_minute: u64,
+    /// New connections per minute for the tenant.
+    #[arg(long)]
+    tenant_per_minute: u64,
+    /// Seconds a session lives after its last use.
+    #[arg(long = "session-ttl", default_value_t = tenant::DEFAULT_SESSION_TTL_SECS)]
+    session_ttl: u64,
+    /// Messages per minute, per session.
+    #[arg(long, default_value_t = tenant::DEFAULT_MESSAGES_PER_MINUTE)]
+    messages_per_minute: u64,
+    /// How the two per-minute connection limits are enforced: `fixed` (one-minute windows,
+    /// up to twice the limit across a boundary) or `gcra` (a bucket refilling continuously).
+    #[arg(long, default_value = "fixed")]
+    rate_algorithm: tenant::WindowAlgorithm,
+    /// `enforce` refuses over a limit; `shadow` only logs and meters a would-refuse.
+    #[arg(long, default_value = "enforce")]
+    enforcement: tenant::Enforcement,
+    /// When DynamoDB fails or times out: `closed` answers 5xx, `open` lets requests through.
+    #[arg(long, default_value = "closed")]
+    on_failure: tenant::OnFailure,
+    /// Counter items the tenant's open connections are spread over (1-100; 1 = one item).
+    /// More than 1 lets one tenant connect past one item's ~1,000 writes/s
+    /// (docs/decisions/1502-sharded-connection-counters.md).
+    /// Change it only while the tenant holds no connections.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    connection_shards: u64,
+    /// What `$connect` must present: `ticket` (a connect ticket from the session API),
+    /// `jwt` (an OIDC token whose tenant claim is this tenant), or `none` — INSECURE: anyone
+    /// who knows or guesses a session id joins that session.
+    #[arg(long, default_value = "ticket")]
+    connect_auth: tenant::ConnectAuth,
+    /// Sessions the tenant may hold at once (0-1000000; default 10000): a session PUT past it
+    /// answers 429 naming maxSessions.
+    #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS,
+          value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
+    max_sessions: u64,
+    /// Sessions one signed-in user (a JWT caller's `sub`) may hold at once (0-1000000; default
+    /// 10): a user's session PUT past it answers 429 naming maxSessionsPerSubject.
+    #[arg(long, default_value_t = tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
+          value_parser = clap::value_parser!(u64).range(0..=tenant::MAX_SESSIONS_CEILING))]
+    max_sessions_per_subject: u64,
+    /// Also take a connect ticket from the URL (`?ticket=`), which access logs keep; without
+    /// it only the `Sec-WebSocket-Protocol: turnstile, <ticket>` form is taken.
+    #[arg(long)]
+    ticket_in_query: bool,
+}
+
+impl From<LimitsArgs> for Limits {
+    fn from(a: LimitsArgs) -> Limits {
+        Limits {
+            connections_per_session: a.connections_per_session,
+            tenant_connections: a.tenant_connections,
+            session_per_minute: a.session_per_minute,
+            tenant_per_minute: a.tenant_per_minute,
+            session_ttl: a.session_ttl,
+            messages_per_minute: a.messages_per_minute,
+            rate_algorithm: a.rate_algorithm,
+            enforcement: a.enforcement,
+            on_failure: a.on_failure,
+            connection_shards: a.connection_shards,
+            connect_auth: a.connect_auth,
+            max_sessions: a.max_sessions,
+            max_sessions_per_subject: a.max_sessions_per_subject,
+            ticket_in_query: a.ticket_in_query,
+        }
+    }
+}
+
 pub async fn run(args: Args) -> Result<()> {
     let deps = crate::aws::deps().await?;
     match args.command {
         Cmd::Put {
             tenant_id,
-            connections_per_session,
-            tenant_connections,
-            session_per_minute,
-            tenant_per_minute,
-            session_ttl,
-            messages_per_minute,
-            rate_algorithm,
-            enforcement,
-            on_failure,
-            connection_shards,
+            limits,
             reshard_drained,
-            connect_auth,
-            max_sessions,
-            max_sessions_per_subject,
-            ticket_in_query,
         } => {
+            let limits = Limits::from(limits);
             if [
-                connections_per_session,
-                tenant_connections,
-                session_per_minute,
-                tenant_per_minute,
+                limits.connections_per_session,
+                limits.tenant_connections,
+                limits.session_per_minute,
+                limits.tenant_per_minute,
             ] == [0; 4]
             {
                 return Err(Error::InvalidArgument(format!(
@@ -137,31 +153,14 @@ pub async fn run(args: Args) -> Result<()> {
                      --tenant-connections 0)"
                 )));
             }
-            if connect_auth == tenant::ConnectAuth::None {
+            if limits.connect_auth == tenant::ConnectAuth::None {
                 eprintln!(
                     "warning: --connect-auth none is insecure: anyone who knows a session id of \
                      tenant {tenant_id} can join that session and read its messages"
                 );
             }
-            let t = Tenant {
-                tenant_id,
-                limits: Limits {
-                    connections_per_session,
-                    tenant_connections,
-                    session_per_minute,
-                    tenant_per_minute,
-                    session_ttl,
-                    messages_per_minute,
-                    rate_algorithm,
-                    enforcement,
-                    on_failure,
-                    connection_shards,
-                    connect_auth,
-                    max_sessions,
-                    max_sessions_per_subject,
-                    ticket_in_query,
-                },
-            };
+            let connection_shards = limits.connection_shards;
+            let t = Tenant { tenant_id, limits };
             if let Some(old) = tenant::store::get(&deps, &t.tenant_id).await? {
                 let was = old.limits.connection_shards;
                 if was != connection_shards && !reshard_drained {
@@ -263,7 +262,7 @@ mod tests {
 
     fn algorithm(w: Wrapper) -> tenant::WindowAlgorithm {
         match w.args.command {
-            Cmd::Put { rate_algorithm, .. } => rate_algorithm,
+            Cmd::Put { limits, .. } => limits.rate_algorithm,
             other => panic!("{other:?}"),
         }
     }
@@ -282,9 +281,7 @@ mod tests {
     #[test]
     fn connection_shards_default_to_one_and_are_bounded() {
         let shards = |w: Wrapper| match w.args.command {
-            Cmd::Put {
-                connection_shards, ..
-            } => connection_shards,
+            Cmd::Put { limits, .. } => limits.connection_shards,
             other => panic!("{other:?}"),
         };
         assert_eq!(shards(put(&[]).unwrap()), 1);
@@ -314,7 +311,7 @@ mod tests {
     #[test]
     fn max_sessions_defaults_and_is_bounded() {
         let max = |w: Wrapper| match w.args.command {
-            Cmd::Put { max_sessions, .. } => max_sessions,
+            Cmd::Put { limits, .. } => limits.max_sessions,
             other => panic!("{other:?}"),
         };
         assert_eq!(max(put(&[]).unwrap()), tenant::DEFAULT_MAX_SESSIONS);

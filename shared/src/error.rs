@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use crate::config::ConfigError;
 use crate::ids::IdError;
-use crate::isolation::CrossTenantKey;
-use crate::reservation::CoordinateError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -137,4 +135,33 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     parts.join(": ")
+}
+
+/// A key that does not belong to the tenant a client is scoped to: always a bug in the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("key {key:?} is outside tenant {tenant:?}: a tenant's keys are its id or start with \"{tenant}:\"")]
+pub struct CrossTenantKey {
+    pub tenant: String,
+    pub key: String,
+}
+
+/// Why (resource, account) has no coordinate. Each variant names the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoordinateError {
+    #[error("{field} must be non-empty")]
+    Empty { field: &'static str },
+    /// The resource name holds the separator: its coordinate could equal another pair's.
+    #[error(
+        "resource name {resource:?} contains ':', which separates the resource name from the \
+         account id in resourceCoordinate; use a resource name without ':'"
+    )]
+    SeparatorInResource { resource: String },
+    #[error("resourceCoordinate of {resource:?} and the account id is {len} bytes; DynamoDB allows {max}")]
+    TooLong {
+        resource: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("the account id is {len} bytes; a limit row's sort key allows {max}")]
+    AccountTooLong { len: usize, max: usize },
 }

@@ -3,7 +3,8 @@
 //!
 //! - [`Tenancy`]: the part of each `State` that reaches a tenant's rows — tenant-scoped credentials
 //!   when `TENANT_ROLE_ARN` is set, else the execution role (`shared::isolation`);
-//! - [`websocket_request`]: the ids of a WebSocket route's event and the `Deps` for its tenant;
+//! - [`websocket_caller`] and [`on_websocket`]: who a WebSocket route's event is from and the `Deps`
+//!   for its tenant, the opening every WebSocket route shares;
 //! - [`TenantCacheConfig`]: the settings of the functions that read only the tenant cache's lifetime;
 //! - [`Connections`] (feature `gateway`): the Management API client at a required endpoint, built by
 //!   `Gateway::from_vars` from the function's own variables;
@@ -18,8 +19,8 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 
-use crate::admission::{context, respond};
 use crate::config::{ConfigError, Vars};
+use crate::edge::{context, respond};
 use crate::error::Result;
 use crate::ids::{ConnectionId, IdError, SessionId, TenantId};
 use crate::isolation::{self, TenantClients};
@@ -91,25 +92,61 @@ impl TenantCacheConfig {
     }
 }
 
-/// The ids of `event` ([`context::websocket_ids`]), then the `Deps` for its tenant. `Ok(Err(_))`:
-/// the ids do not parse (nothing was called; the route answers [`bad_ids`]); `Err(_)`: tenant
-/// credentials could not be had.
-pub async fn websocket_request<'d>(
+/// Who a WebSocket route's event is from, and the `Deps` for that tenant's rows.
+#[derive(Debug)]
+pub struct WebsocketCaller<'d> {
+    pub tenant: TenantId,
+    pub session: SessionId,
+    pub connection: ConnectionId,
+    /// Tenant-scoped when the function has a tenancy role, else the invocation's own.
+    pub deps: Cow<'d, Deps>,
+}
+
+impl WebsocketCaller<'_> {
+    /// Tenant, session, connection and the `Deps` for the tenant's rows, as a route uses them.
+    pub fn parts(&self) -> (&TenantId, &SessionId, &ConnectionId, &Deps) {
+        (&self.tenant, &self.session, &self.connection, &self.deps)
+    }
+}
+
+/// How a WebSocket route's event opens: its ids ([`context::websocket_ids`]), then the `Deps` for
+/// its tenant. `Ok(Err(_))`: the ids do not parse (nothing was called; the route answers
+/// [`bad_ids`]); `Err(_)`: tenant credentials could not be had.
+pub async fn websocket_caller<'d>(
     tenancy: &Tenancy,
     deps: &'d Deps,
     event: &ApiGatewayWebsocketProxyRequest,
-) -> Result<std::result::Result<WebsocketRequest<'d>, IdError>> {
+) -> Result<std::result::Result<WebsocketCaller<'d>, IdError>> {
     let (tenant, session, connection) = match context::websocket_ids(event) {
         Ok(ids) => ids,
         Err(e) => return Ok(Err(e)),
     };
     let deps = tenancy.deps(deps, &tenant).await?;
-    Ok(Ok((tenant, session, connection, deps)))
+    Ok(Ok(WebsocketCaller {
+        tenant,
+        session,
+        connection,
+        deps,
+    }))
 }
 
-/// Who a WebSocket route's event is from (tenant, session, connection), and the `Deps` for that
-/// tenant's rows.
-pub type WebsocketRequest<'d> = (TenantId, SessionId, ConnectionId, Cow<'d, Deps>);
+/// A WebSocket route from its event: [`websocket_caller`], then `route` with the caller, or
+/// [`bad_ids`] (400) when the ids do not parse. `$connect` and `$default` open this way.
+pub async fn on_websocket<'d, F, Fut>(
+    tenancy: &Tenancy,
+    deps: &'d Deps,
+    event: &ApiGatewayWebsocketProxyRequest,
+    route: F,
+) -> Result<ApiGatewayProxyResponse>
+where
+    F: FnOnce(WebsocketCaller<'d>) -> Fut,
+    Fut: std::future::Future<Output = Result<ApiGatewayProxyResponse>>,
+{
+    match websocket_caller(tenancy, deps, event).await? {
+        Ok(caller) => route(caller).await,
+        Err(e) => Ok(bad_ids(&e)),
+    }
+}
 
 /// The answer to a WebSocket route's event whose ids do not parse: 400 naming the problem.
 pub fn bad_ids(e: &IdError) -> ApiGatewayProxyResponse {

@@ -84,7 +84,7 @@ impl Answer {
 pub(crate) async fn call(env: &TestEnv, state: &decide_api::State, event: Value) -> Answer {
     let typed = serde_json::from_value(event).unwrap();
     let r = decide_api::handle(&env.deps, state, typed).await.unwrap();
-    let text = shared::admission::respond::body_text(&r.body);
+    let text = shared::edge::respond::body_text(&r.body);
     let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     Answer {
         status: r.status_code,

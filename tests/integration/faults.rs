@@ -1376,7 +1376,7 @@ async fn a_lost_reservation_answer_is_an_error_and_never_spends_a_unit_for_good(
     .await;
     assert_eq!(
         report.tenants[0].outcome,
-        shared::admission::reconcile::Outcome::Repaired { from: 1, to: 0 }
+        shared::reconcile::Outcome::Repaired { from: 1, to: 0 }
     );
     // Both units of the cap are there to admit.
     for c in ["c2", "c3"] {

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use shared::clock::{Clock, Timestamp};
 use shared::dynamo::item::num;
 use shared::gcra::Rate;
-use shared::kv::write::{self, Next, SpendPlan, Target};
+use shared::gcra_write::{self as write, Next, SpendPlan, Target};
 use shared::kv::{KvError, LimitSet, Limiter, Limits};
 use shared::table::TableKind;
 use turnstile_tests::TestEnv;

@@ -246,7 +246,7 @@ fn unscoped_read(function: &str, table: &str, tenants_arn: &str, action: &str) -
 /// names exactly the cursor's key (decision 2205).
 fn is_cursor_statement(s: &Value) -> bool {
     s["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
-        == json!([shared::admission::reconcile::budget::CURSOR_KEY])
+        == json!([shared::reconcile::budget::CURSOR_KEY])
 }
 
 /// Stream reads (the sweeper's event source mapping), checked by their own test.

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use shared::admission::reconcile::Outcome;
 use shared::interleave::{Interleave, Point};
+use shared::reconcile::Outcome;
 use shared::tenant::Limits;
 
 use crate::ws_support::*;
@@ -24,7 +24,7 @@ fn limits() -> Limits {
 const UNREACHABLE: &str = "http://127.0.0.1:9/stage";
 
 /// One reconciler run over the tenant, probing the World's Management API (the sockets' truth).
-async fn reconcile(w: &World) -> shared::admission::reconcile::TenantReport {
+async fn reconcile(w: &World) -> shared::reconcile::TenantReport {
     let report = reconcile_tenant(
         w.deps(),
         &T.parse().unwrap(),

@@ -449,7 +449,7 @@ fn message_admitted_as(
 ) -> aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest {
     let mut ev = ws_event("message/message.json", t, s, cid, Some(limits));
     ev.request_context.authorizer.fields.insert(
-        shared::admission::context::CONNECT_AUTH.into(),
+        shared::edge::context::CONNECT_AUTH.into(),
         Value::String(auth.as_str().into()),
     );
     ev.body = Some(body.to_string());

@@ -8,9 +8,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::json;
 use shared::admission::connect::{self as admission, Admission, Hints};
-use shared::admission::reconcile::{self, Outcome, Pause, Report};
 use shared::clock::Clock;
 use shared::ids::{ConnectionId, SessionId, TenantId};
+use shared::reconcile::{self, Outcome, Pause, Report};
 use shared::tenant::Limits;
 
 use crate::ws_support::*;

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shared::admission::connect::{self as admission, Hints};
-use shared::admission::reconcile::{self, Budget, Options, Outcome, Probe, Report};
 use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};
+use shared::reconcile::{self, Budget, Options, Outcome, Probe, Report};
 use shared::tenant::Limits;
 
 use crate::ws_support::*;

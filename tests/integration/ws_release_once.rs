@@ -369,7 +369,7 @@ async fn a_pruned_sender_whose_session_answer_is_lost_releases_exactly_once() {
 /// `counted` 2 and a repair 2 → 1).
 #[tokio::test]
 async fn a_reconciler_stale_release_whose_session_answer_is_lost_releases_exactly_once() {
-    use shared::admission::reconcile::{Outcome, Pause};
+    use shared::reconcile::{Outcome, Pause};
     let (w, proxy) = proxied_world().await;
     two_open(&w).await;
     w.recorder.mark_gone("a=");

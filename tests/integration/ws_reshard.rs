@@ -4,7 +4,7 @@
 //! and the reconciler brings every counter of a resharded tenant to its truth.
 
 use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
-use shared::admission::reconcile::Outcome;
+use shared::reconcile::Outcome;
 use shared::tenant::Limits;
 
 use crate::ws_support::*;
@@ -90,7 +90,7 @@ async fn held(w: &World) -> usize {
         .map_or(0, |s| s.connection_ids.len())
 }
 
-async fn reconcile(w: &World) -> shared::admission::reconcile::Report {
+async fn reconcile(w: &World) -> shared::reconcile::Report {
     reconcile_tenant(
         w.deps(),
         &T.parse().unwrap(),

@@ -150,7 +150,7 @@ async fn delete_releases_only_the_connections_it_closed() {
     assert_eq!(report.tenants[0].ended_deleted, 1);
     assert_eq!(
         report.tenants[0].outcome,
-        shared::admission::reconcile::Outcome::Consistent
+        shared::reconcile::Outcome::Consistent
     );
     assert_eq!(w.count(T).await, Some(0));
     assert!(w.session(T, "s1").await.is_none());
@@ -526,11 +526,7 @@ async fn call(
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    (
-        r.status_code,
-        shared::admission::respond::body_text(&r.body),
-        ct,
-    )
+    (r.status_code, shared::edge::respond::body_text(&r.body), ct)
 }
 
 /// A refusal: 403, problem+json naming the problem, and no DynamoDB call.

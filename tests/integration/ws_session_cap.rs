@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::{json, Value};
-use shared::admission::reconcile::{Outcome, Report};
 use shared::clock::Clock;
 use shared::ids::{SessionId, TenantId};
+use shared::reconcile::{Outcome, Report};
 use shared::tenant::Limits;
 
 use crate::ws_support::*;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::Value;
-use shared::admission::reconcile::{self, Outcome, Pause};
 use shared::admission::shards;
+use shared::reconcile::{self, Outcome, Pause};
 use shared::tenant::Limits;
 
 use crate::ws_support::*;
@@ -259,17 +259,24 @@ async fn delete_and_sweep_release_to_the_right_shards_and_reconcile_repairs() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(shard_counts(&w).await.iter().sum::<i64>(), 6);
 
-    // s2 vanishes by TTL: the stream's old image carries its ids and `connShards`.
+    // s2 vanishes by TTL: the stream's old image carries its ids, `connShards` and each id's
+    // charged counter (`chg:{cid}`), as DynamoDB's image of the item does.
     let ids: Vec<String> = w.session(T, "s2").await.unwrap().connection_ids;
+    let mut old_image = serde_json::json!({
+        "tenantId": {"S": T}, "sessionId": {"S": "s2"}, "sessionTTL": {"N": "1"},
+        "connectionIds": {"SS": ids}, "connShards": {"N": SHARDS.to_string()}
+    });
+    for id in &ids {
+        let charge = format!("chg:{id}");
+        let shard = w.session_number(T, "s2", &charge).await.unwrap();
+        old_image[&charge] = serde_json::json!({"N": shard.to_string()});
+    }
     let mut record = sample("ttl-sweeper/ttl-expiry.json")["Records"][0].clone();
     record["eventID"] = serde_json::json!("ttl-sh-s2");
     // Deleted after the reconciler's truth (which still held s2): the sweep must release it.
     let later = shared::clock::Clock::now(&w.env.clock).as_secs() + 600;
     record["dynamodb"]["ApproximateCreationDateTime"] = serde_json::json!(later);
-    record["dynamodb"]["OldImage"] = serde_json::json!({
-        "tenantId": {"S": T}, "sessionId": {"S": "s2"}, "sessionTTL": {"N": "1"},
-        "connectionIds": {"SS": ids}, "connShards": {"N": SHARDS.to_string()}
-    });
+    record["dynamodb"]["OldImage"] = old_image;
     let ev: aws_lambda_events::dynamodb::Event = typed(serde_json::json!({ "Records": [record] }));
     for _ in 0..2 {
         // Delivered twice: released once.

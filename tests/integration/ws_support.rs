@@ -12,8 +12,8 @@ use aws_lambda_events::apigw::{
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
-use shared::admission::{context, respond};
 use shared::config::Vars;
+use shared::edge::{context, respond};
 use shared::gateway::Gateway;
 use shared::ids::{SessionId, TenantId};
 use shared::table::TableKind;
@@ -501,7 +501,7 @@ pub async fn reconcile_tenant(
     endpoint: &str,
     dry_run: bool,
     grace: std::time::Duration,
-) -> shared::admission::reconcile::Report {
+) -> shared::reconcile::Report {
     reconcile_tenant_paced(deps, tenant, endpoint, dry_run, grace, |_| {
         tokio::time::sleep(grace)
     })
@@ -517,12 +517,12 @@ pub async fn reconcile_tenant_paced<P, F>(
     dry_run: bool,
     grace: std::time::Duration,
     pause: P,
-) -> shared::admission::reconcile::Report
+) -> shared::reconcile::Report
 where
-    P: FnMut(shared::admission::reconcile::Pause) -> F,
+    P: FnMut(shared::reconcile::Pause) -> F,
     F: std::future::Future<Output = ()>,
 {
-    use shared::admission::reconcile::{self, Options, Probe};
+    use shared::reconcile::{self, Options, Probe};
     let gateway = Gateway::local(endpoint);
     let probe = Probe {
         gateway: &gateway,

@@ -648,7 +648,7 @@ async fn a_ticket_admits_only_the_connects_it_was_minted_for() {
     let r = session_api::handle(w.deps(), &api, typed(put))
         .await
         .unwrap();
-    let body = shared::admission::respond::body_text(&r.body);
+    let body = shared::edge::respond::body_text(&r.body);
     assert_eq!(r.status_code, 200, "{body}");
     let s: serde_json::Value = serde_json::from_str(&body).unwrap();
     let (sid, tk) = (

@@ -7,9 +7,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use futures::future::join_all;
-use shared::admission::respond;
 use shared::clock::Clock;
 use shared::dynamo::{local_client, timeouts};
+use shared::edge::respond;
 use shared::kv::{LimitSet, Limiter, Limits as KvLimits};
 use shared::table::TableKind;
 use shared::tenant::{Enforcement, Limits, OnFailure};
@@ -118,7 +118,7 @@ async fn a_shadow_tenant_is_never_refused_and_meters_exactly_the_refusals_enforc
     let report = reconcile_tenant(w.deps(), &tid, &w.api.url(), true, Duration::ZERO).await;
     assert_eq!(
         report.tenants[0].outcome,
-        shared::admission::reconcile::Outcome::Consistent,
+        shared::reconcile::Outcome::Consistent,
         "{report:?}"
     );
 }

@@ -13,7 +13,7 @@ use shared::clock::Clock;
 use shared::dynamo::{local_client, timeouts};
 use shared::ids::TenantId;
 use shared::mutation::Mutation;
-use shared::session::attr as sattr;
+use shared::session::attr as session_attr;
 use shared::tenant::{Limits, Tenant};
 use turnstile_faultproxy::{FaultProxy, Policy, Throttle, ThrottleError, ThrottleMode};
 
@@ -719,7 +719,7 @@ impl Sim {
             .table_name(&self.w.env.deps.tables.sessions)
             .set_key(Some(shared::session::store::key(t, &sid)))
             .condition_expression("#ttl < :now")
-            .expression_attribute_names("#ttl", sattr::SESSION_TTL)
+            .expression_attribute_names("#ttl", session_attr::SESSION_TTL)
             .expression_attribute_values(":now", AttributeValue::N(now.as_secs().to_string()))
             .return_values(ReturnValue::AllOld)
             .send()
@@ -728,7 +728,7 @@ impl Sim {
         let old = out.attributes()?.clone();
         let mut r = run.lock().unwrap();
         for c in old
-            .get(sattr::CONNECTION_IDS)
+            .get(session_attr::CONNECTION_IDS)
             .and_then(|v| v.as_ss().ok())
             .cloned()
             .unwrap_or_default()
@@ -744,7 +744,7 @@ impl Sim {
             .map(|(k, v)| (k.clone(), stream_json(v)))
             .collect();
         let keys = serde_json::json!({
-            sattr::TENANT_ID: {"S": t.as_str()}, sattr::SESSION_ID: {"S": Self::sid(s)}
+            session_attr::TENANT_ID: {"S": t.as_str()}, session_attr::SESSION_ID: {"S": Self::sid(s)}
         });
         let ev = serde_json::json!({"Records": [{
             "eventID": id,
@@ -779,7 +779,7 @@ impl Sim {
                 .query()
                 .table_name(&self.w.env.deps.tables.sessions)
                 .key_condition_expression("#t = :t")
-                .expression_attribute_names("#t", sattr::TENANT_ID)
+                .expression_attribute_names("#t", session_attr::TENANT_ID)
                 .expression_attribute_values(":t", AttributeValue::S(t.to_string()))
                 .consistent_read(true)
                 .send()
@@ -788,17 +788,17 @@ impl Sim {
             let mut sessions = HashMap::new();
             for it in out.items() {
                 let sid = it
-                    .get(sattr::SESSION_ID)
+                    .get(session_attr::SESSION_ID)
                     .and_then(|v| v.as_s().ok())
                     .cloned()
                     .unwrap_or_default();
                 let ids = it
-                    .get(sattr::CONNECTION_IDS)
+                    .get(session_attr::CONNECTION_IDS)
                     .and_then(|v| v.as_ss().ok())
                     .cloned()
                     .unwrap_or_default();
                 let nonce = it
-                    .get(sattr::SESSION_NONCE)
+                    .get(session_attr::SESSION_NONCE)
                     .and_then(|v| v.as_s().ok())
                     .cloned()
                     .unwrap_or_default();
@@ -849,19 +849,16 @@ fn event(
 ) -> aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest {
     let mut ev = ws_event(sample, t.as_str(), s, cid, Some(l));
     let sid = shared::ids::SessionId::parse(s).expect("valid session id");
-    if let serde_json::Value::Object(m) = shared::admission::context::build(t, &sid, l) {
+    if let serde_json::Value::Object(m) = shared::edge::context::build(t, &sid, l) {
         ev.request_context.authorizer.fields.extend(m);
     }
     ev
 }
 
-fn skipped(r: &shared::admission::reconcile::Report) -> bool {
-    r.tenants.iter().any(|t| {
-        matches!(
-            t.outcome,
-            shared::admission::reconcile::Outcome::Skipped { .. }
-        )
-    })
+fn skipped(r: &shared::reconcile::Report) -> bool {
+    r.tenants
+        .iter()
+        .any(|t| matches!(t.outcome, shared::reconcile::Outcome::Skipped { .. }))
 }
 
 fn t_index(sch: &Schedule, t: &TenantId) -> usize {
@@ -878,8 +875,8 @@ pub async fn reconcile(
     w: &World,
     t: &TenantId,
     grace: Duration,
-) -> Result<shared::admission::reconcile::Report, String> {
-    use shared::admission::reconcile::{self, Options, Probe};
+) -> Result<shared::reconcile::Report, String> {
+    use shared::reconcile::{self, Options, Probe};
     let gateway = shared::gateway::Gateway::local(&w.api.url());
     let probe = Probe {
         gateway: &gateway,

@@ -75,7 +75,7 @@ impl Workload for DecideHandler {
                 .await
                 .map_err(other)?;
             let written = serde_json::to_string(&answer).map_err(other)?;
-            let text = shared::admission::respond::body_text(&answer.body);
+            let text = shared::edge::respond::body_text(&answer.body);
             if answer.status_code != 200 {
                 return Err(other(format!("{}: {text}", answer.status_code)));
             }

@@ -30,8 +30,8 @@ use aws_lambda_events::apigw::{
 use futures::future::{try_join_all, BoxFuture};
 use serde_json::Value;
 use shared::admission::closing::NoSockets;
-use shared::admission::respond;
 use shared::admission::sessions::{self, Opened};
+use shared::edge::respond;
 use shared::ids::{SessionId, TenantId};
 use shared::table::TableKind;
 use shared::tenant::{Limits, Tenant};

@@ -35,9 +35,9 @@ use aws_lambda_events::apigw::{
 };
 use aws_lambda_events::iam::{IamPolicyEffect, IamPolicyStatement};
 use serde_json::{json, Value};
-use shared::admission::context::{self, Grant};
 use shared::admission::precheck::{self, Precheck};
 use shared::admission::verdict;
+use shared::edge::context::{self, Grant};
 use shared::function::{self, Tenancy};
 use shared::ids::{IdError, SessionId, TenantId};
 use shared::oidc::{OidcConfig, OidcVerifier};

@@ -14,8 +14,8 @@ use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxy
 use shared::admission::connect::{Admission, Hints};
 use shared::admission::verdict::{self, Verdict};
 use shared::admission::Request;
-use shared::admission::{context, respond};
-use shared::function::{self, Tenancy};
+use shared::edge::{context, respond};
+use shared::function::{self, Tenancy, WebsocketCaller};
 use shared::tenant::TenantCache;
 use shared::ticket::{self, fingerprint, presented};
 use shared::Deps;
@@ -48,13 +48,16 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid, scoped) =
-        match function::websocket_request(&state.tenancy, deps, &event).await? {
-            Ok(r) => r,
-            Err(e) => return Ok(function::bad_ids(&e)),
-        };
-    let deps: &Deps = &scoped;
-    let Some(limits) = context::websocket_limits(deps, &state.tenants, &event, &t).await? else {
+    function::on_websocket(&state.tenancy, deps, &event, |c| connect(state, &event, c)).await
+}
+
+async fn connect(
+    state: &State,
+    event: &ApiGatewayWebsocketProxyRequest,
+    caller: WebsocketCaller<'_>,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let (t, sid, cid, deps) = caller.parts();
+    let Some(limits) = context::websocket_limits(deps, &state.tenants, event, t).await? else {
         return Ok(respond::websocket(&respond::message(
             403,
             format!("tenant {t} does not exist"),
@@ -65,9 +68,9 @@ pub async fn handle(
     let ticket_use = context::ticket_use(fields);
     let request = Request {
         deps,
-        t: &t,
-        sid: &sid,
-        cid: &cid,
+        t,
+        sid,
+        cid,
         limits: &limits,
         nonce: nonce.as_deref(),
         ticket: ticket_use.as_ref(),

@@ -263,7 +263,7 @@ async fn state(req: &Request<'_>) -> Result<HttpAnswer, shared::Error> {
         Ok(s) => s,
         Err(e) => return Err(shared::Error::Other(e.to_string())),
     };
-    let tat = shared::kv::write::stored_tat(item.as_ref(), shared::kv::write::attr::TAT);
+    let tat = shared::gcra_write::stored_tat(item.as_ref(), shared::gcra_write::attr::TAT);
     // Remaining and reset of the bucket as it is (cost 0), but whether a request of 1 would pass
     // and when (a cost-0 check always passes, so its verdict would say nothing).
     let d0 = kv_try!(shared::gcra::spend(&rate, tat, req.now, 0).map_err(KvError::from));

@@ -28,10 +28,10 @@ use std::sync::Arc;
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use http::Method;
-use shared::admission::respond;
 use shared::cache::{Cache, WhenFull};
 use shared::caller::{Binding, Caller, CallerVars};
 use shared::config::{ConfigError, Vars};
+use shared::edge::respond;
 use shared::function::Tenancy;
 use shared::ids::TenantId;
 use shared::kv::{LimitSet, Limiter, Limits};

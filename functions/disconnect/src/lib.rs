@@ -6,9 +6,10 @@
 //! Budget: 2 UpdateItem, 2 WCU (1 when there was nothing to release).
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use shared::admission::{release, respond};
+use shared::admission::release;
 use shared::config::{ConfigError, Vars};
-use shared::function::{self, Tenancy};
+use shared::edge::respond;
+use shared::function::{self, Tenancy, WebsocketCaller};
 use shared::Deps;
 
 /// This function reads no variables beyond table names.
@@ -39,16 +40,20 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid, scoped) =
-        match function::websocket_request(&state.tenancy, deps, &event).await? {
-            Ok(r) => r,
-            Err(e) => {
-                // Nothing was admitted under ids that do not parse: acknowledge and log.
-                tracing::warn!(error = %e, "disconnect without usable ids; nothing to release");
-                return Ok(function::bad_ids(&e));
-            }
-        };
-    let deps: &Deps = &scoped;
+    let WebsocketCaller {
+        tenant: t,
+        session: sid,
+        connection: cid,
+        deps,
+    } = match function::websocket_caller(&state.tenancy, deps, &event).await? {
+        Ok(caller) => caller,
+        Err(e) => {
+            // Nothing was admitted under ids that do not parse: acknowledge and log.
+            tracing::warn!(error = %e, "disconnect without usable ids; nothing to release");
+            return Ok(function::bad_ids(&e));
+        }
+    };
+    let deps: &Deps = &deps;
     let released = match release::disconnect(deps, &t, &sid, &cid).await {
         Ok(r) => r,
         // A key outside the tenant (the key guard): a logged 500, never a panic.

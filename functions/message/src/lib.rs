@@ -30,10 +30,11 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use shared::admission::message::{self, MessageAdmission, MinuteHint, Standing};
+use shared::admission::release;
 use shared::admission::verdict::{self, Verdict};
-use shared::admission::{context, release, respond};
 use shared::config::{ConfigError, Vars};
-use shared::function::{self, Tenancy};
+use shared::edge::{context, respond};
+use shared::function::{self, Tenancy, WebsocketCaller};
 use shared::gateway::{Delivery, Gateway};
 use shared::tenant::TenantCache;
 use shared::Deps;
@@ -99,34 +100,37 @@ async fn answer(
     state: &State,
     event: ApiGatewayWebsocketProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, shared::Error> {
-    let (t, sid, cid, scoped) =
-        match function::websocket_request(&state.tenancy, deps, &event).await? {
-            Ok(r) => r,
-            Err(e) => return Ok(function::bad_ids(&e)),
-        };
-    let deps: &Deps = &scoped;
+    function::on_websocket(&state.tenancy, deps, &event, |c| deliver(state, &event, c)).await
+}
+
+async fn deliver(
+    state: &State,
+    event: &ApiGatewayWebsocketProxyRequest,
+    caller: WebsocketCaller<'_>,
+) -> Result<ApiGatewayProxyResponse, shared::Error> {
+    let (t, sid, cid, deps) = caller.parts();
     let rc = &event.request_context;
     let endpoint = state
         .gateway
         .endpoint(rc.domain_name.as_deref(), rc.stage.as_deref())?;
     let fields = &rc.authorizer.fields;
     let admitted = context::connect_auth(fields);
-    let verdict = match message::standing(deps, &state.tenants, &t, admitted).await {
+    let verdict = match message::standing(deps, &state.tenants, t, admitted).await {
         Ok(Standing::Current(limits)) => {
-            verdict::message(deps, &t, &sid, &cid, &limits, &state.hint).await
+            verdict::message(deps, t, sid, cid, &limits, &state.hint).await
         }
         Ok(Standing::TenantGone) => {
             let why = format!("tenant {t} no longer exists; connection closed");
-            return end(state, &endpoint, &cid, respond::message(410, why)).await;
+            return end(state, &endpoint, cid, respond::message(410, why)).await;
         }
         Ok(Standing::Revoked { admitted, required }) => {
             let why = format!(
                 "tenant {t} now connects with connectAuth={required}; this connection was \
                  admitted with {admitted} and is closed: connect again with a {required} credential"
             );
-            return end(state, &endpoint, &cid, respond::message(403, why)).await;
+            return end(state, &endpoint, cid, respond::message(403, why)).await;
         }
-        Err(e) => verdict::message_unread(e, context::limits(fields).as_ref(), &t),
+        Err(e) => verdict::message_unread(e, context::limits(fields).as_ref(), t),
     };
     let body = event.body.clone().unwrap_or_default();
     let admission = match verdict {
@@ -152,7 +156,7 @@ async fn answer(
                 .await?
                 == Delivery::Gone
             {
-                release::from_session(deps, &t, &sid, std::slice::from_ref(&cid)).await?;
+                release::from_session(deps, t, sid, std::slice::from_ref(cid)).await?;
             }
             Ok(respond::websocket(&answer))
         }

@@ -1,7 +1,7 @@
 //! The reconciler, run on an EventBridge schedule: recomputes each tenant's
 //! open connections from its sessions' `connectionIds`, releases ids whose socket is gone
 //! (`GET @connections` answered 410 twice, a grace apart), and sets the tenant's count to the truth
-//! only when nothing moved meanwhile (`shared::admission::reconcile`, decision 0306), and the same
+//! only when nothing moved meanwhile (`shared::reconcile`, decision 0306), and the same
 //! for each tenant's session count (decision 2204). A run fits the function: a budget per tenant
 //! and per run, continuing from where the last run stopped (decision 2205). Answers the report
 //! (per tenant: counted, truth, stale ids released, repaired from → to, or busy/skipped/deferred).
@@ -13,18 +13,18 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use shared::admission::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::config::{ConfigError, Vars};
 use shared::function::Tenancy;
 use shared::gateway::Gateway;
 use shared::ids::TenantId;
+use shared::reconcile::{self, Options, Outcome, Probe, Report};
 use shared::telemetry::catalogue::{self, Worker};
 use shared::Deps;
 
 /// `TURNSTILE_RECONCILE_GRACE_SECS`: seconds between the phases (default 30, 15 to 60: at least the
 /// handlers' 10 s timeout plus a margin, since it must exceed how long a `$connect` or release can
 /// be half-way; at most 60, so two graces and the work fit this function's 300 s; see
-/// `shared::admission::reconcile`). A value outside is a configuration error: `init` fails.
+/// `shared::reconcile`). A value outside is a configuration error: `init` fails.
 pub const GRACE_VAR: &str = "TURNSTILE_RECONCILE_GRACE_SECS";
 
 #[derive(Debug, Clone, PartialEq, Eq)]

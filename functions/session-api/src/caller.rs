@@ -6,14 +6,16 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
-use shared::admission::respond;
+use http::Method;
 use shared::admission::sessions;
 use shared::caller::{Caller as Bound, CallerVars};
 use shared::config::{ConfigError, Vars};
+use shared::edge::respond;
 use shared::ids::TenantId;
 use shared::refusal::HttpAnswer;
 use shared::ticket;
 
+use crate::request::{target, Target};
 use crate::State;
 
 pub use shared::caller::{Auth, Binding, CallerRole, IamBinding};
@@ -29,6 +31,35 @@ pub(crate) fn invalid(var: &str, value: String, reason: &str) -> ConfigError {
         value,
         reason: reason.to_string(),
     }
+}
+
+/// Who a request is from, before any DynamoDB call: the tenant its caller is bound to (refused when
+/// the request names another), the tenant and session it names, and whether it is a backend or a
+/// signed-in user. `Err`: the refusal to answer (403 or 400 problem+json).
+pub fn authenticate(
+    state: &State,
+    event: &ApiGatewayV2httpRequest,
+    method: &Method,
+) -> Result<(Target, Caller), HttpAnswer> {
+    let bound = match caller_tenant(state, event) {
+        Ok(bound) => bound,
+        Err(refused) => {
+            tracing::warn!(method = %method, "session API caller refused: {}", refused.body);
+            return Err(refused);
+        }
+    };
+    let has_claims = event
+        .request_context
+        .authorizer
+        .as_ref()
+        .is_some_and(|a| a.jwt.is_some());
+    let claim = if has_claims {
+        format!("{} claim", state.binding.tenant_claim)
+    } else {
+        "role session name".to_string()
+    };
+    let target = target(event, bound.as_ref(), &claim)?;
+    Ok((target, caller(state, event)?))
 }
 
 /// The tenant the caller is bound to, `None` when it may name any (the binding `shared::caller`

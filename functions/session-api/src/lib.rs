@@ -56,10 +56,11 @@ use std::time::Duration;
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use http::Method;
 use serde_json::{json, Value};
+use shared::admission::closing;
 use shared::admission::sessions::{self, Opened};
 use shared::admission::Limit;
-use shared::admission::{closing, respond};
 use shared::config::{ConfigError, Vars};
+use shared::edge::respond;
 use shared::function::{Connections, Tenancy};
 use shared::gateway;
 use shared::ids::{SessionId, TenantId};
@@ -73,7 +74,7 @@ use shared::Deps;
 
 use caller::invalid;
 pub use caller::{
-    caller, caller_tenant, AdminClaim, Auth, Binding, Caller, CallerRole, IamBinding,
+    authenticate, caller, caller_tenant, AdminClaim, Auth, Binding, Caller, CallerRole, IamBinding,
     ADMIN_CLAIM_VAR, AUTH_VAR, IAM_BINDING_VAR, IAM_ROLE_VAR, TENANT_CLAIM_VAR,
 };
 pub use request::{target, Target, CONNECTS};
@@ -218,29 +219,8 @@ async fn answer(
         a.headers.push(("Allow", names.join(", ")));
         return Ok(a);
     }
-    let bound = match caller_tenant(state, event) {
-        Ok(bound) => bound,
-        Err(refused) => {
-            tracing::warn!(method = %method, "session API caller refused: {}", refused.body);
-            return Ok(refused);
-        }
-    };
-    let has_claims = event
-        .request_context
-        .authorizer
-        .as_ref()
-        .is_some_and(|a| a.jwt.is_some());
-    let claim = if has_claims {
-        format!("{} claim", state.binding.tenant_claim)
-    } else {
-        "role session name".to_string()
-    };
-    let target = match target(event, bound.as_ref(), &claim) {
-        Ok(target) => target,
-        Err(a) => return Ok(a),
-    };
-    let who = match caller(state, event) {
-        Ok(who) => who,
+    let (target, who) = match authenticate(state, event, &method) {
+        Ok(authenticated) => authenticated,
         Err(refused) => return Ok(refused),
     };
     let ask = match Ask::of(&who, &target) {

@@ -3,7 +3,7 @@
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use serde_json::Value;
-use shared::admission::respond;
+use shared::edge::respond;
 use shared::ids::{SessionId, TenantId};
 use shared::refusal::HttpAnswer;
 use shared::ticket;

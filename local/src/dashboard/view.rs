@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 use shared::clock::Timestamp;
-use shared::counter::attr as cattr;
+use shared::counter::attr as counter_attr;
 use shared::counter::window::MinuteWindow;
 use shared::dynamo::item::{num, string_set, Item};
 use shared::gcra::{self, Rate};
+use shared::gcra_write::attr as gattr;
 use shared::kv::attr as kattr;
-use shared::kv::write::attr as gattr;
 use shared::limit::LimitRow;
-use shared::session::attr as sattr;
+use shared::session::attr as session_attr;
 use shared::tenant::{Limits, WindowAlgorithm};
 use shared::token::bucket::{parse_ms, refill, time_for, BucketState};
 
@@ -161,14 +161,15 @@ pub fn build(s: &Snapshot, now: Timestamp) -> View {
 
 fn sessions(v: &mut View, s: &Snapshot, limits: &HashMap<&str, &Limits>, now: Timestamp) {
     for item in &s.sessions.items {
-        let (Some(tenant), Some(session)) =
-            (text(item, sattr::TENANT_ID), text(item, sattr::SESSION_ID))
-        else {
+        let (Some(tenant), Some(session)) = (
+            text(item, session_attr::TENANT_ID),
+            text(item, session_attr::SESSION_ID),
+        ) else {
             v.problems
                 .push("a session item without its tenant or session id".into());
             continue;
         };
-        let mut sockets = string_set(item, sattr::CONNECTION_IDS);
+        let mut sockets = string_set(item, session_attr::CONNECTION_IDS);
         sockets.sort();
         v.sessions.push(SessionView {
             cap: limits
@@ -177,12 +178,17 @@ fn sessions(v: &mut View, s: &Snapshot, limits: &HashMap<&str, &Limits>, now: Ti
             tenant_id: tenant,
             session_id: session,
             sockets,
-            expires_in_secs: num(item, sattr::SESSION_TTL).map(|t| t - now.as_secs()),
-            messages_this_minute: this_minute(item, sattr::MSG_MINUTE, sattr::MSG_COUNT, now),
+            expires_in_secs: num(item, session_attr::SESSION_TTL).map(|t| t - now.as_secs()),
+            messages_this_minute: this_minute(
+                item,
+                session_attr::MSG_MINUTE,
+                session_attr::MSG_COUNT,
+                now,
+            ),
             connections_this_minute: this_minute(
                 item,
-                sattr::CONN_MINUTE,
-                sattr::CONN_MINUTE_COUNT,
+                session_attr::CONN_MINUTE,
+                session_attr::CONN_MINUTE_COUNT,
                 now,
             ),
         });
@@ -206,13 +212,17 @@ fn tenants(v: &mut View, s: &Snapshot, now: Timestamp) {
     let mut open: HashMap<&str, u64> = HashMap::new();
     let mut minute: HashMap<&str, u64> = HashMap::new();
     for item in &s.counters.items {
-        let Some(key) = item.get(cattr::KEY).and_then(|k| k.as_s().ok()) else {
+        let Some(key) = item.get(counter_attr::KEY).and_then(|k| k.as_s().ok()) else {
             continue;
         };
         if let Some(t) = open_count_tenant(key) {
-            *open.entry(t).or_default() += count(item, cattr::ITEM_COUNT);
-            *minute.entry(t).or_default() +=
-                this_minute(item, cattr::CONN_MINUTE, cattr::CONN_MINUTE_COUNT, now);
+            *open.entry(t).or_default() += count(item, counter_attr::ITEM_COUNT);
+            *minute.entry(t).or_default() += this_minute(
+                item,
+                counter_attr::CONN_MINUTE,
+                counter_attr::CONN_MINUTE_COUNT,
+                now,
+            );
         }
     }
     for t in &s.tenants {

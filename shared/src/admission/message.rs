@@ -31,7 +31,7 @@ use crate::dynamo::item::{self, n, Item};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::refusal::Refusal;
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::{attr as session_attr, store as sstore};
 use crate::tenant::{ConnectAuth, Limits, TenantCache};
 
 /// Writes per message before giving up (the session's counter kept changing).
@@ -122,7 +122,7 @@ pub async fn count(r: Request<'_>, hint: &MinuteHint) -> Result<MessageAdmission
                 hint.set(match case {
                     Case::SameMinute(x) | Case::NewMinute(x) => x,
                 });
-                let counted = item::num(&new, sattr::MSG_COUNT).unwrap_or(i64::MAX);
+                let counted = item::num(&new, session_attr::MSG_COUNT).unwrap_or(i64::MAX);
                 let over =
                     crate::mutation::active(r.deps, crate::mutation::Mutation::MessageOffByOne);
                 let cap = limits.messages_per_minute + u64::from(over);
@@ -130,25 +130,25 @@ pub async fn count(r: Request<'_>, hint: &MinuteHint) -> Result<MessageAdmission
                     let who = format!("session {sid} of tenant {t}");
                     return Ok(MessageAdmission::Refused {
                         refusal: Limit::MessagesPerMinute.refusal(limits, now, &who),
-                        connection_ids: item::string_set(&new, sattr::CONNECTION_IDS),
+                        connection_ids: item::string_set(&new, session_attr::CONNECTION_IDS),
                     });
                 }
                 return Ok(MessageAdmission::Admitted {
-                    connection_ids: item::string_set(&new, sattr::CONNECTION_IDS),
+                    connection_ids: item::string_set(&new, session_attr::CONNECTION_IDS),
                 });
             }
             Err(old) => {
                 let Some(old) = old else {
                     return Ok(MessageAdmission::NoSession);
                 };
-                let ttl = item::num(&old, sattr::SESSION_TTL).unwrap_or(0);
-                let member = item::string_set(&old, sattr::CONNECTION_IDS)
+                let ttl = item::num(&old, session_attr::SESSION_TTL).unwrap_or(0);
+                let member = item::string_set(&old, session_attr::CONNECTION_IDS)
                     .iter()
                     .any(|c| c == cid.as_str());
                 if ttl <= now.as_secs() || !member {
                     return Ok(MessageAdmission::NoSession);
                 }
-                case = match item::num(&old, sattr::MSG_MINUTE) {
+                case = match item::num(&old, session_attr::MSG_MINUTE) {
                     Some(sm) if sm >= m => {
                         hint.set(sm);
                         Case::SameMinute(sm)
@@ -180,10 +180,10 @@ async fn attempt(r: Request<'_>, case: Case) -> Result<std::result::Result<Item,
         .update_item()
         .table_name(&deps.tables.sessions)
         .set_key(Some(sstore::key(t, sid)))
-        .expression_attribute_names("#ttl", sattr::SESSION_TTL)
-        .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
-        .expression_attribute_names("#m", sattr::MSG_MINUTE)
-        .expression_attribute_names("#n", sattr::MSG_COUNT)
+        .expression_attribute_names("#ttl", session_attr::SESSION_TTL)
+        .expression_attribute_names("#ids", session_attr::CONNECTION_IDS)
+        .expression_attribute_names("#m", session_attr::MSG_MINUTE)
+        .expression_attribute_names("#n", session_attr::MSG_COUNT)
         .expression_attribute_values(":now", n(now))
         .expression_attribute_values(":ttl", n(ttl))
         .expression_attribute_values(":cid", AttributeValue::S(cid.to_string()))

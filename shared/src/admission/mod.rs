@@ -1,5 +1,6 @@
 //! WebSocket admission: the conditional writes behind `$connect`, `$disconnect`,
-//! `$default`, the session API and the TTL sweeper, and the reconciler that repairs leaked counts.
+//! `$default`, the session API and the TTL sweeper (the reconciler that repairs leaked counts is
+//! `crate::reconcile`, above this module).
 //! Every admission is a conditional update, or ordered conditional updates proven never to
 //! over-admit; see `docs/decisions/0300-websocket-admission.md` and
 //! `0306-connect-without-a-transaction.md`.
@@ -14,21 +15,14 @@
 //!   after [`message::standing`]: no call with the tenant cached, 1 GetItem on a cache miss.
 //! - [`closing::delete`] (session `DELETE`): 1 GetItem + 1 TransactWriteItems without connections;
 //!   with them 1 more for the end, then one per release attempt (decision 2208).
-//! - [`reconcile::run`]: per tenant 1 GetItem, 2 Query pages, at most 1 UpdateItem.
 //! - Sharded tenants (`connectionShards` > 1, [`shards`], decision 1502): the same 2 writes when
 //!   the random shard admits; 1 BatchGetItem of the shards and a write per shard tried otherwise.
 
 pub mod closing;
 pub mod connect;
-pub mod context;
 pub mod message;
 pub mod precheck;
-#[cfg(feature = "gateway")]
-pub mod reconcile;
-#[cfg(feature = "gateway")]
-mod reconcile_shards;
 pub mod release;
-pub mod respond;
 pub mod sessions;
 pub mod shards;
 pub mod verdict;
@@ -40,7 +34,7 @@ use serde::Serialize;
 
 use crate::counter::window::MinuteWindow;
 use crate::refusal::{Policy, QuotaUnit, Refusal, Usage};
-use crate::tenant::{attr as tattr, Limits};
+use crate::tenant::{attr as tenant_attr, Limits};
 
 /// One WebSocket request as the authorizer context names it: the tenant, the session and the
 /// connection, under the tenant's limits.
@@ -88,13 +82,13 @@ pub enum Limit {
 impl Limit {
     pub fn name(self) -> &'static str {
         match self {
-            Limit::TenantConnections => tattr::TENANT_CONNECTIONS,
-            Limit::ConnectionsPerSession => tattr::CONNECTIONS_PER_SESSION,
-            Limit::TenantPerMinute => tattr::TENANT_PER_MINUTE,
-            Limit::SessionPerMinute => tattr::SESSION_PER_MINUTE,
-            Limit::MessagesPerMinute => tattr::MESSAGES_PER_MINUTE,
-            Limit::MaxSessions => tattr::MAX_SESSIONS,
-            Limit::MaxSessionsPerSubject => tattr::MAX_SESSIONS_PER_SUBJECT,
+            Limit::TenantConnections => tenant_attr::TENANT_CONNECTIONS,
+            Limit::ConnectionsPerSession => tenant_attr::CONNECTIONS_PER_SESSION,
+            Limit::TenantPerMinute => tenant_attr::TENANT_PER_MINUTE,
+            Limit::SessionPerMinute => tenant_attr::SESSION_PER_MINUTE,
+            Limit::MessagesPerMinute => tenant_attr::MESSAGES_PER_MINUTE,
+            Limit::MaxSessions => tenant_attr::MAX_SESSIONS,
+            Limit::MaxSessionsPerSubject => tenant_attr::MAX_SESSIONS_PER_SUBJECT,
         }
     }
 

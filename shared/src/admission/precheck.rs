@@ -11,13 +11,13 @@
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
 use super::Limit;
-use crate::counter::{attr as cattr, keys, window::MinuteWindow};
+use crate::counter::{attr as counter_attr, keys, window::MinuteWindow};
 use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
 use crate::gcra::{self, Rate};
+use crate::gcra_write as gw;
 use crate::ids::{SessionId, TenantId};
-use crate::kv::write as gw;
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::{attr as session_attr, store as sstore};
 use crate::tenant::Limits;
 use crate::tenant::WindowAlgorithm;
 use crate::Deps;
@@ -46,7 +46,7 @@ pub async fn check(
     let m = MinuteWindow::at(now).start;
     let gcra = limits.rate_algorithm == WindowAlgorithm::Gcra;
     let counter_key = keys::tenant_connections(t)?;
-    let k = |key: String| Item::from([(cattr::KEY.to_string(), s(key))]);
+    let k = |key: String| Item::from([(counter_attr::KEY.to_string(), s(key))]);
     let built = |keys: Vec<Item>| {
         KeysAndAttributes::builder()
             .set_keys(Some(keys))
@@ -73,11 +73,11 @@ pub async fn check(
         let Some(session) = rows.get(&deps.tables.sessions).and_then(|v| v.first()) else {
             return Ok(Precheck::NoSession);
         };
-        if item::num(session, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
+        if item::num(session, session_attr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
             return Ok(Precheck::Expired);
         }
         let held = session
-            .get(sattr::SESSION_NONCE)
+            .get(session_attr::SESSION_NONCE)
             .and_then(|v| v.as_s().ok());
         if nonce.is_some_and(|n| held.map(String::as_str) != Some(n)) {
             return Ok(Precheck::Replaced);
@@ -94,7 +94,7 @@ pub async fn check(
     // session/minute. An unread item (still unprocessed) is not checked here; a zero limit refuses
     // regardless.
     let open = |it: Option<&Item>| {
-        it.and_then(|i| item::num(i, cattr::ITEM_COUNT))
+        it.and_then(|i| item::num(i, counter_attr::ITEM_COUNT))
             .map(|c| c.max(0) as u64)
             .unwrap_or(0)
     };
@@ -106,7 +106,7 @@ pub async fn check(
         (
             Limit::ConnectionsPerSession,
             session.map(|s| {
-                item::string_set(s, sattr::CONNECTION_IDS).len() as u64
+                item::string_set(s, session_attr::CONNECTION_IDS).len() as u64
                     >= limits.connections_per_session
             }),
         ),
@@ -117,9 +117,9 @@ pub async fn check(
                     c,
                     gcra,
                     (
-                        cattr::CONN_MINUTE,
-                        cattr::CONN_MINUTE_COUNT,
-                        cattr::CONN_TAT,
+                        counter_attr::CONN_MINUTE,
+                        counter_attr::CONN_MINUTE_COUNT,
+                        counter_attr::CONN_TAT,
                     ),
                     limits.tenant_per_minute,
                     m,
@@ -134,9 +134,9 @@ pub async fn check(
                     Some(s),
                     gcra,
                     (
-                        sattr::CONN_MINUTE,
-                        sattr::CONN_MINUTE_COUNT,
-                        sattr::CONN_TAT,
+                        session_attr::CONN_MINUTE,
+                        session_attr::CONN_MINUTE_COUNT,
+                        session_attr::CONN_TAT,
                     ),
                     limits.session_per_minute,
                     m,
@@ -185,7 +185,7 @@ fn row_of<'a>(
 ) -> Option<&'a Item> {
     responses.and_then(|r| r.get(table)).and_then(|rows| {
         rows.iter().find(
-            |r| matches!(r.get(cattr::KEY), Some(v) if v.as_s().ok().map(String::as_str) == Some(key)),
+            |r| matches!(r.get(counter_attr::KEY), Some(v) if v.as_s().ok().map(String::as_str) == Some(key)),
         )
     })
 }

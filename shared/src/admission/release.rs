@@ -20,16 +20,15 @@
 use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
 
 use super::connect::count_move;
-use super::shards;
-use super::write::{self, Parts, Retries, Written};
+use super::write::{self, ConditionalUpdate, Retries, UpdateOutcome};
 use crate::clock::Timestamp;
-use crate::counter::{attr as cattr, keys};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{self, n, s, Item};
 use crate::dynamo::retry::Backoff;
 use crate::dynamo::txn;
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, SessionId, TenantId};
-use crate::session::{attr as sattr, store as sstore, Charges};
+use crate::session::{attr as session_attr, store as sstore, Charges};
 use crate::Deps;
 
 /// How long a sweep's tombstone outlives its record: DynamoDB Streams keep records 24 hours.
@@ -92,9 +91,9 @@ async fn one_from_session(
 ) -> Result<bool> {
     let token = request_token();
     let rel = crate::session::release_attr(cid.as_str());
-    let mut p = Parts::default();
-    p.name("#ids", sattr::CONNECTION_IDS)
-        .name("#sid", sattr::SESSION_ID)
+    let mut p = ConditionalUpdate::default();
+    p.name("#ids", session_attr::CONNECTION_IDS)
+        .name("#sid", session_attr::SESSION_ID)
         .name("#rel", &rel);
     p.value(":gone", AttributeValue::Ss(vec![cid.to_string()]))
         .value(":cid", s(cid.as_str()))
@@ -116,14 +115,14 @@ async fn one_from_session(
     )
     .await?
     {
-        Written::Applied(old) => old,
+        UpdateOutcome::Applied(old) => old,
         // Gone from the set (someone else released it) or the session is gone (whoever deleted
         // it released its connections).
-        Written::Refused(_) => return Ok(false),
+        UpdateOutcome::Refused(_) => return Ok(false),
     };
     let ids = [cid.as_str()];
     let charges = sstore::charges(&old);
-    let mut clean = Parts::default();
+    let mut clean = ConditionalUpdate::default();
     clean
         .name("#rel", &rel)
         .name("#chg", &crate::session::charge_attr(cid.as_str()));
@@ -149,15 +148,12 @@ async fn one_from_session(
 }
 
 /// The counter item a connection's release decrements: the one its `chg:{cid}` names (decision
-/// 2206), or, for a connection that joined before that record existed, `{tenant}` or the shard
-/// its id hashes to among the session's `connShards` (decision 1502). `(key, floored)`: only
-/// `{tenant}` keeps its floor at zero.
+/// 2206; every join writes it with the id), else `{tenant}`. `(key, floored)`: only `{tenant}`
+/// keeps its floor at zero.
 pub fn target(t: &TenantId, cid: &str, charges: &Charges) -> Result<(String, bool)> {
     let shard = match charges.recorded.get(cid) {
-        Some(&i) if i == crate::session::TENANT_COUNTER => None,
-        Some(&i) => Some(u64::try_from(i).unwrap_or(0)),
-        None if charges.shards <= 1 => None,
-        None => Some(shards::shard_of(cid, charges.shards)),
+        Some(&i) if i != crate::session::TENANT_COUNTER => Some(u64::try_from(i).unwrap_or(0)),
+        _ => None,
     };
     Ok(match shard {
         None => (keys::tenant_connections(t)?, true),
@@ -229,16 +225,19 @@ pub async fn swept(deps: &Deps, e: &Expired) -> Result<Swept> {
     let (charges, owner) = (&e.charges, e.owner.as_deref());
     let released = ids.len() as u64;
     let mut tomb = Item::from([
-        (cattr::KEY.to_string(), s(keys::swept(t, sid, event_id)?)),
-        (cattr::TENANT_ID.to_string(), s(t.as_str())),
-        (cattr::SESSION_ID.to_string(), s(sid.as_str())),
-        (cattr::ITEM_COUNT.to_string(), n(released)),
+        (
+            counter_attr::KEY.to_string(),
+            s(keys::swept(t, sid, event_id)?),
+        ),
+        (counter_attr::TENANT_ID.to_string(), s(t.as_str())),
+        (counter_attr::SESSION_ID.to_string(), s(sid.as_str())),
+        (counter_attr::ITEM_COUNT.to_string(), n(released)),
         // From the record's deletion time, not the clock: every delivery of one record must send
         // the same transaction under its token, or a redelivery within DynamoDB's 10 idempotency
         // minutes is refused as `IdempotentParameterMismatch` and the record blocks its stream
         // shard. Records are delivered within 24 hours of the deletion, well inside the TTL.
         (
-            cattr::ITEM_TTL.to_string(),
+            counter_attr::ITEM_TTL.to_string(),
             n(deleted_at.plus(TOMBSTONE_TTL).as_secs()),
         ),
     ]);
@@ -274,7 +273,7 @@ pub async fn swept(deps: &Deps, e: &Expired) -> Result<Swept> {
         if !unfenced {
             put = put
                 .condition_expression("attribute_not_exists(#k)")
-                .expression_attribute_names("#k", cattr::KEY);
+                .expression_attribute_names("#k", counter_attr::KEY);
         }
         let put = put
             .build()
@@ -347,7 +346,7 @@ pub async fn exactly_once(
 ) -> Result<Attempt> {
     let mut items = vec![lead];
     for ((key, floored), k) in plan {
-        let key = Item::from([(cattr::KEY.to_string(), s(key.clone()))]);
+        let key = Item::from([(counter_attr::KEY.to_string(), s(key.clone()))]);
         let p = decrement_parts(*k, truth_before, *floored);
         items.push(p.transact_update(&deps.tables.counters, key, "a release's decrement")?);
     }
@@ -395,14 +394,14 @@ fn fnv(seed: u64, text: &str) -> u64 {
 }
 
 /// The parts of a decrement of `k` (see [`decrement`]).
-fn decrement_parts(k: u64, truth_before: Option<i64>, floored: bool) -> Parts {
-    let mut p = Parts::default();
+fn decrement_parts(k: u64, truth_before: Option<i64>, floored: bool) -> ConditionalUpdate {
+    let mut p = ConditionalUpdate::default();
     count_move(&mut p, -(k as i64));
     if floored {
         p.conditions.push("#c >= :size".into());
     }
     if let Some(before) = truth_before {
-        p.name("#ta", cattr::TRUTH_AT);
+        p.name("#ta", counter_attr::TRUTH_AT);
         p.value(":before", n(before));
         p.conditions
             .push("attribute_not_exists(#ta) OR #ta < :before".into());
@@ -422,7 +421,7 @@ async fn decrement(
     truth_before: Option<i64>,
     floored: bool,
 ) -> Result<bool> {
-    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
+    let key = Item::from([(counter_attr::KEY.to_string(), s(key))]);
     let p = decrement_parts(k, truth_before, floored);
     let retries = if crate::mutation::active(deps, crate::mutation::Mutation::RetriedDecrement) {
         Retries::Sdk
@@ -439,9 +438,11 @@ async fn decrement(
     )
     .await?;
     match written {
-        Written::Applied(_) => Ok(true),
-        Written::Refused(old) => {
-            let count = old.as_ref().and_then(|o| item::num(o, cattr::ITEM_COUNT));
+        UpdateOutcome::Applied(_) => Ok(true),
+        UpdateOutcome::Refused(old) => {
+            let count = old
+                .as_ref()
+                .and_then(|o| item::num(o, counter_attr::ITEM_COUNT));
             tracing::warn!(tenant = %t, released = k, ?count, "count not decremented");
             Ok(false)
         }

@@ -38,16 +38,16 @@ use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
 use super::closing::{self, Drained, Sockets};
 use super::connect::count_move;
-use super::write::Parts;
+use super::write::ConditionalUpdate;
 use super::Limit;
-use crate::counter::{attr as cattr, keys};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{n, s, Item};
 use crate::dynamo::retry::Backoff;
 use crate::dynamo::txn::{self, Reason};
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
 use crate::session::store::{self as sstore, Refresh};
-use crate::session::{attr as sattr, Session};
+use crate::session::{attr as session_attr, Session};
 use crate::Deps;
 
 /// Creates that met a concurrent create of the same id, an expired row changing under its
@@ -225,12 +225,12 @@ pub async fn open_as(
 /// A session count (`{tenant}:sessions`, `{tenant}:subject:{hash}`): `ADD itemCount 1` (and
 /// `ver`, `resvTotal`) while under `cap`.
 fn count_item(deps: &Deps, key: &str, cap: u64) -> Result<TransactWriteItem> {
-    let mut p = Parts::default();
+    let mut p = ConditionalUpdate::default();
     count_move(&mut p, 1);
     p.value(":cap", n(cap));
     p.conditions
         .push("attribute_not_exists(#c) OR #c < :cap".into());
-    let key = Item::from([(cattr::KEY.to_string(), s(key))]);
+    let key = Item::from([(counter_attr::KEY.to_string(), s(key))]);
     p.transact_update(&deps.tables.counters, key, "a session count")
 }
 
@@ -240,7 +240,7 @@ fn row_item(deps: &Deps, row: Item) -> Result<TransactWriteItem> {
         .table_name(&deps.tables.sessions)
         .set_item(Some(row))
         .condition_expression("attribute_not_exists(#sid)")
-        .expression_attribute_names("#sid", sattr::SESSION_ID)
+        .expression_attribute_names("#sid", session_attr::SESSION_ID)
         .build()
         .map_err(|e| Error::build_request("a session row", e))?;
     Ok(TransactWriteItem::builder().put(put).build())

@@ -7,22 +7,16 @@
 //! each shard's count is at most its share after every increment and only falls between them, and
 //! the shares sum to the cap: the tenant never holds more than `tenantConnections`.
 //!
-//! A connect charges a random shard; a release (disconnect, session delete, TTL sweep) decrements
-//! the shard its connection id hashes to ([`shard_of`], with the shard count the session recorded
-//! at its join, `connShards`), with no lookup. The sum over shards is exactly the 0306 count, so
-//! a release that lands on another shard than the one charged moves one unit of room there (a
-//! shard's count may go below zero). A connect refused by its shard reads every shard (1
-//! BatchGetItem) and tries shards that had room, at most [`TRIES_PER_ROUND`] per read and
-//! [`ROUNDS`] reads.
+//! A connect charges a random shard and its join records which (`chg:{cid}`); a release
+//! (disconnect, session delete, TTL sweep) decrements that shard, with no lookup (decision 2206).
+//! A connect refused by its shard reads every shard (1 BatchGetItem) and tries shards that had
+//! room, at most [`TRIES_PER_ROUND`] per read and [`ROUNDS`] reads.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 
-use super::connect::{self, Admission, Ask, Minute, Reservation, TENANT_MINUTE};
-use super::Limit;
-use crate::clock::Timestamp;
-use crate::counter::{attr as cattr, keys};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{self, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
@@ -34,17 +28,6 @@ use crate::Deps;
 pub const TRIES_PER_ROUND: usize = 3;
 /// Reads of all shards before a refusal stands.
 pub const ROUNDS: u32 = 3;
-
-/// The shard a connection id's release decrements: FNV-1a of the id, modulo `n` (stable across
-/// processes and releases; not `std`'s hasher, whose seed and algorithm may change).
-pub fn shard_of(cid: &str, n: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in cid.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h % n.max(1)
-}
 
 pub use crate::session::store::connection_shards as of_item;
 
@@ -62,28 +45,8 @@ pub struct Counter {
     pub index: i64,
 }
 
-/// Whether a counter item read as `old` has room for one connection under `on`'s caps at `now`
-/// (the same test a refused step 1 applies to its old image).
-pub(super) fn has_room(
-    limits: &Limits,
-    on: &Counter,
-    old: Option<&Item>,
-    now: Timestamp,
-) -> Result<bool> {
-    let count = old
-        .and_then(|o| item::num(o, cattr::ITEM_COUNT))
-        .unwrap_or(0);
-    if count >= on.cap as i64 {
-        return Ok(false);
-    }
-    let alg = limits.rate_algorithm;
-    let stored = TENANT_MINUTE.stored(alg, old);
-    let m = Minute::bet(alg, Limit::TenantPerMinute, on.minute_cap, stored, now)?;
-    Ok(m.refused(&TENANT_MINUTE, old).is_none())
-}
-
 /// Shard `i` of a tenant of `limits` (n > 1).
-fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
+pub(crate) fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter> {
     let over = u64::from(crate::mutation::active(
         deps,
         crate::mutation::Mutation::ShardOverShare,
@@ -97,66 +60,6 @@ fn counter(deps: &Deps, t: &TenantId, limits: &Limits, i: u64) -> Result<Counter
         sharded: true,
         index: i64::from(i32_),
     })
-}
-
-/// Step 1 of a sharded tenant: 1 `UpdateItem` on a random shard when it has room; otherwise 1
-/// `BatchGetItem` of every shard and up to [`TRIES_PER_ROUND`] `UpdateItem` on shards that had
-/// room, at most [`ROUNDS`] times. Refused when a read finds no shard with room (or every round's
-/// tries lost their room to other connects meanwhile).
-pub(super) async fn reserve(ask: Ask<'_>) -> Result<std::result::Result<Reservation, Admission>> {
-    let Ask {
-        deps,
-        t,
-        sid,
-        limits,
-        ..
-    } = ask;
-    let n = limits.connection_shards.clamp(1, MAX_CONNECTION_SHARDS);
-    let first = fastrand::u64(0..n);
-    let mut answer = match connect::reserve_on(ask, &counter(deps, t, limits, first)?).await? {
-        Ok(r) => return Ok(Ok(r)),
-        Err(a) => a,
-    };
-    for _ in 0..ROUNDS {
-        let now = deps.clock.now();
-        let rows = read_all(deps, t, n).await?;
-        let mut open_room = false;
-        let mut room = Vec::new();
-        for i in 0..n {
-            let Some(old) = rows.get(&i) else { continue };
-            if let Some(layout) = connect::fenced(old.as_ref(), n) {
-                ask.relayout
-                    .store(layout, std::sync::atomic::Ordering::Relaxed);
-                return Ok(Err(answer));
-            }
-            let on = counter(deps, t, limits, i)?;
-            let count = old
-                .as_ref()
-                .and_then(|o| item::num(o, cattr::ITEM_COUNT))
-                .unwrap_or(0);
-            open_room |= count < on.cap as i64;
-            if has_room(limits, &on, old.as_ref(), now)? {
-                room.push(on);
-            }
-        }
-        if room.is_empty() {
-            // Name the limit that binds the whole tenant: open connections when no shard has an
-            // open slot, otherwise the minute.
-            if !open_room {
-                answer =
-                    connect::refusal(super::Limit::TenantConnections, limits, now, t, sid, None);
-            }
-            return Ok(Err(answer));
-        }
-        fastrand::shuffle(&mut room);
-        for on in room.iter().take(TRIES_PER_ROUND) {
-            match connect::reserve_on(ask, on).await? {
-                Ok(r) => return Ok(Ok(r)),
-                Err(a) => answer = a,
-            }
-        }
-    }
-    Ok(Err(answer))
 }
 
 /// Every shard of `t` (strongly consistent), by index; a shard with no item maps to `None`. 1
@@ -174,7 +77,7 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     let mut out: HashMap<u64, Option<Item>> = HashMap::new();
     for it in rows.get(&deps.tables.counters).into_iter().flatten() {
         if let Some(i) = it
-            .get(cattr::KEY)
+            .get(counter_attr::KEY)
             .and_then(|v| v.as_s().ok())
             .and_then(|k| index.get(k))
         {
@@ -184,7 +87,7 @@ pub async fn read_all(deps: &Deps, t: &TenantId, n: u64) -> Result<HashMap<u64, 
     let unread: Vec<u64> = request
         .values()
         .flat_map(|ka| ka.keys())
-        .filter_map(|k| k.get(cattr::KEY).and_then(|v| v.as_s().ok()))
+        .filter_map(|k| k.get(counter_attr::KEY).and_then(|v| v.as_s().ok()))
         .filter_map(|k| index.get(k).copied())
         .collect();
     for i in 0..n {
@@ -206,7 +109,7 @@ pub(crate) async fn read_counters(
 )> {
     let wanted = keys
         .iter()
-        .map(|k| Item::from([(cattr::KEY.to_string(), s(k.clone()))]))
+        .map(|k| Item::from([(counter_attr::KEY.to_string(), s(k.clone()))]))
         .collect();
     let built = KeysAndAttributes::builder()
         .set_keys(Some(wanted))
@@ -224,7 +127,7 @@ pub async fn open_count(deps: &Deps, t: &TenantId, n: u64) -> Result<i64> {
         .await?
         .values()
         .flatten()
-        .filter_map(|it| item::num(it, cattr::ITEM_COUNT))
+        .filter_map(|it| item::num(it, counter_attr::ITEM_COUNT))
         .sum())
 }
 
@@ -259,10 +162,10 @@ pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> 
         for k in group {
             let update = aws_sdk_dynamodb::types::Update::builder()
                 .table_name(&deps.tables.counters)
-                .key(cattr::KEY, s(k))
+                .key(counter_attr::KEY, s(k))
                 .update_expression("SET #lay = :lay, #span = :span")
-                .expression_attribute_names("#lay", cattr::LAYOUT)
-                .expression_attribute_names("#span", cattr::LAYOUT_SPAN)
+                .expression_attribute_names("#lay", counter_attr::LAYOUT)
+                .expression_attribute_names("#span", counter_attr::LAYOUT_SPAN)
                 .expression_attribute_values(":lay", item::n(to))
                 .expression_attribute_values(":span", item::n(from.max(to)))
                 .build()
@@ -286,24 +189,4 @@ pub async fn fence(deps: &Deps, t: &TenantId, from: u64, to: u64) -> Result<()> 
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_hash_stably_and_spread() {
-        // Stable: a release in another process finds the same shard.
-        assert_eq!(
-            shard_of("Zk3xYcTpoAMCK_A=", 8),
-            shard_of("Zk3xYcTpoAMCK_A=", 8)
-        );
-        assert_eq!(shard_of("anything", 1), 0);
-        let mut per = [0u32; 8];
-        for i in 0..8_000 {
-            per[shard_of(&format!("conn-{i}="), 8) as usize] += 1;
-        }
-        assert!(per.iter().all(|c| (800..1200).contains(c)), "{per:?}");
-    }
 }

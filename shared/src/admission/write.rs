@@ -22,9 +22,9 @@ use crate::Deps;
 /// Throttled attempts of an at-most-once write before giving up (each one a counted call).
 const THROTTLE_ATTEMPTS: u32 = 4;
 
-/// The parts of one conditional update; [`Parts::update`] and [`Parts::condition`] join them.
+/// The parts of one conditional update; [`ConditionalUpdate::update`] and [`ConditionalUpdate::condition`] join them.
 #[derive(Debug, Clone, Default)]
-pub struct Parts {
+pub struct ConditionalUpdate {
     pub conditions: Vec<String>,
     pub set: Vec<String>,
     pub add: Vec<String>,
@@ -34,7 +34,7 @@ pub struct Parts {
     pub values: HashMap<String, AttributeValue>,
 }
 
-impl Parts {
+impl ConditionalUpdate {
     pub fn name(&mut self, placeholder: &str, attr: &str) -> &mut Self {
         self.names.insert(placeholder.into(), attr.into());
         self
@@ -107,7 +107,7 @@ pub enum Retries {
 
 /// The outcome of one conditional update.
 #[derive(Debug)]
-pub enum Written {
+pub enum UpdateOutcome {
     /// Applied; the attributes asked for with `returned` (empty when none).
     Applied(Item),
     /// The condition failed: the item as it was (`None` when there was no item). Nothing changed.
@@ -120,10 +120,10 @@ pub async fn update(
     deps: &Deps,
     table: &str,
     key: &Item,
-    parts: &Parts,
+    parts: &ConditionalUpdate,
     returned: ReturnValue,
     retries: Retries,
-) -> Result<Written> {
+) -> Result<UpdateOutcome> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -148,13 +148,13 @@ pub async fn update(
         }
         match req.send().await {
             Ok(out) => {
-                return Ok(Written::Applied(
+                return Ok(UpdateOutcome::Applied(
                     out.attributes().cloned().unwrap_or_default(),
                 ))
             }
             Err(SdkError::ServiceError(se)) => match se.err() {
                 UpdateItemError::ConditionalCheckFailedException(e) => {
-                    return Ok(Written::Refused(
+                    return Ok(UpdateOutcome::Refused(
                         e.item().filter(|i| !i.is_empty()).cloned(),
                     ))
                 }
@@ -190,7 +190,12 @@ pub async fn update(
 
 /// [`update`] with nothing returned, sent at most once ([`Retries::AtMostOnce`]): `$connect`'s
 /// writes and the decrements, which an SDK retry of a lost answer would apply twice.
-pub async fn update_once(deps: &Deps, table: &str, key: &Item, parts: &Parts) -> Result<Written> {
+pub async fn update_once(
+    deps: &Deps,
+    table: &str,
+    key: &Item,
+    parts: &ConditionalUpdate,
+) -> Result<UpdateOutcome> {
     update(
         deps,
         table,
@@ -208,7 +213,7 @@ mod tests {
 
     #[test]
     fn parts_join_into_expressions() {
-        let mut p = Parts::default();
+        let mut p = ConditionalUpdate::default();
         assert_eq!(p.condition(), None);
         p.conditions.push("a OR b".into());
         p.conditions.push("c".into());

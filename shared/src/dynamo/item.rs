@@ -2,9 +2,9 @@
 //! `(item, table, name)` and fail with [`Error::MalformedItem`] naming both; the lenient ones
 //! ([`num`], [`string_set`]) read `ALL_OLD` images where a missing attribute has a meaning.
 //!
-//! Two strictness levels on purpose: Turnstile's own rows ([`string`], [`opt_number_i64`]...) are
-//! whole numbers and never `NULL`; rows the rate-limiter-py library may have written ([`opt_str`],
-//! [`opt_int`]...) can hold `NULL` or numbers such as `1700000000123.456`, read rounded down.
+//! Two strictness levels on purpose: Turnstile's own rows ([`string`], [`strict_opt_i64`]...) are
+//! whole numbers and never `NULL`; rows the rate-limiter-py library may have written ([`lenient_opt_str`],
+//! [`lenient_opt_int`]...) can hold `NULL` or numbers such as `1700000000123.456`, read rounded down.
 
 use std::collections::HashMap;
 
@@ -30,7 +30,7 @@ fn malformed(table: &str, reason: String) -> Error {
 }
 
 /// A string attribute (strict: absent, `NULL` or another type is malformed).
-pub fn string(it: &Item, table: &str, name: &str) -> Result<String> {
+pub fn strict_str(it: &Item, table: &str, name: &str) -> Result<String> {
     match it.get(name) {
         Some(AttributeValue::S(s)) => Ok(s.clone()),
         Some(_) => Err(malformed(table, format!("{name} is not a string"))),
@@ -39,7 +39,7 @@ pub fn string(it: &Item, table: &str, name: &str) -> Result<String> {
 }
 
 /// A whole number, or `None` when absent (strict: `8.0` is malformed).
-pub fn opt_number_i64(it: &Item, table: &str, name: &str) -> Result<Option<i64>> {
+pub fn strict_opt_i64(it: &Item, table: &str, name: &str) -> Result<Option<i64>> {
     match it.get(name) {
         Some(AttributeValue::N(n)) => n
             .parse::<i64>()
@@ -50,16 +50,16 @@ pub fn opt_number_i64(it: &Item, table: &str, name: &str) -> Result<Option<i64>>
     }
 }
 
-pub fn opt_number_u64(it: &Item, table: &str, name: &str) -> Result<Option<u64>> {
-    match opt_number_i64(it, table, name)? {
+pub fn strict_opt_u64(it: &Item, table: &str, name: &str) -> Result<Option<u64>> {
+    match strict_opt_i64(it, table, name)? {
         Some(n) if n < 0 => Err(malformed(table, format!("{name}={n} is negative"))),
         Some(n) => Ok(Some(n as u64)),
         None => Ok(None),
     }
 }
 
-pub fn number_u64(it: &Item, table: &str, name: &str) -> Result<u64> {
-    opt_number_u64(it, table, name)?.ok_or_else(|| malformed(table, format!("{name} is missing")))
+pub fn strict_u64(it: &Item, table: &str, name: &str) -> Result<u64> {
+    strict_opt_u64(it, table, name)?.ok_or_else(|| malformed(table, format!("{name} is missing")))
 }
 
 /// A string set (absent = empty: DynamoDB removes a set when its last member goes).
@@ -87,7 +87,7 @@ pub fn num(it: &Item, name: &str) -> Option<i64> {
 }
 
 /// A string attribute, or `None` when absent or `NULL` (rows the Python library wrote).
-pub fn opt_str(item: &Item, table: &str, name: &str) -> Result<Option<String>> {
+pub fn lenient_opt_str(item: &Item, table: &str, name: &str) -> Result<Option<String>> {
     match item.get(name) {
         None | Some(AttributeValue::Null(_)) => Ok(None),
         Some(AttributeValue::S(v)) => Ok(Some(v.clone())),
@@ -98,13 +98,13 @@ pub fn opt_str(item: &Item, table: &str, name: &str) -> Result<Option<String>> {
     }
 }
 
-pub fn req_str(item: &Item, table: &str, name: &str) -> Result<String> {
-    opt_str(item, table, name)?
+pub fn lenient_str(item: &Item, table: &str, name: &str) -> Result<String> {
+    lenient_opt_str(item, table, name)?
         .ok_or_else(|| malformed(table, format!("attribute {name} is missing")))
 }
 
 /// A number attribute rounded down to an integer (Python writes floats such as `8.0`), or `None`.
-pub fn opt_int(item: &Item, table: &str, name: &str) -> Result<Option<i64>> {
+pub fn lenient_opt_int(item: &Item, table: &str, name: &str) -> Result<Option<i64>> {
     match item.get(name) {
         None | Some(AttributeValue::Null(_)) => Ok(None),
         Some(AttributeValue::N(v)) => parse_int(v)
@@ -117,8 +117,8 @@ pub fn opt_int(item: &Item, table: &str, name: &str) -> Result<Option<i64>> {
     }
 }
 
-pub fn req_int(item: &Item, table: &str, name: &str) -> Result<i64> {
-    opt_int(item, table, name)?
+pub fn lenient_int(item: &Item, table: &str, name: &str) -> Result<i64> {
+    lenient_opt_int(item, table, name)?
         .ok_or_else(|| malformed(table, format!("attribute {name} is missing")))
 }
 
@@ -148,8 +148,8 @@ mod tests {
         assert_eq!(parse_int("abc"), None);
         let mut item = Item::new();
         item.insert("limit".into(), s("ten"));
-        assert!(opt_int(&item, "t", "limit").is_err());
-        assert_eq!(opt_int(&item, "t", "windowSec").unwrap(), None);
+        assert!(lenient_opt_int(&item, "t", "limit").is_err());
+        assert_eq!(lenient_opt_int(&item, "t", "windowSec").unwrap(), None);
     }
 
     #[test]
@@ -160,15 +160,19 @@ mod tests {
             ("neg".to_string(), n(-1)),
             ("null".to_string(), AttributeValue::Null(true)),
         ]);
-        assert_eq!(opt_number_u64(&item, "t", "a").unwrap(), Some(7));
+        assert_eq!(strict_opt_u64(&item, "t", "a").unwrap(), Some(7));
         assert!(
-            opt_number_i64(&item, "t", "f").is_err(),
+            strict_opt_i64(&item, "t", "f").is_err(),
             "not a whole number"
         );
-        assert!(number_u64(&item, "t", "neg").is_err(), "negative");
-        assert!(number_u64(&item, "t", "absent").is_err(), "missing");
-        assert!(string(&item, "t", "null").is_err());
-        assert_eq!(opt_str(&item, "t", "null").unwrap(), None, "lenient reader");
+        assert!(strict_u64(&item, "t", "neg").is_err(), "negative");
+        assert!(strict_u64(&item, "t", "absent").is_err(), "missing");
+        assert!(strict_str(&item, "t", "null").is_err());
+        assert_eq!(
+            lenient_opt_str(&item, "t", "null").unwrap(),
+            None,
+            "lenient reader"
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ use crate::table::TableKind::{
 };
 use crate::table::TableNames;
 
+/// Env var naming the tenant-scoped role to assume; unset or empty means "use the execution role".
+pub const TENANT_ROLE_ARN_VAR: &str = "TENANT_ROLE_ARN";
+
 /// What one tenant-facing function does on tenant rows: (table, DynamoDB actions), the actions
 /// sorted. IAM authorises a `TransactWriteItems` by its items' actions and a `BatchGetItem` table by
 /// table, so those never appear themselves.
@@ -263,7 +266,7 @@ pub fn session_policy_for(
     region: Option<&str>,
 ) -> Result<String, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
-        var: super::TENANT_ROLE_ARN_VAR.into(),
+        var: TENANT_ROLE_ARN_VAR.into(),
         value: role_arn.to_string(),
         reason,
     };

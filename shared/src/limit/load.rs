@@ -13,9 +13,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{LimitRow, LimitStore};
+use super::{LimitRow, LimitStore, MAX_CAPACITY};
 use crate::error::{Error, Result};
-use crate::reservation::shard::MAX_CAPACITY;
 
 /// One entry of a limits file, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

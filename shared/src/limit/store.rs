@@ -14,12 +14,17 @@ use super::Attrs;
 use crate::cache::{Cache, WhenFull};
 use crate::clock::SharedClock;
 use crate::config::{ConfigError, Vars};
-use crate::dynamo::item::{n, opt_int, opt_str, req_int, req_str, s, Item};
+use crate::dynamo::item::{lenient_int, lenient_opt_int, lenient_opt_str, lenient_str, n, s, Item};
 use crate::dynamo::pages;
 use crate::dynamo::retry::Backoff;
 use crate::error::{Error, Result};
 use crate::table::AttributeStyle;
 use crate::Deps;
+
+/// The largest capacity a non-fungible limit may have. Admission costs stay flat beyond it; what
+/// grows with the shard count is the strongly consistent Query that confirms a refusal (all
+/// shards: ~0.9 KB each, ~1,400 RCU and 6 pages at this ceiling), so the ceiling bounds that read.
+pub const MAX_CAPACITY: u64 = 100_000;
 
 /// Env var: seconds a limit row (or its absence) is cached in memory. `0` disables the cache.
 pub const CACHE_SECS_VAR: &str = "TURNSTILE_LIMIT_CACHE_SECS";
@@ -221,11 +226,11 @@ impl LimitStore {
         let a = self.inner.attrs;
         let t = &self.inner.table;
         Ok(LimitRow {
-            resource_name: req_str(item, t, a.resource_name)?,
-            account_id: req_str(item, t, a.account_id)?,
-            limit: req_int(item, t, a.limit)?,
-            window_sec: opt_int(item, t, a.window_sec)?,
-            service_name: opt_str(item, t, a.service_name)?,
+            resource_name: lenient_str(item, t, a.resource_name)?,
+            account_id: lenient_str(item, t, a.account_id)?,
+            limit: lenient_int(item, t, a.limit)?,
+            window_sec: lenient_opt_int(item, t, a.window_sec)?,
+            service_name: lenient_opt_str(item, t, a.service_name)?,
         })
     }
 

@@ -2,12 +2,11 @@
 //! loopback host, i.e. tests), a time limit and a size limit. The hyper + rustls client the AWS SDK
 //! already links, on the same aws-lc-rs provider, with the system's root certificates.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, Request, StatusCode, Uri};
+use http::{header, Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -15,41 +14,13 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
-use super::token::quoted;
-use super::OidcConfig;
+use super::config::{check_url, OidcConfig};
+use super::quote::quoted;
 
 /// One fetch (discovery and JWKS together) takes at most this long; callers wait for it.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 /// A JWKS is a few KB; anything this large is not one.
 const MAX_DOCUMENT: usize = 256 * 1024;
-
-/// `url` if it may be fetched: `https://` with a host, or `http://` to a loopback host.
-pub fn check_url(url: &str) -> Result<Uri, String> {
-    let uri: Uri = url
-        .parse()
-        .map_err(|_| "expected an https:// URL".to_string())?;
-    let host = uri
-        .host()
-        .filter(|h| !h.is_empty())
-        .ok_or("expected an https:// URL with a host")?;
-    match uri.scheme_str() {
-        Some("https") => Ok(uri),
-        Some("http") if is_loopback(host) => Ok(uri),
-        Some("http") => {
-            Err("expected https:// (http:// only for 127.0.0.1, ::1 or localhost)".into())
-        }
-        _ => Err("expected an https:// URL".into()),
-    }
-}
-
-fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
 
 type Body = Empty<Bytes>;
 

@@ -23,9 +23,10 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::config::OidcConfig;
 use super::fetch::Fetcher;
-use super::token::quoted;
-use super::{JwtError, OidcConfig};
+use super::outcome::JwtError;
+use super::quote::quoted;
 use crate::clock::Timestamp;
 
 /// An unknown `kid` may trigger a fetch this long after the previous attempt.

@@ -15,26 +15,7 @@ pub const MAX_COORDINATE_BYTES: usize = 2048;
 /// pair's limit row, read by every cold reservation, so a longer one could never reserve.
 pub const MAX_ACCOUNT_BYTES: usize = 1024;
 
-/// Why (resource, account) has no coordinate. Each variant names the offending field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CoordinateError {
-    #[error("{field} must be non-empty")]
-    Empty { field: &'static str },
-    /// The resource name holds the separator: its coordinate could equal another pair's.
-    #[error(
-        "resource name {resource:?} contains ':', which separates the resource name from the \
-         account id in resourceCoordinate; use a resource name without ':'"
-    )]
-    SeparatorInResource { resource: String },
-    #[error("resourceCoordinate of {resource:?} and the account id is {len} bytes; DynamoDB allows {max}")]
-    TooLong {
-        resource: String,
-        len: usize,
-        max: usize,
-    },
-    #[error("the account id is {len} bytes; a limit row's sort key allows {max}")]
-    AccountTooLong { len: usize, max: usize },
-}
+pub use crate::error::CoordinateError;
 
 /// `"{resource}:{account}"`, or why the pair cannot be encoded unambiguously.
 pub fn encode(resource: &str, account: &str) -> Result<String, CoordinateError> {

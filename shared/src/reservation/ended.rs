@@ -29,7 +29,7 @@ use super::coordinate::MAX_COORDINATE_BYTES;
 use super::ledger::{is_live, Binding};
 use super::limiter::attempt_of;
 use super::{NonFungibleLimiter, Reservation};
-use crate::dynamo::item::{n, opt_int, s, Item};
+use crate::dynamo::item::{lenient_opt_int, n, s, Item};
 use crate::error::{Error, Result};
 
 /// Sort key of an ended-resource marker.
@@ -182,7 +182,7 @@ impl NonFungibleLimiter {
         let Some(item) = out.item() else {
             return Ok(false);
         };
-        let exp = opt_int(item, &self.inner.table, self.inner.attrs.expiration_time)?;
+        let exp = lenient_opt_int(item, &self.inner.table, self.inner.attrs.expiration_time)?;
         // Past its expiry the marker no longer counts, whether or not TTL has removed it yet.
         Ok(exp.is_some_and(|e| is_live(e, self.inner.clock.now())))
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
@@ -161,6 +162,20 @@ pub(super) enum Attempt<T> {
     Failed(Option<Item>),
     /// Throttled or conflicted: pause and retry.
     Retry,
+}
+
+/// An `UpdateItem` sent with `ALL_OLD` on a failed condition, as an attempt: applied, or failed
+/// with the item as it was.
+pub(super) fn update_attempt<T>(
+    sent: std::result::Result<T, SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>>,
+) -> Result<Attempt<()>> {
+    match sent {
+        Ok(_) => Ok(Attempt::Done(())),
+        Err(err) => attempt_of("UpdateItem", err, |e| match e {
+            UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        }),
+    }
 }
 
 /// Sorts an SDK error of a conditional write: `Failed` with the old item on a failed condition,

@@ -15,7 +15,7 @@ use super::shard;
 use super::view::View;
 use super::{NonFungibleLimiter, TokenRow};
 use crate::clock::Timestamp;
-use crate::dynamo::item::{opt_int, opt_str, req_int, req_str, s, Item};
+use crate::dynamo::item::{lenient_int, lenient_opt_int, lenient_opt_str, lenient_str, s, Item};
 use crate::dynamo::pages;
 use crate::error::{Error, Result};
 use crate::interleave::Point;
@@ -65,13 +65,13 @@ impl NonFungibleLimiter {
     fn parse_row(&self, item: &Item, now: Timestamp) -> Result<TokenRow> {
         let a = self.inner.attrs;
         let t = &self.inner.table;
-        let exp = opt_int(item, t, a.expiration_time)?;
+        let exp = lenient_opt_int(item, t, a.expiration_time)?;
         Ok(TokenRow {
-            coordinate: req_str(item, t, a.resource_coordinate)?,
-            reservation_id: req_str(item, t, a.reservation_id)?,
-            resource_name: opt_str(item, t, a.resource_name)?,
-            account_id: opt_str(item, t, a.account_id)?,
-            resource_id: opt_str(item, t, a.resource_id)?,
+            coordinate: lenient_str(item, t, a.resource_coordinate)?,
+            reservation_id: lenient_str(item, t, a.reservation_id)?,
+            resource_name: lenient_opt_str(item, t, a.resource_name)?,
+            account_id: lenient_opt_str(item, t, a.account_id)?,
+            resource_id: lenient_opt_str(item, t, a.resource_id)?,
             expiration_time: exp,
             live: exp.is_some_and(|e| is_live(e, now)),
         })
@@ -209,18 +209,18 @@ impl NonFungibleLimiter {
                     .set_limit(page_size)
             },
             |item| {
-                let id = req_str(item, t, a.reservation_id)?;
+                let id = lenient_str(item, t, a.reservation_id)?;
                 if id == ENDED_ID {
                     return Ok(());
                 }
-                let resource = req_str(item, t, a.resource_name)?;
-                let account = req_str(item, t, a.account_id)?;
+                let resource = lenient_str(item, t, a.resource_name)?;
+                let account = lenient_str(item, t, a.account_id)?;
                 let coordinate =
                     Self::coordinate(&resource, &account).map_err(|e| Error::MalformedItem {
                         table: t.clone(),
                         reason: format!("bound row {id} of {resource_id}: {e}"),
                     })?;
-                let exp = req_int(item, t, a.expiration_time)?;
+                let exp = lenient_int(item, t, a.expiration_time)?;
                 let row = TokenRow {
                     coordinate,
                     reservation_id: id,

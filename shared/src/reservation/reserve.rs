@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 
 use super::ledger::{expiry_secs, reserve_expr, seed_expr, Entries, Ledger, Plan, Prune};
-use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
+use super::limiter::{attempt_of, update_attempt, Attempt, MAX_ATTEMPTS};
 use super::shard::{self, shard_count, share, MAX_CAPACITY};
 use super::view::{lock, Choice, SharedView, View};
 use super::{NonFungibleLimiter, Reservation, ReservationError};
@@ -337,13 +337,7 @@ impl NonFungibleLimiter {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match sent {
-            Ok(_) => Ok(Attempt::Done(())),
-            Err(err) => attempt_of("UpdateItem", err, |e| match e {
-                UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                _ => None,
-            }),
-        }
+        update_attempt(sent)
     }
 
     /// Removes expired entries of shard `k` (each conditioned on its old value). 1 UpdateItem.

@@ -17,10 +17,7 @@ use super::ledger::LEDGER_ID;
 /// ledger write once a shard fills with bound tokens.
 pub const SHARD_CAPACITY: u64 = 16;
 
-/// The largest capacity a non-fungible limit may have. Admission costs stay flat beyond it; what
-/// grows with the shard count is the strongly consistent Query that confirms a refusal (all
-/// shards: ~0.9 KB each, ~1,400 RCU and 6 pages at this ceiling), so the ceiling bounds that read.
-pub const MAX_CAPACITY: u64 = 100_000;
+pub use crate::limit::MAX_CAPACITY;
 
 /// Separates a reservation id's uuid from its shard number (`{uuid}.{k}`); uuids never hold it.
 const SHARD_SEPARATOR: char = '.';

@@ -18,13 +18,12 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures::FutureExt;
 
 use super::ended::BoundRow;
 use super::ledger::{expiry_secs, is_live, Binding, Ledger, LEDGER_MAP};
-use super::limiter::{attempt_of, Attempt, MAX_ATTEMPTS};
+use super::limiter::{attempt_of, update_attempt, Attempt, MAX_ATTEMPTS};
 use super::shard;
 use super::{NonFungibleLimiter, Reservation, ReservationError, Token};
 use crate::clock::Timestamp;
@@ -213,13 +212,7 @@ impl NonFungibleLimiter {
                 )
                 .send()
                 .await;
-            let outcome = match sent {
-                Ok(_) => Attempt::Done(()),
-                Err(err) => attempt_of("UpdateItem", err, |e| match e {
-                    UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                    _ => None,
-                })?,
-            };
+            let outcome = update_attempt(sent)?;
             match outcome {
                 Attempt::Done(()) => return Ok(()),
                 Attempt::Failed(old) => {
@@ -328,13 +321,7 @@ impl NonFungibleLimiter {
                 )
                 .send()
                 .await;
-            let outcome = match sent {
-                Ok(_) => Attempt::Done(()),
-                Err(err) => attempt_of("UpdateItem", err, |e| match e {
-                    UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                    _ => None,
-                })?,
-            };
+            let outcome = update_attempt(sent)?;
             match outcome {
                 Attempt::Done(()) => break Removal::Released,
                 Attempt::Failed(old) => {

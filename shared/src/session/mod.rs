@@ -73,9 +73,6 @@ pub fn release_attr(cid: &str) -> String {
 pub struct Charges {
     /// Connection id → its `chg:{cid}`: a shard index, or [`TENANT_COUNTER`].
     pub recorded: std::collections::BTreeMap<String, i64>,
-    /// `connShards` (1 when absent): a connection with no record joined before decision 2206
-    /// and is released as 1502 said, to the shard its id hashes to among these.
-    pub shards: u64,
 }
 
 impl Charges {
@@ -83,7 +80,6 @@ impl Charges {
     pub fn from_attrs<'a, V: 'a>(
         attrs: impl IntoIterator<Item = (&'a String, &'a V)>,
         num: impl Fn(&V) -> Option<i64>,
-        shards: u64,
     ) -> Charges {
         let recorded = attrs
             .into_iter()
@@ -92,7 +88,7 @@ impl Charges {
                 num(v).map(|i| (cid.to_string(), i))
             })
             .collect();
-        Charges { recorded, shards }
+        Charges { recorded }
     }
 }
 

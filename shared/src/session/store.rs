@@ -26,11 +26,7 @@ pub fn connection_shards(it: &Item) -> u64 {
 
 /// Where the connections of a session item (or its `ALL_OLD` image) were charged.
 pub fn charges(it: &Item) -> super::Charges {
-    super::Charges::from_attrs(
-        it,
-        |v| v.as_n().ok().and_then(|n| n.parse().ok()),
-        connection_shards(it),
-    )
+    super::Charges::from_attrs(it, |v| v.as_n().ok().and_then(|n| n.parse().ok()))
 }
 
 /// The session's key. Its leading (partition) key is the tenant id itself, taken from the validated
@@ -46,13 +42,13 @@ pub fn from_item(table: &str, it: &Item) -> Result<Session> {
     let mut connection_ids = item::string_set(it, attr::CONNECTION_IDS);
     connection_ids.sort();
     Ok(Session {
-        tenant_id: item::string(it, table, attr::TENANT_ID)?,
-        session_id: item::string(it, table, attr::SESSION_ID)?,
-        session_ttl: item::opt_number_i64(it, table, attr::SESSION_TTL)?.unwrap_or(0),
+        tenant_id: item::strict_str(it, table, attr::TENANT_ID)?,
+        session_id: item::strict_str(it, table, attr::SESSION_ID)?,
+        session_ttl: item::strict_opt_i64(it, table, attr::SESSION_TTL)?.unwrap_or(0),
         connection_ids,
         charges: charges(it),
-        nonce: item::opt_str(it, table, attr::SESSION_NONCE)?,
-        owner: item::opt_str(it, table, attr::OWNER)?,
+        nonce: item::lenient_opt_str(it, table, attr::SESSION_NONCE)?,
+        owner: item::lenient_opt_str(it, table, attr::OWNER)?,
     })
 }
 

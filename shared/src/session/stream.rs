@@ -9,7 +9,6 @@ use serde_dynamo::AttributeValue;
 use super::attr;
 use crate::clock::Timestamp;
 use crate::ids::{SessionId, TenantId};
-use crate::tenant::MAX_CONNECTION_SHARDS;
 
 /// True for a deletion by DynamoDB's TTL process: `eventName` `REMOVE` by `userIdentity`
 /// `{type: Service, principalId: dynamodb.amazonaws.com}` (a user's delete has no such identity).
@@ -34,25 +33,13 @@ pub fn deleted_at(r: &EventRecord) -> Timestamp {
     Timestamp::from_millis(r.change.approximate_creation_date_time.timestamp_millis())
 }
 
-/// The counter shards the expired session's connections are on (`connShards`; 1 when absent or
-/// unusable: decision 1502).
-pub fn recorded_shards(r: &EventRecord) -> u64 {
-    match r.change.old_image.get(attr::CONNECTION_SHARDS) {
-        Some(AttributeValue::N(v)) => v
-            .parse::<u64>()
-            .map_or(1, |v| v.clamp(1, MAX_CONNECTION_SHARDS)),
-        _ => 1,
-    }
-}
-
-/// Where the expired session's connections were charged (`chg:{cid}`, and `connShards` for
-/// connections that joined before decision 2206).
+/// Where the expired session's connections were charged (`chg:{cid}`).
 pub fn charges(r: &EventRecord) -> super::Charges {
     let num = |v: &AttributeValue| match v {
         AttributeValue::N(n) => n.parse().ok(),
         _ => None,
     };
-    super::Charges::from_attrs(r.change.old_image.iter(), num, recorded_shards(r))
+    super::Charges::from_attrs(r.change.old_image.iter(), num)
 }
 
 /// The user who created the expired session (`owner`), whose session count it gives back.
@@ -137,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn the_old_image_gives_the_session_its_connections_and_shards() {
+    fn the_old_image_gives_the_session_its_connections() {
         let r = ttl_record(json!({
             "tenantId": {"S": "t-1"}, "sessionId": {"S": "s-1"},
             "connectionIds": {"SS": ["a=", "b="]}, "connShards": {"N": "4"}
@@ -145,7 +132,6 @@ mod tests {
         let (t, s, ids) = expired_session(&r).unwrap();
         assert_eq!((t.as_str(), s.as_str()), ("t-1", "s-1"));
         assert_eq!(ids, ["a=", "b="]);
-        assert_eq!(recorded_shards(&r), 4);
         assert_eq!(record_id(&r), "e1");
         assert_eq!(owner(&r), None);
         let owned = ttl_record(json!({"owner": {"S": "user-1"}}));
@@ -162,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unusable_image_is_a_reason_and_odd_shards_fall_back() {
+    fn an_unusable_image_is_a_reason() {
         let no_tenant = ttl_record(json!({"sessionId": {"S": "s-1"}}));
         assert!(expired_session(&no_tenant)
             .unwrap_err()
@@ -176,15 +162,6 @@ mod tests {
         assert!(expired_session(&bad_tenant).is_err());
         let no_connections = ttl_record(json!({"tenantId": {"S": "t"}, "sessionId": {"S": "s"}}));
         assert!(expired_session(&no_connections).unwrap().2.is_empty());
-        for (shards, want) in [
-            (json!({"N": "0"}), 1),
-            (json!({"N": "-3"}), 1),
-            (json!({"N": "1000"}), MAX_CONNECTION_SHARDS),
-            (json!({"S": "4"}), 1),
-        ] {
-            let r = ttl_record(json!({"connShards": shards}));
-            assert_eq!(recorded_shards(&r), want, "{shards}");
-        }
         let mut unnamed = ttl_record(json!({}));
         unnamed.event_id.clear();
         assert_eq!(record_id(&unnamed), "42");

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::dynamo::item::num as int_attr;
 use crate::gcra::Rate;
-use crate::kv::write::attr;
+use crate::gcra_write::attr;
 use crate::kv::{KeyError, LimitSet};
 use crate::table::TableKind;
 
@@ -149,7 +149,7 @@ impl RateLimitState {
         limits_rate: Option<Rate>,
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        let stamped = crate::kv::write::Stamp::of_item(item).map(|stamp| stamp.rate);
+        let stamped = crate::gcra_write::RateStamp::of_item(item).map(|stamp| stamp.rate);
         let (rate, source) = match (stamped, limits_rate) {
             (Some(r), _) => (r, RateSource::Stored),
             (None, Some(r)) => (r, RateSource::LimitsFile),

@@ -271,12 +271,12 @@ pub fn decision(
         counter!(name::REFUSALS, dim::LIMIT => limit.to_string(), dim::OUTCOME => outcome.as_str())
             .increment(1);
     }
-    if let Some(t) = tenant.and_then(super::metrics::tenant_dimension) {
+    if let Some(t) = tenant.and_then(super::recorder::tenant_dimension) {
         counter!(name::DECISIONS_BY_TENANT, dim::TENANT => t, dim::OUTCOME => outcome.as_str())
             .increment(1);
     }
     histogram!(name::DECISION_LATENCY, dim::PATH => path.as_str()).record(millis(elapsed));
-    super::metrics::sampled();
+    super::recorder::sampled();
 }
 
 /// One DynamoDB attempt of `operation`, and how long it took.
@@ -284,7 +284,7 @@ pub fn dynamodb_call(operation: &str, elapsed: Duration) {
     counter!(name::DYNAMODB_CALLS, dim::OPERATION => operation.to_string()).increment(1);
     histogram!(name::DYNAMODB_LATENCY, dim::OPERATION => operation.to_string())
         .record(millis(elapsed));
-    super::metrics::sampled();
+    super::recorder::sampled();
 }
 
 /// A failed DynamoDB attempt: `Throttling`, `Timeout`, `Client`, `Server` or `Transport`.

@@ -7,6 +7,7 @@
 
 pub mod catalogue;
 pub mod metrics;
+mod recorder;
 
 use tracing_subscriber::EnvFilter;
 

@@ -21,14 +21,14 @@ fn key(id: &TenantId) -> HashMap<String, AttributeValue> {
 /// Reads a tenant row into a [`Tenant`]. The AWS WebSocket sample's four limits are required;
 /// `sessionTTL` and `messagesPerMinute` default when absent, so rows with only those four work.
 pub fn from_item(table: &str, it: &HashMap<String, AttributeValue>) -> Result<Tenant> {
-    let id = item::string(it, table, attr::TENANT_ID)?;
+    let id = item::strict_str(it, table, attr::TENANT_ID)?;
     let tenant_id = TenantId::parse(&id).map_err(|e| Error::MalformedItem {
         table: table.to_string(),
         reason: e.to_string(),
     })?;
-    let req = |name: &str| item::number_u64(it, table, name);
+    let req = |name: &str| item::strict_u64(it, table, name);
     let opt = |name: &str, dflt: u64| -> Result<u64> {
-        Ok(item::opt_number_u64(it, table, name)?.unwrap_or(dflt))
+        Ok(item::strict_opt_u64(it, table, name)?.unwrap_or(dflt))
     };
     let mut tenant = Tenant {
         tenant_id,
@@ -194,7 +194,7 @@ pub async fn list(deps: &Deps) -> Result<(Vec<Tenant>, Vec<String>)> {
     let scan = deps.dynamo.scan().table_name(&deps.tables.tenants);
     pages::scan(scan, |it| {
         // Items whose key starts with `~` (never a tenant id) are not tenants: the reconciler's
-        // cursor (`admission::reconcile::budget`).
+        // cursor (`reconcile::budget`).
         if let Some(AttributeValue::S(id)) = it.get(attr::TENANT_ID) {
             if id.starts_with(RESERVED) {
                 return Ok(());

@@ -4,7 +4,7 @@
 /// How a per-window limit (the per-minute connection limits) is enforced, chosen per tenant.
 /// `Fixed` is the AWS WebSocket sample's minute window (one counter per `floor(epoch/60)`), which
 /// lets up to twice the limit through across a window boundary; `Gcra` is a bucket of
-/// `Rate::per_minute(limit)` spent with a [`SpendPlan`](crate::kv::write::SpendPlan), which never
+/// `Rate::per_minute(limit)` spent with a [`SpendPlan`](crate::gcra_write::SpendPlan), which never
 /// does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -6,86 +6,9 @@
 
 pub mod bucket;
 mod limiter;
-
 pub use limiter::{
     account_at, shards_from_vars, Decision, FungibleLimiter, Guarded, Source, TokenError,
 };
+mod schema;
 
-use crate::table::{AttributeStyle, KeyAttr, TableDef, TableKind};
-
-/// The value at a dotted path (`detail.clusterId`) of a JSON document; array elements by index
-/// (`resources.0`).
-pub fn json_path<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
-    path.split('.').try_fold(doc, |v, part| match v {
-        serde_json::Value::Object(m) => m.get(part),
-        serde_json::Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
-        _ => None,
-    })
-}
-
-/// The token table's attribute names in one naming style.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attrs {
-    pub resource_name: &'static str,
-    pub account_id: &'static str,
-    pub tokens: &'static str,
-    pub last_refill: &'static str,
-    pub last_token: &'static str,
-}
-
-impl Attrs {
-    pub const CAMEL: Attrs = Attrs {
-        resource_name: "resourceName",
-        account_id: "accountId",
-        tokens: "tokens",
-        last_refill: "lastRefill",
-        last_token: "lastToken",
-    };
-    pub const SNAKE: Attrs = Attrs {
-        resource_name: "resource_name",
-        account_id: "account_id",
-        tokens: "tokens",
-        last_refill: "last_refill",
-        last_token: "last_token",
-    };
-    pub fn of(style: AttributeStyle) -> Attrs {
-        match style {
-            AttributeStyle::Camel => Attrs::CAMEL,
-            AttributeStyle::Snake => Attrs::SNAKE,
-        }
-    }
-}
-
-pub fn table(name: &str, style: AttributeStyle) -> TableDef {
-    let a = Attrs::of(style);
-    TableDef {
-        kind: TableKind::FungibleTokens,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(a.resource_name),
-        sort_key: Some(KeyAttr::s(a.account_id)),
-        indexes: vec![],
-        ttl_attribute: None,
-        stream: None,
-    }
-}
-
-/// Property tests (docs/testing.md): paths come from configuration, documents from events.
-#[cfg(test)]
-mod fuzz_tests {
-    use proptest::prelude::*;
-
-    proptest! {
-        #![proptest_config(crate::fuzz::config(1))]
-
-        /// `fuzz_json_path`: any dotted path over any document finds a value or nothing.
-        #[test]
-        fn fuzz_json_path(
-            doc in crate::fuzz::json_with_keys(&["detail", "clusterId", "0", "a", ""]),
-            path in prop_oneof![crate::fuzz::text(), "(detail|clusterId|0|1|a|)(\\.(detail|clusterId|0|1|a|)){0,4}"],
-        ) {
-            if let Some(v) = super::json_path(&doc, &path) {
-                prop_assert!(path.split('.').count() >= 1 && v == v);
-            }
-        }
-    }
-}
+pub use schema::*;

@@ -11,7 +11,7 @@ use super::Sockets;
 use crate::dynamo::item;
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
-use crate::session::attr as sattr;
+use crate::session::attr as session_attr;
 use crate::Deps;
 
 /// Sessions read per page.
@@ -55,7 +55,7 @@ pub async fn end_tenant(deps: &Deps, t: &TenantId, sockets: &dyn Sockets) -> Res
     while let Some(page) = pages.next().await {
         let page = page.map_err(|e| Error::dynamo("Query", e))?;
         for it in page.items() {
-            let raw = item::string(it, &deps.tables.sessions, sattr::SESSION_ID)?;
+            let raw = item::strict_str(it, &deps.tables.sessions, session_attr::SESSION_ID)?;
             let sid = SessionId::parse(&raw)?;
             let Some(ended) = super::delete(deps, t, &sid, None, sockets).await? else {
                 continue;
@@ -79,8 +79,8 @@ fn query(
         .query()
         .table_name(&deps.tables.sessions)
         .key_condition_expression("#t = :t")
-        .expression_attribute_names("#t", sattr::TENANT_ID)
-        .expression_attribute_names("#s", sattr::SESSION_ID)
+        .expression_attribute_names("#t", session_attr::TENANT_ID)
+        .expression_attribute_names("#s", session_attr::SESSION_ID)
         .expression_attribute_values(":t", item::s(t.as_str()))
         .projection_expression("#s")
         .consistent_read(true)

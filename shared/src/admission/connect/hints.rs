@@ -3,11 +3,11 @@
 
 use crate::cache::{Cache, WhenFull};
 
-/// Hints kept before the map is cleared (a cleared hint only costs one wrong bet).
+/// Hints kept before the map is cleared (a cleared hint only costs one wrong guess).
 const MAX_HINTS: usize = 10_000;
 
 /// What this process last saw on each folded counter (the window start of a fixed minute, or the
-/// TAT in nanoseconds of a GCRA bucket), to bet on the right case. A missing or stale hint costs
+/// TAT in nanoseconds of a GCRA bucket), to guess on the right case. A missing or stale hint costs
 /// one more call, never a wrong decision.
 #[derive(Debug)]
 pub struct Hints(Cache<String, i64>);

@@ -7,14 +7,14 @@ use super::{
     after, refusal, Admission, Hints, Joined, Minute, Reservation, JOIN_DEADLINE, MAX_ATTEMPTS,
     SESSION_MINUTE,
 };
-use crate::admission::write::{self, Parts, Written};
+use crate::admission::write::{self, ConditionalUpdate, UpdateOutcome};
 use crate::admission::{Limit, Request};
 use crate::dynamo::item::{self, n, s};
 use crate::error::{Error, Result};
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::{attr as session_attr, store as sstore};
 
 fn nonce_of(it: &crate::dynamo::item::Item) -> Option<&str> {
-    it.get(sattr::SESSION_NONCE)
+    it.get(session_attr::SESSION_NONCE)
         .and_then(|v| v.as_s().ok())
         .map(String::as_str)
 }
@@ -47,8 +47,8 @@ pub(super) async fn join_inner(
         .as_secs()
         .saturating_add(i64::try_from(limits.session_ttl).unwrap_or(i64::MAX / 2));
     let per_minute = limits.session_per_minute;
-    let bet = |stored| Minute::bet(alg, Limit::SessionPerMinute, per_minute, stored, now);
-    let mut minute = bet(hints.get(&hint_key))?;
+    let guess = |stored| Minute::guess(alg, Limit::SessionPerMinute, per_minute, stored, now);
+    let mut minute = guess(hints.get(&hint_key))?;
     for _ in 0..MAX_ATTEMPTS {
         // Process time or the injected clock, whichever moved more (the tests move the clock).
         let waited = reservation
@@ -64,10 +64,10 @@ pub(super) async fn join_inner(
                 after: JOIN_DEADLINE,
             }));
         }
-        let mut p = Parts::default();
-        p.name("#ids", sattr::CONNECTION_IDS)
-            .name("#ttl", sattr::SESSION_TTL)
-            .name("#sid", sattr::SESSION_ID);
+        let mut p = ConditionalUpdate::default();
+        p.name("#ids", session_attr::CONNECTION_IDS)
+            .name("#ttl", session_attr::SESSION_TTL)
+            .name("#sid", session_attr::SESSION_ID);
         p.value(":cidset", AttributeValue::Ss(vec![cid.to_string()]))
             .value(":cid", s(cid.as_str()))
             .value(":ttl", n(ttl))
@@ -83,10 +83,10 @@ pub(super) async fn join_inner(
         p.set.push("#ttl = :ttl".into());
         // When the last join happened: a close answering 410 a grace later proves its socket
         // gone (decision 2208).
-        p.name("#jat", sattr::JOINED_AT);
+        p.name("#jat", session_attr::JOINED_AT);
         p.set.push("#jat = :nows".into());
         if let Some(nonce) = r.nonce {
-            p.name("#nonce", sattr::SESSION_NONCE);
+            p.name("#nonce", session_attr::SESSION_NONCE);
             p.value(":nonce", s(nonce));
             p.conditions.push("#nonce = :nonce".into());
         }
@@ -96,7 +96,7 @@ pub(super) async fn join_inner(
         p.value(":chg", n(reservation.charged));
         p.set.push("#chg = :chg".into());
         if limits.connection_shards > 1 {
-            p.name("#nsh", sattr::CONNECTION_SHARDS);
+            p.name("#nsh", session_attr::CONNECTION_SHARDS);
             p.value(":nsh", n(limits.connection_shards));
             p.set.push("#nsh = :nsh".into());
         }
@@ -109,24 +109,24 @@ pub(super) async fn join_inner(
             Err(e) => return Err(e),
         };
         match written {
-            Written::Applied(_) => {
+            UpdateOutcome::Applied(_) => {
                 hints.set(&hint_key, after(&minute));
                 return Ok(Joined::Answer(Admission::Admitted));
             }
-            Written::Refused(old) => {
+            UpdateOutcome::Refused(old) => {
                 let old = old.as_ref();
                 hints.set(&hint_key, SESSION_MINUTE.stored(alg, old));
                 let Some(o) = old else {
                     return Ok(Joined::Answer(Admission::NoSession));
                 };
-                if item::num(o, sattr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
+                if item::num(o, session_attr::SESSION_TTL).unwrap_or(0) <= now.as_secs() {
                     return Ok(Joined::Answer(Admission::NoSession));
                 }
                 // Another incarnation of the session than the ticket's: the ticket's is gone.
                 if r.nonce.is_some() && nonce_of(o) != r.nonce {
                     return Ok(Joined::Answer(Admission::NoSession));
                 }
-                let ids = item::string_set(o, sattr::CONNECTION_IDS);
+                let ids = item::string_set(o, session_attr::CONNECTION_IDS);
                 if ids.iter().any(|c| c == cid.as_str()) {
                     return Ok(Joined::Answer(Admission::AlreadyAdmitted));
                 }
@@ -150,7 +150,7 @@ pub(super) async fn join_inner(
                         d,
                     )));
                 }
-                minute = bet(SESSION_MINUTE.stored(alg, old))?;
+                minute = guess(SESSION_MINUTE.stored(alg, old))?;
             }
         }
     }

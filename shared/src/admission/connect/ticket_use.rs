@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
-use crate::admission::write::{self, Parts, Retries, Written};
-use crate::counter::{attr as cattr, keys};
+use crate::admission::write::{self, ConditionalUpdate, Retries, UpdateOutcome};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{n, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{ConnectionId, TenantId};
@@ -38,7 +38,7 @@ fn key(t: &TenantId, ticket: &TicketUse) -> Result<Item> {
         ));
     }
     let key = keys::ticket_uses(t, &ticket.id)?;
-    Ok(Item::from([(cattr::KEY.to_string(), s(key))]))
+    Ok(Item::from([(counter_attr::KEY.to_string(), s(key))]))
 }
 
 fn one(cid: &ConnectionId) -> AttributeValue {
@@ -57,8 +57,9 @@ pub async fn claim(
         .expires_at
         .saturating_add(LEEWAY_SECS)
         .saturating_add(USES_OUTLIVE.as_secs() as i64);
-    let mut p = Parts::default();
-    p.name("#ids", CONNECTION_IDS).name("#ttl", cattr::ITEM_TTL);
+    let mut p = ConditionalUpdate::default();
+    p.name("#ids", CONNECTION_IDS)
+        .name("#ttl", counter_attr::ITEM_TTL);
     p.value(":cidset", one(cid))
         .value(":cid", s(cid.as_str()))
         .value(":max", n(ticket.connects))
@@ -77,7 +78,7 @@ pub async fn claim(
         Retries::Sdk,
     )
     .await?;
-    Ok(matches!(written, Written::Applied(_)))
+    Ok(matches!(written, UpdateOutcome::Applied(_)))
 }
 
 /// Gives `cid`'s use of `ticket` back (its connect was refused, so the ticket may admit another).
@@ -88,7 +89,7 @@ pub async fn give_back(
     cid: &ConnectionId,
     ticket: &TicketUse,
 ) -> Result<()> {
-    let mut p = Parts::default();
+    let mut p = ConditionalUpdate::default();
     p.name("#ids", CONNECTION_IDS);
     p.value(":cidset", one(cid));
     p.conditions.push("attribute_exists(#ids)".into());

@@ -5,11 +5,47 @@ use std::collections::HashMap;
 
 use serde_saphyr::Spanned;
 
-use super::file::{parse_period, FileModel, LimitSpec};
-use super::{KeyError, LimitSet, LoadError, NameDef, Problem};
+use super::file::{first_line, parse_period, FileModel, LimitSpec};
+use super::{KeyError, LimitSet, LoadError, NameDef, Problem, LIMITS_FILE_VAR};
+use crate::config::Vars;
 use crate::gcra::Rate;
 use crate::kv::names::{check_name, IdFormat};
 use crate::shard::{Shards, MAX_SHARDS};
+
+impl LimitSet {
+    /// Parses and validates a whole file. Pure: no I/O.
+    pub fn from_yaml(src: &str) -> Result<LimitSet, LoadError> {
+        let file: FileModel = serde_saphyr::from_str(src).map_err(|e| {
+            let (line, column) = e
+                .location()
+                .map(|l| (l.line(), l.column()))
+                .unwrap_or((0, 0));
+            LoadError::Invalid(vec![Problem {
+                line,
+                column,
+                reason: first_line(&e.to_string()),
+            }])
+        })?;
+        build(file)
+    }
+
+    /// Reads and validates a file.
+    pub fn from_path(path: &str) -> Result<LimitSet, LoadError> {
+        let src = std::fs::read_to_string(path).map_err(|e| LoadError::Read {
+            path: path.to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::from_yaml(&src)
+    }
+
+    /// The file named by `TURNSTILE_LIMITS_FILE`, if set (`None` when unset: no key-value limits).
+    pub fn from_vars(vars: &Vars) -> Result<Option<LimitSet>, LoadError> {
+        match vars.get(LIMITS_FILE_VAR) {
+            Some(path) => Self::from_path(&path).map(Some),
+            None => Ok(None),
+        }
+    }
+}
 
 fn at<T>(s: &Spanned<T>, reason: String) -> Problem {
     Problem {
@@ -64,7 +100,7 @@ fn rate_of(key: &Spanned<String>, spec: &LimitSpec, problems: &mut Vec<Problem>)
     }
 }
 
-pub(super) fn build(file: FileModel) -> Result<LimitSet, LoadError> {
+fn build(file: FileModel) -> Result<LimitSet, LoadError> {
     let mut problems = Vec::new();
     let mut set = LimitSet::default();
     let mut first_line: HashMap<String, u64> = HashMap::new();

@@ -1,5 +1,6 @@
 //! Property tests (docs/testing.md): the limits file is outside input.
 
+use crate::gcra::Rate;
 use std::time::Duration;
 
 use super::*;

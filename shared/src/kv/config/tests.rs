@@ -1,5 +1,7 @@
 //! The limits file's unit tests: Boulder's layout, each refusal with its line, reloads.
 
+use crate::gcra::Rate;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -17,7 +19,7 @@ fn problems(src: &str) -> Vec<Problem> {
 fn the_seed_layout_loads_with_interned_keys() {
     let set = LimitSet::from_yaml(GOOD).unwrap();
     let b = set.bucket("NewOrdersPerAccount", "12345678").unwrap();
-    assert_eq!(b.key(), "3:12345678", "seed 004's typo: the enum is 3");
+    assert_eq!(b.key(), "3:12345678", "the name's enum is 3");
     assert_eq!(set.rate(&b).unwrap().count, 600);
     let other = set.bucket("NewOrdersPerAccount", "42").unwrap();
     assert_eq!(set.rate(&other).unwrap().count, 300);

@@ -1,6 +1,17 @@
 //! The all-or-nothing batch spend over several buckets (one `TransactWriteItems`, decision 0602).
 
-use super::*;
+use super::denials::BucketDenials;
+use super::outcome::MAX_ATTEMPTS;
+use super::outcome::{BatchOutcome, KvError, Outcome, MAX_BATCH};
+use super::spend::CONFLICT_BACKOFF;
+use super::state::{Limiter, Located};
+use crate::clock::Timestamp;
+use crate::dynamo::item::num;
+use crate::dynamo::txn::{self, Reason};
+use crate::gcra::{self, Decision};
+use crate::gcra_write::{self, Case, Next, SpendPlan, StateWrite};
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use std::collections::{HashMap, HashSet};
 
 impl Limiter {
     /// Spends from several buckets at once, all or nothing: either every bucket admits its cost and
@@ -45,7 +56,7 @@ impl Limiter {
             let plan = SpendPlan::spend(rate, now, *cost, hint)?;
             items.push((bucket, rate, plan, hint));
         }
-        let pendings: Vec<Option<Pending>> = items
+        let pendings: Vec<Option<BucketDenials>> = items
             .iter()
             .map(|(b, ..)| self.pending.take(&b.key()))
             .collect();
@@ -97,13 +108,13 @@ impl Limiter {
                         match reason {
                             Reason::ConditionFailed(old) => {
                                 let old = old.as_ref();
-                                let tat = write::stored_tat(old, write::attr::TAT);
+                                let tat = gcra_write::stored_tat(old, gcra_write::attr::TAT);
                                 self.remember(&bucket.key(), tat);
                                 *hint = tat;
-                                match plan.on_condition_failed(old, write::attr::TAT) {
+                                match plan.on_condition_failed(old, gcra_write::attr::TAT) {
                                     Next::Refused(d) => {
                                         let version =
-                                            old.and_then(|i| num(i, write::attr::VERSION));
+                                            old.and_then(|i| num(i, gcra_write::attr::VERSION));
                                         denials.push((Self::outcome(bucket, *rate, d), version));
                                     }
                                     Next::Retry(p) => *plan = p,

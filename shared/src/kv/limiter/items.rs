@@ -11,7 +11,17 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 
-use super::*;
+use super::super::config::BucketKey;
+use super::outcome::MAX_ATTEMPTS;
+use super::outcome::{KvError, Outcome};
+use super::spend::CONFLICT_BACKOFF;
+use super::state::Limiter;
+use crate::clock::Timestamp;
+use crate::dynamo::item::{n, s, Item};
+use crate::dynamo::txn::{self, Reason};
+use crate::gcra::{self, Decision, Rate};
+use crate::gcra_write::{self, Next, SpendPlan, StateWrite};
+use serde::Serialize;
 
 /// Prefix of refund markers; `~` is not a digit, so no bucket key `{nameId}:{id}` starts with it.
 const REFUND_PREFIX: &str = "~refund:";
@@ -180,8 +190,12 @@ impl Limiter {
                 txn::Outcome::Cancelled(reasons) => {
                     if matches!(reasons.get(1), Some(Reason::ConditionFailed(_))) {
                         let item = self.read(&key).await?;
-                        let tat = write::stored_tat(item.as_ref(), write::attr::TAT);
-                        self.remember_seen(&key, tat, write::Stamp::of_item(item.as_ref()));
+                        let tat = gcra_write::stored_tat(item.as_ref(), gcra_write::attr::TAT);
+                        self.remember_seen(
+                            &key,
+                            tat,
+                            gcra_write::RateStamp::of_item(item.as_ref()),
+                        );
                         let d = gcra::spend(&at.rate, tat, now, 0)?;
                         let d = Decision {
                             new_tat: tat.map_or(now, |t| t.max(now)),
@@ -195,9 +209,9 @@ impl Limiter {
                     match reasons.first() {
                         Some(Reason::ConditionFailed(old)) => {
                             let old = old.as_ref();
-                            hint = write::stored_tat(old, write::attr::TAT);
+                            hint = gcra_write::stored_tat(old, gcra_write::attr::TAT);
                             self.remember(&key, hint);
-                            match plan.on_condition_failed(old, write::attr::TAT) {
+                            match plan.on_condition_failed(old, gcra_write::attr::TAT) {
                                 Next::Refused(d) => {
                                     return Ok(KeyedRefund {
                                         outcome: Self::outcome(&at.bucket, at.rate, d),

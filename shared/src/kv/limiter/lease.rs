@@ -12,7 +12,19 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, Update};
 
-use super::*;
+use super::super::config::BucketKey;
+use super::outcome::KvError;
+use super::outcome::MAX_ATTEMPTS;
+use super::spend::CONFLICT_BACKOFF;
+use super::state::{Limiter, Located};
+use crate::clock::Timestamp;
+use crate::dynamo::item::{n, num, s};
+use crate::dynamo::txn::{self, Reason};
+use crate::gcra::{self, Decision, Rate};
+use crate::gcra_write::{self, Case, Next, SpendPlan, Target};
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use serde::Serialize;
+use std::time::Duration;
 
 /// Prefix of lease items; `~` is not a digit, so no bucket key `{nameId}:{id}` starts with it.
 const LEASE_PREFIX: &str = "~lease:";
@@ -64,7 +76,7 @@ pub struct LeaseOutcome {
 }
 
 enum Tx {
-    /// Written; the decision and whether its numbers are exact.
+    /// UpdateOutcome; the decision and whether its numbers are exact.
     Done(Option<Decision>, bool),
     /// The bucket's write was refused (a spend without room, a refund into a full bucket).
     BucketRefused(Decision),
@@ -92,7 +104,7 @@ fn unchanged(lease: &Lease) -> (String, HashMap<String, AttributeValue>) {
         (":held".to_string(), n(lease.held_until_ns)),
     ]);
     if lease.held_until_ns == i64::MIN {
-        // Written before `heldUntil` (or since, as that same "nothing known outstanding").
+        // UpdateOutcome before `heldUntil` (or since, as that same "nothing known outstanding").
         let held = "(attribute_not_exists(#u) OR #u = :held)";
         return (format!("#a = :old AND {held}"), values);
     }
@@ -574,8 +586,8 @@ impl Limiter {
             match (&plan, reasons.first()) {
                 (Some(p), Some(Reason::ConditionFailed(old))) => {
                     let old = old.as_ref();
-                    self.remember(key, write::stored_tat(old, write::attr::TAT));
-                    match p.on_condition_failed(old, write::attr::TAT) {
+                    self.remember(key, gcra_write::stored_tat(old, gcra_write::attr::TAT));
+                    match p.on_condition_failed(old, gcra_write::attr::TAT) {
                         Next::Refused(d) => return Ok(Tx::BucketRefused(d)),
                         Next::Retry(next) => plan = Some(next),
                     }

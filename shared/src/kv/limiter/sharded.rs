@@ -2,9 +2,16 @@
 //! its own item and partition key, each with an exact share of the burst and the rate. A spend tries
 //! up to [`TRIES`] distinct shards chosen at random and is refused only when all of them refuse.
 
-use super::*;
+use super::super::config::{BucketKey, LimitSet};
+use super::outcome::{KvError, Outcome};
+use super::spend::Op;
+use super::state::{Limiter, Located};
+use crate::clock::Timestamp;
 use crate::config::{ConfigError, Vars};
+use crate::gcra::{self, Decision, Rate, RateError};
+use crate::gcra_write::{self};
 use crate::shard::{self, share, TRIES};
+use std::time::Duration;
 
 /// `TURNSTILE_ITEM_WRITE_BUDGET` (writes per second per item behind `shards: auto`), default 800.
 pub fn item_write_budget(vars: &Vars) -> Result<u64, ConfigError> {
@@ -179,7 +186,8 @@ impl Limiter {
         for i in 0..n {
             let shard_rate = Self::shard_rate(&rate, n, i)?;
             let key = Self::shard_key(bucket, i);
-            let tat = write::stored_tat(self.read(&key).await?.as_ref(), write::attr::TAT);
+            let tat =
+                gcra_write::stored_tat(self.read(&key).await?.as_ref(), gcra_write::attr::TAT);
             self.remember(&key, tat);
             let d = gcra::spend(&shard_rate, tat, now, cost.min(shard_rate.burst))?;
             let fits = cost <= shard_rate.burst;

@@ -2,71 +2,14 @@
 //! count per bucket and adds it to the bucket's next write, or writes it off the admission path
 //! with [`Limiter::flush_throttles`].
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-use super::*;
-
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pending {
-    pub(super) count: u64,
-    pub(super) first: Timestamp,
-    /// The bucket's `version` in the item the last denial was decided from.
-    pub(super) version: Option<i64>,
-}
-
-/// The denials this process holds, by bucket item: at most [`MAX_HINTS`] buckets. A plain map
-/// rather than a [`crate::cache::Cache`]: a flush drains every entry, which a cache does not offer.
-#[derive(Debug, Default)]
-pub(super) struct Held(Mutex<HashMap<String, Pending>>);
-
-impl Held {
-    pub(super) fn take(&self, key: &str) -> Option<Pending> {
-        self.0.lock().ok().and_then(|mut p| p.remove(key))
-    }
-
-    /// Puts back throttles that were not written, adding `denied` new ones at `now` (decided from
-    /// an item at `version`).
-    pub(super) fn keep(
-        &self,
-        key: &str,
-        taken: Option<Pending>,
-        denied: u64,
-        now: Timestamp,
-        version: Option<i64>,
-    ) {
-        let count = taken.map_or(0, |p| p.count) + denied;
-        if count == 0 {
-            return;
-        }
-        let first = taken.map_or(now, |p| p.first.min(now));
-        let version = version.or(taken.and_then(|p| p.version));
-        if let Ok(mut p) = self.0.lock() {
-            if p.len() >= MAX_HINTS && !p.contains_key(key) {
-                // Best effort (docs/decisions/0603): under a flood of distinct keys, drop rather
-                // than grow without bound.
-                return;
-            }
-            let e = p.entry(key.to_string()).or_insert(Pending {
-                count: 0,
-                first,
-                version,
-            });
-            e.count += count;
-            e.first = e.first.min(first);
-            if version.is_some() {
-                e.version = version;
-            }
-        }
-    }
-
-    /// Drops a bucket's held denials (its item was deleted: its window starts over).
-    pub(super) fn forget(&self, key: &str) {
-        if let Ok(mut p) = self.0.lock() {
-            p.remove(key);
-        }
-    }
-}
+use super::denials::BucketDenials;
+use super::outcome::KvError;
+use super::state::Limiter;
+use crate::clock::Timestamp;
+use crate::dynamo::item::{n, s};
+use crate::gcra_write::{self};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 
 impl Limiter {
     /// Writes the denials this process holds onto their buckets' items, each guarded by the
@@ -77,7 +20,7 @@ impl Limiter {
     /// Off the admission path: call it after answering (or from the CLI). DynamoDB calls: **1**
     /// `UpdateItem` per bucket with held denials; none when there are none.
     pub async fn flush_throttles(&self, now: Timestamp) -> Result<usize, KvError> {
-        let held: Vec<(String, Pending)> = match self.pending.0.lock() {
+        let held: Vec<(String, BucketDenials)> = match self.pending.0.lock() {
             Ok(mut p) => p.drain().collect(),
             Err(_) => return Ok(0),
         };
@@ -97,10 +40,10 @@ impl Limiter {
                 .update_expression(
                     "SET #ta = if_not_exists(#ta, :ft), #ua = :now ADD #tc :n, #ver :one",
                 )
-                .expression_attribute_names("#ver", write::attr::VERSION)
-                .expression_attribute_names("#ta", write::attr::THROTTLED_AT)
-                .expression_attribute_names("#tc", write::attr::THROTTLE_COUNT)
-                .expression_attribute_names("#ua", write::attr::UPDATED_AT)
+                .expression_attribute_names("#ver", gcra_write::attr::VERSION)
+                .expression_attribute_names("#ta", gcra_write::attr::THROTTLED_AT)
+                .expression_attribute_names("#tc", gcra_write::attr::THROTTLE_COUNT)
+                .expression_attribute_names("#ua", gcra_write::attr::UPDATED_AT)
                 .expression_attribute_values(":v", n(version))
                 .expression_attribute_values(":ft", n(p.first.as_nanos()))
                 .expression_attribute_values(":now", n(now.as_nanos()))
@@ -113,7 +56,7 @@ impl Limiter {
                 Err(SdkError::ServiceError(e))
                     if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
                 {
-                    let unguarded = Pending { version: None, ..p };
+                    let unguarded = BucketDenials { version: None, ..p };
                     self.pending.keep(&key, Some(unguarded), 0, now, None);
                 }
                 Err(e) => {

@@ -1,6 +1,8 @@
 //! The Lambda handler wrapper of [`FungibleLimiter::guard`] and the JSON account-id reader.
 
-use super::*;
+use super::fungible::{FungibleLimiter, TokenError};
+use crate::limit::Quota;
+use std::future::Future;
 
 /// A Lambda handler that runs only when the event's account gets a token; see
 /// [`FungibleLimiter::guard`].
@@ -11,6 +13,26 @@ pub struct Guarded<A, H> {
     pub(super) default: Quota,
     pub(super) account_of: A,
     pub(super) handler: H,
+}
+
+impl FungibleLimiter {
+    /// Wraps a Lambda handler: each event's account id comes from `account_of` (see
+    /// [`account_at`] for JSON events) and the handler runs only when that account gets a token.
+    pub fn guard<A, H>(
+        self,
+        resource: &str,
+        default: Quota,
+        account_of: A,
+        handler: H,
+    ) -> Guarded<A, H> {
+        Guarded {
+            limiter: self,
+            resource: resource.to_string(),
+            default,
+            account_of,
+            handler,
+        }
+    }
 }
 
 impl<A, H> Guarded<A, H> {

@@ -2,42 +2,11 @@
 //! account's bucket as `N` rows, shard `i` under the partition key `{resource}#shard{i}` with its
 //! exact share of the limit (`shard::share`); a take tries up to [`TRIES`] random shards.
 
-use super::*;
-use crate::config::Vars;
+use super::fungible::{Bucket, Decision, FungibleLimiter, Seen};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::limit::{Effective, Quota};
 use crate::shard::{self, share, MAX_SHARDS, TRIES};
-
-/// Env var: resources whose buckets are sharded, `resource=N` pairs separated by commas
-/// (`api=8,search=4`). Resources not listed keep one row per account.
-pub const TOKEN_SHARDS_VAR: &str = "TURNSTILE_TOKEN_SHARDS";
-
-/// Parses [`TOKEN_SHARDS_VAR`]: `resource=N,...` with `N` in `1..=4096`.
-pub fn shards_from_vars(vars: &Vars) -> Result<HashMap<String, u32>, ConfigError> {
-    let Some(raw) = vars.get(TOKEN_SHARDS_VAR) else {
-        return Ok(HashMap::new());
-    };
-    let bad = |reason: String| ConfigError::Invalid {
-        var: TOKEN_SHARDS_VAR.into(),
-        value: raw.clone(),
-        reason,
-    };
-    let mut out = HashMap::new();
-    for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (resource, n) = pair
-            .split_once('=')
-            .ok_or_else(|| bad(format!("{pair:?} is not resource=N")))?;
-        let n: u32 = n
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| (1..=MAX_SHARDS).contains(n))
-            .ok_or_else(|| bad(format!("{pair:?}: N must be 1..={MAX_SHARDS}")))?;
-        if resource.trim().is_empty() {
-            return Err(bad(format!("{pair:?} names no resource")));
-        }
-        out.insert(resource.trim().to_string(), n);
-    }
-    Ok(out)
-}
 
 /// Shard `i`'s partition key value.
 pub(super) fn shard_key(resource: &str, i: u32) -> String {
@@ -127,6 +96,8 @@ mod tests {
 
     #[test]
     fn token_shards_parse_or_say_why_not() {
+        use super::super::shard_vars::{shards_from_vars, TOKEN_SHARDS_VAR};
+        use crate::config::Vars;
         let v = |s: &str| Vars::from_pairs([(TOKEN_SHARDS_VAR, s)]);
         let m = shards_from_vars(&v("api=8, search=4")).unwrap();
         assert_eq!((m["api"], m["search"]), (8, 4));

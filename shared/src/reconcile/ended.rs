@@ -12,7 +12,7 @@ use super::Probe;
 use crate::error::{Error, Result};
 use crate::gateway::Delivery;
 use crate::ids::{SessionId, TenantId};
-use crate::session::{attr as sattr, store as sstore};
+use crate::session::{attr as session_attr, store as sstore};
 use crate::Deps;
 
 /// Closes `open` (`(session, connection)` of ended rows, not found gone); how many closes
@@ -47,8 +47,8 @@ pub(super) async fn delete_empty(deps: &Deps, t: &TenantId, sids: &[String]) -> 
             .table_name(&deps.tables.sessions)
             .set_key(Some(sstore::key(t, &sid)))
             .condition_expression("attribute_exists(#end) AND attribute_not_exists(#ids)")
-            .expression_attribute_names("#end", sattr::ENDED_BY)
-            .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
+            .expression_attribute_names("#end", session_attr::ENDED_BY)
+            .expression_attribute_names("#ids", session_attr::CONNECTION_IDS)
             .send()
             .await;
         match out {

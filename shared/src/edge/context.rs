@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use crate::ids::{IdError, SessionId, TenantId};
-use crate::tenant::{attr as tattr, Limits};
+use crate::tenant::{attr as tenant_attr, Limits};
 use crate::ticket::TicketUse;
 
 pub const TENANT_ID: &str = "tenantId";
@@ -88,15 +88,15 @@ pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
         m.insert(name.into(), Value::from(v));
     }
     for (name, value) in [
-        (tattr::RATE_ALGORITHM, limits.rate_algorithm.as_str()),
-        (tattr::ENFORCEMENT, limits.enforcement.as_str()),
-        (tattr::ON_FAILURE, limits.on_failure.as_str()),
+        (tenant_attr::RATE_ALGORITHM, limits.rate_algorithm.as_str()),
+        (tenant_attr::ENFORCEMENT, limits.enforcement.as_str()),
+        (tenant_attr::ON_FAILURE, limits.on_failure.as_str()),
     ] {
         m.insert(name.into(), Value::String(value.into()));
     }
     if limits.connection_shards != 1 {
         m.insert(
-            tattr::CONNECTION_SHARDS.into(),
+            tenant_attr::CONNECTION_SHARDS.into(),
             Value::from(limits.connection_shards),
         );
     }
@@ -140,15 +140,15 @@ fn named<T: std::str::FromStr + Default>(fields: &HashMap<String, Value>, name: 
 /// caller then reads the tenant row).
 pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
     let l = Limits {
-        connections_per_session: number(fields, tattr::CONNECTIONS_PER_SESSION)?,
-        tenant_connections: number(fields, tattr::TENANT_CONNECTIONS)?,
-        session_per_minute: number(fields, tattr::SESSION_PER_MINUTE)?,
-        tenant_per_minute: number(fields, tattr::TENANT_PER_MINUTE)?,
-        session_ttl: number(fields, tattr::SESSION_TTL)?,
-        messages_per_minute: number(fields, tattr::MESSAGES_PER_MINUTE)?,
-        rate_algorithm: named(fields, tattr::RATE_ALGORITHM)?,
-        enforcement: named(fields, tattr::ENFORCEMENT)?,
-        on_failure: named(fields, tattr::ON_FAILURE)?,
+        connections_per_session: number(fields, tenant_attr::CONNECTIONS_PER_SESSION)?,
+        tenant_connections: number(fields, tenant_attr::TENANT_CONNECTIONS)?,
+        session_per_minute: number(fields, tenant_attr::SESSION_PER_MINUTE)?,
+        tenant_per_minute: number(fields, tenant_attr::TENANT_PER_MINUTE)?,
+        session_ttl: number(fields, tenant_attr::SESSION_TTL)?,
+        messages_per_minute: number(fields, tenant_attr::MESSAGES_PER_MINUTE)?,
+        rate_algorithm: named(fields, tenant_attr::RATE_ALGORITHM)?,
+        enforcement: named(fields, tenant_attr::ENFORCEMENT)?,
+        on_failure: named(fields, tenant_attr::ON_FAILURE)?,
         // How the tenant authenticates connects matters only to the authorizer, which read the row.
         connect_auth: Default::default(),
         // Only the session API's PUT counts sessions, and it reads the row.
@@ -156,9 +156,9 @@ pub fn limits(fields: &HashMap<String, Value>) -> Option<Limits> {
         max_sessions_per_subject: crate::tenant::DEFAULT_MAX_SESSIONS_PER_SUBJECT,
         // Where a ticket may come from matters only to the authorizer, which read the row.
         ticket_in_query: false,
-        connection_shards: match fields.get(tattr::CONNECTION_SHARDS) {
+        connection_shards: match fields.get(tenant_attr::CONNECTION_SHARDS) {
             None => 1,
-            Some(_) => number(fields, tattr::CONNECTION_SHARDS)?,
+            Some(_) => number(fields, tenant_attr::CONNECTION_SHARDS)?,
         },
     };
     // Shards that do not fit the limits: the row decides (and is malformed).
@@ -228,14 +228,14 @@ mod tests {
         let l = Limits::example(60, 5, 2, 10, 200, 60);
         let plain: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &l)).unwrap();
         assert!(
-            !plain.contains_key(tattr::CONNECTION_SHARDS),
+            !plain.contains_key(tenant_attr::CONNECTION_SHARDS),
             "unsharded: as before"
         );
         let sh = l.with_connection_shards(4);
         let mut f: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &sh)).unwrap();
         assert_eq!(limits(&f), Some(sh));
         // More shards than tenantConnections: not usable, the handler reads the row.
-        f.insert(tattr::CONNECTION_SHARDS.into(), Value::from(11));
+        f.insert(tenant_attr::CONNECTION_SHARDS.into(), Value::from(11));
         assert_eq!(limits(&f), None);
     }
 
@@ -282,15 +282,15 @@ mod tests {
             })
             .collect();
         assert_eq!(limits(&strings), Some(l));
-        strings.remove(tattr::SESSION_TTL);
+        strings.remove(tenant_attr::SESSION_TTL);
         assert_eq!(limits(&strings), None);
         // The algorithm travels too; a context without it is fixed, an unknown one is no limits.
         let g = l.with_rate_algorithm(crate::tenant::WindowAlgorithm::Gcra);
         let mut fields: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &g)).unwrap();
         assert_eq!(limits(&fields), Some(g));
-        fields.remove(tattr::RATE_ALGORITHM);
+        fields.remove(tenant_attr::RATE_ALGORITHM);
         assert_eq!(limits(&fields), Some(l));
-        fields.insert(tattr::RATE_ALGORITHM.into(), Value::from("sliding"));
+        fields.insert(tenant_attr::RATE_ALGORITHM.into(), Value::from("sliding"));
         assert_eq!(limits(&fields), None);
         // So do the policies.
         let p = l
@@ -298,10 +298,10 @@ mod tests {
             .with_on_failure(crate::tenant::OnFailure::Open);
         let mut fields: HashMap<String, Value> = serde_json::from_value(build(&t, &s, &p)).unwrap();
         assert_eq!(limits(&fields), Some(p));
-        fields.remove(tattr::ENFORCEMENT);
-        fields.remove(tattr::ON_FAILURE);
+        fields.remove(tenant_attr::ENFORCEMENT);
+        fields.remove(tenant_attr::ON_FAILURE);
         assert_eq!(limits(&fields), Some(l));
-        fields.insert(tattr::ON_FAILURE.into(), Value::from("maybe"));
+        fields.insert(tenant_attr::ON_FAILURE.into(), Value::from("maybe"));
         assert_eq!(limits(&fields), None);
     }
 }

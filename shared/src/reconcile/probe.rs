@@ -5,9 +5,9 @@
 use aws_sdk_dynamodb::types::ReturnValue;
 
 use super::Probe;
-use crate::admission::write::{self, Parts, Retries};
+use crate::admission::write::{self, ConditionalUpdate, Retries};
 use crate::clock::Timestamp;
-use crate::counter::{attr as cattr, keys};
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{s, Item};
 use crate::error::Result;
 use crate::ids::TenantId;
@@ -68,7 +68,7 @@ pub(super) async fn position(deps: &Deps, t: &TenantId) -> Option<String> {
         .dynamo
         .get_item()
         .table_name(&deps.tables.counters)
-        .key(cattr::KEY, s(key))
+        .key(counter_attr::KEY, s(key))
         .projection_expression("#p")
         .expression_attribute_names("#p", PROBE_FROM)
         .consistent_read(true)
@@ -94,7 +94,7 @@ pub(super) async fn keep_position(
     if was == next {
         return Ok(());
     }
-    let mut p = Parts::default();
+    let mut p = ConditionalUpdate::default();
     p.name("#p", PROBE_FROM);
     match next {
         Some(sid) => {
@@ -103,7 +103,7 @@ pub(super) async fn keep_position(
         }
         None => p.remove.push("#p".into()),
     }
-    let key = Item::from([(cattr::KEY.to_string(), s(keys::sessions(t)?))]);
+    let key = Item::from([(counter_attr::KEY.to_string(), s(keys::sessions(t)?))]);
     let table = &deps.tables.counters;
     write::update(deps, table, &key, &p, ReturnValue::None, Retries::Sdk).await?;
     Ok(())

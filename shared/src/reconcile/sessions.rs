@@ -11,9 +11,11 @@
 //!
 //! Cost per tenant: 2 GetItem, at most 1 UpdateItem per attempt ([`super::REPAIR_ATTEMPTS`]).
 
-use super::{grew, read_item, stamp_repair, unchanged, Outcome, Snapshot, REPAIR_ATTEMPTS};
-use crate::admission::write::Parts;
-use crate::counter::{attr as cattr, keys};
+use super::options::REPAIR_ATTEMPTS;
+use super::report::Outcome;
+use super::snapshot::{grew, read_item, stamp_repair, unchanged, Snapshot};
+use crate::admission::write::ConditionalUpdate;
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::n;
 use crate::error::Result;
 use crate::ids::TenantId;
@@ -43,13 +45,13 @@ pub(super) async fn repair(
             return Ok(Outcome::Busy);
         }
         let from = now.count.unwrap_or(0);
-        let mut p = Parts::default();
+        let mut p = ConditionalUpdate::default();
         let to = if now.ver == read.ver {
             if from == truth {
                 return Ok(Outcome::Consistent);
             }
-            unchanged(&mut p, "#v", cattr::VERSION, ":v0", read.ver);
-            p.name("#c", cattr::ITEM_COUNT).value(":t", n(truth));
+            unchanged(&mut p, "#v", counter_attr::VERSION, ":v0", read.ver);
+            p.name("#c", counter_attr::ITEM_COUNT).value(":t", n(truth));
             p.set.push("#c = :t".into());
             truth
         } else {
@@ -62,8 +64,14 @@ pub(super) async fn repair(
                     Outcome::Busy
                 });
             }
-            unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", now.released);
-            p.name("#c", cattr::ITEM_COUNT);
+            unchanged(
+                &mut p,
+                "#rl",
+                counter_attr::RELEASED_TOTAL,
+                ":rl0",
+                now.released,
+            );
+            p.name("#c", counter_attr::ITEM_COUNT);
             p.value(":leak", n(leak)).value(":neg", n(-leak));
             p.conditions.push("#c >= :leak".into());
             p.add.push("#c :neg".into());

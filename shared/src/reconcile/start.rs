@@ -2,10 +2,14 @@
 //! probe of its ids within the tenant's budget, and the close of ended sessions' sockets found
 //! open: decision 2208).
 
+use crate::reconcile::truth::sessions;
 use std::future::Future;
 use std::time::Duration;
 
-use super::{probe, read_snapshot, sessions, skip, Probe, TenantReport, Work};
+use super::options::Probe;
+use super::probe;
+use super::report::TenantReport;
+use super::work::{read_snapshot, skip, Work};
 use crate::error::Result;
 use crate::ids::TenantId;
 use crate::Deps;

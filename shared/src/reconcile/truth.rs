@@ -11,7 +11,7 @@ use crate::dynamo::item::{self, s};
 use crate::dynamo::pages;
 use crate::error::Result;
 use crate::ids::TenantId;
-use crate::session::attr as sattr;
+use crate::session::attr as session_attr;
 use crate::Deps;
 
 /// A tenant's session rows as the truth reads them.
@@ -57,7 +57,7 @@ pub(super) async fn sessions(
     deps: &Deps,
     t: &TenantId,
     n: u64,
-    mut each: Option<&mut crate::admission::reconcile_shards::Each>,
+    mut each: Option<&mut crate::reconcile::shards::PerCounter>,
     fenced: bool,
 ) -> Result<Rows> {
     let mut query = deps
@@ -65,11 +65,11 @@ pub(super) async fn sessions(
         .query()
         .table_name(&deps.tables.sessions)
         .key_condition_expression("#t = :t")
-        .expression_attribute_names("#t", sattr::TENANT_ID)
-        .expression_attribute_names("#s", sattr::SESSION_ID)
-        .expression_attribute_names("#ids", sattr::CONNECTION_IDS)
-        .expression_attribute_names("#nsh", sattr::CONNECTION_SHARDS)
-        .expression_attribute_names("#end", sattr::ENDED_BY)
+        .expression_attribute_names("#t", session_attr::TENANT_ID)
+        .expression_attribute_names("#s", session_attr::SESSION_ID)
+        .expression_attribute_names("#ids", session_attr::CONNECTION_IDS)
+        .expression_attribute_names("#nsh", session_attr::CONNECTION_SHARDS)
+        .expression_attribute_names("#end", session_attr::ENDED_BY)
         .expression_attribute_values(":t", s(t.as_str()))
         .projection_expression("#s, #ids, #nsh, #end")
         .consistent_read(true);
@@ -77,20 +77,20 @@ pub(super) async fn sessions(
         query = query
             .set_projection_expression(None)
             .set_expression_attribute_names(Some(
-                [("#t".to_string(), sattr::TENANT_ID.to_string())].into(),
+                [("#t".to_string(), session_attr::TENANT_ID.to_string())].into(),
             ));
     }
     let mut out = Rows::default();
     pages::query(query, |it| {
         if !fenced {
-            crate::admission::reconcile_shards::same_layout(it, n)?;
+            crate::reconcile::shards::same_layout(it, n)?;
         }
-        if let Some(AttributeValue::S(sid)) = it.get(sattr::SESSION_ID) {
-            let ids = item::string_set(it, sattr::CONNECTION_IDS);
+        if let Some(AttributeValue::S(sid)) = it.get(session_attr::SESSION_ID) {
+            let ids = item::string_set(it, session_attr::CONNECTION_IDS);
             if let Some(e) = each.as_deref_mut() {
                 e.count_truth(t, &ids, &crate::session::store::charges(it))?;
             }
-            if it.contains_key(sattr::ENDED_BY) {
+            if it.contains_key(session_attr::ENDED_BY) {
                 out.ended.insert(sid.clone());
             }
             out.ids.insert(sid.clone(), ids);

@@ -1,24 +1,4 @@
-//! One GCRA spend (or refund) as one conditional write, with no read first — usable as a single
-//! `UpdateItem` or as one item of a `TransactWriteItems` (e.g. the WebSocket `$connect`
-//! transaction), on any table: the caller names the key, the TAT attribute and the TTL attribute.
-//!
-//! A spend is in one of two cases, each an exact condition over the stored TAT (see
-//! `docs/decisions/0601-gcra-single-conditional-write.md`):
-//!
-//! - **Idle**: `attribute_not_exists(tat) OR tat <= :now` → `SET tat = :now + :inc`
-//!   (the bucket is full, so the spend is admitted whatever the cost, cost ≤ burst);
-//! - **Draining**: `tat > :now AND tat <= :admitLimit` → `SET tat = tat + :inc`, where
-//!   `admitLimit = gcra::admit_limit(rate, now, cost)`; concurrent writers serialise on the item,
-//!   and each one's condition is re-evaluated against the TAT the previous one left, so exactly the
-//!   admissible spends succeed.
-//!
-//! The case is guessed from a hint (the TAT last seen for the key). When the guess is wrong the
-//! write fails, DynamoDB returns the old item (`ReturnValuesOnConditionCheckFailure::ALL_OLD`), and
-//! [`SpendPlan::on_condition_failed`] decides from it: a denial (no further call) or a retry under
-//! the right case (one more call, still no read).
-//!
-//! A refund can carry a [`RefundId`]: its write then also requires the bucket's `refundId` to be
-//! smaller and sets it, so sending it again after a lost answer never refunds twice.
+//! The GCRA conditional write: the plan of one spend or refund and the item it writes.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -28,10 +8,6 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::clock::Timestamp;
 use crate::dynamo::item::{num, Item};
 use crate::gcra::{self, Decision, Rate, RateError};
-
-mod expr;
-
-pub use expr::Expr;
 
 /// Item attributes the GCRA write uses. Times are epoch nanoseconds (N) unless said otherwise.
 pub mod attr {
@@ -89,20 +65,6 @@ impl Target {
             ttl_margin,
         }
     }
-
-    /// A bucket in the buckets table (`kv::table`).
-    pub fn bucket(table: &str, bucket_key: &str, ttl_margin: Duration) -> Self {
-        Target {
-            table: table.to_string(),
-            key: HashMap::from([(
-                super::attr::BUCKET.to_string(),
-                AttributeValue::S(bucket_key.to_string()),
-            )]),
-            tat_attr: attr::TAT.to_string(),
-            ttl_attr: Some(super::attr::EXPIRES_AT.to_string()),
-            ttl_margin,
-        }
-    }
 }
 
 /// Which condition a write bets on.
@@ -126,7 +88,7 @@ pub struct StateWrite {
     /// Added by a draining spend; dropped by an idle one (their window is over).
     pub pending_throttles: u64,
     pub first_throttle: Option<Timestamp>,
-    /// This process has seen the item carry this write's rate and limit name ([`Stamp`]), so a
+    /// This process has seen the item carry this write's rate and limit name ([`RateStamp`]), so a
     /// write that cannot create the item leaves them out: a hot bucket's draining spends then
     /// write 5 attributes and get 5 back, not 9 (decision 0603, "The rate stamp").
     pub stamp_known: bool,
@@ -135,14 +97,14 @@ pub struct StateWrite {
 /// The rate and limit name a bucket's item carries (`burst`, `count`, `periodNs`, `limitName`), so
 /// the state view needs no limits file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stamp {
+pub struct RateStamp {
     pub rate: Rate,
     pub limit_name: Option<String>,
 }
 
-impl Stamp {
+impl RateStamp {
     /// The stamp an item carries (`None`: none, or not a valid rate).
-    pub fn of_item(item: Option<&Item>) -> Option<Stamp> {
+    pub fn of_item(item: Option<&Item>) -> Option<RateStamp> {
         let item = item?;
         let uint = |a: &str| num(item, a).and_then(|v| u64::try_from(v).ok());
         let rate = Rate::new(
@@ -155,7 +117,7 @@ impl Stamp {
             Some(AttributeValue::S(name)) => Some(name.clone()),
             _ => None,
         };
-        Some(Stamp { rate, limit_name })
+        Some(RateStamp { rate, limit_name })
     }
 
     pub fn matches(&self, rate: &Rate, limit_name: Option<&str>) -> bool {
@@ -190,7 +152,7 @@ pub struct SpendPlan {
 pub struct RefundId(pub i128);
 
 /// Random digits below the wall-clock part of a [`RefundId`].
-const REFUND_ID_SPREAD: i128 = 1_000_000_000;
+pub(super) const REFUND_ID_SPREAD: i128 = 1_000_000_000;
 
 impl RefundId {
     /// Wall-clock nanoseconds × 10⁹ plus 9 random digits: unique in practice, and a later refund
@@ -280,7 +242,13 @@ impl SpendPlan {
         SpendPlan::refund_by(rate, now, u64::try_from(inc / ei).unwrap_or(0), inc, hint)
     }
 
-    fn refund_by(rate: Rate, now: Timestamp, cost: u64, inc: i64, hint: Option<Timestamp>) -> Self {
+    pub(super) fn refund_by(
+        rate: Rate,
+        now: Timestamp,
+        cost: u64,
+        inc: i64,
+        hint: Option<Timestamp>,
+    ) -> Self {
         let case = match hint {
             Some(t)
                 if t.as_nanos() > now.as_nanos()
@@ -296,7 +264,7 @@ impl SpendPlan {
         }
     }
 
-    fn betting(rate: Rate, now: Timestamp, cost: u64, case: Case) -> Self {
+    pub(super) fn betting(rate: Rate, now: Timestamp, cost: u64, case: Case) -> Self {
         SpendPlan {
             rate,
             now,
@@ -319,7 +287,7 @@ impl SpendPlan {
         self
     }
 
-    /// Whether this write sets the item's [`Stamp`]: every write with state, but those whose item
+    /// Whether this write sets the item's [`RateStamp`]: every write with state, but those whose item
     /// is known to carry it already and which cannot create the item (every case but idle
     /// requires a stored TAT, so the item exists; an idle spend may create it, or recreate it
     /// after its TTL).
@@ -330,9 +298,9 @@ impl SpendPlan {
     }
 
     /// The stamp this write sets, if it sets one.
-    pub fn stamp(&self) -> Option<Stamp> {
+    pub fn stamp(&self) -> Option<RateStamp> {
         let state = self.state.as_ref().filter(|_| self.writes_stamp())?;
-        Some(Stamp {
+        Some(RateStamp {
             rate: self.rate,
             limit_name: state.limit_name.clone(),
         })
@@ -340,7 +308,7 @@ impl SpendPlan {
 
     /// After a failed condition returned `old`: whether the item carries this write's stamp (the
     /// retry leaves it out only then).
-    pub fn learn_stamp(&mut self, old: Option<&Stamp>) {
+    pub fn learn_stamp(&mut self, old: Option<&RateStamp>) {
         let rate = self.rate;
         if let Some(state) = self.state.as_mut() {
             state.stamp_known = old.is_some_and(|s| s.matches(&rate, state.limit_name.as_deref()));
@@ -352,7 +320,7 @@ impl SpendPlan {
     }
 
     /// This refund's decision against the TAT `old`.
-    fn give_back(&self, old: Option<Timestamp>) -> Decision {
+    pub(super) fn give_back(&self, old: Option<Timestamp>) -> Decision {
         let span = Duration::from_nanos(u64::try_from(self.inc).unwrap_or(0));
         gcra::refund_span(&self.rate, old, self.now, span)
     }
@@ -446,13 +414,13 @@ impl SpendPlan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::dynamo::item::n;
 
     const S: i64 = 1_000_000_000;
 
-    pub(super) fn rate() -> Rate {
+    pub(in crate::gcra_write) fn rate() -> Rate {
         Rate::new(10, 1, Duration::from_secs(1)).unwrap()
     }
 
@@ -537,7 +505,3 @@ mod tests {
         }
     }
 }
-
-/// Property tests (docs/testing.md): the stored item a failed condition returns is outside input.
-#[cfg(test)]
-mod fuzz_tests;

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::dynamo::item::{n, s};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
-use crate::tenant::attr as tattr;
+use crate::tenant::attr as tenant_attr;
 use crate::Deps;
 
 /// The reconciler function's timeout (`template.yaml`): two graces, the work and a margin fit in it.
@@ -70,7 +70,7 @@ pub fn rotate<T>(mut tenants: Vec<T>, id: impl Fn(&T) -> &TenantId, after: Optio
 }
 
 fn key() -> std::collections::HashMap<String, AttributeValue> {
-    [(tattr::TENANT_ID.to_string(), s(CURSOR_KEY))].into()
+    [(tenant_attr::TENANT_ID.to_string(), s(CURSOR_KEY))].into()
 }
 
 /// The last tenant the previous run took (1 GetItem, strongly consistent).

@@ -1,7 +1,12 @@
 //! Property tests (docs/testing.md): the stored item a failed condition returns is outside input.
 
-use super::*;
+use super::plan::*;
+use crate::clock::Timestamp;
+use crate::gcra::{self, Rate};
+use aws_sdk_dynamodb::types::AttributeValue;
 use proptest::prelude::*;
+use std::collections::HashMap;
+use std::time::Duration;
 
 fn instant() -> impl Strategy<Value = i64> {
     prop_oneof![
@@ -67,10 +72,10 @@ proptest! {
         let target = Target::bucket("t", "1:x", Duration::from_secs(margin));
         let e = plan.expression(&target);
         prop_assert!(!e.condition.is_empty() && e.update.starts_with("SET "));
-        prop_assert_eq!(expr::placeholders_match(&e), Ok(()));
+        prop_assert_eq!(super::expr::placeholders_match(&e), Ok(()));
         let bare = SpendPlan { state: None, ..plan.clone() };
         let bare = bare.expression(&Target { ttl_attr: None, ..target.clone() });
-        prop_assert_eq!(expr::placeholders_match(&bare), Ok(()));
+        prop_assert_eq!(super::expr::placeholders_match(&bare), Ok(()));
         let item = old.map(|v| HashMap::from([(attr::TAT.to_string(), AttributeValue::N(v))]));
         let stored = stored_tat(item.as_ref(), attr::TAT);
         match plan.on_condition_failed(item.as_ref(), attr::TAT) {

@@ -10,10 +10,12 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 
-use super::reconcile::{unchanged, Outcome, Snapshot};
-use super::shards;
-use super::write::Parts;
-use crate::counter::{attr as cattr, keys};
+use super::report::Outcome;
+use super::snapshot::snapshot_of;
+use super::snapshot::{grew, unchanged, Snapshot};
+use crate::admission::shards;
+use crate::admission::write::ConditionalUpdate;
+use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::{self, n, s, Item};
 use crate::dynamo::txn;
 use crate::error::{Error, Result};
@@ -62,15 +64,15 @@ pub(super) async fn read(
             ));
         };
         let num = |a: &str| row.as_ref().and_then(|r| item::num(r, a));
-        add(&mut snap.count, num(cattr::ITEM_COUNT));
-        add(&mut snap.ver, num(cattr::VERSION));
-        add(&mut snap.reserved, num(cattr::RESERVED_TOTAL));
-        add(&mut snap.released, num(cattr::RELEASED_TOTAL));
+        add(&mut snap.count, num(counter_attr::ITEM_COUNT));
+        add(&mut snap.ver, num(counter_attr::VERSION));
+        add(&mut snap.reserved, num(counter_attr::RESERVED_TOTAL));
+        add(&mut snap.released, num(counter_attr::RELEASED_TOTAL));
         if i == 0 {
-            snap.repairs = num(cattr::REPAIRS);
+            snap.repairs = num(counter_attr::REPAIRS);
         }
-        snap.span = snap.span.max(num(cattr::LAYOUT_SPAN));
-        released.push(num(cattr::RELEASED_TOTAL));
+        snap.span = snap.span.max(num(counter_attr::LAYOUT_SPAN));
+        released.push(num(counter_attr::RELEASED_TOTAL));
     }
     Ok((snap, released))
 }
@@ -88,21 +90,22 @@ pub(super) async fn subtract(
 ) -> Result<bool> {
     let mut items = Vec::with_capacity(released.len());
     for (i, rel) in released.iter().enumerate() {
-        let mut p = Parts::default();
-        unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", *rel);
-        p.name("#ta", cattr::TRUTH_AT);
+        let mut p = ConditionalUpdate::default();
+        unchanged(&mut p, "#rl", counter_attr::RELEASED_TOTAL, ":rl0", *rel);
+        p.name("#ta", counter_attr::TRUTH_AT);
         p.value(":at", n(truth_at));
         p.set.push("#ta = :at".into());
         if i == 0 {
-            unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", repairs);
-            p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+            unchanged(&mut p, "#rp", counter_attr::REPAIRS, ":rp0", repairs);
+            p.name("#c", counter_attr::ITEM_COUNT)
+                .name("#v", counter_attr::VERSION);
             p.value(":neg", n(-leak)).value(":one", n(1));
             p.add.push("#c :neg".into());
             p.add.push("#v :one".into());
             p.add.push("#rp :one".into());
         }
         let key = Item::from([(
-            cattr::KEY.to_string(),
+            counter_attr::KEY.to_string(),
             s(keys::connection_shard(t, i as u64)?),
         )]);
         items.push(p.transact_update(&deps.tables.counters, key, "a shard repair")?);
@@ -117,7 +120,7 @@ pub(super) async fn subtract(
 /// shards `0..layoutSpan`, each read at the three phases, each with its own truth — the ids of
 /// the tenant's sessions whose release goes to it (`release::target`: where each was charged).
 #[derive(Debug, Default)]
-pub(super) struct Each {
+pub(super) struct PerCounter {
     pub keys: Vec<String>,
     pub before: BTreeMap<String, Snapshot>,
     pub read: BTreeMap<String, Snapshot>,
@@ -128,7 +131,7 @@ pub(super) struct Each {
 }
 
 /// The counters of a tenant whose reads show a fence (`layoutSpan`), or `None`.
-pub(super) fn fenced(t: &TenantId, span: Option<i64>) -> Result<Option<Each>> {
+pub(super) fn fenced(t: &TenantId, span: Option<i64>) -> Result<Option<PerCounter>> {
     let Some(span) = span.and_then(|s| u64::try_from(s).ok()) else {
         return Ok(None);
     };
@@ -136,9 +139,9 @@ pub(super) fn fenced(t: &TenantId, span: Option<i64>) -> Result<Option<Each>> {
     if span > 1 {
         keys.extend(shards::layout_keys(t, span)?);
     }
-    Ok(Some(Each {
+    Ok(Some(PerCounter {
         keys,
-        ..Each::default()
+        ..PerCounter::default()
     }))
 }
 
@@ -155,26 +158,13 @@ async fn read_keys(deps: &Deps, keys: &[String]) -> Result<BTreeMap<String, Snap
             out.insert(k.clone(), Snapshot::default());
         }
         for it in rows.get(&deps.tables.counters).into_iter().flatten() {
-            let Some(k) = it.get(cattr::KEY).and_then(|v| v.as_s().ok()) else {
+            let Some(k) = it.get(counter_attr::KEY).and_then(|v| v.as_s().ok()) else {
                 continue;
             };
             out.insert(k.clone(), snapshot_of(Some(it)));
         }
     }
     Ok(out)
-}
-
-/// One counter item as a [`Snapshot`].
-pub(super) fn snapshot_of(it: Option<&Item>) -> Snapshot {
-    let num = |a: &str| it.and_then(|i| item::num(i, a));
-    Snapshot {
-        count: num(cattr::ITEM_COUNT),
-        ver: num(cattr::VERSION),
-        reserved: num(cattr::RESERVED_TOTAL),
-        released: num(cattr::RELEASED_TOTAL),
-        repairs: num(cattr::REPAIRS),
-        span: num(cattr::LAYOUT_SPAN),
-    }
 }
 
 fn sum(rows: &BTreeMap<String, Snapshot>) -> Snapshot {
@@ -192,7 +182,7 @@ fn sum(rows: &BTreeMap<String, Snapshot>) -> Snapshot {
     })
 }
 
-impl Each {
+impl PerCounter {
     /// Phase 1's and phase 2's reads: every counter, kept per counter; the sums for the report.
     pub async fn read_phase(&mut self, deps: &Deps) -> Result<Snapshot> {
         let rows = read_keys(deps, &self.keys).await?;
@@ -208,7 +198,7 @@ impl Each {
     /// Counts the ids of one session (with where each was charged) into the truth per counter.
     pub fn count_truth(&mut self, t: &TenantId, ids: &[String], charges: &Charges) -> Result<()> {
         for c in ids {
-            let (key, _) = super::release::target(t, c, charges)?;
+            let (key, _) = crate::admission::release::target(t, c, charges)?;
             *self.truth.entry(key).or_default() += 1;
         }
         Ok(())
@@ -281,9 +271,10 @@ impl Each {
                 moves.push((guard.clone(), 0));
             }
             for (k, by) in &moves {
-                let mut p = Parts::default();
+                let mut p = ConditionalUpdate::default();
                 if *by != 0 {
-                    p.name("#c", cattr::ITEM_COUNT).name("#v", cattr::VERSION);
+                    p.name("#c", counter_attr::ITEM_COUNT)
+                        .name("#v", counter_attr::VERSION);
                     p.value(":by", n(*by)).value(":one", n(1));
                     p.add.push("#c :by".into());
                     p.add.push("#v :one".into());
@@ -294,20 +285,20 @@ impl Each {
                     } else {
                         now[k].released
                     };
-                    unchanged(&mut p, "#rl", cattr::RELEASED_TOTAL, ":rl0", was);
-                    p.name("#ta", cattr::TRUTH_AT);
+                    unchanged(&mut p, "#rl", counter_attr::RELEASED_TOTAL, ":rl0", was);
+                    p.name("#ta", counter_attr::TRUTH_AT);
                     p.value(":at", n(truth_at));
                     p.set.push("#ta = :at".into());
                 }
                 if *k == guard && !guarded {
                     guarded = true;
-                    unchanged(&mut p, "#rp", cattr::REPAIRS, ":rp0", guard_repairs);
+                    unchanged(&mut p, "#rp", counter_attr::REPAIRS, ":rp0", guard_repairs);
                     p.value(":one", n(1));
                     p.add.push("#rp :one".into());
                 }
                 let update = Update::builder()
                     .table_name(&deps.tables.counters)
-                    .key(cattr::KEY, s(k.clone()))
+                    .key(counter_attr::KEY, s(k.clone()))
                     .set_condition_expression(p.condition())
                     .update_expression(p.update())
                     .set_expression_attribute_names(Some(p.names))
@@ -329,8 +320,4 @@ impl Each {
         }
         Ok((Outcome::Busy, in_flight_all))
     }
-}
-
-fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
-    u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
 }

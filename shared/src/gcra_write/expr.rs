@@ -77,7 +77,7 @@ macro_rules! conditional {
 /// written, so nothing unused is ever sent (DynamoDB refuses unused names and values) and nothing
 /// has to be filtered afterwards. Built on every admission, so it writes into pre-sized buffers
 /// rather than joining formatted fragments (decision 0806).
-struct Parts {
+struct ExprBuilder {
     names: HashMap<String, String>,
     values: HashMap<String, AttributeValue>,
     set: String,
@@ -85,9 +85,9 @@ struct Parts {
     remove: String,
 }
 
-impl Parts {
+impl ExprBuilder {
     fn new() -> Self {
-        Parts {
+        ExprBuilder {
             names: HashMap::with_capacity(14),
             values: HashMap::with_capacity(12),
             set: String::with_capacity(192),
@@ -141,7 +141,7 @@ impl SpendPlan {
     pub fn expression(&self, target: &Target) -> Expr {
         let now = self.now.as_nanos();
         let inc = self.inc;
-        let mut p = Parts::new();
+        let mut p = ExprBuilder::new();
         p.name("#tat", &target.tat_attr);
         // `:now` is used by every case's text but a partial refund's, and by every state write.
         let mut uses_now = self.state.is_some();
@@ -215,7 +215,7 @@ impl SpendPlan {
     /// The `RateLimitState` fields (decision 0603), written by the same write; `:now` is defined by
     /// the caller. A spend sets `lastRequestAt` and not `updatedAt` (the state view reads the later
     /// of the two): one attribute fewer to write and to get back on the admission path.
-    fn state_parts(&self, state: &super::StateWrite, p: &mut Parts) {
+    fn state_parts(&self, state: &super::StateWrite, p: &mut ExprBuilder) {
         p.name("#ver", attr::VERSION);
         p.value(":one", n(1));
         p.add("#ver :one");
@@ -297,7 +297,7 @@ impl SpendPlan {
 mod tests {
     use std::time::Duration;
 
-    use super::super::tests::rate;
+    use super::super::plan::tests::rate;
     use super::super::StateWrite;
     use super::*;
     use crate::clock::Timestamp;
