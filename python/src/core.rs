@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use shared::config::Vars;
+use shared::dynamo::CallCounter;
 use shared::limit::LimitStore;
 use shared::reservation::{NonFungibleLimiter, DEFAULT_RESERVATION_TTL, DEFAULT_TOKEN_TTL};
 use shared::table::{AttributeStyle, TableNames};
@@ -19,6 +20,10 @@ use crate::failure::Failure;
 /// Local's dummy keys (the SDK's own chain reads both in every other case).
 const ENDPOINT_VARS: [&str; 2] = ["AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"];
 
+/// When set to `1`, the client counts its calls and their write and read units (`usage()`): each
+/// request then also asks DynamoDB for its consumed capacity, so production leaves it off.
+pub const METER_VAR: &str = "TURNSTILE_PY_METER";
+
 /// Runtime worker threads: the calls wait on the network, so two carry any number of callers.
 const WORKERS: usize = 2;
 
@@ -27,6 +32,8 @@ const WORKERS: usize = 2;
 pub struct Core {
     pub rt: &'static Runtime,
     pub deps: Deps,
+    /// Calls and units since the last reset, when [`METER_VAR`] asks for them.
+    pub counter: Option<CallCounter>,
     fungible: Mutex<HashMap<(String, String), FungibleLimiter>>,
     non_fungible: Mutex<HashMap<NonFungibleKey, NonFungibleLimiter>>,
 }
@@ -68,10 +75,16 @@ impl Core {
             .build()
             .map_err(|e| Failure::Store(format!("starting the Tokio runtime: {e}")))?;
         let rt: &'static Runtime = Box::leak(Box::new(rt));
-        let deps = rt.block_on(deps_from_env())?;
+        let vars = Vars::process();
+        let counter = vars
+            .bool_or(METER_VAR, false)
+            .map_err(shared::Error::from)?
+            .then(CallCounter::new);
+        let deps = rt.block_on(deps_from_env(vars, counter.as_ref()))?;
         Ok(Core {
             rt,
             deps,
+            counter,
             fungible: Mutex::new(HashMap::new()),
             non_fungible: Mutex::new(HashMap::new()),
         })
@@ -154,27 +167,24 @@ impl Core {
 }
 
 /// `Deps::from_env`, except that `AWS_ENDPOINT_URL` (what boto3 users set for DynamoDB Local)
-/// counts as the DynamoDB endpoint too.
-async fn deps_from_env() -> Result<Deps, Failure> {
-    let vars = Vars::process();
+/// counts as the DynamoDB endpoint too, and the client may carry a call counter.
+async fn deps_from_env(vars: Vars, counter: Option<&CallCounter>) -> Result<Deps, Failure> {
     let local = ENDPOINT_VARS
         .iter()
         .find_map(|v| vars.get(v))
         .filter(|url| shared::dynamo::wants_local_credentials(url, &vars));
-    match local {
-        Some(url) => Ok(Deps {
-            dynamo: shared::dynamo::local_client(&url, None),
-            tables: TableNames::from_vars(&vars).map_err(shared::Error::from)?,
-            style: AttributeStyle::from_vars(&vars).map_err(shared::Error::from)?,
-            clock: shared::clock::system(),
-            vars,
-            function: None,
-        }),
-        None => {
-            let sdk = aws_config_load().await;
-            Ok(Deps::from_sdk(&sdk, vars)?)
-        }
-    }
+    let dynamo = match local {
+        Some(url) => shared::dynamo::local_client(&url, counter),
+        None => shared::dynamo::client(&aws_config_load().await, counter),
+    };
+    Ok(Deps {
+        dynamo,
+        tables: TableNames::from_vars(&vars).map_err(shared::Error::from)?,
+        style: AttributeStyle::from_vars(&vars).map_err(shared::Error::from)?,
+        clock: shared::clock::system(),
+        vars,
+        function: None,
+    })
 }
 
 async fn aws_config_load() -> aws_config::SdkConfig {

@@ -146,3 +146,32 @@ twin! {
         Ok::<_, Failure>(rows.len())
     }
 }
+
+twin! {
+    /// DynamoDB calls and units since the last `reset_usage()` when `TURNSTILE_PY_METER=1` (else
+    /// `None`): `calls`, `write_units`, `read_units`, `by_operation`.
+    usage, usage_async, (), (),
+    |core| {
+        let Some(c) = &core.counter else {
+            return Ok::<_, Failure>(Json(serde_json::Value::Null));
+        };
+        let units = c.units();
+        Ok(Json(serde_json::json!({
+            "calls": c.total(),
+            "write_units": units.write,
+            "read_units": units.read,
+            "by_operation": c.by_operation(),
+        })))
+    }
+}
+
+twin! {
+    /// Sets the counts of `usage()` back to zero.
+    reset_usage, reset_usage_async, (), (),
+    |core| {
+        if let Some(c) = &core.counter {
+            c.reset();
+        }
+        Ok::<_, Failure>(())
+    }
+}

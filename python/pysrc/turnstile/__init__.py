@@ -2,7 +2,7 @@
 ``non_fungible_limiter``, ``turnstile.event_processors``) and key-value GCRA limits
 (``turnstile.kv``), served by Turnstile's Rust core. See docs/python.md."""
 
-from ._native import TokenDecision, __version__
+from ._native import TokenDecision, __version__, reset_usage, usage
 from .exceptions import (
     AlreadyBoundException,
     CapacityExhaustedException,
@@ -25,6 +25,8 @@ from .limiters import (
 
 __all__ = [
     "__version__",
+    "usage",
+    "reset_usage",
     "rate_limit",
     "fungible_limiter",
     "non_fungible_limiter",
