@@ -369,7 +369,8 @@ def cc_targets(data: dict[str, Any]) -> list[dict[str, str]]:
                     "evidence": "—" if q is None else
                     f"{f(r['cpu_us_per_decision'], 1)} vs {f(floor['cpu_us_per_decision'], 1)} µs: {fx(q)} "
                     f"(p50 {f(r['p50_ms'], 3)} vs {f(floor['p50_ms'], 3)} ms)"})
-    peers = [r for r in cc if r["implementation"] != "turnstile"]
+    # turnstile-py is ours (the same core from Python): it has targets of its own (python_targets).
+    peers = [r for r in cc if r["implementation"] not in ("turnstile", "turnstile-py")]
     for wl in single:
         r = ours.get(wl)
         if not r or not peers:

@@ -13,11 +13,12 @@ venv=.tools/python-test
 scripts/pip-locked.sh "$venv" scripts/requirements/maturin.txt
 maturin="$root/$venv/bin/maturin"
 out=target/wheels/release
-rm -rf "$out" && mkdir -p "$out"
+mkdir -p "$out"
 common=(build --quiet --manifest-path python/Cargo.toml --profile wheel --locked --out "$out"
         --compatibility manylinux_2_34)
 
 for arch in ${WHEEL_ARCHES:-x86_64 aarch64}; do
+  rm -f "$out"/turnstile-*_"$arch".whl
   started=$(date +%s)
   case "$arch" in
     x86_64) "$maturin" "${common[@]}" --interpreter "$(command -v python3)" ;;
