@@ -55,7 +55,12 @@ fn json_to_py(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {
         V::Number(n) => match (n.as_u64(), n.as_i64()) {
             (Some(u), _) => u.into_pyobject(py)?.into_any().unbind(),
             (None, Some(i)) => i.into_pyobject(py)?.into_any().unbind(),
-            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any().unbind(),
+            _ => n
+                .as_f64()
+                .unwrap_or(f64::NAN)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
         },
         V::String(s) => s.into_pyobject(py)?.into_any().unbind(),
         V::Array(a) => {

@@ -141,7 +141,9 @@ impl Core {
     ) -> Result<NonFungibleLimiter, Failure> {
         let d = &self.deps;
         let key = (
-            token_table.unwrap_or(&d.tables.non_fungible_tokens).to_string(),
+            token_table
+                .unwrap_or(&d.tables.non_fungible_tokens)
+                .to_string(),
             index.unwrap_or(&d.tables.resource_index).to_string(),
             limit_table.unwrap_or(&d.tables.limits).to_string(),
             token_ttl_secs.unwrap_or(DEFAULT_TOKEN_TTL.as_secs()),

@@ -32,7 +32,8 @@ impl KvLimiter {
     #[new]
     #[pyo3(signature = (yaml, table=None))]
     fn new(yaml: &str, table: Option<String>) -> PyResult<Self> {
-        let set = LimitSet::from_yaml(yaml).map_err(|e| PyValueError::new_err(format!("limits: {e}")))?;
+        let set =
+            LimitSet::from_yaml(yaml).map_err(|e| PyValueError::new_err(format!("limits: {e}")))?;
         Ok(KvLimiter {
             limits: Arc::new(Limits::new(set)),
             table,
@@ -49,7 +50,12 @@ impl KvLimiter {
 
     /// The names the file declares.
     fn names(&self) -> Vec<String> {
-        self.limits.current().names().iter().map(|n| n.name.clone()).collect()
+        self.limits
+            .current()
+            .names()
+            .iter()
+            .map(|n| n.name.clone())
+            .collect()
     }
 }
 
@@ -63,17 +69,23 @@ impl KvLimiter {
             }
         }
         let d = &core.deps;
-        let table = self.table.clone().unwrap_or_else(|| d.tables.buckets.clone());
+        let table = self
+            .table
+            .clone()
+            .unwrap_or_else(|| d.tables.buckets.clone());
         let budget = item_write_budget(&d.vars).map_err(shared::Error::from)?;
         let l = Arc::new(
-            Limiter::new(d.dynamo.clone(), table, self.limits.clone()).with_item_write_budget(budget),
+            Limiter::new(d.dynamo.clone(), table, self.limits.clone())
+                .with_item_write_budget(budget),
         );
         *slot = Some((pid, l.clone()));
         Ok(l)
     }
 
     fn table_of(&self, core: &Core) -> String {
-        self.table.clone().unwrap_or_else(|| core.deps.tables.buckets.clone())
+        self.table
+            .clone()
+            .unwrap_or_else(|| core.deps.tables.buckets.clone())
     }
 }
 
