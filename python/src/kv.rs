@@ -24,8 +24,11 @@ pub struct KvLimiter {
     limits: Arc<Limits>,
     table: Option<String>,
     /// The limiter of the process that built it (pid): rebuilt in a forked child.
-    built: Arc<Mutex<Option<(u32, Arc<Limiter>)>>>,
+    built: Arc<Mutex<Option<PerProcess>>>,
 }
+
+/// The pid a limiter was built in, and the limiter.
+type PerProcess = (u32, Arc<Limiter>);
 
 #[pymethods]
 impl KvLimiter {
@@ -100,7 +103,7 @@ twin! {
     (limiter: KvLimiter, name: String, id: String, cost: u64, now_ms: Option<i64>),
     |core| {
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.spend(&name, &id, cost, at(now_ms)).await?)?)
+        Json::of(&l.spend(&name, &id, cost, at(now_ms)).await?)
     }
 }
 
@@ -110,7 +113,7 @@ twin! {
     (limiter: KvLimiter, name: String, id: String, cost: u64, now_ms: Option<i64>),
     |core| {
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.refund(&name, &id, cost, at(now_ms)).await?)?)
+        Json::of(&l.refund(&name, &id, cost, at(now_ms)).await?)
     }
 }
 
@@ -120,7 +123,7 @@ twin! {
     (limiter: KvLimiter, name: String, id: String, cost: u64, now_ms: Option<i64>),
     |core| {
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.check(&name, &id, cost, at(now_ms)).await?)?)
+        Json::of(&l.check(&name, &id, cost, at(now_ms)).await?)
     }
 }
 
@@ -132,7 +135,7 @@ twin! {
         let l = limiter.limiter(&core)?;
         let refs: Vec<(&str, &str, u64)> =
             spends.iter().map(|(n, i, c)| (n.as_str(), i.as_str(), *c)).collect();
-        Ok::<_, Failure>(Json::of(&l.spend_batch(&refs, at(now_ms)).await?)?)
+        Json::of(&l.spend_batch(&refs, at(now_ms)).await?)
     }
 }
 
@@ -144,7 +147,7 @@ twin! {
         let ttl = Duration::try_from_secs_f64(ttl)
             .map_err(|_| Failure::Value(format!("ttl {ttl} must be a non-negative number of seconds")))?;
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.acquire_lease(&name, &id, &lease_id, estimate, ttl, at(now_ms)).await?)?)
+        Json::of(&l.acquire_lease(&name, &id, &lease_id, estimate, ttl, at(now_ms)).await?)
     }
 }
 
@@ -154,7 +157,7 @@ twin! {
     (limiter: KvLimiter, name: String, id: String, lease_id: String, amount: u64, now_ms: Option<i64>),
     |core| {
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.adjust_lease(&name, &id, &lease_id, amount, at(now_ms)).await?)?)
+        Json::of(&l.adjust_lease(&name, &id, &lease_id, amount, at(now_ms)).await?)
     }
 }
 
@@ -164,7 +167,7 @@ twin! {
     (limiter: KvLimiter, name: String, id: String, lease_id: String),
     |core| {
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.commit_lease(&name, &id, &lease_id).await?)?)
+        Json::of(&l.commit_lease(&name, &id, &lease_id).await?)
     }
 }
 
@@ -174,7 +177,7 @@ twin! {
     (limiter: KvLimiter, name: String, id: String, lease_id: String, now_ms: Option<i64>),
     |core| {
         let l = limiter.limiter(&core)?;
-        Ok::<_, Failure>(Json::of(&l.release_lease(&name, &id, &lease_id, at(now_ms)).await?)?)
+        Json::of(&l.release_lease(&name, &id, &lease_id, at(now_ms)).await?)
     }
 }
 
@@ -202,6 +205,6 @@ twin! {
             shared::state::StateError::Store(e) => Failure::from(e),
             other => Failure::Value(other.to_string()),
         })?;
-        Ok::<_, Failure>(Json::of(&state)?)
+        Json::of(&state)
     }
 }

@@ -104,7 +104,7 @@ twin! {
     |core| {
         let limiter = core.non_fungible(token_table.as_deref(), index.as_deref(), limit_table.as_deref(), Some(expiration))?;
         let token = limiter.reservation(&resource, &account, &reservation_id)?.create_token(&resource_id).await?;
-        Ok::<_, Failure>(Json::of(&token)?)
+        Json::of(&token)
     }
 }
 
@@ -130,7 +130,7 @@ twin! {
     |core| {
         let limiter = core.non_fungible(token_table.as_deref(), index.as_deref(), limit_table.as_deref(), None)?;
         let rows = limiter.list(&resource, &account).await?;
-        Ok::<_, Failure>(Json::of(&rows)?)
+        Json::of(&rows)
     }
 }
 
