@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
 
 use crate::core::{core, Core};
@@ -89,6 +90,24 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> Failure {
     Failure::Panic(text)
 }
 
+/// `turnstile._aio`'s two functions, looked up once per interpreter.
+struct Aio {
+    new_future: Py<PyAny>,
+    resolve: Py<PyAny>,
+}
+
+static AIO: PyOnceLock<Aio> = PyOnceLock::new();
+
+fn aio(py: Python<'_>) -> PyResult<&'static Aio> {
+    AIO.get_or_try_init(py, || {
+        let m = py.import("turnstile._aio")?;
+        Ok(Aio {
+            new_future: m.getattr("new_future")?.unbind(),
+            resolve: m.getattr("resolve")?.unbind(),
+        })
+    })
+}
+
 /// Runs `op` (given this process's core) to completion with the GIL released.
 pub fn block<T, F, Fut>(py: Python<'_>, op: F) -> PyResult<Py<PyAny>>
 where
@@ -118,10 +137,13 @@ where
     F: FnOnce(Arc<Core>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, Failure>> + Send + 'static,
 {
-    let aio = py.import("turnstile._aio")?;
-    let fut = aio.call_method0("new_future")?;
-    let core = py.detach(core).map_err(|f| f.into_pyerr(py))?;
-    let (aio, target) = (aio.unbind(), fut.clone().unbind());
+    let aio = aio(py)?;
+    let fut = aio.new_future.bind(py).call0()?;
+    let core = match crate::core::current() {
+        Some(core) => core,
+        None => py.detach(core).map_err(|f| f.into_pyerr(py))?,
+    };
+    let target = fut.clone().unbind();
     let rt = core.rt;
     rt.spawn(async move {
         let out = match AssertUnwindSafe(op(core)).catch_unwind().await {
@@ -135,7 +157,9 @@ where
                 Err(f) => (false, f.into_pyerr(py).into_value(py).into_any()),
             };
             // The loop may be closed by now; nobody is waiting then.
-            let _ = aio.call_method1(py, "resolve", (target, ok, value));
+            if let Ok(aio) = self::aio(py) {
+                let _ = aio.resolve.bind(py).call1((target, ok, value));
+            }
         });
     });
     Ok(fut)

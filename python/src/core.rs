@@ -47,6 +47,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// This process's core if it is built already (never blocks on building it).
+pub fn current() -> Option<Arc<Core>> {
+    let slot = lock(&CORE);
+    match slot.as_ref() {
+        Some((owner, core)) if *owner == std::process::id() => Some(core.clone()),
+        _ => None,
+    }
+}
+
 /// This process's core, built on first use (the caller has released the GIL: building may wait on
 /// the credential chain).
 pub fn core() -> Result<Arc<Core>, Failure> {
