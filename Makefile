@@ -9,7 +9,7 @@ SECONDS ?= 600
 SCHEDULES ?=
 WORKERS ?= 6
 
-.PHONY: soak test dev lint cfn-lint unit ddb-start ddb-stop build release sam-check clean help bench bench-smoke
+.PHONY: soak test dev lint cfn-lint unit ddb-start ddb-stop build release sam-check clean help bench bench-smoke wheel
 
 # The Lambda architecture `make sam-check` builds and starts: template.yaml's default, or x86_64 when
 # given on the command line (`make sam-check ARCH=x86_64`; an ARCH in the environment is not ours).
@@ -27,6 +27,7 @@ help:
 	@echo "make bench  - full benchmark beside the peers (own DynamoDB Local) -> BENCHMARKS.md, bench/results.json"
 	@echo "make soak [SECONDS=N] [SCHEDULES=N] [WORKERS=N] - random fault schedules (own DynamoDB Local) -> target/sim-soak.md"
 	@echo "make bench-smoke - a few decisions per workload; asserts 0 over-admission and calls/decision"
+	@echo "make wheel  - the Python wheels (release, x86_64 and aarch64), checked -> target/wheels/release/"
 
 # The whole check, as CI runs it. DynamoDB Local is stopped whatever the outcome; the exit status is
 # the first failing step's.
@@ -77,6 +78,11 @@ release:
 	@scripts/sam-check.sh --arch x86_64 --no-invoke
 	@scripts/sam-check.sh --arch arm64 --no-invoke
 	cargo build --release --locked -p turnstile-cli
+
+# The `turnstile` Python wheels (docs/python.md): release builds for x86_64 and aarch64 (the arm64
+# toolchain of the Lambda artifacts), each checked for its ELF machine and glibc <= 2.34.
+wheel:
+	@scripts/wheel.sh
 
 clean:
 	cargo clean

@@ -21,10 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PEERS = {"zae": "zae-limiter", "rlp": "rate-limiter-py"}
+PEERS = {"zae": "zae-limiter", "rlp": "rate-limiter-py", "tpy": "turnstile-py"}
 STYLES = {"inline": "inline limits: `Repository.open`, `acquire(..., limits=[...], consume=...)` (the package README)",
           "stored": "stored limits: `Repository.builder()...build()`, `set_limits`, `acquire(..., consume=...)`",
-          "decorator": "the `rate_limit` decorator (its README)"}
+          "decorator": "the `rate_limit` decorator (its README)",
+          "threads": "our Python package: the `rate_limit` decorator (rate-limiter-py's README), `c` threads",
+          "asyncio": "our Python package: `async with fungible_limiter(...)`, `c` asyncio tasks"}
 # The smoke run fails when our driver's zae-limiter c = 1 p50 and zae_readme.py's differ by more.
 README_CHECK_RATIO = 1.5
 
@@ -367,7 +369,8 @@ def cc_targets(data: dict[str, Any]) -> list[dict[str, str]]:
                     "evidence": "—" if q is None else
                     f"{f(r['cpu_us_per_decision'], 1)} vs {f(floor['cpu_us_per_decision'], 1)} µs: {fx(q)} "
                     f"(p50 {f(r['p50_ms'], 3)} vs {f(floor['p50_ms'], 3)} ms)"})
-    peers = [r for r in cc if r["implementation"] != "turnstile"]
+    # turnstile-py is ours (the same core from Python): it has targets of its own (python_targets).
+    peers = [r for r in cc if r["implementation"] not in ("turnstile", "turnstile-py")]
     for wl in single:
         r = ours.get(wl)
         if not r or not peers:
@@ -675,6 +678,45 @@ def targets(data: dict[str, Any]) -> list[dict[str, str]]:
                                if any(specs[w]['accuracy'] for w in pending) else "")})
     out += cc_targets(data)
     out += decide_targets(data)
+    out += python_targets(data)
+    return out
+
+
+def python_targets(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 40's targets for our Python package against zae-limiter, the Python peer: 0
+    over-admission; client CPU per decision at least 5x below; decisions/s at least 2x at c = 8."""
+    out: list[dict[str, Any]] = []
+    acc = [a for a in data["accuracy"] if a["implementation"] == "turnstile-py"]
+    if acc:
+        bad = [a for a in acc if a["over_admission"] != 0]
+        out.append({"target": "turnstile-py: 0 over-admission", "status": "NOT MET" if bad else "met",
+                    "evidence": ", ".join(f"{a.get('style')}: {a['admitted']}/{a['allowed']}" for a in acc)
+                                + " (admitted/allowed)"})
+    cc = data.get("client_cost") or []
+    tpy_cc = [r for r in cc if r["implementation"] == "turnstile-py"]
+    zae_cc = [r for r in cc if r["implementation"] == "zae-limiter"]
+    if tpy_cc and zae_cc:
+        best_zae = min(r["cpu_us_per_decision"] for r in zae_cc)
+        ev, ok = [], True
+        for r in tpy_cc:
+            q = ratio(best_zae, r["cpu_us_per_decision"])
+            ok = ok and q is not None and q >= 5
+            ev.append(f"{r.get('style')}: {f(r['cpu_us_per_decision'])} µs vs zae-limiter's best "
+                      f"{f(best_zae)} µs ({fx(q)} below)")
+        out.append({"target": "turnstile-py: client CPU per decision at least 5x below zae-limiter's",
+                    "status": "met" if ok else "NOT MET", "evidence": "; ".join(ev)})
+    tp = data["throughput"]
+    tpy8 = [r for r in tp if r["implementation"] == "turnstile-py" and r["concurrency"] == 8]
+    zae8 = [r for r in tp if r["implementation"] == "zae-limiter" and r["concurrency"] == 8]
+    if tpy8 and zae8:
+        best_zae = max(r["decisions_per_s"] for r in zae8)
+        ev, ok = [], True
+        for r in tpy8:
+            q = ratio(r["decisions_per_s"], best_zae)
+            ok = ok and q is not None and q >= 2
+            ev.append(f"{r.get('style')}: {f(r['decisions_per_s'])}/s vs zae-limiter's best {f(best_zae)}/s ({fx(q)})")
+        out.append({"target": "turnstile-py: decisions/s at least 2x zae-limiter's at c = 8",
+                    "status": "met" if ok else "NOT MET", "evidence": "; ".join(ev)})
     return out
 
 
@@ -1079,6 +1121,23 @@ def check(data: dict[str, Any]) -> list[str]:
             errs.append(f"accuracy {a['workload']}: over-admission {a['over_admission']}, errors {a['errors']}")
         if a["implementation"] == "turnstile" and a["admitted"] != a["allowed"]:
             errs.append(f"accuracy {a['workload']}: admitted {a['admitted']}, allowed {a['allowed']} (under-admission)")
+    # Our Python package keeps the core's promises: exact, no errors, every admission under a limit
+    # above the budget admitted, one call per warm decision (its driver's warm-up makes them warm).
+    for r in data["raw"]:
+        if r["implementation"] != "turnstile-py":
+            continue
+        tag = f"turnstile-py ({r.get('style')}) c={r['concurrency']} round {r.get('round', 1)}"
+        if r["errors"]:
+            errs.append(f"{tag}: {r['errors']} errors (first: {r['first_error']})")
+        if r["admitted"] != r["decisions"]:
+            errs.append(f"{tag}: admitted {r['admitted']} of {r['decisions']} under a limit above the budget")
+        if r["concurrency"] == 1 and abs(r.get("calls_per_decision", 0) - 1.0) > 1e-9:
+            errs.append(f"{tag}: {r.get('calls_per_decision')} calls/decision, expected 1 (warm)")
+    for a in data["accuracy"]:
+        if a["implementation"] == "turnstile-py" and (a["over_admission"] != 0 or a["errors"]
+                                                       or a["admitted"] != a["allowed"]):
+            errs.append(f"accuracy turnstile-py ({a.get('style')}): admitted {a['admitted']}, allowed "
+                        f"{a['allowed']}, errors {a['errors']}")
     for key, impl in PEERS.items():
         if key in data["meta"].get("peers_requested", []) and not data["peers_run"].get(impl):
             errs.append(f"peer {impl}: requested but produced no lines (driver broken?)")

@@ -27,7 +27,9 @@
 #   BENCH_WARMUP        untimed decisions before each timed run (1000 / 4): 1,000 warms the
 #                       emulator for every side alike (decision 0807: zae-limiter read 0.91x with it)
 #   BENCH_CONCURRENCY   comma list (1,8,32)
-#   BENCH_PEERS         peers to run: "zae rlp" (zae in both usage styles, inline and stored); "" to skip
+#   BENCH_PEERS         peers to run: "zae rlp tpy" (zae in both usage styles, inline and stored; tpy, our own
+#                       Python package, in both of its peers' styles, threads and asyncio); "" to skip
+#   BENCH_WHEEL_PROFILE cargo profile of the tpy wheel (wheel, what `make wheel` ships / dev)
 #   BENCH_FRESH_EACH    1: a fresh emulator for each of our workloads too (full: 1; smoke: 0, ours share one)
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
 #   BENCH_SIM_SECONDS   seconds of each simulation run, unsharded and 32 shards (10 / 3)
@@ -63,10 +65,13 @@ readme_decisions="${BENCH_README_DECISIONS:-200}"
 peer_decisions="$decisions"; [ "$mode" = smoke ] && [ "$peer_decisions" -lt "$readme_decisions" ] && peer_decisions="$readme_decisions"
 peer_warmup="$warmup"; [ "$mode" = smoke ] && [ "$peer_warmup" -lt 20 ] && peer_warmup=20
 readme_pairs="${BENCH_README_PAIRS:-3}"
-peers="${BENCH_PEERS-zae rlp}"
+peers="${BENCH_PEERS-zae rlp tpy}"
+wheel_profile="${BENCH_WHEEL_PROFILE:-wheel}"; [ "$mode" = smoke ] && wheel_profile="${BENCH_WHEEL_PROFILE:-dev}"
 out="$root/bench/out/$mode"
 endpoint="http://127.0.0.1:$port"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# The tpy driver makes its tables with the CLI built below.
+export TURNSTILE_CLI
 
 say() { echo "bench: $*" >&2; }
 now() { date +%s.%N; }
@@ -85,7 +90,7 @@ rm -rf "$out" && mkdir -p "$out"
 
 # --- build -------------------------------------------------------------------------------------
 functions=(authorizer connect disconnect message session-api ttl-sweeper token-remover)
-pkgs=(-p turnstile-bench); for f in "${functions[@]}"; do pkgs+=(-p "$f"); done
+pkgs=(-p turnstile-bench -p turnstile-cli); for f in "${functions[@]}"; do pkgs+=(-p "$f"); done
 begin build
 if [ "$profile" = dev ]; then
   # The test build's own selection (every package, every target: the features `cargo test --workspace`
@@ -117,8 +122,21 @@ end build
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 profile_dir() { case "$1" in dev) echo "$target_dir/debug" ;; *) echo "$target_dir/$1" ;; esac; }
 bench_bin="$(profile_dir "$profile")/turnstile-bench"
+TURNSTILE_CLI="$(profile_dir "$profile")/turnstile"
 cc_bin="$(profile_dir "$cc_profile")/turnstile-bench"
 cold_bin_dir="$(profile_dir "$cold_profile")"
+
+# tpy_install VENV: builds the `turnstile` wheel (profile $wheel_profile) and installs it into VENV.
+tpy_install() {
+  scripts/pip-locked.sh "$root/.tools/python-test" scripts/requirements/maturin.txt || return 1
+  rm -rf "$out/wheel"
+  local t0; t0=$(now)
+  "$root/.tools/python-test/bin/maturin" build --quiet --manifest-path python/Cargo.toml --profile "$wheel_profile" \
+    --locked --out "$out/wheel" --interpreter "$(command -v python3)" || return 1
+  echo "wheel ($wheel_profile) built in $(python3 -c "print(round($(now) - $t0, 1))") s"
+  [ -x "$1/bin/python" ] || python3 -m venv "$1" || return 1
+  "$1/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps --force-reinstall "$out/wheel"/turnstile-*.whl
+}
 
 # --- peers' virtualenvs (each peer its own: rate-limiter-py 0.3.0 pins botocore 1.13) ------------
 ready_peers=()
@@ -127,6 +145,12 @@ begin peer-install
 # whose lock is unchanged is reused), by scripts/pip-locked.sh.
 for p in $peers; do
   venv="$root/bench/peers/.venv-$p"; req="$root/bench/peers/requirements-$p.txt"
+  if [ "$p" = tpy ]; then
+    # Our own wheel (python/), built like `make wheel` builds it, in a venv of its own.
+    if tpy_install "$venv" >"$out/pip-$p.log" 2>&1; then ready_peers+=("$p")
+    else skipped[$p]="its wheel did not build or install (see bench/out/$mode/pip-$p.log)"; say "peer $p: ${skipped[$p]}"; fi
+    continue
+  fi
   if scripts/pip-locked.sh "$venv" "$req" >"$out/pip-$p.log" 2>&1; then
     ready_peers+=("$p")
   else
@@ -155,7 +179,11 @@ mapfile -t workloads < <("$bench_bin" list)
 units=(); for w in "${workloads[@]}"; do units+=("ours:$w"); done
 for p in "${ready_peers[@]}"; do
   # zae:readme is the independent reading (bench/peers/zae_readme.py), in every round like the rest.
-  case "$p" in zae) units+=("zae:inline" "zae:stored" "zae:readme") ;; *) units+=("$p:decorator") ;; esac
+  case "$p" in
+    zae) units+=("zae:inline" "zae:stored" "zae:readme") ;;
+    tpy) units+=("tpy:threads" "tpy:asyncio") ;;
+    *) units+=("$p:decorator") ;;
+  esac
 done
 : >"$out/ours.jsonl"; : >"$out/zae-readme.jsonl"; for p in "${ready_peers[@]}"; do : >"$out/peer-$p.jsonl"; done
 
@@ -303,7 +331,7 @@ COLD_PROFILE="$cold_profile" CC_PROFILE="$cc_profile" \
 python3 - >"$out/meta.json" <<'EOF'
 import json, os
 kv = lambda s: dict(l.split("=", 1) for l in s.splitlines() if "=" in l)
-order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "zae-readme", "zae-check", "client-cost", "sim", "cold-start", "total"]
+order = ["build", "peer-install", "ddb-restart", "ours", "peer-zae", "peer-rlp", "peer-tpy", "zae-readme", "zae-check", "client-cost", "sim", "cold-start", "total"]
 d = kv(os.environ["DURATIONS"])
 print(json.dumps({
     "mode": os.environ["MODE"], "command": os.environ["CMD"],

@@ -90,6 +90,9 @@ run scripts/supply-chain-check.sh
 run scripts/cfn-lint.sh
 run cargo clippy --workspace --all-targets --locked -- -D warnings
 run cargo test --workspace --locked
+# The Python package (python/, docs/python.md): its wheel built in the dev profile from the same
+# target/debug, installed into .tools/python-test, and its pytest suite against this DynamoDB Local.
+run scripts/python-test.sh
 # --- The decide API against its OpenAPI description (openapi/decide-api.yaml) --------------------
 # Schemathesis (hash-locked) generates valid and invalid requests for every operation and checks each
 # answer: no 5xx, status, content type and body as the document says, bad input a 4xx JSON naming the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Peer drivers for `make bench`: zae-limiter and rate-limiter-py 0.3.0, driven through their own
-public APIs against the same DynamoDB Local as Turnstile, emitting the same JSON lines as
+"""Peer drivers for `make bench`: zae-limiter and rate-limiter-py 0.3.0, and our own Python package
+(turnstile-py, `--peer tpy`), driven through their own public APIs against the same DynamoDB Local as Turnstile, emitting the same JSON lines as
 `turnstile-bench ours` (one per result, on stdout).
 
     python drive.py --peer zae --endpoint http://127.0.0.1:8001 --decisions 2000
@@ -486,6 +486,157 @@ def run_rlp(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# turnstile-py: our own wheel (python/), rate-limiter-py's interface on the Rust core
+# --------------------------------------------------------------------------------------------------
+
+def run_tpy(args: argparse.Namespace) -> None:
+    """The `turnstile` wheel driven like the peers: `threads` is rate-limiter-py's usage (the
+    `rate_limit` decorator, c threads; one decorator for all of them, the package being thread-safe),
+    `asyncio` is zae-limiter's (`async with fungible_limiter(...)`, c tasks on one loop). Calls and
+    units come from the package's own meter (TURNSTILE_PY_METER=1: the Rust client's counter, which
+    also asks DynamoDB for each call's consumed capacity, as our Rust workloads' counter does), in the
+    timed run itself; the client-cost phase runs without it (the stub counts the calls)."""
+    os.environ["AWS_ENDPOINT_URL"] = args.endpoint
+    if not args.client_cost:
+        os.environ["TURNSTILE_PY_METER"] = "1"
+    base = f"peer-tpy-{uuid.uuid4().hex[:8]}-"
+    os.environ["FUNGIBLE_TABLE"], os.environ["LIMIT_TABLE"] = base + "fungible-tokens", base + "limits"
+    cli = os.environ.get("TURNSTILE_CLI", "turnstile")
+    import subprocess
+    subprocess.run([cli, "tables", "create", "--only", "fungible-tokens", "--only", "limits"],
+                   check=True, capture_output=True, timeout=300)
+
+    import turnstile
+    from turnstile import CapacityExhaustedException, fungible_limiter, rate_limit
+
+    impl, version = "turnstile-py", turnstile.__version__
+    counter = CallCounter()
+
+    def take_usage() -> None:
+        u = turnstile._native.usage() or {}
+        with counter.lock:
+            counter.total = u.get("calls", 0)
+            counter.by_op = dict(sorted((u.get("by_operation") or {}).items()))
+        take_usage.units = (u.get("write_units"), u.get("read_units"))  # type: ignore[attr-defined]
+
+    def run_threads(c: int, total: int, account: str, limit: int) -> tuple:
+        @rate_limit("bench-resource", limit, 3600, account_id_pos=0)
+        def admitted(_account: str) -> bool:
+            return True
+
+        nxt = iter(range(total))
+        lock = threading.Lock()
+        samples: list[float] = []
+        tally = {"admitted": 0, "refused": 0, "errors": 0}
+        first_error: list[str] = []
+
+        def worker() -> None:
+            local: list[float] = []
+            a = r = e = 0
+            while True:
+                with lock:
+                    i = next(nxt, None)
+                if i is None:
+                    break
+                t0 = time.perf_counter()
+                try:
+                    admitted(account)
+                    a += 1
+                except CapacityExhaustedException:
+                    r += 1
+                except Exception as ex:  # counted and reported, never hidden
+                    e += 1
+                    if not first_error:
+                        first_error.append(f"{type(ex).__name__}: {ex}")
+                local.append(time.perf_counter() - t0)
+            with lock:
+                samples.extend(local)
+                tally["admitted"] += a
+                tally["refused"] += r
+                tally["errors"] += e
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=c) as pool:
+            for f in [pool.submit(worker) for _ in range(c)]:
+                f.result()
+        wall = time.perf_counter() - t0
+        return (samples, tally["admitted"], tally["refused"], tally["errors"],
+                first_error[0] if first_error else None, wall)
+
+    async def run_tasks(c: int, total: int, account: str, limit: int) -> tuple:
+        nxt = iter(range(total))
+        samples: list[float] = []
+        tally = {"admitted": 0, "refused": 0, "errors": 0}
+        first_error: list[str] = []
+
+        async def worker() -> None:
+            while next(nxt, None) is not None:
+                t0 = time.perf_counter()
+                try:
+                    async with fungible_limiter("bench-resource", account, limit, 3600):
+                        pass
+                    tally["admitted"] += 1
+                except CapacityExhaustedException:
+                    tally["refused"] += 1
+                except Exception as ex:  # counted and reported, never hidden
+                    tally["errors"] += 1
+                    if not first_error:
+                        first_error.append(f"{type(ex).__name__}: {ex}")
+                samples.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(c)))
+        wall = time.perf_counter() - t0
+        return (samples, tally["admitted"], tally["refused"], tally["errors"],
+                first_error[0] if first_error else None, wall)
+
+    def run(c: int, total: int, account: str, limit: int) -> tuple:
+        if args.style == "asyncio":
+            return asyncio.run(run_tasks(c, total, account, limit))
+        return run_threads(c, total, account, limit)
+
+    if args.client_cost:
+        log(f"{impl} ({args.style}) client cost ({args.decisions} decisions)")
+        stub_control(args.endpoint, "record")
+        account = f"acct-cc-{uuid.uuid4().hex[:6]}"
+        limit = (args.decisions + args.warmup) * 10
+        run(1, max(args.warmup, 1), account, limit)
+        stub_control(args.endpoint, "replay")
+        cpu0 = cpu_now()
+        result = run(1, args.decisions, account, limit)
+        cpu1 = cpu_now()
+        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+        return
+
+    for c in args.concurrency:
+        log(f"{impl} ({args.style}) acquire at concurrency {c} ({args.decisions} decisions)")
+        account = f"acct-c{c}-{uuid.uuid4().hex[:6]}"
+        limit = (args.decisions + args.warmup) * 10
+        run(c, max(args.warmup, c), account, limit)
+        turnstile._native.reset_usage()
+        samples, a, r, e, fe, wall = run(c, args.decisions, account, limit)
+        take_usage()
+        wu, ru = take_usage.units  # type: ignore[attr-defined]
+        n = max(len(samples), 1)
+        units = (wu / n if wu is not None else None, ru / n if ru is not None else None,
+                 "the package's meter: DynamoDB's reported consumed capacity, transactions and refused "
+                 "writes by the documented rules (shared::dynamo::CallCounter)")
+        line = throughput_line(impl, version, c, samples, a, r, e, fe, wall, counter, args.warmup, units,
+                               args.style, args.round)
+        line["calls_source"] = "the package's meter (TURNSTILE_PY_METER=1), one per HTTP attempt"
+        emit(line)
+
+    if args.accuracy_workers > 0:
+        log(f"{impl} ({args.style}) accuracy (limit {args.accuracy_limit}, "
+            f"{args.accuracy_workers} x {args.accuracy_attempts})")
+        account = f"acct-accuracy-{uuid.uuid4().hex[:6]}"
+        total = args.accuracy_workers * args.accuracy_attempts
+        _, a, _, e, fe, wall = run(args.accuracy_workers, total, account, args.accuracy_limit)
+        emit(accuracy_line(impl, version, args.accuracy_limit, 3600, args.accuracy_workers,
+                           args.accuracy_attempts, a, e, fe, wall, args.style, args.round))
+
+
+# --------------------------------------------------------------------------------------------------
 # zae-limiter (asyncio, aiobotocore)
 # --------------------------------------------------------------------------------------------------
 
@@ -613,7 +764,7 @@ async def _run_zae(args: argparse.Namespace) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--peer", choices=["zae", "rlp"], required=True)
+    p.add_argument("--peer", choices=["zae", "rlp", "tpy"], required=True)
     p.add_argument("--endpoint", required=True)
     p.add_argument("--decisions", type=int, default=2000)
     p.add_argument("--warmup", type=int, default=100)
@@ -624,7 +775,8 @@ def main() -> int:
     p.add_argument("--round", type=int, default=1, help="round number written into every line")
     p.add_argument("--style", default=None,
                    help="zae: `inline` (acquire(limits=...), the package README) or `stored` "
-                        "(builder + set_limits + acquire(consume=...)); rlp: `decorator`")
+                        "(builder + set_limits + acquire(consume=...)); rlp: `decorator`; "
+                        "tpy: `threads` or `asyncio`")
     p.add_argument("--meter-decisions", type=int, default=200,
                    help="decisions of the untimed metered pass after each timed run (write/read units)")
     p.add_argument("--capacity", choices=["reported", "computed"], default="reported",
@@ -635,10 +787,10 @@ def main() -> int:
                         "stub); one `client_cost` line with CPU us and p50 per decision")
     args = p.parse_args()
     if args.style is None:
-        args.style = {"zae": "inline", "rlp": "decorator"}[args.peer]
+        args.style = {"zae": "inline", "rlp": "decorator", "tpy": "threads"}[args.peer]
     # rate-limiter-py logs a warning for every refill that loses a race; keep errors only.
     logging.basicConfig(level=logging.ERROR)
-    {"zae": run_zae, "rlp": run_rlp}[args.peer](args)
+    {"zae": run_zae, "rlp": run_rlp, "tpy": run_tpy}[args.peer](args)
     return 0
 
 
