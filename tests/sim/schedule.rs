@@ -25,6 +25,13 @@ pub enum Fault {
     Conflicts,
     /// `UpdateItem`s never answered (the client's timeout ends them).
     StallUpdates,
+    /// The `nth` write (`UpdateItem`, or `TransactWriteItems` when `tx`) of the round is held by
+    /// the proxy: its client times out and retries, other requests follow, and the held one lands
+    /// when the round's lanes are done (a request delivered late).
+    Late {
+        nth: u8,
+        tx: bool,
+    },
     /// The endpoint goes down `after_ms` into the round for `down_ms`, as during a restart of
     /// DynamoDB: the next `lose` answers before it are lost (written, never answered), and every
     /// connection meanwhile is closed unanswered.
@@ -44,6 +51,7 @@ impl Fault {
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
             Fault::StallUpdates => "stall",
+            Fault::Late { .. } => "late",
             Fault::Outage { .. } => "outage",
         }
     }
@@ -276,13 +284,17 @@ impl Schedule {
             let fault = if r == 0 || rng.u32(0..100) >= shape.fault_pct {
                 Fault::None
             } else {
-                match rng.u32(0..8) {
+                match rng.u32(0..9) {
                     0 => Fault::Throttle(rng.u8(20..=70)),
                     1 => Fault::Delay(rng.u16(20..=120)),
                     2 => Fault::LoseAnswers(rng.u8(1..=4)),
                     3 => Fault::LoseUpdateAnswers(rng.u8(1..=4)),
                     4 | 5 => Fault::Conflicts,
                     6 => Fault::StallUpdates,
+                    7 => Fault::Late {
+                        nth: rng.u8(0..=5),
+                        tx: rng.bool(),
+                    },
                     _ => Fault::Outage {
                         lose: rng.u8(0..=3),
                         after_ms: rng.u16(0..=60),

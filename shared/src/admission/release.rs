@@ -100,8 +100,10 @@ async fn one_from_session(
         .value(":cid", s(cid.as_str()))
         .value(":tok", s(&token));
     p.conditions.push("attribute_exists(#sid)".into());
-    p.conditions
-        .push("contains(#ids, :cid) OR #rel = :tok".into());
+    if !crate::mutation::active(deps, crate::mutation::Mutation::DisconnectWithoutMembership) {
+        p.conditions
+            .push("contains(#ids, :cid) OR #rel = :tok".into());
+    }
     p.delete.push("#ids :gone".into());
     p.set.push("#rel = :tok".into());
     let key = sstore::key(t, sid);
