@@ -20,13 +20,14 @@
 //!   and the clock passes the reservation TTL: each coordinate then grants its whole capacity.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use futures::future::join_all;
 use serde_json::Value;
-use shared::clock::{Clock, Timestamp};
+use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::reservation::{NonFungibleLimiter, ReservationError, DEFAULT_RESERVATION_TTL};
 use shared::table::TableKind;
 use token_remover::{Outcome as Removal, Processors, Remover};
@@ -148,6 +149,8 @@ fn draw(rng: &mut fastrand::Rng, coords: usize, resources: u32, next: &mut u32) 
 /// The limiters and the remover a simulation's steps run through (the World's proxied client).
 pub struct Actors {
     limiters: [NonFungibleLimiter; 2],
+    /// The second limiter's clock skew (ms), set per schedule.
+    skew: Arc<AtomicI64>,
     remover: Remover,
     table: String,
 }
@@ -164,21 +167,48 @@ impl Actors {
             w.env.track_table(def.name);
         }
         let deps = &w.env.deps;
-        let limiter = || NonFungibleLimiter::from_deps(deps).expect("limiter from deps");
+        let skew = Arc::new(AtomicI64::new(0));
+        let skewed = shared::Deps {
+            clock: Arc::new(Skewed {
+                base: w.env.clock.clone(),
+                offset_ms: Arc::clone(&skew),
+            }),
+            ..deps.clone()
+        };
+        let limiter = |d| NonFungibleLimiter::from_deps(d).expect("limiter from deps");
         let processors = Processors::parse(include_str!(
             "../../functions/token-remover/processors.example.yaml"
         ))
         .expect("the example processors parse");
         Actors {
-            limiters: [limiter(), limiter()],
+            limiters: [limiter(deps), limiter(&skewed)],
+            skew,
             remover: Remover::new(deps, token_remover::Config { processors }),
             table: deps.tables.non_fungible_tokens.clone(),
         }
     }
 
+    /// The second limiter's clock is `ms` off the simulation's from now on.
+    pub fn set_skew(&self, ms: i64) {
+        self.skew.store(ms, Ordering::SeqCst);
+    }
+
     /// The non-fungible table (a reservation mutation is switched on by its name).
     pub fn table(&self) -> &str {
         &self.table
+    }
+}
+
+/// A clock `offset_ms` off the simulation's: another Lambda instance's.
+#[derive(Debug)]
+struct Skewed {
+    base: ManualClock,
+    offset_ms: Arc<AtomicI64>,
+}
+
+impl Clock for Skewed {
+    fn now(&self) -> Timestamp {
+        crate::kv::skewed(self.base.now(), self.offset_ms.load(Ordering::SeqCst))
     }
 }
 
@@ -217,6 +247,9 @@ struct Ending {
 /// violations found between checkpoints.
 pub struct State {
     seed: u64,
+    /// The second limiter's clock skew (ms): a reservation counts only while it is live on
+    /// either clock.
+    skew_ms: i64,
     spec: ResSpec,
     coordinates: Vec<String>,
     resource_ids: Vec<String>,
@@ -229,9 +262,10 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(seed: u64, spec: &ResSpec) -> State {
+    pub fn new(seed: u64, spec: &ResSpec, skew_ms: i64) -> State {
         State {
             seed,
+            skew_ms,
             spec: spec.clone(),
             coordinates: (0..spec.capacities.len())
                 .map(|c| coordinate(seed, c))
@@ -278,7 +312,12 @@ impl State {
         !h.released
             && (h.bound.is_some() || !h.uncertain)
             && !released_by_an_end
-            && Timestamp::from_secs(h.exp) > self.lane.now
+            && Timestamp::from_secs(h.exp) > self.lane.now.plus(self.slack())
+    }
+
+    /// How much sooner the skewed process may see an expiry pass (whole seconds, as expiries are).
+    fn slack(&self) -> Duration {
+        Duration::from_secs(u64::from(self.skew_ms != 0))
     }
 
     /// Resource `j` ends: its event is queued, once.

@@ -344,7 +344,8 @@ impl Sim {
         let res = sch
             .res
             .as_ref()
-            .map(|spec| Mutex::new(reservations::State::new(sch.seed, spec)));
+            .map(|spec| Mutex::new(reservations::State::new(sch.seed, spec, sch.skew_ms)));
+        self.res.set_skew(sch.skew_ms);
         let res = res.as_ref();
         let kvs = sch.kv.as_ref().map(|spec| {
             Mutex::new(kv::State::new(
@@ -352,6 +353,7 @@ impl Sim {
                 spec,
                 &self.w.env.deps.dynamo,
                 &self.buckets,
+                sch.skew_ms,
             ))
         });
         let kvs = kvs.as_ref();
@@ -499,10 +501,15 @@ impl Sim {
         run: &Mutex<Run>,
         lanes: Lanes<'_>,
     ) {
+        // The reconciler's Lambda outlives its two graces.
+        let limit = match step.op {
+            Op::Reconcile { .. } => 3 * GRACE,
+            _ => LAMBDA_TIMEOUT,
+        };
         let budget = step
             .crash_ms
             .map(|ms| Duration::from_millis(u64::from(ms)))
-            .unwrap_or(LAMBDA_TIMEOUT);
+            .unwrap_or(limit);
         let done = tokio::time::timeout(budget, self.op(sch, tenants, &step.op, run, lanes)).await;
         if done.is_err() {
             if let (Op::Res(o), Some(st)) = (&step.op, lanes.0) {
@@ -911,7 +918,7 @@ impl Sim {
         }
         // Every layout the schedule may have used.
         let keys: Vec<String> = std::iter::once(shared::counter::keys::tenant_connections(t))
-            .chain((0..3).map(|k| shared::counter::keys::connection_shard(t, k)))
+            .chain((0..4).map(|k| shared::counter::keys::connection_shard(t, k)))
             .filter_map(|k| k.ok())
             .collect();
         let mut counts = Vec::new();

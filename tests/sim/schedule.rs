@@ -193,7 +193,13 @@ pub struct Schedule {
     pub res: Option<ResSpec>,
     /// The limit names of the kv lanes, if the schedule has them.
     pub kv: Option<KvSpec>,
+    /// The clock skew of the second "process" of the reservation and kv lanes (ms, either sign):
+    /// two Lambda instances' clocks differ by tens of ms.
+    pub skew_ms: i64,
 }
+
+/// The largest clock skew between two simulated instances (ms).
+pub const MAX_SKEW_MS: i64 = 400;
 
 /// How the generator draws (the make-test run and the soak use the defaults).
 #[derive(Debug, Clone, Copy)]
@@ -249,7 +255,7 @@ fn caps(rng: &mut fastrand::Rng, shards: u64) -> Caps {
     Caps {
         tenant_connections: rng.u64(2..=5).max(shards),
         per_session: rng.u64(1..=3),
-        tenant_per_minute: rng.u64(3..=8),
+        tenant_per_minute: rng.u64(3..=8).max(shards),
         session_per_minute: rng.u64(2..=5),
         messages_per_minute: rng.u64(1..=4),
     }
@@ -260,7 +266,7 @@ impl Schedule {
         let mut rng = fastrand::Rng::with_seed(seed);
         let tenants: Vec<TenantSpec> = (0..rng.usize(1..=2))
             .map(|_| {
-                let shards = if rng.bool() { 1 } else { rng.u64(2..=3) };
+                let shards = if rng.bool() { 1 } else { rng.u64(2..=4) };
                 TenantSpec {
                     caps: caps(&mut rng, shards),
                     shards,
@@ -314,7 +320,7 @@ impl Schedule {
             };
             if reshard_round == Some(r) {
                 let t = rng.usize(0..tenants.len());
-                let shards = (layout[t] + rng.u64(1..=2)) % 3 + 1;
+                let shards = (layout[t] + rng.u64(1..=3)) % 4 + 1;
                 layout[t] = shards;
                 rounds.push(Round {
                     fault: Fault::None,
@@ -363,9 +369,11 @@ impl Schedule {
                 }
                 if reconcile_round == Some(r) {
                     let t = rng.usize(0..tenants.len());
+                    // A third of the runs crash, anywhere in their two graces.
+                    let crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
                     lanes.push(vec![Step {
                         op: Op::Reconcile { t },
-                        crash_ms: None,
+                        crash_ms,
                     }]);
                 }
             }
@@ -389,6 +397,15 @@ impl Schedule {
                 }
                 spec
             });
+        // Drawn apart (salted), so the other draws of a seed stay as they were.
+        let skew_ms = side_rng(seed, 0x5e3e_c10c_0000_0001, 50).map_or(0, |mut r| {
+            let ms = r.i64(1..=MAX_SKEW_MS);
+            if r.bool() {
+                ms
+            } else {
+                -ms
+            }
+        });
         Schedule {
             seed,
             tenants,
@@ -396,6 +413,7 @@ impl Schedule {
             rounds,
             res,
             kv,
+            skew_ms,
         }
     }
 
@@ -527,6 +545,7 @@ impl fmt::Display for Schedule {
         if let Some(kv) = &self.kv {
             writeln!(f, "  kv limits: {kv:?}")?;
         }
+        writeln!(f, "  skew of the second process: {} ms", self.skew_ms)?;
         for (i, r) in self.rounds.iter().enumerate() {
             writeln!(f, "  round {i}: +{}s fault={:?}", r.advance, r.fault)?;
             for (j, lane) in r.lanes.iter().enumerate() {
