@@ -153,6 +153,20 @@ impl Seen {
         self.held.remove(cid);
     }
 
+    /// The ids of the sockets clients of tenant `t` hold open now (for a violation's message).
+    pub fn held_ids(&self, t: usize) -> Vec<String> {
+        self.held
+            .iter()
+            .filter(|(_, k)| k.0 == t)
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
+    /// Whether a client holds socket `cid` open.
+    pub fn holds(&self, cid: &str) -> bool {
+        self.held.contains_key(cid)
+    }
+
     /// Sockets clients of tenant `t` hold open now.
     pub fn held_in(&self, t: usize) -> usize {
         self.held.values().filter(|k| k.0 == t).count()

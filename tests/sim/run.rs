@@ -652,8 +652,13 @@ impl Sim {
                 let l = self.limits(sch, run, t);
                 let cid = Self::cid(sch, c);
                 let sid = Self::sid(s);
-                if run.lock().unwrap().gone.contains(&cid) {
-                    return; // a client that left sends nothing
+                {
+                    let mut r = run.lock().unwrap();
+                    r.seen.sync_closed(&self.w.api.received());
+                    // A client sends only on a socket it holds: admitted, not left, not closed.
+                    if r.gone.contains(&cid) || !r.seen.holds(&cid) {
+                        return;
+                    }
                 }
                 let mut ev = event("message/message.json", &tenants[t], &sid, &cid, &l);
                 ev.body = Some("hello".into());
@@ -839,10 +844,11 @@ impl Sim {
     async fn probe(&self, sch: &Schedule, tenants: &[TenantId], run: &Mutex<Run>) -> Vec<String> {
         let mut found = Vec::new();
         for (t, tid) in tenants.iter().enumerate() {
-            let (cap, held) = {
+            let (cap, held, ids) = {
                 let mut r = run.lock().unwrap();
                 r.seen.sync_closed(&self.w.api.received());
-                (r.caps[t].tenant_connections, r.seen.held_in(t) as u64)
+                let ids = r.seen.held_ids(t);
+                (r.caps[t].tenant_connections, ids.len() as u64, ids)
             };
             let free = cap.saturating_sub(held);
             let mut answers = Vec::new();
@@ -874,10 +880,16 @@ impl Sim {
             if admitted < free {
                 found.push(format!(
                     "leaked: tenant {tid} admitted {admitted} of the {free} new sockets its cap \
-                     {cap} leaves beside the {held} its clients hold ({}); the product's state, \
-                     for diagnosis: {}",
+                     {cap} leaves beside the {held} its clients hold ({ids:?}; {}); the product's \
+                     state, for diagnosis: {}; closes: {:?}",
                     answers.join(", "),
-                    self.diagnose(tid).await
+                    self.diagnose(tid).await,
+                    self.w
+                        .api
+                        .received_by("DELETE")
+                        .iter()
+                        .map(|r| format!("{} {}", r.connection_id, r.status))
+                        .collect::<Vec<_>>()
                 ));
             }
         }
