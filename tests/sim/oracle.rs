@@ -49,6 +49,8 @@ pub struct Seen {
     held: BTreeMap<String, Key>,
     /// Sockets the Management API closed (answered 204), and how much of its log was read.
     closed: BTreeSet<String>,
+    /// Sockets whose clients left (a `$connect` answered after that opens nothing they hold).
+    left: BTreeSet<String>,
     log_read: usize,
     incarnation: HashMap<(usize, usize), u32>,
     tenant_admits: Vec<Vec<Timestamp>>,
@@ -151,6 +153,7 @@ impl Seen {
     /// The client of `cid` left (closed its socket).
     pub fn left(&mut self, cid: &str) {
         self.held.remove(cid);
+        self.left.insert(cid.to_string());
     }
 
     /// The ids of the sockets clients of tenant `t` hold open now (for a violation's message).
@@ -176,7 +179,7 @@ impl Seen {
     /// `at`: the socket is held (unless already closed), and every limit is checked.
     pub fn admitted(&mut self, t: usize, s: usize, inc: u32, cid: &str, at: Timestamp) {
         let key = (t, s, inc);
-        if !self.closed.contains(cid) {
+        if !self.closed.contains(cid) && !self.left.contains(cid) {
             self.held.insert(cid.to_string(), key);
         }
         let name = self.names[t].clone();
@@ -263,7 +266,8 @@ impl Seen {
 /// The documented statuses of each step (the functions' module docs and docs/websocket.md).
 fn documented(op: &Op, status: i64) -> bool {
     match op {
-        Op::PutSession { .. } => status == 200,
+        // 503 (`Retry-After`) over an expired session whose sockets are not known gone yet.
+        Op::PutSession { .. } => [200, 503].contains(&status),
         Op::DeleteSession { .. } => [200, 404].contains(&status),
         Op::Connect { .. } | Op::DisconnectFirst { .. } => [200, 404, 429].contains(&status),
         Op::Leave { .. } => status == 200,

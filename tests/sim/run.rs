@@ -605,7 +605,10 @@ impl Sim {
                     r.seen.answer(op, a);
                 }
                 if admitted {
-                    self.w.recorder.mark_live(&cid);
+                    // Its client may have left meanwhile: then the socket stays gone.
+                    if !r.gone.contains(&cid) {
+                        self.w.recorder.mark_live(&cid);
+                    }
                     r.seen.sync_closed(&self.w.api.received());
                     r.seen.admitted(t, s, inc, &cid, now);
                 } else {
@@ -637,12 +640,13 @@ impl Sim {
             Op::Leave { t, s, c, times } => {
                 let l = self.limits(sch, run, t);
                 let cid = Self::cid(sch, c);
-                self.w.recorder.mark_gone(&cid);
                 {
+                    // Gone first, then marked: a `$connect` answered meanwhile sees the client left.
                     let mut r = run.lock().unwrap();
                     r.gone.insert(cid.clone());
                     r.seen.left(&cid);
                 }
+                self.w.recorder.mark_gone(&cid);
                 for _ in 0..times {
                     let a = self.disconnect(&tenants[t], &Self::sid(s), &cid, &l).await;
                     run.lock().unwrap().seen.answer(op, a);
