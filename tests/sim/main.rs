@@ -231,11 +231,15 @@ fn mutation_shape(m: Mutation) -> Shape {
             ..base
         },
         // Sessions that expire within the schedule, their records delivered twice.
+        // (Redelivered, each takes the count down again: visible once the tenant fills up.)
         Mutation::SweepWithoutTombstone => Shape {
             fault_pct: 0,
+            crash_pct: 0,
             reconcile_pct: 0,
-            session_ttl: (5, 15),
-            ttl_pct: 50,
+            session_ttl: (10, 30),
+            ttl_pct: 35,
+            max_lanes: 6,
+            max_steps: 4,
             reservation_pct: 0,
             kv_pct: 0,
             ..base

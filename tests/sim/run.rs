@@ -876,9 +876,20 @@ impl Sim {
                     if status == Some(200) {
                         admitted += 1;
                     }
-                    if matches!(status, Some(200 | 429)) || !self.slow() {
+                    if matches!(status, Some(200 | 429)) {
                         break;
                     }
+                    // A 5xx (a timeout on a loaded machine): API Gateway refuses the socket, the
+                    // reconciler repairs what it may have charged, and the client tries again.
+                    self.w.recorder.mark_gone(&cid);
+                    crate::ws_support::reconcile_tenant(
+                        &self.w.env.deps,
+                        tid,
+                        &self.w.api.url(),
+                        false,
+                        Duration::from_millis(20),
+                    )
+                    .await;
                 }
             }
             if admitted < free {
