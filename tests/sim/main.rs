@@ -309,6 +309,7 @@ fn mutation_shape(m: Mutation) -> Shape {
         | Mutation::RemoverReleasesAnyBinding => Shape {
             reconcile_pct: 0,
             reservation_pct: 100,
+            binds: true,
             kv_pct: 0,
             max_lanes: 1,
             crash_pct: 15,

@@ -83,8 +83,12 @@ pub fn generate(
     pct: u32,
     rounds: usize,
     crash_pct: u32,
+    binds: bool,
 ) -> Option<(ResSpec, Vec<Vec<Vec<Step>>>)> {
     let mut rng = side_rng(seed, SALT, pct)?;
+    if binds {
+        return Some(bind_heavy(&mut rng, rounds, crash_pct));
+    }
     let capacities = (0..rng.usize(1..=2))
         .map(|_| {
             if rng.u32(0..10) < 6 {
@@ -107,6 +111,50 @@ pub fn generate(
         },
         lanes,
     ))
+}
+
+/// One small coordinate (capacity 1-2), two resources, and mostly binds, ends and deliveries: a
+/// reservation bound to one resource is often bound again to the other after its end.
+fn bind_heavy(
+    rng: &mut fastrand::Rng,
+    rounds: usize,
+    crash_pct: u32,
+) -> (ResSpec, Vec<Vec<Vec<Step>>>) {
+    let capacities = vec![rng.u64(1..=2)];
+    let mut next = 0u32;
+    let lanes = side_lanes(rng, rounds, crash_pct, |rng| {
+        let process = rng.usize(0..2);
+        let j = rng.u32(0..2);
+        let drawn = next;
+        Op::Res(match rng.u32(0..100) {
+            0..=44 if drawn > 0 => ResOp::Bind {
+                r: rng.u32(drawn.saturating_sub(2)..drawn),
+                j,
+                process,
+            },
+            45..=59 => ResOp::End { j },
+            60..=79 => ResOp::Deliver {
+                pick: rng.u32(..),
+                again: rng.bool(),
+            },
+            _ => {
+                next += 1;
+                ResOp::Reserve {
+                    coord: 0,
+                    r: drawn,
+                    count: 1,
+                    process,
+                }
+            }
+        })
+    });
+    (
+        ResSpec {
+            capacities,
+            resources: 2,
+        },
+        lanes,
+    )
 }
 
 fn draw(rng: &mut fastrand::Rng, coords: usize, resources: u32, next: &mut u32) -> ResOp {

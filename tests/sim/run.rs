@@ -99,6 +99,9 @@ pub struct Sim {
     operator: tokio::sync::Mutex<()>,
     /// The next request the proxy holds ([`Fault::Late`]) is numbered this.
     late_next: std::sync::atomic::AtomicUsize,
+    /// The longest this process's runtime woke a ticker late since [`Sim::reset_slow`] (µs): a
+    /// machine too loaded to run the handlers on time, whatever DynamoDB Local answered.
+    lag_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The state of a run's reservation and kv lanes (`None`: the schedule has none).
@@ -168,6 +171,7 @@ impl Sim {
             buckets,
             operator: tokio::sync::Mutex::new(()),
             late_next: std::sync::atomic::AtomicUsize::new(0),
+            lag_us: ticker(),
         }
     }
 
@@ -257,7 +261,7 @@ impl Sim {
         mut attempt: impl FnMut() -> F,
     ) -> Option<E> {
         for _ in 0..4 {
-            self.proxy.reset_stats();
+            self.reset_slow();
             match attempt().await {
                 Ok(()) => return None,
                 Err(e) if !self.slow() => return Some(e),
@@ -267,10 +271,20 @@ impl Sim {
         None
     }
 
-    /// Whether DynamoDB Local answered some request slower than [`SLOW`] since the proxy's stats
-    /// were last reset.
+    /// Whether DynamoDB Local answered some request slower than [`SLOW`], or this process's
+    /// runtime woke as late, since [`Sim::reset_slow`].
     fn slow(&self) -> bool {
+        let lag = self.lag_us.load(std::sync::atomic::Ordering::SeqCst);
+        if Duration::from_micros(lag) >= SLOW {
+            return true;
+        }
         self.proxy.stats().slowest_upstream >= SLOW
+    }
+
+    /// Starts a new measure of slowness: the proxy's stats and the runtime's lag.
+    fn reset_slow(&self) {
+        self.proxy.reset_stats();
+        self.lag_us.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Delivers the requests the proxy held ([`Fault::Late`]), now that their clients gave up
@@ -378,7 +392,7 @@ impl Sim {
                 st.lock().unwrap().lane.start(i, now, faulted);
             }
             self.set_fault(round.fault);
-            self.proxy.reset_stats();
+            self.reset_slow();
             let reconciling = round
                 .lanes
                 .iter()
@@ -478,7 +492,7 @@ impl Sim {
         }
         out.crashes = run.lock().unwrap().crashes;
         if let Some(st) = res {
-            self.proxy.reset_stats();
+            self.reset_slow();
             let slow = || self.slow();
             for v in reservations::finish(&self.res, &self.w, st, &slow).await {
                 found(v);
@@ -862,7 +876,7 @@ impl Sim {
                 let s = 100 + k;
                 // A 5xx while DynamoDB Local is slow is tried again (a new socket each time).
                 for attempt in 0..3 {
-                    self.proxy.reset_stats();
+                    self.reset_slow();
                     let put = self.session_call("PUT", tid, s).await;
                     let l = self.limits(sch, run, t);
                     let cid = format!("k{:x}p{t}x{k}a{attempt}", sch.seed);
@@ -971,6 +985,25 @@ impl Sim {
         }
         format!("counters {counts:?}, session rows hold {ids:?}")
     }
+}
+
+/// A task waking every 20 ms that records how late the runtime woke it (the largest lateness, in
+/// µs, until reset): with two cores shared by other work, a handler's 500 ms attempt timeout can
+/// pass while its request waits for the CPU, not for DynamoDB Local.
+fn ticker() -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    let lag = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mine = std::sync::Arc::clone(&lag);
+    tokio::spawn(async move {
+        let tick = Duration::from_millis(20);
+        loop {
+            let began = std::time::Instant::now();
+            tokio::time::sleep(tick).await;
+            let late = began.elapsed().saturating_sub(tick);
+            let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+            mine.fetch_max(us, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    lag
 }
 
 /// A WebSocket route's event with the context the authorizer builds for `limits` (its

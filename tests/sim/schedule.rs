@@ -228,6 +228,8 @@ pub struct Shape {
     pub kv_pct: u32,
     /// Percent of schedules with a reshard round (a tenant drained, resharded, resumed).
     pub reshard_pct: u32,
+    /// Reservation lanes mostly of binds, ends and deliveries on one small coordinate.
+    pub binds: bool,
 }
 
 impl Default for Shape {
@@ -246,6 +248,7 @@ impl Default for Shape {
             reservation_pct: 50,
             kv_pct: 50,
             reshard_pct: 25,
+            binds: false,
         }
     }
 }
@@ -383,7 +386,13 @@ impl Schedule {
                 lanes,
             });
         }
-        let res = reservations::generate(seed, shape.reservation_pct, n_rounds, shape.crash_pct)
+        let res = reservations::generate(
+            seed,
+            shape.reservation_pct,
+            n_rounds,
+            shape.crash_pct,
+            shape.binds,
+        )
             .map(|(spec, lanes)| {
                 for (round, lanes) in rounds.iter_mut().zip(lanes) {
                     round.lanes.extend(lanes);
