@@ -335,12 +335,16 @@ async fn hunt(m: Mutation, seeds: impl IntoIterator<Item = u64>) -> Option<(u64,
     for seed in seeds {
         let sch = Schedule::generate(seed, &shape);
         let out = sim.run(&sch).await;
-        if !out.violations.is_empty() {
-            eprintln!(
-                "SIM mutation {m:?} caught by seed {seed}: {:#?}",
-                out.violations
-            );
-            return Some((seed, out.violations));
+        // A 503 with no fault injected is the loaded machine's (a handler's attempt timed out),
+        // never a mutation's catch.
+        let found: Vec<String> = out
+            .violations
+            .into_iter()
+            .filter(|v| !v.contains("undocumented answer 503"))
+            .collect();
+        if !found.is_empty() {
+            eprintln!("SIM mutation {m:?} caught by seed {seed}: {found:#?}");
+            return Some((seed, found));
         }
     }
     None
@@ -350,7 +354,8 @@ async fn hunt(m: Mutation, seeds: impl IntoIterator<Item = u64>) -> Option<(u64,
 /// is not deterministic (decision 2300), so a test tries its recorded seed, then the next ones.
 const MUTATION_SEEDS: u64 = 16;
 
-async fn caught(m: Mutation, seed: u64, what: &str) {
+/// `what`: the violation expected, one of these texts.
+async fn caught(m: Mutation, seed: u64, what: &[&str]) {
     let found = hunt(m, seed..seed + MUTATION_SEEDS).await;
     let (_, violations) = found.unwrap_or_else(|| {
         panic!(
@@ -359,49 +364,56 @@ async fn caught(m: Mutation, seed: u64, what: &str) {
         )
     });
     assert!(
-        violations.iter().any(|v| v.contains(what)),
+        violations
+            .iter()
+            .any(|v| what.iter().any(|w| v.contains(w))),
         "mutation {m:?}: expected a violation about {what:?}, got {violations:#?}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_undo_after_join_is_caught() {
-    caught(Mutation::UndoAfterJoin, 0, "over-admission").await;
+    caught(Mutation::UndoAfterJoin, 0, &["over-admission"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_sweep_without_tombstone_is_caught() {
-    caught(Mutation::SweepWithoutTombstone, 12, "over-admission").await;
+    caught(
+        Mutation::SweepWithoutTombstone,
+        12,
+        &["over-admission", "to Deliver"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_shard_over_share_is_caught() {
-    caught(Mutation::ShardOverShare, 1, "over-admission").await;
+    caught(Mutation::ShardOverShare, 1, &["over-admission"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_session_over_cap_is_caught() {
-    caught(Mutation::SessionOverCap, 1, "over-admission: session").await;
+    caught(Mutation::SessionOverCap, 1, &["over-admission: session"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_message_off_by_one_is_caught() {
-    caught(Mutation::MessageOffByOne, 0, "messagesPerMinute").await;
+    caught(Mutation::MessageOffByOne, 0, &["messagesPerMinute"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_reservation_over_share_is_caught() {
-    caught(Mutation::ReservationOverShare, 0, "over-admission: ").await;
+    caught(Mutation::ReservationOverShare, 0, &["over-admission: "]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_bind_ignores_ended_is_caught() {
-    caught(Mutation::BindIgnoresEnded, 0, "held capacity").await;
+    caught(Mutation::BindIgnoresEnded, 0, &["held capacity"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_kv_over_burst_is_caught() {
-    caught(Mutation::KvOverBurst, 0, "over-admission: K").await;
+    caught(Mutation::KvOverBurst, 0, &["over-admission: K"]).await;
 }
 
 /// Not caught within the make-test budget (decision 2300): the reconciler must read while a
@@ -409,7 +421,7 @@ async fn mutation_kv_over_burst_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "not caught within the make-test budget: a hunt for the soak"]
 async fn mutation_reconcile_without_grace_is_caught() {
-    caught(Mutation::ReconcileWithoutGrace, 0, "").await;
+    caught(Mutation::ReconcileWithoutGrace, 0, &[""]).await;
 }
 
 /// Not caught within the make-test budget (decision 2300): the lost answer must be a decrement's
@@ -417,7 +429,7 @@ async fn mutation_reconcile_without_grace_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "not caught within the make-test budget: a hunt for the soak"]
 async fn mutation_retried_decrement_is_caught() {
-    caught(Mutation::RetriedDecrement, 0, "over-admission").await;
+    caught(Mutation::RetriedDecrement, 0, &["over-admission", "leaked"]).await;
 }
 
 /// `make mutants`: every mutation of the catalogue, each hunted over at most

@@ -30,6 +30,9 @@ pub const ATTEMPT: Duration = Duration::from_millis(500);
 /// judged as under a fault, and the soak counts it (`slow-machine`). Counts and limits are
 /// checked all the same.
 pub const SLOW: Duration = Duration::from_millis(300);
+/// The runtime waking a ticker this late is a machine too loaded to keep the handlers' 500 ms
+/// attempts (a quiet machine wakes it within a few ms).
+pub const LAG: Duration = Duration::from_millis(100);
 /// The "Lambda timeout": a step still running after this is dropped (a crash).
 pub const LAMBDA_TIMEOUT: Duration = Duration::from_millis(1200);
 /// The reconciler's grace: longer than any step can be half-way (the Lambda timeout, plus the
@@ -275,7 +278,7 @@ impl Sim {
     /// runtime woke as late, since [`Sim::reset_slow`].
     fn slow(&self) -> bool {
         let lag = self.lag_us.load(std::sync::atomic::Ordering::SeqCst);
-        if Duration::from_micros(lag) >= SLOW {
+        if Duration::from_micros(lag) >= LAG {
             return true;
         }
         self.proxy.stats().slowest_upstream >= SLOW

@@ -393,12 +393,12 @@ impl Schedule {
             shape.crash_pct,
             shape.binds,
         )
-            .map(|(spec, lanes)| {
-                for (round, lanes) in rounds.iter_mut().zip(lanes) {
-                    round.lanes.extend(lanes);
-                }
-                spec
-            });
+        .map(|(spec, lanes)| {
+            for (round, lanes) in rounds.iter_mut().zip(lanes) {
+                round.lanes.extend(lanes);
+            }
+            spec
+        });
         let kv =
             kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct).map(|(spec, lanes)| {
                 for (round, lanes) in rounds.iter_mut().zip(lanes) {
