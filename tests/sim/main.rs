@@ -244,8 +244,9 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
-        // A `$connect` slowed by the proxy is half-way while the reconciler reads.
-        Mutation::ReconcileWithoutGrace => Shape {
+        // A `$connect` slowed by the proxy is half-way while the reconciler reads (or a release
+        // lands after it).
+        Mutation::ReconcileWithoutGrace | Mutation::ReconcileMissesLateReleases => Shape {
             fault_pct: 100,
             crash_pct: 0,
             reconcile_pct: 100,

@@ -126,6 +126,14 @@ impl Seen {
         }
     }
 
+    /// Whether a client of this round saw a 5xx or a handler's error.
+    pub fn failed(&self) -> bool {
+        self.answers.iter().any(|(_, a, _)| match a {
+            Answer::Status(s) => *s >= 500,
+            Answer::Error(_) => true,
+        })
+    }
+
     pub fn answer(&mut self, op: &Op, a: Answer) {
         if let Op::PutSession { t, s } | Op::DeleteSession { t, s } = op {
             self.churned(*t, *s);

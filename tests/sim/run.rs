@@ -421,6 +421,11 @@ impl Sim {
             self.deliver_late().await;
             let crashed = run.lock().unwrap().crashes > crashes_before;
             self.settle(round.fault, crashed).await;
+            if !faulted && run.lock().unwrap().seen.failed() {
+                // A 5xx with no fault: let a request its handler gave up on finish upstream, so
+                // its time is in the proxy's stats before they are read.
+                tokio::time::sleep(ATTEMPT + Duration::from_millis(200)).await;
+            }
             let slow = !faulted && self.slow();
             if slow {
                 *out.faults.entry("slow-machine").or_default() += 1;
