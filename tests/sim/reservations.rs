@@ -671,12 +671,20 @@ pub async fn finish(
         let mut granted = 0;
         let mut refused = Vec::new();
         for _ in 0..cap {
-            match a.limiters[0]
-                .get_reservation(RESOURCE, &acct, cap as i64)
-                .await
-            {
-                Ok(_) => granted += 1,
-                Err(e) => refused.push(e.to_string()),
+            // A store error (a loaded machine's timeout) is tried again; a refusal is not.
+            for _ in 0..3 {
+                match a.limiters[0]
+                    .get_reservation(RESOURCE, &acct, cap as i64)
+                    .await
+                {
+                    Ok(_) => granted += 1,
+                    Err(ReservationError::Store(e)) => {
+                        refused.push(e.to_string());
+                        continue;
+                    }
+                    Err(e) => refused.push(e.to_string()),
+                }
+                break;
             }
         }
         if granted < cap {
