@@ -105,6 +105,8 @@ pub struct Sim {
     /// The longest this process's runtime woke a ticker late since [`Sim::reset_slow`] (µs): a
     /// machine too loaded to run the handlers on time, whatever DynamoDB Local answered.
     lag_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// A step took a whole attempt timeout since [`Sim::reset_slow`].
+    stalled: std::sync::atomic::AtomicBool,
 }
 
 /// The state of a run's reservation and kv lanes (`None`: the schedule has none).
@@ -175,6 +177,7 @@ impl Sim {
             operator: tokio::sync::Mutex::new(()),
             late_next: std::sync::atomic::AtomicUsize::new(0),
             lag_us: ticker(),
+            stalled: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -278,7 +281,9 @@ impl Sim {
     /// runtime woke as late, since [`Sim::reset_slow`].
     fn slow(&self) -> bool {
         let lag = self.lag_us.load(std::sync::atomic::Ordering::SeqCst);
-        if Duration::from_micros(lag) >= LAG {
+        if Duration::from_micros(lag) >= LAG
+            || self.stalled.load(std::sync::atomic::Ordering::SeqCst)
+        {
             return true;
         }
         self.proxy.stats().slowest_upstream >= SLOW
@@ -288,6 +293,8 @@ impl Sim {
     fn reset_slow(&self) {
         self.proxy.reset_stats();
         self.lag_us.store(0, std::sync::atomic::Ordering::SeqCst);
+        self.stalled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Delivers the requests the proxy held ([`Fault::Late`]), now that their clients gave up
@@ -532,7 +539,17 @@ impl Sim {
             .crash_ms
             .map(|ms| Duration::from_millis(u64::from(ms)))
             .unwrap_or(limit);
+        let began = std::time::Instant::now();
         let done = tokio::time::timeout(budget, self.op(sch, tenants, &step.op, run, lanes)).await;
+        // One handler step that took a whole attempt timeout: with no fault injected, only the
+        // machine makes a request wait that long (the operator's steps and the reconciler's graces
+        // are longer by design).
+        if began.elapsed() >= ATTEMPT
+            && !matches!(step.op, Op::Reconcile { .. } | Op::Reshard { .. })
+        {
+            self.stalled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         if done.is_err() {
             if let (Op::Res(o), Some(st)) = (&step.op, lanes.0) {
                 st.lock().unwrap().crashed(o);
@@ -903,15 +920,19 @@ impl Sim {
                     }
                     // A 5xx (a timeout on a loaded machine): API Gateway refuses the socket, the
                     // reconciler repairs what it may have charged, and the client tries again.
+                    // (A minute on, past the grace a 410 needs after a join, then two runs.)
                     self.w.recorder.mark_gone(&cid);
-                    crate::ws_support::reconcile_tenant(
-                        &self.w.env.deps,
-                        tid,
-                        &self.w.api.url(),
-                        false,
-                        Duration::from_millis(20),
-                    )
-                    .await;
+                    self.w.env.clock.advance(Duration::from_secs(61));
+                    for _ in 0..2 {
+                        crate::ws_support::reconcile_tenant(
+                            &self.w.env.deps,
+                            tid,
+                            &self.w.api.url(),
+                            false,
+                            Duration::from_millis(20),
+                        )
+                        .await;
+                    }
                 }
             }
             if admitted < free {
