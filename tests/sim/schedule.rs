@@ -230,6 +230,8 @@ pub struct Shape {
     pub reshard_pct: u32,
     /// Reservation lanes mostly of binds, ends and deliveries on one small coordinate.
     pub binds: bool,
+    /// Tenants whose `tenantPerMinute` binds before their connection caps.
+    pub rate_bound: bool,
 }
 
 impl Default for Shape {
@@ -249,6 +251,7 @@ impl Default for Shape {
             kv_pct: 50,
             reshard_pct: 25,
             binds: false,
+            rate_bound: false,
         }
     }
 }
@@ -270,8 +273,15 @@ impl Schedule {
         let tenants: Vec<TenantSpec> = (0..rng.usize(1..=2))
             .map(|_| {
                 let shards = if rng.bool() { 1 } else { rng.u64(2..=4) };
+                let mut caps = caps(&mut rng, shards);
+                if shape.rate_bound {
+                    // The per-minute cap binds before the connection caps do.
+                    caps.tenant_connections = caps.tenant_connections.max(8);
+                    caps.per_session = 3;
+                    caps.tenant_per_minute = shards.max(2);
+                }
                 TenantSpec {
-                    caps: caps(&mut rng, shards),
+                    caps,
                     shards,
                     gcra: rng.u32(0..4) == 0,
                     session_ttl: rng.u64(shape.session_ttl.0..=shape.session_ttl.1),
