@@ -1,10 +1,11 @@
 //! Random fault schedules (decision 2300): a seeded generator of operation schedules
 //! over the WebSocket admission paths (and, in a share of schedules, reservations with the token
 //! remover and kv limits), run against the real handlers and DynamoDB Local behind
-//! `turnstile-faultproxy`, with crashes (dropped futures) from the harness, and an oracle after
-//! every round. `cargo test -p turnstile-tests --test sim` runs the fixed budget (the seeds of
-//! [`BUDGET`]), the regression seeds and the mutation tests; `make soak SECONDS=N` runs the
-//! ignored `soak` test for as long as asked and writes its summary.
+//! `turnstile-faultproxy`, with crashes (dropped futures) and late requests, judged from the
+//! outside at every answer ([`oracle`]). `cargo test -p turnstile-tests --test sim` runs the fixed
+//! budget (the seeds of [`BUDGET`]) and eight mutation tests; `make mutants` hunts the whole
+//! catalogue; `make soak SECONDS=N` runs the ignored `soak` test for as long as asked and writes its
+//! summary.
 
 #[allow(dead_code)]
 #[path = "../integration/ws_support.rs"]
