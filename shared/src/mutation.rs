@@ -31,10 +31,33 @@ pub enum Mutation {
     BindIgnoresEnded,
     /// A kv spend admits one token past the burst (an off-by-one in the tolerance).
     KvOverBurst,
+    /// `$disconnect` takes the id out of its session without the membership condition (a
+    /// redelivered or late `$disconnect` releases again).
+    DisconnectWithoutMembership,
+    /// The tenant's per-minute window admits one past `tenantPerMinute`.
+    TenantMinuteOffByOne,
+    /// A bind to an ended (or unknown) resource releases the entry whatever it holds, a binding
+    /// to another resource included.
+    BindReleasesBoundElsewhere,
+    /// A failed bind deletes the bound row even when an earlier bind wrote it.
+    BindDeletesOriginalRow,
+    /// The token remover releases an entry whatever its binding (not only the row's own).
+    RemoverReleasesAnyBinding,
+    /// A kv refund whose answer was lost is sent again under a fresh refund id.
+    KvRefundFreshId,
+    /// A kv refund that went unanswered takes a new id behind a later refund (its first send
+    /// may still land).
+    KvRefundAfterUnanswered,
+    /// Ending a session counts any 410 to its close as gone at once (a socket still inside its
+    /// `$connect` is then counted nowhere).
+    SessionEndWithoutProof,
+    /// The reconciler's in-flight bound leaves out the releases that land after its read (a leak
+    /// is then subtracted that a pending release takes off again).
+    ReconcileMissesLateReleases,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::UndoAfterJoin,
         Mutation::SweepWithoutTombstone,
         Mutation::ShardOverShare,
@@ -45,7 +68,25 @@ impl Mutation {
         Mutation::ReservationOverShare,
         Mutation::BindIgnoresEnded,
         Mutation::KvOverBurst,
+        Mutation::DisconnectWithoutMembership,
+        Mutation::TenantMinuteOffByOne,
+        Mutation::BindReleasesBoundElsewhere,
+        Mutation::BindDeletesOriginalRow,
+        Mutation::RemoverReleasesAnyBinding,
+        Mutation::KvRefundFreshId,
+        Mutation::KvRefundAfterUnanswered,
+        Mutation::SessionEndWithoutProof,
+        Mutation::ReconcileMissesLateReleases,
     ];
+}
+
+/// `v`, or 0 while `m` is switched on for these deps (a term the mutation leaves out).
+pub fn unless(deps: &Deps, m: Mutation, v: u64) -> u64 {
+    if active(deps, m) {
+        0
+    } else {
+        v
+    }
 }
 
 #[cfg(feature = "mutations")]

@@ -262,10 +262,18 @@ pub struct State {
     /// Buckets already reported over-admitted (once each, not at every later checkpoint).
     reported: BTreeSet<Bucket>,
     pub lane: Lane,
+    /// The second process's clock skew (ms).
+    skew_ms: i64,
 }
 
 impl State {
-    pub fn new(seed: u64, spec: &KvSpec, client: &aws_sdk_dynamodb::Client, table: &str) -> State {
+    pub fn new(
+        seed: u64,
+        spec: &KvSpec,
+        client: &aws_sdk_dynamodb::Client,
+        table: &str,
+        skew_ms: i64,
+    ) -> State {
         let mut yaml = String::from("names:\n");
         for k in 0..spec.rates.len() {
             yaml.push_str(&format!("  K{k}: {{ id: {}, format: string }}\n", k + 1));
@@ -294,6 +302,7 @@ impl State {
             leases: BTreeMap::new(),
             reported: BTreeSet::new(),
             lane: Lane::default(),
+            skew_ms,
         }
     }
 
@@ -355,7 +364,7 @@ impl State {
             }
             let rate = self.spec.rates[k];
             let refunds = self.refunds.get(&(k, i)).map(Vec::as_slice).unwrap_or(&[]);
-            if let Some(v) = over(admits, refunds, rate) {
+            if let Some(v) = over(admits, refunds, rate, self.skew_ms.unsigned_abs()) {
                 found.push(((k, i), format!("over-admission: K{k}:{}: {v}", self.id(i))));
             }
         }
@@ -372,6 +381,7 @@ fn over(
     admits: &[(Timestamp, u64, bool)],
     refunds: &[(Timestamp, u64)],
     r: KvRate,
+    skew_ms: u64,
 ) -> Option<String> {
     let mut instants: Vec<Timestamp> = admits.iter().map(|a| a.0).collect();
     instants.sort();
@@ -382,7 +392,10 @@ fn over(
             let within = |t: &Timestamp| t >= a && t <= b;
             let spent: u64 = admits.iter().filter(|s| within(&s.0)).map(|s| s.1).sum();
             let back: u64 = refunds.iter().filter(|s| within(&s.0)).map(|s| s.1).sum();
-            let elapsed = (b.as_nanos() - a.as_nanos()).max(0) as u128;
+            // Two processes whose clocks differ by the skew see the interval up to twice the skew
+            // longer: the bound is stated on that.
+            let elapsed =
+                (b.as_nanos() - a.as_nanos()).max(0) as u128 + 2 * u128::from(skew_ms) * 1_000_000;
             let allowed = u128::from(r.burst) + elapsed / ei + u128::from(back);
             if u128::from(spent) > allowed {
                 return Some(format!(
@@ -395,16 +408,32 @@ fn over(
     None
 }
 
+/// `now` as a clock `skew_ms` off reads it.
+pub fn skewed(now: Timestamp, skew_ms: i64) -> Timestamp {
+    Timestamp::from_nanos(
+        now.as_nanos()
+            .saturating_add(skew_ms.saturating_mul(1_000_000)),
+    )
+}
+
 /// Runs one kv step, recording what its client saw in `state`.
 pub async fn step(op: &KvOp, state: &Mutex<State>) {
-    let (limiter, now) = {
+    let (limiter, now, at) = {
         let st = state.lock().unwrap();
-        (st.limiters[op.process()].clone(), st.lane.now)
+        let p = op.process();
+        // The instant the process asks at: the second one's clock is skewed (spends and refunds;
+        // leases keep the simulation's clock).
+        let at = if p == 1 {
+            skewed(st.lane.now, st.skew_ms)
+        } else {
+            st.lane.now
+        };
+        (st.limiters[p].clone(), st.lane.now, at)
     };
     match *op {
         KvOp::Spend { k, i, cost, .. } => {
             let id = state.lock().unwrap().id(i);
-            let out = limiter.spend(&format!("K{k}"), &id, cost, now).await;
+            let out = limiter.spend(&format!("K{k}"), &id, cost, at).await;
             let mut st = state.lock().unwrap();
             match out {
                 Ok(o) if o.decision.allowed => st.admitted((k, i), now, cost, false),
@@ -428,7 +457,7 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
                 st.refunds.entry((k, i)).or_default().push((now, cost));
                 (id, cost)
             };
-            let out = limiter.refund(&format!("K{k}"), &id, cost, now).await;
+            let out = limiter.refund(&format!("K{k}"), &id, cost, at).await;
             if let Err(e) = out {
                 state.lock().unwrap().error("a refund", &e);
             }
@@ -446,7 +475,7 @@ pub async fn step(op: &KvOp, state: &Mutex<State>) {
                 .iter()
                 .map(|n| (n.as_str(), id.as_str(), cost))
                 .collect();
-            let out = limiter.spend_batch(&spends, now).await;
+            let out = limiter.spend_batch(&spends, at).await;
             let mut st = state.lock().unwrap();
             match out {
                 Ok(b) if b.decision.allowed => {

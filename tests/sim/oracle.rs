@@ -1,74 +1,121 @@
-//! The oracle (decision 2300): what may be admitted, checked at every checkpoint (after each
-//! round, with nothing in flight) and at the end of a schedule.
+//! The oracle (decision 2300), judged only from what clients saw and did, at every step: the
+//! answers they got, the sockets they hold, the limits the operator set. It reads none of the
+//! product's state (session rows, counter items) and calls none of its functions to judge.
 //!
-//! - **0 over-admission**: a tenant's open connections (the distinct ids in its sessions) never
-//!   exceed `max(cap during the round, open connections before it)` — a connection admitted under
-//!   a higher cap may outlive a lowered one, but nothing is admitted past the cap in effect; the
-//!   same per session; per-minute admissions never exceed the fixed window's cap, or, for GCRA,
-//!   `burst + elapsed / emission interval` between any two admissions; admitted messages likewise.
-//! - **no capacity released twice**: the tenant's count (the sum of its counter items) is never
-//!   below its open connections at a checkpoint.
-//! - **0 leaked capacity**: after the final reconciler run, the count equals the truth.
+//! - **0 over-admission**: when a `$connect` is answered 200, the sockets clients hold open in
+//!   the tenant (admitted, not yet left and not closed through the Management API) are at most
+//!   the highest `tenantConnections` in effect during the round (a socket admitted under a higher
+//!   cap may outlive a lowered one, but nothing is admitted past the cap in effect; a sharded
+//!   tenant, whose lowered cap is exact only once every shard is under its new share, is allowed
+//!   the highest cap since its last reshard); the sockets held in the session (in the incarnation
+//!   the client knows: every PUT, DELETE or TTL deletion starts another) at most
+//!   `connectionsPerSession`. A capacity released twice shows here, as the admission it lets in.
+//! - **rates**: the admissions clients were answered 200 never exceed `tenantPerMinute` /
+//!   `sessionPerMinute` per fixed minute (or, GCRA, `burst + elapsed / emission interval`
+//!   between any two), nor messages `messagesPerMinute`.
+//! - **0 leaked capacity** (at the end, [`crate::run`]): after every record is delivered and the
+//!   reconciler has run (the documented repair), as many new sockets as the cap leaves free
+//!   beside the held ones are admitted.
 //! - **documented answers**: every status a client saw is one the docs name; a 5xx (or a handler
-//!   error) only in a round with an injected fault.
+//!   error) only in a round with an injected fault, or in which DynamoDB Local itself was slow.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use shared::clock::Timestamp;
 use shared::counter::window::MinuteWindow;
-use shared::ids::TenantId;
+use turnstile_local::management::Received;
 
 use crate::run::Answer;
 use crate::schedule::{Caps, Op, Schedule};
 
-/// One tenant as the oracle read it.
-#[derive(Debug, Default)]
-pub struct TenantState {
-    /// Session id → (its nonce: the incarnation, its connection ids).
-    pub sessions: HashMap<String, (String, Vec<String>)>,
-    /// The sum of the tenant's counter items (`{tenant}`, or its shards).
-    pub count: i64,
-    pub at: Timestamp,
-}
+/// A session as its clients know it: tenant, session, incarnation.
+type Key = (usize, usize, u32);
 
-impl TenantState {
-    fn truth(&self) -> BTreeSet<&String> {
-        self.sessions.values().flat_map(|(_, ids)| ids).collect()
-    }
-}
-
-#[derive(Debug, Default)]
-pub struct Checkpoint {
-    pub tenants: Vec<TenantState>,
-}
-
-/// What clients saw during the current round, and the limits' history.
+/// What clients saw and hold, and the violations found from it.
 #[derive(Debug, Default)]
 pub struct Seen {
     round: usize,
     faulted: bool,
-    now: Timestamp,
+    names: Vec<String>,
+    gcra: Vec<bool>,
     answers: Vec<(Op, Answer, bool)>,
-    admitted: Vec<(usize, String, String, Timestamp)>,
-    messages: Vec<(usize, String, Timestamp)>,
-    churned: BTreeSet<(usize, String)>,
     caps: BTreeMap<usize, Vec<(Timestamp, Caps)>>,
+    /// The highest caps in effect during the current round, per tenant.
+    round_high: Vec<Caps>,
+    /// Per tenant, the cap allowed while a lowered cap is not yet exact (sharded tenants).
+    lowered: Vec<u64>,
+    /// Sockets clients hold open: id → the session they joined.
+    held: BTreeMap<String, Key>,
+    /// Sockets the Management API closed (answered 204), and how much of its log was read.
+    closed: BTreeSet<String>,
+    /// Sockets whose clients left (a `$connect` answered after that opens nothing they hold).
+    left: BTreeSet<String>,
+    log_read: usize,
+    incarnation: HashMap<(usize, usize), u32>,
+    tenant_admits: Vec<Vec<Timestamp>>,
+    session_admits: HashMap<Key, Vec<Timestamp>>,
+    messages: HashMap<Key, Vec<Timestamp>>,
+    violations: Vec<String>,
 }
 
 impl Seen {
-    pub fn round_start(&mut self, round: usize, now: Timestamp, faulted: bool) {
-        self.round = round;
-        self.now = now;
-        self.faulted = faulted;
-        self.answers.clear();
-        self.admitted.clear();
-        self.messages.clear();
-        self.churned.clear();
+    pub fn new(sch: &Schedule, names: Vec<String>) -> Seen {
+        let n = names.len();
+        Seen {
+            names,
+            gcra: sch.tenants.iter().map(|t| t.gcra).collect(),
+            round_high: sch.tenants.iter().map(|t| t.caps).collect(),
+            lowered: vec![0; n],
+            tenant_admits: vec![Vec::new(); n],
+            ..Seen::default()
+        }
     }
 
+    /// A new round: the caps in effect at its start are its highest so far.
+    pub fn round_start(&mut self, round: usize, now: Timestamp, faulted: bool, caps: &[Caps]) {
+        self.round = round;
+        self.faulted = faulted;
+        self.answers.clear();
+        self.round_high = caps.to_vec();
+        for (t, c) in caps.iter().enumerate() {
+            self.caps.entry(t).or_default().push((now, *c));
+        }
+    }
+
+    /// The operator changed tenant `t`'s caps.
     pub fn caps_in_effect(&mut self, t: usize, caps: Caps, at: Timestamp) {
         self.caps.entry(t).or_default().push((at, caps));
+        let h = &mut self.round_high[t];
+        h.tenant_connections = h.tenant_connections.max(caps.tenant_connections);
+        h.per_session = h.per_session.max(caps.per_session);
+    }
+
+    pub fn set_lowered(&mut self, lowered: Vec<u64>) {
+        self.lowered = lowered;
+    }
+
+    fn violation(&mut self, v: String) {
+        let v = format!("round {}: {v}", self.round);
+        if !self.violations.contains(&v) {
+            self.violations.push(v);
+        }
+    }
+
+    /// The findings since the last call.
+    pub fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.violations)
+    }
+
+    /// The incarnation of session `s` of `t` its clients know now.
+    pub fn incarnation(&self, t: usize, s: usize) -> u32 {
+        self.incarnation.get(&(t, s)).copied().unwrap_or(0)
+    }
+
+    /// The session may be another from now on (a PUT or DELETE answered, failed or crashed, a
+    /// TTL deletion): what clients did in it before is not counted against the next one.
+    pub fn churned(&mut self, t: usize, s: usize) {
+        *self.incarnation.entry((t, s)).or_default() += 1;
     }
 
     /// The round's answers are judged as under a fault: DynamoDB Local itself answered slower
@@ -79,30 +126,134 @@ impl Seen {
         }
     }
 
+    /// Whether a client of this round saw a 5xx or a handler's error.
+    pub fn failed(&self) -> bool {
+        self.answers.iter().any(|(_, a, _)| match a {
+            Answer::Status(s) => *s >= 500,
+            Answer::Error(_) => true,
+        })
+    }
+
     pub fn answer(&mut self, op: &Op, a: Answer) {
         if let Op::PutSession { t, s } | Op::DeleteSession { t, s } = op {
-            self.churned.insert((*t, format!("s{s}")));
+            self.churned(*t, *s);
         }
         self.answers.push((op.clone(), a, self.faulted));
     }
 
     pub fn crashed(&mut self, op: &Op) {
         if let Op::PutSession { t, s } | Op::DeleteSession { t, s } = op {
-            self.churned.insert((*t, format!("s{s}")));
+            self.churned(*t, *s);
         }
     }
 
-    pub fn churned(&mut self, t: usize, sid: &str) {
-        self.churned.insert((t, sid.to_string()));
+    /// The Management API's log since the last read: sockets it closed are no longer held.
+    pub fn sync_closed(&mut self, log: &[Received]) {
+        for r in log.iter().skip(self.log_read) {
+            if r.method == "DELETE" && r.status == 204 {
+                self.closed.insert(r.connection_id.clone());
+                self.held.remove(&r.connection_id);
+            }
+        }
+        self.log_read = log.len();
     }
 
-    pub fn admitted(&mut self, t: usize, sid: &str, cid: &str, at: Timestamp) {
-        self.admitted
-            .push((t, sid.to_string(), cid.to_string(), at));
+    /// The client of `cid` left (closed its socket).
+    pub fn left(&mut self, cid: &str) {
+        self.held.remove(cid);
+        self.left.insert(cid.to_string());
     }
 
-    pub fn message(&mut self, t: usize, sid: &str, at: Timestamp) {
-        self.messages.push((t, sid.to_string(), at));
+    /// The ids of the sockets clients of tenant `t` hold open now (for a violation's message).
+    pub fn held_ids(&self, t: usize) -> Vec<String> {
+        self.held
+            .iter()
+            .filter(|(_, k)| k.0 == t)
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
+    /// Whether a client holds socket `cid` open.
+    pub fn holds(&self, cid: &str) -> bool {
+        self.held.contains_key(cid)
+    }
+
+    /// Sockets clients of tenant `t` hold open now.
+    pub fn held_in(&self, t: usize) -> usize {
+        self.held.values().filter(|k| k.0 == t).count()
+    }
+
+    /// `$connect` of `cid` to session `s` (incarnation `inc` when it was sent) answered 200 at
+    /// `at`: the socket is held (unless already closed), and every limit is checked.
+    pub fn admitted(&mut self, t: usize, s: usize, inc: u32, cid: &str, at: Timestamp) {
+        let key = (t, s, inc);
+        if !self.closed.contains(cid) && !self.left.contains(cid) {
+            self.held.insert(cid.to_string(), key);
+        }
+        let name = self.names[t].clone();
+        let n = self.held_in(t) as u64;
+        let cap = self.round_high[t].tenant_connections.max(self.lowered[t]);
+        if n > cap {
+            self.violation(format!(
+                "over-admission: clients of tenant {name} hold {n} open sockets once {cid} is \
+                 admitted, cap {cap}"
+            ));
+        }
+        let in_session = self.held.values().filter(|k| **k == key).count() as u64;
+        let per = self.round_high[t].per_session;
+        if in_session > per {
+            self.violation(format!(
+                "over-admission: session s{s} of {name} has {in_session} open sockets once {cid} \
+                 is admitted, cap {per}"
+            ));
+        }
+        self.tenant_admits[t].push(at);
+        self.session_admits.entry(key).or_default().push(at);
+        let gcra = self.gcra[t];
+        let found = over_rate(&self.tenant_admits[t], gcra, |a, b| {
+            self.max_cap(t, a, b, |c| c.tenant_per_minute)
+        });
+        if let Some(v) = found {
+            self.violation(format!("tenantPerMinute of {name}: {v}"));
+        }
+        let found = over_rate(&self.session_admits[&key], gcra, |a, b| {
+            self.max_cap(t, a, b, |c| c.session_per_minute)
+        });
+        if let Some(v) = found {
+            self.violation(format!("sessionPerMinute of s{s} of {name}: {v}"));
+        }
+    }
+
+    /// A message on `cid` answered 200 at `at`.
+    pub fn message(&mut self, cid: &str, at: Timestamp) {
+        let Some(key) = self.held.get(cid).copied() else {
+            return;
+        };
+        self.messages.entry(key).or_default().push(at);
+        // Messages are counted in fixed minutes whatever the tenant's algorithm.
+        let found = over_rate(&self.messages[&key], false, |a, b| {
+            self.max_cap(key.0, a, b, |c| c.messages_per_minute)
+        });
+        if let Some(v) = found {
+            let name = self.names[key.0].clone();
+            self.violation(format!("messagesPerMinute of s{} of {name}: {v}", key.1));
+        }
+    }
+
+    /// The round's answers against the documented statuses.
+    pub fn end_round(&mut self) {
+        for (op, a, faulted) in std::mem::take(&mut self.answers) {
+            let ok = match &a {
+                Answer::Status(s) => documented(&op, *s) || (faulted && *s >= 500),
+                Answer::Error(_) => faulted,
+            };
+            if !ok {
+                self.violation(format!(
+                    "undocumented answer {} to {op:?} (fault injected: {faulted})",
+                    a.describe()
+                ));
+            }
+        }
     }
 
     /// The largest value of `f` over the caps in effect at any time in `[from, to]`.
@@ -123,7 +274,8 @@ impl Seen {
 /// The documented statuses of each step (the functions' module docs and docs/websocket.md).
 fn documented(op: &Op, status: i64) -> bool {
     match op {
-        Op::PutSession { .. } => status == 200,
+        // 503 (`Retry-After`) over an expired session whose sockets are not known gone yet.
+        Op::PutSession { .. } => [200, 503].contains(&status),
         Op::DeleteSession { .. } => [200, 404].contains(&status),
         Op::Connect { .. } | Op::DisconnectFirst { .. } => [200, 404, 429].contains(&status),
         Op::Leave { .. } => status == 200,
@@ -135,186 +287,6 @@ fn documented(op: &Op, status: i64) -> bool {
         | Op::Reshard { .. } => status == 200,
         // Checked by the reservation oracle, on the answers themselves.
         Op::Res(_) | Op::Kv(_) => true,
-    }
-}
-
-type Key = (usize, String, String);
-
-pub struct Oracle {
-    gcra: Vec<bool>,
-    tenants: Vec<TenantId>,
-    prev_truth: Vec<usize>,
-    prev_session: HashMap<Key, usize>,
-    tenant_admits: Vec<HashMap<String, Timestamp>>,
-    session_admits: HashMap<Key, BTreeMap<String, Timestamp>>,
-    messages: HashMap<Key, Vec<Timestamp>>,
-    violations: Vec<String>,
-}
-
-impl Oracle {
-    pub fn new(sch: &Schedule, tenants: Vec<TenantId>, _start: Timestamp) -> Oracle {
-        let n = tenants.len();
-        Oracle {
-            gcra: sch.tenants.iter().map(|t| t.gcra).collect(),
-            tenants,
-            prev_truth: vec![0; n],
-            prev_session: HashMap::new(),
-            tenant_admits: vec![HashMap::new(); n],
-            session_admits: HashMap::new(),
-            messages: HashMap::new(),
-            violations: Vec::new(),
-        }
-    }
-
-    pub fn violation(&mut self, v: String) {
-        if !self.violations.contains(&v) {
-            self.violations.push(v);
-        }
-    }
-
-    pub fn into_violations(self) -> Vec<String> {
-        self.violations
-    }
-
-    /// The checks after round `round` (every round's answers, limits and counts). `lowered[t]`:
-    /// for a sharded tenant, the highest `tenantConnections` in effect since its last reshard
-    /// (else 0). Lowering a sharded tenant's cap is exact only once every shard is under its new
-    /// share; meanwhile a shard under its new share admits (decision 1502: at most
-    /// `Σ max(cᵢ, sᵢ(new))`, which is at most the highest cap the shards admitted under).
-    pub fn check(&mut self, round: usize, cp: &Checkpoint, seen: &Seen, lowered: &[u64]) {
-        let from = seen.now;
-        for (op, a, faulted) in &seen.answers {
-            let ok = match a {
-                Answer::Status(s) => documented(op, *s) || (*faulted && *s >= 500),
-                Answer::Error(_) => *faulted,
-            };
-            if !ok {
-                self.violation(format!(
-                    "round {round}: undocumented answer {} to {op:?} (fault injected: {faulted})",
-                    a.describe()
-                ));
-            }
-        }
-        for (i, st) in cp.tenants.iter().enumerate() {
-            let t = self.tenants[i].clone();
-            let truth = st.truth();
-            let cap = seen
-                .max_cap(i, from, st.at, |c| c.tenant_connections)
-                .max(lowered[i]) as usize;
-            if truth.len() > cap.max(self.prev_truth[i]) {
-                self.violation(format!(
-                    "round {round}: over-admission: tenant {t} holds {} open connections, cap {cap} \
-                     (and {} before the round)",
-                    truth.len(),
-                    self.prev_truth[i]
-                ));
-            }
-            self.prev_truth[i] = truth.len();
-            if st.count < truth.len() as i64 {
-                self.violation(format!(
-                    "round {round}: capacity released twice: tenant {t} counts {} but holds {} \
-                     open connections",
-                    st.count,
-                    truth.len()
-                ));
-            }
-            let per = seen.max_cap(i, from, st.at, |c| c.per_session) as usize;
-            let mut sessions: Vec<_> = st.sessions.iter().collect();
-            sessions.sort();
-            for (sid, (nonce, ids)) in sessions {
-                let key = (i, sid.clone(), nonce.clone());
-                let before = self.prev_session.get(&key).copied().unwrap_or(0);
-                if ids.len() > per.max(before) {
-                    self.violation(format!(
-                        "round {round}: over-admission: session {sid} of {t} holds {} connections, \
-                         cap {per} (and {before} before)",
-                        ids.len()
-                    ));
-                }
-                self.prev_session.insert(key.clone(), ids.len());
-                let admits = self.session_admits.entry(key).or_default();
-                for c in ids {
-                    admits.entry(c.clone()).or_insert(st.at);
-                    self.tenant_admits[i].entry(c.clone()).or_insert(st.at);
-                }
-            }
-            // Admissions clients saw answered 200 (the connection may have left already).
-            for (ti, sid, cid, at) in seen.admitted.iter().filter(|a| a.0 == i) {
-                self.tenant_admits[*ti].entry(cid.clone()).or_insert(*at);
-                if seen.churned.contains(&(*ti, sid.clone())) {
-                    continue;
-                }
-                if let Some((nonce, _)) = st.sessions.get(sid) {
-                    self.session_admits
-                        .entry((*ti, sid.clone(), nonce.clone()))
-                        .or_default()
-                        .entry(cid.clone())
-                        .or_insert(*at);
-                }
-            }
-            for (ti, sid, at) in seen.messages.iter().filter(|m| m.0 == i) {
-                if seen.churned.contains(&(*ti, sid.clone())) {
-                    continue;
-                }
-                if let Some((nonce, _)) = st.sessions.get(sid) {
-                    self.messages
-                        .entry((*ti, sid.clone(), nonce.clone()))
-                        .or_default()
-                        .push(*at);
-                }
-            }
-            let gcra = self.gcra[i];
-            let times: Vec<Timestamp> = self.tenant_admits[i].values().copied().collect();
-            if let Some(v) = over_rate(&times, gcra, |a, b| {
-                seen.max_cap(i, a, b, |c| c.tenant_per_minute)
-            }) {
-                self.violation(format!("round {round}: tenantPerMinute of {t}: {v}"));
-            }
-            let keys: Vec<Key> = self
-                .session_admits
-                .keys()
-                .filter(|k| k.0 == i)
-                .cloned()
-                .collect();
-            for k in keys {
-                let times: Vec<Timestamp> = self.session_admits[&k].values().copied().collect();
-                if let Some(v) = over_rate(&times, gcra, |a, b| {
-                    seen.max_cap(i, a, b, |c| c.session_per_minute)
-                }) {
-                    self.violation(format!(
-                        "round {round}: sessionPerMinute of {} of {t}: {v}",
-                        k.1
-                    ));
-                }
-            }
-            let keys: Vec<Key> = self.messages.keys().filter(|k| k.0 == i).cloned().collect();
-            for k in keys {
-                // Messages are counted in fixed minutes whatever the tenant's algorithm.
-                if let Some(v) = over_rate(&self.messages[&k], false, |a, b| {
-                    seen.max_cap(i, a, b, |c| c.messages_per_minute)
-                }) {
-                    self.violation(format!(
-                        "round {round}: messagesPerMinute of {} of {t}: {v}",
-                        k.1
-                    ));
-                }
-            }
-        }
-    }
-
-    /// After the final reconciler run: every count is the truth (0 leaked capacity).
-    pub fn exact(&mut self, cp: &Checkpoint) {
-        for (i, st) in cp.tenants.iter().enumerate() {
-            let truth = st.truth().len() as i64;
-            if st.count != truth {
-                let t = self.tenants[i].clone();
-                self.violation(format!(
-                    "after the final reconcile: tenant {t} counts {} but holds {truth} (leaked {})",
-                    st.count,
-                    st.count - truth
-                ));
-            }
-        }
     }
 }
 

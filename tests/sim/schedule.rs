@@ -25,6 +25,13 @@ pub enum Fault {
     Conflicts,
     /// `UpdateItem`s never answered (the client's timeout ends them).
     StallUpdates,
+    /// The `nth` write (`UpdateItem`, or `TransactWriteItems` when `tx`) of the round is held by
+    /// the proxy: its client times out and retries, other requests follow, and the held one lands
+    /// when the round's lanes are done (a request delivered late).
+    Late {
+        nth: u8,
+        tx: bool,
+    },
     /// The endpoint goes down `after_ms` into the round for `down_ms`, as during a restart of
     /// DynamoDB: the next `lose` answers before it are lost (written, never answered), and every
     /// connection meanwhile is closed unanswered.
@@ -44,6 +51,7 @@ impl Fault {
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
             Fault::StallUpdates => "stall",
+            Fault::Late { .. } => "late",
             Fault::Outage { .. } => "outage",
         }
     }
@@ -185,7 +193,13 @@ pub struct Schedule {
     pub res: Option<ResSpec>,
     /// The limit names of the kv lanes, if the schedule has them.
     pub kv: Option<KvSpec>,
+    /// The clock skew of the second "process" of the reservation and kv lanes (ms, either sign):
+    /// two Lambda instances' clocks differ by tens of ms.
+    pub skew_ms: i64,
 }
+
+/// The largest clock skew between two simulated instances (ms).
+pub const MAX_SKEW_MS: i64 = 400;
 
 /// How the generator draws (the make-test run and the soak use the defaults).
 #[derive(Debug, Clone, Copy)]
@@ -214,6 +228,10 @@ pub struct Shape {
     pub kv_pct: u32,
     /// Percent of schedules with a reshard round (a tenant drained, resharded, resumed).
     pub reshard_pct: u32,
+    /// Reservation lanes mostly of binds, ends and deliveries on one small coordinate.
+    pub binds: bool,
+    /// Tenants whose `tenantPerMinute` binds before their connection caps.
+    pub rate_bound: bool,
 }
 
 impl Default for Shape {
@@ -232,6 +250,8 @@ impl Default for Shape {
             reservation_pct: 50,
             kv_pct: 50,
             reshard_pct: 25,
+            binds: false,
+            rate_bound: false,
         }
     }
 }
@@ -241,7 +261,7 @@ fn caps(rng: &mut fastrand::Rng, shards: u64) -> Caps {
     Caps {
         tenant_connections: rng.u64(2..=5).max(shards),
         per_session: rng.u64(1..=3),
-        tenant_per_minute: rng.u64(3..=8),
+        tenant_per_minute: rng.u64(3..=8).max(shards),
         session_per_minute: rng.u64(2..=5),
         messages_per_minute: rng.u64(1..=4),
     }
@@ -252,9 +272,16 @@ impl Schedule {
         let mut rng = fastrand::Rng::with_seed(seed);
         let tenants: Vec<TenantSpec> = (0..rng.usize(1..=2))
             .map(|_| {
-                let shards = if rng.bool() { 1 } else { rng.u64(2..=3) };
+                let shards = if rng.bool() { 1 } else { rng.u64(2..=4) };
+                let mut caps = caps(&mut rng, shards);
+                if shape.rate_bound {
+                    // The per-minute cap binds before the connection caps do.
+                    caps.tenant_connections = caps.tenant_connections.max(8);
+                    caps.per_session = 3;
+                    caps.tenant_per_minute = shards.max(2);
+                }
                 TenantSpec {
-                    caps: caps(&mut rng, shards),
+                    caps,
                     shards,
                     gcra: rng.u32(0..4) == 0,
                     session_ttl: rng.u64(shape.session_ttl.0..=shape.session_ttl.1),
@@ -276,13 +303,17 @@ impl Schedule {
             let fault = if r == 0 || rng.u32(0..100) >= shape.fault_pct {
                 Fault::None
             } else {
-                match rng.u32(0..8) {
+                match rng.u32(0..9) {
                     0 => Fault::Throttle(rng.u8(20..=70)),
                     1 => Fault::Delay(rng.u16(20..=120)),
                     2 => Fault::LoseAnswers(rng.u8(1..=4)),
                     3 => Fault::LoseUpdateAnswers(rng.u8(1..=4)),
                     4 | 5 => Fault::Conflicts,
                     6 => Fault::StallUpdates,
+                    7 => Fault::Late {
+                        nth: rng.u8(0..=5),
+                        tx: rng.bool(),
+                    },
                     _ => Fault::Outage {
                         lose: rng.u8(0..=3),
                         after_ms: rng.u16(0..=60),
@@ -302,7 +333,7 @@ impl Schedule {
             };
             if reshard_round == Some(r) {
                 let t = rng.usize(0..tenants.len());
-                let shards = (layout[t] + rng.u64(1..=2)) % 3 + 1;
+                let shards = (layout[t] + rng.u64(1..=3)) % 4 + 1;
                 layout[t] = shards;
                 rounds.push(Round {
                     fault: Fault::None,
@@ -351,9 +382,11 @@ impl Schedule {
                 }
                 if reconcile_round == Some(r) {
                     let t = rng.usize(0..tenants.len());
+                    // A third of the runs crash, anywhere in their two graces.
+                    let crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
                     lanes.push(vec![Step {
                         op: Op::Reconcile { t },
-                        crash_ms: None,
+                        crash_ms,
                     }]);
                 }
             }
@@ -363,13 +396,19 @@ impl Schedule {
                 lanes,
             });
         }
-        let res = reservations::generate(seed, shape.reservation_pct, n_rounds, shape.crash_pct)
-            .map(|(spec, lanes)| {
-                for (round, lanes) in rounds.iter_mut().zip(lanes) {
-                    round.lanes.extend(lanes);
-                }
-                spec
-            });
+        let res = reservations::generate(
+            seed,
+            shape.reservation_pct,
+            n_rounds,
+            shape.crash_pct,
+            shape.binds,
+        )
+        .map(|(spec, lanes)| {
+            for (round, lanes) in rounds.iter_mut().zip(lanes) {
+                round.lanes.extend(lanes);
+            }
+            spec
+        });
         let kv =
             kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct).map(|(spec, lanes)| {
                 for (round, lanes) in rounds.iter_mut().zip(lanes) {
@@ -377,6 +416,15 @@ impl Schedule {
                 }
                 spec
             });
+        // Drawn apart (salted), so the other draws of a seed stay as they were.
+        let skew_ms = side_rng(seed, 0x5e3e_c10c_0000_0001, 50).map_or(0, |mut r| {
+            let ms = r.i64(1..=MAX_SKEW_MS);
+            if r.bool() {
+                ms
+            } else {
+                -ms
+            }
+        });
         Schedule {
             seed,
             tenants,
@@ -384,6 +432,7 @@ impl Schedule {
             rounds,
             res,
             kv,
+            skew_ms,
         }
     }
 
@@ -515,6 +564,7 @@ impl fmt::Display for Schedule {
         if let Some(kv) = &self.kv {
             writeln!(f, "  kv limits: {kv:?}")?;
         }
+        writeln!(f, "  skew of the second process: {} ms", self.skew_ms)?;
         for (i, r) in self.rounds.iter().enumerate() {
             writeln!(f, "  round {i}: +{}s fault={:?}", r.advance, r.fault)?;
             for (j, lane) in r.lanes.iter().enumerate() {

@@ -99,8 +99,13 @@ async fn one_from_session(
         .value(":cid", s(cid.as_str()))
         .value(":tok", s(&token));
     p.conditions.push("attribute_exists(#sid)".into());
-    p.conditions
-        .push("contains(#ids, :cid) OR #rel = :tok".into());
+    let member =
+        if crate::mutation::active(deps, crate::mutation::Mutation::DisconnectWithoutMembership) {
+            "contains(#ids, :cid) OR #rel = :tok OR attribute_exists(#sid)"
+        } else {
+            "contains(#ids, :cid) OR #rel = :tok"
+        };
+    p.conditions.push(member.into());
     p.delete.push("#ids :gone".into());
     p.set.push("#rel = :tok".into());
     let key = sstore::key(t, sid);

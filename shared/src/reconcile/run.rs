@@ -206,7 +206,12 @@ pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
         if now.repairs != read.repairs {
             return Ok(Outcome::Busy);
         }
-        let in_flight = grew(w.before.reserved, read.reserved) + grew(read.released, now.released);
+        let in_flight = grew(w.before.reserved, read.reserved)
+            + crate::mutation::unless(
+                &w.deps,
+                crate::mutation::Mutation::ReconcileMissesLateReleases,
+                grew(read.released, now.released),
+            );
         w.report.in_flight = in_flight;
         let from = now.count.unwrap_or(0);
         // A sharded tenant is repaired by subtraction only (one transaction over its shards).

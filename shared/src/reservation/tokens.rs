@@ -155,6 +155,13 @@ impl NonFungibleLimiter {
     ) -> ReservationError {
         let unbound_until = self.unbound_until(now.as_secs());
         let holding = match ended {
+            _ if crate::mutation::active_on(
+                &self.inner.table,
+                crate::mutation::Mutation::BindReleasesBoundElsewhere,
+            ) =>
+            {
+                Holding::Any
+            }
             Ok(_) => Holding::Binding {
                 binding: row.binding,
                 unbound_until,
@@ -177,7 +184,11 @@ impl NonFungibleLimiter {
     /// was there before is another bind's (or this reservation's binding to this resource), which
     /// the remover still needs.
     async fn delete_own_row(&self, resource_id: &str, id: &str, row: BoundRow) {
-        if row.created {
+        let mutated = crate::mutation::active_on(
+            &self.inner.table,
+            crate::mutation::Mutation::BindDeletesOriginalRow,
+        );
+        if row.created || mutated {
             self.delete_bound_row(resource_id, id, row.binding).await;
         }
     }
@@ -282,9 +293,16 @@ impl NonFungibleLimiter {
     ) -> Result<bool> {
         Self::check_id(id)?;
         let token_ttl = self.inner.token_ttl.as_secs() as i64;
-        let holding = Holding::Binding {
-            binding,
-            unbound_until: self.unbound_until(binding.exp - token_ttl),
+        let holding = if crate::mutation::active_on(
+            &self.inner.table,
+            crate::mutation::Mutation::RemoverReleasesAnyBinding,
+        ) {
+            Holding::Any
+        } else {
+            Holding::Binding {
+                binding,
+                unbound_until: self.unbound_until(binding.exp - token_ttl),
+            }
         };
         let removal = self.remove_entry(coordinate, id, holding).await?;
         Ok(removal == Removal::Released)

@@ -107,6 +107,15 @@ pub fn known_gone(answer: Closed, joined_by: i64, now: i64) -> bool {
     }
 }
 
+/// The instant a close's answer is judged at: far ahead under the mutation that takes any 410
+/// as proof of a socket gone.
+pub(super) fn proof_clock(deps: &Deps) -> i64 {
+    if crate::mutation::active(deps, crate::mutation::Mutation::SessionEndWithoutProof) {
+        return i64::MAX;
+    }
+    deps.clock.now().as_secs()
+}
+
 /// The row (1 GetItem, strongly consistent), expired or not.
 pub async fn read(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Row>> {
     let out = deps
@@ -169,9 +178,7 @@ pub async fn delete(
         }
         // Only a row without connections is still unended here: its units leave with it.
         let unit = row.ended.is_none();
-        closes
-            .close(sockets, &row, deps.clock.now().as_secs())
-            .await;
+        closes.close(sockets, &row, proof_clock(deps)).await;
         sockets.interleave().at(Point::EndAfterClose).await;
         let ids = &row.session.connection_ids;
         let gone: Vec<String> = ids.iter().filter(|c| closes.gone(c)).cloned().collect();
@@ -303,7 +310,7 @@ pub async fn drain_expired(
         if !row.session.is_expired(now) || row.session.owner != owner {
             return Ok(Drained::Changed);
         }
-        closes.close(sockets, &row, now).await;
+        closes.close(sockets, &row, proof_clock(deps)).await;
         sockets.interleave().at(Point::EndAfterClose).await;
         let ids = &row.session.connection_ids;
         let gone: Vec<String> = ids.iter().filter(|c| closes.gone(c)).cloned().collect();

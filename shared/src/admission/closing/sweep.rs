@@ -44,7 +44,7 @@ pub enum Sweep {
 pub async fn sweep(deps: &Deps, e: &Expired, sockets: &dyn Sockets) -> Result<Sweep> {
     let answers = sockets.close_each(&e.connection_ids).await;
     sockets.interleave().at(Point::SweepAfterClose).await;
-    let now = deps.clock.now().as_secs();
+    let now = super::delete::proof_clock(deps);
     let closing: Vec<String> = answers
         .into_iter()
         .filter(|(_, a)| !known_gone(*a, e.joined_by, now))

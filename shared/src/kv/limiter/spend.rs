@@ -223,7 +223,14 @@ impl Limiter {
                             // A later refund came in after a send we never heard back from: it may
                             // have applied, or may land yet (then failing behind the later id),
                             // so it is not sent again under a new id (never given back twice).
-                            Some(s) if s > id && unsure => {
+                            Some(s)
+                                if s > id
+                                    && unsure
+                                    && !crate::mutation::active_on(
+                                        &self.table,
+                                        crate::mutation::Mutation::KvRefundAfterUnanswered,
+                                    ) =>
+                            {
                                 tracing::warn!(
                                     bucket = key,
                                     "refund answer lost, another refund since: counted as applied"
@@ -254,6 +261,12 @@ impl Limiter {
                         again.filter(|_| resends + 1 < crate::dynamo::SDK_ATTEMPTS)
                     {
                         unsure |= maybe_applied;
+                        if crate::mutation::active_on(
+                            &self.table,
+                            crate::mutation::Mutation::KvRefundFreshId,
+                        ) {
+                            plan = plan.with_refund_id(gcra_write::RefundId::fresh());
+                        }
                         resends += 1;
                         writes -= 1;
                         Backoff::TRANSACTION.wait(resends).await;
