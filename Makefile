@@ -53,7 +53,7 @@ ddb-stop:
 cfn-lint:
 	@scripts/cfn-lint.sh
 
-# Benchmarks (issue #8): its own DynamoDB Local (port 8010 / 8011), stopped afterwards. Not part of `make test`;
+# Benchmarks: its own DynamoDB Local (port 8010 / 8011), stopped afterwards. Not part of `make test`;
 # `make test` runs only the smoke step. Knobs: see scripts/bench.sh (BENCH_PROFILE, BENCH_DECISIONS, ...).
 bench:
 	@scripts/bench.sh full
@@ -61,7 +61,7 @@ bench:
 bench-smoke:
 	@scripts/bench.sh smoke
 
-# Random fault schedules (issue 23, decision 2300) for SECONDS seconds (or until SCHEDULES have run),
+# Random fault schedules (docs/decisions/2300-random-fault-schedules.md) for SECONDS seconds (or until SCHEDULES have run),
 # WORKERS at once, on DynamoDB Local port $(DYNAMODB_LOCAL_PORT) (started and stopped here unless running); the summary
 # goes to target/sim-soak.md. `make test` runs a fixed 12 schedules and the mutation tests.
 soak:

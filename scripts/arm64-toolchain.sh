@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The toolchain that builds and starts the arm64 (Graviton) artifacts, Lambda's default architecture in
-# template.yaml (issue 24). Two ways, chosen in this order:
+# template.yaml. Two ways, chosen in this order:
 #   rustup  - the active rustup toolchain has the aarch64-unknown-linux-gnu target (a machine with
 #             internet: `rustup target add aarch64-unknown-linux-gnu`). `sam build` then links with
 #             cargo-lambda's Zig as it does for any user; nothing else is needed to build.

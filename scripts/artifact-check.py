@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What Lambda would refuse or fail on, checked on every `.aws-sam/build/<Function>/bootstrap`
-before any is started (scripts/sam-check.sh, issue 24):
+before any is started (scripts/sam-check.sh):
 
 - an ELF for another instruction set than the function's `Architecture` (an x86_64 binary in an
   arm64 function starts nowhere on Graviton);

@@ -110,7 +110,7 @@ if [ "$cold_profile" != "$profile" ]; then
   fi
 fi
 # The client-cost phase measures our client as the functions ship it (opt-level s, fat LTO: ~10 %
-# less CPU per call than bench-fast here, decision 0806 stop 34); built like them, so the two
+# less CPU per call than bench-fast here, decision 0806); built like them, so the two
 # builds share one aws-lc.
 cc_profile="${BENCH_CLIENT_COST_PROFILE:-release}"; [ "$mode" = smoke ] && cc_profile="${BENCH_CLIENT_COST_PROFILE:-$profile}"
 if [ "$cc_profile" != "$profile" ]; then
@@ -295,7 +295,7 @@ else
 fi
 kill "$stub_pid" 2>/dev/null; wait "$stub_pid" 2>/dev/null
 
-# --- simulation: one sharded limit past DynamoDB's per-item write ceiling (issue 15) -------------
+# --- simulation: one sharded limit past DynamoDB's per-item write ceiling ----------------------
 sim_secs="${BENCH_SIM_SECONDS:-10}"; [ "$mode" = smoke ] && sim_secs="${BENCH_SIM_SECONDS:-3}"
 fresh raw
 begin sim

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The deploy path, offline (issue 13, decision 0703; arm64 by default since issue 24): what
+# The deploy path, offline (decision 0703; arm64 by default, as template.yaml): what
 # `sam build && sam deploy` would upload is built, checked and started.
 #   0. The artifact checker's self-test: wrong artifacts (an x86_64 ELF in an arm64 function, one
 #      needing GLIBC_2.35, too big, not an ELF) must fail, each naming its function.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks, offline, that the install scripts refuse what they were not told to trust (issue 22, item 7):
+# Checks, offline, that the install scripts refuse what they were not told to trust:
 #   1. every Python lock (scripts/requirements/*.txt, bench/peers/requirements-*.txt) pins each package
 #      with == and its hashes, and holds each pin of the .in beside it at the same version;
 #   2. scripts/pip-locked.sh installs a wheel whose hash is in the lock, and refuses it when the lock's

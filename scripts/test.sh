@@ -100,7 +100,7 @@ run scripts/python-test.sh
 # on a loaded 2-core machine, plus building the turnstile binary the first time (docs/testing.md).
 run scripts/schemathesis.sh
 # ---------------------------------------------------------------------------------------------------
-# The benchmark smoke (issue #8): a few decisions per workload, peers included, on its own DynamoDB Local
+# The benchmark smoke: a few decisions per workload, peers included, on its own DynamoDB Local
 # (port 8011); asserts 0 over-admission and calls/decision so `make bench` never rots. About a minute
 # once the peers' venvs exist. TURNSTILE_BENCH_SMOKE=0 skips it. The full `make bench` is never run here.
 if [ "${TURNSTILE_BENCH_SMOKE:-1}" != 0 ]; then run scripts/bench.sh smoke; fi

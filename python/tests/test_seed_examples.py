@@ -1,4 +1,4 @@
-"""Every example of rate-limiter-py's README (seed 001) with only its import line changed
+"""Every example of rate-limiter-py's README with only its import line changed
 (`from limiter import ...` -> `from turnstile import ...`); the tables come from its variables."""
 
 from __future__ import annotations
