@@ -4,7 +4,9 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use pyo3::prelude::*;
@@ -13,6 +15,41 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::core::{core, Core};
 use crate::failure::Failure;
+
+/// Set by the interpreter's `atexit` hook ([`before_exit`]): from then on no runtime thread enters the
+/// interpreter, which is about to finalize (a thread attaching during finalization aborts the process:
+/// "PyGILState_Release: thread state must be current").
+static CLOSING: AtomicBool = AtomicBool::new(false);
+/// Runtime threads that passed the [`CLOSING`] check and have not left the interpreter yet.
+static ATTACHING: AtomicUsize = AtomicUsize::new(0);
+/// How long the exit hook waits for them (each holds the GIL for microseconds).
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// Runs `f` in the interpreter from a runtime thread, unless it is shutting down (then `f` is
+/// dropped: its future had nobody left to wait for it; its Python references are released by
+/// PyO3's deferred pool, never by this thread).
+fn from_runtime(f: impl FnOnce(Python<'_>)) {
+    // Counted before the check, so the exit hook, which sets the flag first, waits for every thread
+    // that saw it unset.
+    ATTACHING.fetch_add(1, SeqCst);
+    if !CLOSING.load(SeqCst) {
+        Python::attach(f);
+    }
+    ATTACHING.fetch_sub(1, SeqCst);
+}
+
+/// Registered with `atexit` by the package: stops runtime threads from entering the interpreter and
+/// waits (the GIL released) for those already on their way in.
+#[pyfunction]
+pub fn before_exit(py: Python<'_>) {
+    CLOSING.store(true, SeqCst);
+    py.detach(|| {
+        let deadline = Instant::now() + EXIT_WAIT;
+        while ATTACHING.load(SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
 
 /// What an operation returns, made a Python object once the GIL is held again.
 pub trait ToPy: Send + 'static {
@@ -150,7 +187,7 @@ where
             Ok(out) => out,
             Err(p) => Err(panic_message(p)),
         };
-        Python::attach(|py| {
+        from_runtime(|py| {
             let (ok, value) = match out.map(|v| v.to_py(py)) {
                 Ok(Ok(v)) => (true, v),
                 Ok(Err(e)) => (false, e.into_value(py).into_any()),

@@ -19,6 +19,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ($($f:path),* $(,)?) => { $( m.add_function(wrap_pyfunction!($f, m)?)?; )* };
     }
     add!(
+        bridge::before_exit,
         tokens::get_token,
         tokens::get_token_async,
         tokens::get_reservation,

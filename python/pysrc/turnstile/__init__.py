@@ -2,7 +2,9 @@
 ``non_fungible_limiter``, ``turnstile.event_processors``) and key-value GCRA limits
 (``turnstile.kv``), served by Turnstile's Rust core. See docs/python.md."""
 
-from ._native import TokenDecision, __version__, reset_usage, usage
+import atexit
+
+from ._native import TokenDecision, __version__, before_exit, reset_usage, usage
 from .exceptions import (
     AlreadyBoundException,
     CapacityExhaustedException,
@@ -44,3 +46,7 @@ __all__ = [
     "LeaseNotFoundException",
     "LeaseExpiredException",
 ]
+
+# Before the interpreter finalizes, the runtime's threads stop resolving asyncio futures (one that
+# entered the interpreter during finalization would abort the process).
+atexit.register(before_exit)
