@@ -70,7 +70,7 @@ soak:
 # The mutation gate (decision 2300): each deliberate bug of shared::mutation hunted over at most
 # MUTANT_SEEDS seeds of its shape; prints mutation -> seed -> schedules and fails on one not caught.
 mutants:
-	@MUTANT_SEEDS=$(MUTANT_SEEDS) MUTANTS=$(MUTANTS) scripts/mutants.sh
+	@MUTANT_SEEDS=$(MUTANT_SEEDS) MUTANTS=$(MUTANTS) scripts/soak.sh mutants
 
 # The deploy step of `make test` on its own, for ARCH (arm64, template.yaml's default, or x86_64), with
 # its own DynamoDB Local on $(DYNAMODB_LOCAL_PORT) (stopped afterwards when this started it).

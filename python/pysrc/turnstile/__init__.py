@@ -5,16 +5,8 @@
 import atexit
 
 from ._native import TokenDecision, __version__, before_exit, reset_usage, usage
-from .exceptions import (
-    AlreadyBoundException,
-    CapacityExhaustedException,
-    LeaseExpiredException,
-    LeaseNotFoundException,
-    RateLimiterException,
-    ReservationNotFoundException,
-    ResourceEndedException,
-    ThrottlingException,
-)
+from . import exceptions as _exceptions
+from .exceptions import *  # noqa: F401,F403 (the names of exceptions.__all__)
 from .limiters import (
     FungibleTokenContextManager,
     FungibleTokenLimiterDecorator,
@@ -37,14 +29,7 @@ __all__ = [
     "NonFungibleTokenLimiterContextManager",
     "TokenReservation",
     "TokenDecision",
-    "RateLimiterException",
-    "CapacityExhaustedException",
-    "ThrottlingException",
-    "ReservationNotFoundException",
-    "ResourceEndedException",
-    "AlreadyBoundException",
-    "LeaseNotFoundException",
-    "LeaseExpiredException",
+    *_exceptions.__all__,
 ]
 
 # Before the interpreter finalizes, the runtime's threads stop resolving asyncio futures (one that
