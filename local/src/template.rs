@@ -191,12 +191,7 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
                         .get("EventPattern")
                         .ok_or_else(|| rule_err(name, "no EventPattern"))?,
                 )?;
-                for target in props
-                    .get("Targets")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
+                for target in elements(props, "Targets") {
                     let logical = target
                         .get("Arn")
                         .and_then(|arn| arn.get("Fn::GetAtt"))
@@ -296,12 +291,7 @@ pub fn stream_filters(text: &str, binary: &str) -> Result<Vec<Pattern>, Template
     }
     let mut out = Vec::new();
     for (name, c) in criteria {
-        for filter in c
-            .get("Filters")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for filter in elements(c, "Filters") {
             let text = filter
                 .get("Pattern")
                 .and_then(Value::as_str)
@@ -312,6 +302,12 @@ pub fn stream_filters(text: &str, binary: &str) -> Result<Vec<Pattern>, Template
         }
     }
     Ok(out)
+}
+
+/// The elements of `v[key]` when it is an array (none when it is absent or not an array: the
+/// callers name what they need from each element).
+fn elements<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> + 'a {
+    v.get(key).and_then(Value::as_array).into_iter().flatten()
 }
 
 #[cfg(test)]
