@@ -15,7 +15,7 @@ use crate::Deps;
 
 use super::options::{Options, Pause, Probe, REPAIR_ATTEMPTS};
 use super::snapshot::grew;
-use super::snapshot::{stamp_repair, unchanged};
+use super::snapshot::{stamp_repair, subtract_leak, unchanged};
 use super::truth::{sessions, truth_of};
 use super::work::{read_snapshot, skip, Work};
 
@@ -236,17 +236,7 @@ pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
                 });
             }
             let mut p = ConditionalUpdate::default();
-            unchanged(
-                &mut p,
-                "#rl",
-                counter_attr::RELEASED_TOTAL,
-                ":rl0",
-                now.released,
-            );
-            p.name("#c", counter_attr::ITEM_COUNT);
-            p.value(":leak", n(leak)).value(":neg", n(-leak));
-            p.conditions.push("#c >= :leak".into());
-            p.add.push("#c :neg".into());
+            subtract_leak(&mut p, now.released, leak);
             (from - leak, p)
         };
         let to_u = u64::try_from(to).unwrap_or(0);

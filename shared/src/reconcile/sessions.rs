@@ -13,7 +13,7 @@
 
 use super::options::REPAIR_ATTEMPTS;
 use super::report::Outcome;
-use super::snapshot::{grew, read_item, stamp_repair, unchanged, Snapshot};
+use super::snapshot::{grew, read_item, stamp_repair, subtract_leak, unchanged, Snapshot};
 use crate::admission::write::ConditionalUpdate;
 use crate::counter::{attr as counter_attr, keys};
 use crate::dynamo::item::n;
@@ -64,17 +64,7 @@ pub(super) async fn repair(
                     Outcome::Busy
                 });
             }
-            unchanged(
-                &mut p,
-                "#rl",
-                counter_attr::RELEASED_TOTAL,
-                ":rl0",
-                now.released,
-            );
-            p.name("#c", counter_attr::ITEM_COUNT);
-            p.value(":leak", n(leak)).value(":neg", n(-leak));
-            p.conditions.push("#c >= :leak".into());
-            p.add.push("#c :neg".into());
+            subtract_leak(&mut p, now.released, leak);
             from - leak
         };
         let to_u = u64::try_from(to).unwrap_or(0);

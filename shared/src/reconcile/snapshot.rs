@@ -55,6 +55,20 @@ pub(in crate::reconcile) fn unchanged(
     }
 }
 
+/// Lowers the count by `leak` (> 0), only if no release landed since `released` was read and the
+/// count still holds the leak (a subtraction never undoes admissions made meanwhile).
+pub(in crate::reconcile) fn subtract_leak(
+    p: &mut ConditionalUpdate,
+    released: Option<i64>,
+    leak: i64,
+) {
+    unchanged(p, "#rl", counter_attr::RELEASED_TOTAL, ":rl0", released);
+    p.name("#c", counter_attr::ITEM_COUNT);
+    p.value(":leak", n(leak)).value(":neg", n(-leak));
+    p.conditions.push("#c >= :leak".into());
+    p.add.push("#c :neg".into());
+}
+
 /// How much a running total grew between two reads (0 when it did not).
 pub(in crate::reconcile) fn grew(from: Option<i64>, to: Option<i64>) -> u64 {
     u64::try_from(to.unwrap_or(0) - from.unwrap_or(0)).unwrap_or(0)
