@@ -223,7 +223,12 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
-        Mutation::UndoAfterJoin | Mutation::ShardOverShare | Mutation::SessionOverCap => Shape {
+        // WebSocket paths without faults (for DisconnectWithoutMembership: redelivered
+        // `$disconnect`s).
+        Mutation::UndoAfterJoin
+        | Mutation::ShardOverShare
+        | Mutation::SessionOverCap
+        | Mutation::DisconnectWithoutMembership => Shape {
             fault_pct: 0,
             crash_pct: 0,
             reconcile_pct: 0,
@@ -294,15 +299,6 @@ fn mutation_shape(m: Mutation) -> Shape {
             reservation_pct: 0,
             kv_pct: 0,
             rate_bound: true,
-            ..base
-        },
-        // WebSocket paths without faults: redelivered `$disconnect`s.
-        Mutation::DisconnectWithoutMembership => Shape {
-            fault_pct: 0,
-            crash_pct: 0,
-            reconcile_pct: 0,
-            reservation_pct: 0,
-            kv_pct: 0,
             ..base
         },
         // Session ends racing `$connect`s (whose sockets answer 410 until admitted).
