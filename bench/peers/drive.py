@@ -335,6 +335,50 @@ def client_cost_line(impl: str, version: str, args: argparse.Namespace, result: 
 # rate-limiter-py 0.3.0 (synchronous, boto3)
 # --------------------------------------------------------------------------------------------------
 
+def run_threaded(pool: ThreadPoolExecutor, concurrency: int, total: int, call: Callable[[], Any],
+                 refused: type) -> tuple[list[float], int, int, int, str | None, float]:
+    """`total` calls of `call` from `concurrency` workers of `pool`, each timed: (samples, admitted,
+    refused, errors, the first error, wall seconds). `refused` is the peer's exhausted-capacity
+    exception; any other exception is counted and reported, never hidden."""
+    nxt = iter(range(total))
+    lock = threading.Lock()
+    samples: list[float] = []
+    tally = {"admitted": 0, "refused": 0, "errors": 0}
+    first_error: list[str] = []
+
+    def worker() -> None:
+        local: list[float] = []
+        a = r = e = 0
+        while True:
+            with lock:
+                i = next(nxt, None)
+            if i is None:
+                break
+            t0 = time.perf_counter()
+            try:
+                call()
+                a += 1
+            except refused:
+                r += 1
+            except Exception as ex:
+                e += 1
+                if not first_error:
+                    first_error.append(f"{type(ex).__name__}: {ex}")
+            local.append(time.perf_counter() - t0)
+        with lock:
+            samples.extend(local)
+            tally["admitted"] += a
+            tally["refused"] += r
+            tally["errors"] += e
+
+    t0 = time.perf_counter()
+    for f in [pool.submit(worker) for _ in range(concurrency)]:
+        f.result()
+    wall = time.perf_counter() - t0
+    return (samples, tally["admitted"], tally["refused"], tally["errors"],
+            first_error[0] if first_error else None, wall)
+
+
 def run_rlp(args: argparse.Namespace) -> None:
     import boto3
     import limiter.managers
@@ -403,45 +447,8 @@ def run_rlp(args: argparse.Namespace) -> None:
 
     def run(pool: ThreadPoolExecutor, concurrency: int, total: int, account: str, limit: int,
             window_s: int) -> tuple[list[float], int, int, int, str | None, float]:
-        nxt = iter(range(total))
-        lock = threading.Lock()
-        samples: list[float] = []
-        tally = {"admitted": 0, "refused": 0, "errors": 0}
-        first_error: list[str] = []
-
-        def worker() -> None:
-            fn = decorated(account, limit, window_s)
-            local: list[float] = []
-            a = r = e = 0
-            while True:
-                with lock:
-                    i = next(nxt, None)
-                if i is None:
-                    break
-                t0 = time.perf_counter()
-                try:
-                    fn(account)
-                    a += 1
-                except CapacityExhaustedException:
-                    r += 1
-                except Exception as ex:  # counted and reported, never hidden
-                    e += 1
-                    if not first_error:
-                        first_error.append(f"{type(ex).__name__}: {ex}")
-                local.append(time.perf_counter() - t0)
-            with lock:
-                samples.extend(local)
-                tally["admitted"] += a
-                tally["refused"] += r
-                tally["errors"] += e
-
-        t0 = time.perf_counter()
-        futs = [pool.submit(worker) for _ in range(concurrency)]
-        for f in futs:
-            f.result()
-        wall = time.perf_counter() - t0
-        return (samples, tally["admitted"], tally["refused"], tally["errors"],
-                first_error[0] if first_error else None, wall)
+        fn = decorated(account, limit, window_s)
+        return run_threaded(pool, concurrency, total, lambda: fn(account), CapacityExhaustedException)
 
     if args.client_cost:
         log(f"{impl} client cost ({args.decisions} decisions)")
@@ -524,44 +531,8 @@ def run_tpy(args: argparse.Namespace) -> None:
         def admitted(_account: str) -> bool:
             return True
 
-        nxt = iter(range(total))
-        lock = threading.Lock()
-        samples: list[float] = []
-        tally = {"admitted": 0, "refused": 0, "errors": 0}
-        first_error: list[str] = []
-
-        def worker() -> None:
-            local: list[float] = []
-            a = r = e = 0
-            while True:
-                with lock:
-                    i = next(nxt, None)
-                if i is None:
-                    break
-                t0 = time.perf_counter()
-                try:
-                    admitted(account)
-                    a += 1
-                except CapacityExhaustedException:
-                    r += 1
-                except Exception as ex:  # counted and reported, never hidden
-                    e += 1
-                    if not first_error:
-                        first_error.append(f"{type(ex).__name__}: {ex}")
-                local.append(time.perf_counter() - t0)
-            with lock:
-                samples.extend(local)
-                tally["admitted"] += a
-                tally["refused"] += r
-                tally["errors"] += e
-
-        t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=c) as pool:
-            for f in [pool.submit(worker) for _ in range(c)]:
-                f.result()
-        wall = time.perf_counter() - t0
-        return (samples, tally["admitted"], tally["refused"], tally["errors"],
-                first_error[0] if first_error else None, wall)
+            return run_threaded(pool, c, total, lambda: admitted(account), CapacityExhaustedException)
 
     async def run_tasks(c: int, total: int, account: str, limit: int) -> tuple:
         nxt = iter(range(total))
