@@ -21,9 +21,10 @@
 #   BENCH_PRIME         priming requests on each fresh emulator (2000 / 300)
 #   BENCH_README_DECISIONS minimum decisions of the peers (and so of the zae_readme.py check) in smoke (200);
 #                       the check always uses the peers' decisions and warm-up (smoke: at least 20)
-#   BENCH_README_PAIRS  readings on each side of the zae_readme.py check (3 / 3): each round gives one pair
+#   BENCH_README_PAIRS  readings on each side of the zae_readme.py check (3 / 5): each round gives one pair
 #                       (our driver's stored c = 1, zae_readme.py); pairs beyond the rounds run after them,
-#                       interleaved, each on a fresh primed emulator, and the check compares the medians
+#                       interleaved, each on a fresh primed emulator, and the check judges the median of the
+#                       per-pair ratios (smoke runs beside `make test`'s background arm64 build: more pairs)
 #   BENCH_WARMUP        untimed decisions before each timed run (1000 / 4): 1,000 warms the
 #                       emulator for every side alike (decision 0807: zae-limiter read 0.91x with it)
 #   BENCH_CONCURRENCY   comma list (1,8,32)
@@ -64,7 +65,7 @@ readme_decisions="${BENCH_README_DECISIONS:-200}"
 # Peers in smoke make enough decisions for a stable c = 1 p50 (the zae_readme.py check compares it).
 peer_decisions="$decisions"; [ "$mode" = smoke ] && [ "$peer_decisions" -lt "$readme_decisions" ] && peer_decisions="$readme_decisions"
 peer_warmup="$warmup"; [ "$mode" = smoke ] && [ "$peer_warmup" -lt 20 ] && peer_warmup=20
-readme_pairs="${BENCH_README_PAIRS:-3}"
+readme_pairs="${BENCH_README_PAIRS:-$([ "$mode" = smoke ] && echo 5 || echo 3)}"
 peers="${BENCH_PEERS-zae rlp tpy}"
 wheel_profile="${BENCH_WHEEL_PROFILE:-wheel}"; [ "$mode" = smoke ] && wheel_profile="${BENCH_WHEEL_PROFILE:-dev}"
 out="$root/bench/out/$mode"
