@@ -1033,7 +1033,9 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
           "the function's representative sample event from `events/<function>/` against DynamoDB Local tables "
           "the harness seeded (tenant `tenant-1`, its live session `session-1`; before each `$disconnect` and "
           "`$default` start the sample's connection is admitted, before each token-remover start a token is bound "
-          "to the sample's EMR cluster; the functions that close connections get a local Management API). "
+          "to the sample's EMR cluster; the functions that close connections get a local Management API; the decide API runs as deployed with "
+          "backend roles named, IAM callers bound by role session name). The reconciler is not timed: its first "
+          "invocation waits out its grace (15 s at the least) by design. "
           "*Outcome* says whether the handler posted a response or an error; *answer* is what the last run posted." + note)
         w("")
         w("| function | size on disk | runs | init median ms | first invocation median ms | min | max | outcome | event | answer |")

@@ -90,7 +90,7 @@ command -v python3 >/dev/null || { say "python3 is required"; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
 
 # --- build -------------------------------------------------------------------------------------
-functions=(authorizer connect disconnect message session-api ttl-sweeper token-remover)
+functions=(authorizer connect disconnect message session-api ttl-sweeper token-remover decide-api)
 pkgs=(-p turnstile-bench -p turnstile-cli); for f in "${functions[@]}"; do pkgs+=(-p "$f"); done
 begin build
 if [ "$profile" = dev ]; then

@@ -133,7 +133,7 @@ enum Command {
         /// Timed starts per function (after one untimed start).
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Only these functions (default: all seven).
+        /// Only these functions (default: all of `coldstart::FUNCTIONS`).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
@@ -315,6 +315,25 @@ async fn cold_start(
         (
             "TOKEN_REMOVER_PROCESSORS_FILE".to_string(),
             processors.display().to_string(),
+        ),
+        // The decide API as deployed with backend roles named: IAM callers are sessions of its
+        // caller role (the sample's), the role session name is the tenant.
+        ("TURNSTILE_DECIDE_AUTH".to_string(), "iam".to_string()),
+        (
+            "TURNSTILE_DECIDE_IAM_BINDING".to_string(),
+            "role-session-name".to_string(),
+        ),
+        (
+            "TURNSTILE_DECIDE_IAM_ROLE_ARN".to_string(),
+            samples::DECIDE_CALLER_ROLE_ARN.to_string(),
+        ),
+        (
+            "TURNSTILE_DECIDE_TOKEN_DEFAULT".to_string(),
+            "10/60".to_string(),
+        ),
+        (
+            "TURNSTILE_DECIDE_RESERVATION_DEFAULT".to_string(),
+            "10".to_string(),
         ),
     ];
     for f in coldstart::FUNCTIONS {

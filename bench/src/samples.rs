@@ -16,6 +16,8 @@ pub const TENANT: &str = "tenant-1";
 pub const SESSION: &str = "session-1";
 pub const CONNECTION: &str = "Nx0MPcOFvHcCIhw=";
 pub const CLUSTER: &str = "j-1YONHTCP3YZKC";
+/// The role whose sessions the decide API's sample events are (`assumed-role/DecideCallerRole/tenant-1`).
+pub const DECIDE_CALLER_ROLE_ARN: &str = "arn:aws:iam::123456789012:role/DecideCallerRole";
 
 /// The key set the sample events' connect ticket is signed with: published here, so it must never be
 /// a deployment's (deployments sign with the template's generated secret). The artifacts check, the
