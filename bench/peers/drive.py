@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import capacity  # noqa: E402  (standard library only, beside this file)
@@ -379,6 +379,36 @@ def run_threaded(pool: ThreadPoolExecutor, concurrency: int, total: int, call: C
             first_error[0] if first_error else None, wall)
 
 
+async def run_async(concurrency: int, total: int, call: Callable[[], Awaitable[Any]],
+                    refused: type) -> tuple[list[float], int, int, int, str | None, float]:
+    """`total` awaited calls of `call` from `concurrency` tasks, each timed; the same tuple and
+    counting as `run_threaded`."""
+    nxt = iter(range(total))
+    samples: list[float] = []
+    tally = {"admitted": 0, "refused": 0, "errors": 0}
+    first_error: list[str] = []
+
+    async def worker() -> None:
+        while next(nxt, None) is not None:
+            t0 = time.perf_counter()
+            try:
+                await call()
+                tally["admitted"] += 1
+            except refused:
+                tally["refused"] += 1
+            except Exception as ex:  # counted and reported, never hidden
+                tally["errors"] += 1
+                if not first_error:
+                    first_error.append(f"{type(ex).__name__}: {ex}")
+            samples.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    return (samples, tally["admitted"], tally["refused"], tally["errors"],
+            first_error[0] if first_error else None, wall)
+
+
 def run_rlp(args: argparse.Namespace) -> None:
     import boto3
     import limiter.managers
@@ -535,31 +565,11 @@ def run_tpy(args: argparse.Namespace) -> None:
             return run_threaded(pool, c, total, lambda: admitted(account), CapacityExhaustedException)
 
     async def run_tasks(c: int, total: int, account: str, limit: int) -> tuple:
-        nxt = iter(range(total))
-        samples: list[float] = []
-        tally = {"admitted": 0, "refused": 0, "errors": 0}
-        first_error: list[str] = []
+        async def take() -> None:
+            async with fungible_limiter("bench-resource", account, limit, 3600):
+                pass
 
-        async def worker() -> None:
-            while next(nxt, None) is not None:
-                t0 = time.perf_counter()
-                try:
-                    async with fungible_limiter("bench-resource", account, limit, 3600):
-                        pass
-                    tally["admitted"] += 1
-                except CapacityExhaustedException:
-                    tally["refused"] += 1
-                except Exception as ex:  # counted and reported, never hidden
-                    tally["errors"] += 1
-                    if not first_error:
-                        first_error.append(f"{type(ex).__name__}: {ex}")
-                samples.append(time.perf_counter() - t0)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(c)))
-        wall = time.perf_counter() - t0
-        return (samples, tally["admitted"], tally["refused"], tally["errors"],
-                first_error[0] if first_error else None, wall)
+        return await run_async(c, total, take, CapacityExhaustedException)
 
     def run(c: int, total: int, account: str, limit: int) -> tuple:
         if args.style == "asyncio":
@@ -668,32 +678,12 @@ async def _run_zae(args: argparse.Namespace) -> None:
 
     async def run(concurrency: int, total: int, entity: str,
                   extra: dict[str, Any]) -> tuple[list[float], int, int, int, str | None, float]:
-        nxt = iter(range(total))
-        samples: list[float] = []
-        tally = {"admitted": 0, "refused": 0, "errors": 0}
-        first_error: list[str] = []
+        async def acquire() -> None:
+            async with limiter.acquire(entity_id=entity, resource="bench-resource",
+                                       consume={"rph": 1}, **extra):
+                pass
 
-        async def worker() -> None:
-            while next(nxt, None) is not None:
-                t0 = time.perf_counter()
-                try:
-                    async with limiter.acquire(entity_id=entity, resource="bench-resource",
-                                               consume={"rph": 1}, **extra):
-                        pass
-                    tally["admitted"] += 1
-                except RateLimitExceeded:
-                    tally["refused"] += 1
-                except Exception as ex:  # counted and reported, never hidden
-                    tally["errors"] += 1
-                    if not first_error:
-                        first_error.append(f"{type(ex).__name__}: {ex}")
-                samples.append(time.perf_counter() - t0)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
-        return (samples, tally["admitted"], tally["refused"], tally["errors"],
-                first_error[0] if first_error else None, wall)
+        return await run_async(concurrency, total, acquire, RateLimitExceeded)
 
     if args.client_cost:
         log(f"{impl} ({args.style} limits) client cost ({args.decisions} decisions)")
