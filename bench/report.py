@@ -809,20 +809,17 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
             w(f"- `{r['workload']}` at c = {r['concurrency']}: {r['errors']} of {f(r['decisions'])} — first: "
               f"{r.get('first_error') or '?'}")
         w("")
-    notes = workload_notes(data)
-    if notes:
-        w("What each workload does (one decision), and what its calls are:")
-        w("")
-        for n in notes:
-            w(f"- {n}")
-        w("")
-    pend = [s for s in data["specs"] if not s["available"]]
-    if pend:
-        w("Not yet available (no numbers are shown for them, and none are invented):")
-        w("")
-        for s in pend:
-            w(f"- `{s['workload']}` — {s['title']}: {s['pending_reason']}.")
-        w("")
+    def bullets(title: str, items: list[str]) -> None:
+        if items:
+            w(title)
+            w("")
+            L.extend(f"- {i}" for i in items)
+            w("")
+
+    bullets("What each workload does (one decision), and what its calls are:", workload_notes(data))
+    bullets("Not yet available (no numbers are shown for them, and none are invented):",
+            [f"`{s['workload']}` — {s['title']}: {s['pending_reason']}." for s in data["specs"]
+             if not s["available"]])
 
     w("## Concurrent accuracy: limit 50 in one window, 16 workers × 20 attempts")
     w("")

@@ -335,6 +335,18 @@ def client_cost_line(impl: str, version: str, args: argparse.Namespace, result: 
 # rate-limiter-py 0.3.0 (synchronous, boto3)
 # --------------------------------------------------------------------------------------------------
 
+def client_cost(impl: str, version: str, args: argparse.Namespace, run: Callable[[int], tuple]) -> None:
+    """A client-cost line: `run(n)` makes n decisions at c = 1, first the warm-up the stub records,
+    then the timed ones it replays, with this process's CPU time around them."""
+    stub_control(args.endpoint, "record")
+    run(max(args.warmup, 1))
+    stub_control(args.endpoint, "replay")
+    cpu0 = cpu_now()
+    result = run(args.decisions)
+    cpu1 = cpu_now()
+    emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+
+
 def run_threaded(pool: ThreadPoolExecutor, concurrency: int, total: int, call: Callable[[], Any],
                  refused: type) -> tuple[list[float], int, int, int, str | None, float]:
     """`total` calls of `call` from `concurrency` workers of `pool`, each timed: (samples, admitted,
@@ -482,16 +494,10 @@ def run_rlp(args: argparse.Namespace) -> None:
 
     if args.client_cost:
         log(f"{impl} client cost ({args.decisions} decisions)")
-        stub_control(args.endpoint, "record")
         account = f"acct-cc-{uuid.uuid4().hex[:6]}"
         limit = (args.decisions + args.warmup) * 10
         with ThreadPoolExecutor(max_workers=1) as pool:
-            run(pool, 1, max(args.warmup, 1), account, limit, 3600)
-            stub_control(args.endpoint, "replay")
-            cpu0 = cpu_now()
-            result = run(pool, 1, args.decisions, account, limit, 3600)
-            cpu1 = cpu_now()
-        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+            client_cost(impl, version, args, lambda n: run(pool, 1, n, account, limit, 3600))
         return
 
     for c in args.concurrency:
@@ -578,15 +584,9 @@ def run_tpy(args: argparse.Namespace) -> None:
 
     if args.client_cost:
         log(f"{impl} ({args.style}) client cost ({args.decisions} decisions)")
-        stub_control(args.endpoint, "record")
         account = f"acct-cc-{uuid.uuid4().hex[:6]}"
         limit = (args.decisions + args.warmup) * 10
-        run(1, max(args.warmup, 1), account, limit)
-        stub_control(args.endpoint, "replay")
-        cpu0 = cpu_now()
-        result = run(1, args.decisions, account, limit)
-        cpu1 = cpu_now()
-        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+        client_cost(impl, version, args, lambda n: run(1, n, account, limit))
         return
 
     for c in args.concurrency:
