@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 PEERS = {"zae": "zae-limiter", "rlp": "rate-limiter-py", "tpy": "turnstile-py"}
 STYLES = {"inline": "inline limits: `Repository.open`, `acquire(..., limits=[...], consume=...)` (the package README)",
@@ -82,6 +82,14 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b
+
+
+def at_most(target: str, value: float | None, limit: float, evidence: Callable[[], str]) -> dict[str, str]:
+    """A target row for a measured `value` that must stay at most `limit` (`evidence` is asked only
+    when it was measured)."""
+    if value is None:
+        return {"target": target, "status": "not measured", "evidence": "—"}
+    return {"target": target, "status": "met" if value <= limit else "NOT MET", "evidence": evidence()}
 
 
 def fx(r: float | None) -> str:
@@ -376,11 +384,9 @@ def cc_targets(data: dict[str, Any]) -> list[dict[str, str]]:
     for wl in single:
         r = ours.get(wl)
         q = ratio(r["cpu_us_per_decision"], floor["cpu_us_per_decision"]) if r and floor else None
-        out.append({"target": f"client CPU/decision ≤ {CC_FLOOR_RATIO:g} × floor for `{wl}`",
-                    "status": "not measured" if q is None else ("met" if q <= CC_FLOOR_RATIO else "NOT MET"),
-                    "evidence": "—" if q is None else
-                    f"{f(r['cpu_us_per_decision'], 1)} vs {f(floor['cpu_us_per_decision'], 1)} µs: {fx(q)} "
-                    f"(p50 {f(r['p50_ms'], 3)} vs {f(floor['p50_ms'], 3)} ms)"})
+        out.append(at_most(f"client CPU/decision ≤ {CC_FLOOR_RATIO:g} × floor for `{wl}`", q, CC_FLOOR_RATIO,
+                           lambda: f"{f(r['cpu_us_per_decision'], 1)} vs {f(floor['cpu_us_per_decision'], 1)} "
+                                   f"µs: {fx(q)} (p50 {f(r['p50_ms'], 3)} vs {f(floor['p50_ms'], 3)} ms)"))
     # turnstile-py is ours (the same core from Python): it has targets of its own (python_targets).
     peers = [r for r in cc if r["implementation"] not in ("turnstile", "turnstile-py")]
     for wl in single:
@@ -511,16 +517,15 @@ def decide_targets(data: dict[str, Any]) -> list[dict[str, str]]:
                                 f"{f(sp.get('write_units_per_decision'))} WCU per decision"})
     h, lib = d["handler"], d["library"]
     q = ratio(h["cpu_us_per_decision"], lib["cpu_us_per_decision"]) if h and lib else None
-    out.append({"target": f"decide handler CPU/decision ≤ {DECIDE_CPU_FACTOR:g} × the in-process client's",
-                "status": "not measured" if q is None else ("met" if q <= DECIDE_CPU_FACTOR else "NOT MET"),
-                "evidence": "—" if q is None else
-                f"`decide-handler-spend` {f(h['cpu_us_per_decision'], 1)} vs `gcra-spend` "
-                f"{f(lib['cpu_us_per_decision'], 1)} µs: {fx(q)}"})
+    out.append(at_most(f"decide handler CPU/decision ≤ {DECIDE_CPU_FACTOR:g} × the in-process client's",
+                       q, DECIDE_CPU_FACTOR,
+                       lambda: f"`decide-handler-spend` {f(h['cpu_us_per_decision'], 1)} vs `gcra-spend` "
+                               f"{f(lib['cpu_us_per_decision'], 1)} µs: {fx(q)}"))
     routes = [r for r in decide_usd(sp) if r[1] is not None]
     best = min(routes, key=lambda r: r[1]) if routes else None
-    out.append({"target": f"cheapest decide route ≤ ${DECIDE_USD_TARGET:.2f} per million decisions all in",
-                "status": "not measured" if best is None else ("met" if best[1] <= DECIDE_USD_TARGET else "NOT MET"),
-                "evidence": "—" if best is None else f"{best[0]}: ${best[1]:.2f} ({best[2]})"})
+    out.append(at_most(f"cheapest decide route ≤ ${DECIDE_USD_TARGET:.2f} per million decisions all in",
+                       best[1] if best else None, DECIDE_USD_TARGET,
+                       lambda: f"{best[0]}: ${best[1]:.2f} ({best[2]})"))
     return out
 
 
@@ -816,20 +821,17 @@ def markdown(data: dict[str, Any], mach: dict[str, Any]) -> str:
             w(f"- `{r['workload']}` at c = {r['concurrency']}: {r['errors']} of {f(r['decisions'])} — first: "
               f"{r.get('first_error') or '?'}")
         w("")
-    notes = workload_notes(data)
-    if notes:
-        w("What each workload does (one decision), and what its calls are:")
-        w("")
-        for n in notes:
-            w(f"- {n}")
-        w("")
-    pend = [s for s in data["specs"] if not s["available"]]
-    if pend:
-        w("Not yet available (no numbers are shown for them, and none are invented):")
-        w("")
-        for s in pend:
-            w(f"- `{s['workload']}` — {s['title']}: {s['pending_reason']}.")
-        w("")
+    def bullets(title: str, items: list[str]) -> None:
+        if items:
+            w(title)
+            w("")
+            L.extend(f"- {i}" for i in items)
+            w("")
+
+    bullets("What each workload does (one decision), and what its calls are:", workload_notes(data))
+    bullets("Not yet available (no numbers are shown for them, and none are invented):",
+            [f"`{s['workload']}` — {s['title']}: {s['pending_reason']}." for s in data["specs"]
+             if not s["available"]])
 
     w("## Concurrent accuracy: limit 50 in one window, 16 workers × 20 attempts")
     w("")

@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import capacity  # noqa: E402  (standard library only, beside this file)
@@ -335,6 +335,18 @@ def client_cost_line(impl: str, version: str, args: argparse.Namespace, result: 
 # rate-limiter-py 0.3.0 (synchronous, boto3)
 # --------------------------------------------------------------------------------------------------
 
+def client_cost(impl: str, version: str, args: argparse.Namespace, run: Callable[[int], tuple]) -> None:
+    """A client-cost line: `run(n)` makes n decisions at c = 1, first the warm-up the stub records,
+    then the timed ones it replays, with this process's CPU time around them."""
+    stub_control(args.endpoint, "record")
+    run(max(args.warmup, 1))
+    stub_control(args.endpoint, "replay")
+    cpu0 = cpu_now()
+    result = run(args.decisions)
+    cpu1 = cpu_now()
+    emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+
+
 def run_threaded(pool: ThreadPoolExecutor, concurrency: int, total: int, call: Callable[[], Any],
                  refused: type) -> tuple[list[float], int, int, int, str | None, float]:
     """`total` calls of `call` from `concurrency` workers of `pool`, each timed: (samples, admitted,
@@ -374,6 +386,36 @@ def run_threaded(pool: ThreadPoolExecutor, concurrency: int, total: int, call: C
     t0 = time.perf_counter()
     for f in [pool.submit(worker) for _ in range(concurrency)]:
         f.result()
+    wall = time.perf_counter() - t0
+    return (samples, tally["admitted"], tally["refused"], tally["errors"],
+            first_error[0] if first_error else None, wall)
+
+
+async def run_async(concurrency: int, total: int, call: Callable[[], Awaitable[Any]],
+                    refused: type) -> tuple[list[float], int, int, int, str | None, float]:
+    """`total` awaited calls of `call` from `concurrency` tasks, each timed; the same tuple and
+    counting as `run_threaded`."""
+    nxt = iter(range(total))
+    samples: list[float] = []
+    tally = {"admitted": 0, "refused": 0, "errors": 0}
+    first_error: list[str] = []
+
+    async def worker() -> None:
+        while next(nxt, None) is not None:
+            t0 = time.perf_counter()
+            try:
+                await call()
+                tally["admitted"] += 1
+            except refused:
+                tally["refused"] += 1
+            except Exception as ex:  # counted and reported, never hidden
+                tally["errors"] += 1
+                if not first_error:
+                    first_error.append(f"{type(ex).__name__}: {ex}")
+            samples.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     return (samples, tally["admitted"], tally["refused"], tally["errors"],
             first_error[0] if first_error else None, wall)
@@ -452,16 +494,10 @@ def run_rlp(args: argparse.Namespace) -> None:
 
     if args.client_cost:
         log(f"{impl} client cost ({args.decisions} decisions)")
-        stub_control(args.endpoint, "record")
         account = f"acct-cc-{uuid.uuid4().hex[:6]}"
         limit = (args.decisions + args.warmup) * 10
         with ThreadPoolExecutor(max_workers=1) as pool:
-            run(pool, 1, max(args.warmup, 1), account, limit, 3600)
-            stub_control(args.endpoint, "replay")
-            cpu0 = cpu_now()
-            result = run(pool, 1, args.decisions, account, limit, 3600)
-            cpu1 = cpu_now()
-        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+            client_cost(impl, version, args, lambda n: run(pool, 1, n, account, limit, 3600))
         return
 
     for c in args.concurrency:
@@ -535,31 +571,11 @@ def run_tpy(args: argparse.Namespace) -> None:
             return run_threaded(pool, c, total, lambda: admitted(account), CapacityExhaustedException)
 
     async def run_tasks(c: int, total: int, account: str, limit: int) -> tuple:
-        nxt = iter(range(total))
-        samples: list[float] = []
-        tally = {"admitted": 0, "refused": 0, "errors": 0}
-        first_error: list[str] = []
+        async def take() -> None:
+            async with fungible_limiter("bench-resource", account, limit, 3600):
+                pass
 
-        async def worker() -> None:
-            while next(nxt, None) is not None:
-                t0 = time.perf_counter()
-                try:
-                    async with fungible_limiter("bench-resource", account, limit, 3600):
-                        pass
-                    tally["admitted"] += 1
-                except CapacityExhaustedException:
-                    tally["refused"] += 1
-                except Exception as ex:  # counted and reported, never hidden
-                    tally["errors"] += 1
-                    if not first_error:
-                        first_error.append(f"{type(ex).__name__}: {ex}")
-                samples.append(time.perf_counter() - t0)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(c)))
-        wall = time.perf_counter() - t0
-        return (samples, tally["admitted"], tally["refused"], tally["errors"],
-                first_error[0] if first_error else None, wall)
+        return await run_async(c, total, take, CapacityExhaustedException)
 
     def run(c: int, total: int, account: str, limit: int) -> tuple:
         if args.style == "asyncio":
@@ -568,15 +584,9 @@ def run_tpy(args: argparse.Namespace) -> None:
 
     if args.client_cost:
         log(f"{impl} ({args.style}) client cost ({args.decisions} decisions)")
-        stub_control(args.endpoint, "record")
         account = f"acct-cc-{uuid.uuid4().hex[:6]}"
         limit = (args.decisions + args.warmup) * 10
-        run(1, max(args.warmup, 1), account, limit)
-        stub_control(args.endpoint, "replay")
-        cpu0 = cpu_now()
-        result = run(1, args.decisions, account, limit)
-        cpu1 = cpu_now()
-        emit(client_cost_line(impl, version, args, result, cpu0, cpu1, stub_control(args.endpoint, "stats")))
+        client_cost(impl, version, args, lambda n: run(1, n, account, limit))
         return
 
     for c in args.concurrency:
@@ -668,32 +678,12 @@ async def _run_zae(args: argparse.Namespace) -> None:
 
     async def run(concurrency: int, total: int, entity: str,
                   extra: dict[str, Any]) -> tuple[list[float], int, int, int, str | None, float]:
-        nxt = iter(range(total))
-        samples: list[float] = []
-        tally = {"admitted": 0, "refused": 0, "errors": 0}
-        first_error: list[str] = []
+        async def acquire() -> None:
+            async with limiter.acquire(entity_id=entity, resource="bench-resource",
+                                       consume={"rph": 1}, **extra):
+                pass
 
-        async def worker() -> None:
-            while next(nxt, None) is not None:
-                t0 = time.perf_counter()
-                try:
-                    async with limiter.acquire(entity_id=entity, resource="bench-resource",
-                                               consume={"rph": 1}, **extra):
-                        pass
-                    tally["admitted"] += 1
-                except RateLimitExceeded:
-                    tally["refused"] += 1
-                except Exception as ex:  # counted and reported, never hidden
-                    tally["errors"] += 1
-                    if not first_error:
-                        first_error.append(f"{type(ex).__name__}: {ex}")
-                samples.append(time.perf_counter() - t0)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
-        return (samples, tally["admitted"], tally["refused"], tally["errors"],
-                first_error[0] if first_error else None, wall)
+        return await run_async(concurrency, total, acquire, RateLimitExceeded)
 
     if args.client_cost:
         log(f"{impl} ({args.style} limits) client cost ({args.decisions} decisions)")

@@ -415,13 +415,13 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// `runs` timed cold starts of one function after one untimed start (page-cache warm-up); reports
-/// the binary's size on disk and the median / min / max of the timed starts.
 /// Puts the tables in the state a function's sample event expects, before each start (e.g. the
 /// sample's connection admitted before a `$disconnect`). Not timed.
 pub type Prepare<'a> =
     &'a (dyn Fn() -> futures::future::BoxFuture<'a, Result<(), BenchError>> + Sync);
 
+/// `runs` timed cold starts of one function after one untimed start (page-cache warm-up); reports
+/// the binary's size on disk and the median / min / max of the timed starts.
 pub async fn measure(
     bin_dir: &Path,
     events_dir: &Path,
@@ -437,33 +437,26 @@ pub async fn measure(
     let (event_name, event) = sample_event(events_dir, function);
     // One untimed start first, so every timed start reads the binary from the page cache, like a
     // Lambda sandbox that has the deployment package on local disk.
-    if let Some(p) = prepare {
-        p().await?;
-    }
-    cold_start_once(
-        &binary,
-        function,
-        &event,
-        extra_env,
-        Duration::from_secs(20),
-    )
-    .await?;
-    let mut init = Vec::new();
-    let mut handled = Vec::new();
-    let mut outcomes = Vec::new();
-    let mut posted = None;
-    for _ in 0..runs {
+    let start = || async {
         if let Some(p) = prepare {
             p().await?;
         }
-        let r = cold_start_once(
+        cold_start_once(
             &binary,
             function,
             &event,
             extra_env,
             Duration::from_secs(20),
         )
-        .await?;
+        .await
+    };
+    start().await?;
+    let mut init = Vec::new();
+    let mut handled = Vec::new();
+    let mut outcomes = Vec::new();
+    let mut posted = None;
+    for _ in 0..runs {
+        let r = start().await?;
         if let Some(d) = r.init {
             init.push(d.as_secs_f64() * 1000.0);
         }

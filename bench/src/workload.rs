@@ -13,8 +13,9 @@
 //!    that creates its tables (via `shared::catalog::ensure` with `ctx.tables`) and its fresh bucket
 //!    for this run (use `params.key` so runs never share state). `decide` calls the `shared` function
 //!    once and maps "admitted" / "refused" into [`Decision`]; any other failure is an `Err`.
-//! 2. In [`registry`], replace the workload's `Availability::Pending(..)` with
-//!    `Availability::Ready(|ctx, p| Box::pin(workloads::<name>::build(ctx, p)))`.
+//! 2. In [`registry`], add `Spec::ready(id, title, |ctx, p| Box::pin(workloads::<name>::build(ctx,
+//!    p)))` with what it promises (`.calls(n)`, `.races()`, `.single_call()`, `.accuracy()`,
+//!    `.peer(..)`, `.refuses()`), or replace its `Availability::Pending(..)` with that.
 //!
 //! Nothing else changes: the runner, the accuracy test, the JSON lines, the report and the smoke
 //! assertions pick it up from its [`Spec`] (expected calls per decision, whether the 1.2 x floor
@@ -137,218 +138,195 @@ pub struct Spec {
     pub availability: Availability,
 }
 
-/// Every workload `make bench` knows, in report order.
-pub fn registry() -> Vec<Spec> {
-    vec![
+impl Spec {
+    /// A workload built by `build`, with no promise and no extra check; the methods below add
+    /// what an entry of [`registry`] promises.
+    fn ready(id: &'static str, title: &'static str, build: Factory) -> Spec {
         Spec {
-            id: "floor",
-            title: "Floor: one bare conditional UpdateItem on one item",
-            expected_calls: Some(1.0),
-            races: false,
-            single_call: true,
-            accuracy: true,
-            peer_workload: Some("acquire"),
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| Box::pin(workloads::floor::build(ctx, p))),
-        },
-        Spec {
-            id: "fungible-get-token",
-            title: "Fungible get_token (token bucket, rate-limiter-py tables)",
-            expected_calls: Some(1.0),
-            races: true,
-            single_call: true,
-            accuracy: true,
-            peer_workload: Some("acquire"),
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::fungible::build(ctx, p))
-            }),
-        },
-        Spec {
-            id: "fungible-get-token-per-account",
-            title: "Fungible get_token, one bucket per task (diagnostic: no shared bucket)",
-            expected_calls: Some(1.0),
-            races: false,
-            // Not held to the floor: the floor is one hot item, this is c items.
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::fungible::build_per_account(ctx, p))
-            }),
-        },
-        Spec {
-            id: "reservation-lifecycle",
-            title:
-                "Non-fungible get_reservation + create_token + delete (5 single-item calls, no transaction)",
-            // 1 UpdateItem on a ledger shard for the reservation; create_token's bound row, the
-            // ended-resource marker's read, then its shard entry; delete's shard entry (decision
-            // 0101). Concurrent callers can meet a shard filled meanwhile or both create the next
-            // one: one more call each time, so 5 is the c = 1 promise.
-            expected_calls: Some(5.0),
-            races: true,
-            single_call: false,
-            accuracy: true,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::reservation::build(ctx, p))
-            }),
-        },
-        Spec {
-            id: "reservation-at-1000-live",
-            title: "Non-fungible get_reservation + create_token on a coordinate holding 1,000 live",
-            // As the lifecycle's first 4 calls; the ledger shards keep every write at 1 WCU.
-            expected_calls: Some(4.0),
-            races: true,
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::reservation::build_at_1000_live(ctx, p))
-            }),
-        },
-        Spec {
-            id: "gcra-spend",
-            title: "GCRA spend (key-value limits)",
-            expected_calls: Some(1.0),
-            races: false,
-            single_call: true,
-            accuracy: true,
-            peer_workload: Some("acquire"),
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| Box::pin(workloads::gcra::build(ctx, p))),
-        },
-        Spec {
-            id: "cached-rejection",
-            title: "Refused get_token on a known-empty bucket (rejection cache)",
-            expected_calls: Some(0.0),
-            races: false,
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: true,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::cached_rejection::build(ctx, p))
-            }),
-        },
-        Spec {
-            id: "websocket-handlers",
-            title: "WebSocket path at handler level: authorizer + $connect + $disconnect",
-            // 1 BatchGetItem (authorizer, tenant cached) + 3 UpdateItem for $connect (the ticket's
-            // use, the tenant counter, then the session) + 3 for $disconnect (session with its
-            // release token, then the charged counter and the token's cleanup): decisions 0306,
-            // 2206, 3607. Concurrent first connects of a minute both bet "new window": the loser
-            // re-bets (one more call), so the 7 is the c = 1 promise.
-            expected_calls: Some(7.0),
-            races: true,
-            single_call: false,
-            accuracy: true,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::websocket::build(ctx, p))
-            }),
-        },
-        Spec {
-            id: "local-stack-connects",
-            title: "Local stack end to end: WebSocket connects (authorizer + $connect, then close)",
+            id,
+            title,
             expected_calls: None,
             races: false,
             single_call: false,
             accuracy: false,
             peer_workload: None,
             refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::local_stack::build_connects(ctx, p))
-            }),
-        },
+            availability: Availability::Ready(build),
+        }
+    }
+
+    fn calls(self, expected: f64) -> Spec {
         Spec {
-            id: "local-stack-messages",
-            title: "Local stack end to end: messages (frame in, echo out)",
-            expected_calls: Some(1.0),
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
+            expected_calls: Some(expected),
+            ..self
+        }
+    }
+
+    fn races(self) -> Spec {
+        Spec {
             races: true,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::local_stack::build_messages(ctx, p))
-            }),
-        },
+            ..self
+        }
+    }
+
+    fn single_call(self) -> Spec {
         Spec {
-            id: "local-stack-decide-spend",
-            title: "Local stack end to end: decide API POST /v1/limits/spend (HTTP, handler, GCRA spend)",
-            expected_calls: Some(1.0),
-            races: false,
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::decide_api::build_spend(ctx, p))
-            }),
-        },
+            single_call: true,
+            ..self
+        }
+    }
+
+    fn accuracy(self) -> Spec {
         Spec {
-            id: "decide-handler-spend",
-            title: "Decide API handler alone: POST /v1/limits/spend event in, answer out (no HTTP)",
-            expected_calls: Some(1.0),
-            races: false,
-            single_call: false,
             accuracy: true,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::decide_handler::build(ctx, p))
-            }),
-        },
+            ..self
+        }
+    }
+
+    fn peer(self, workload: &'static str) -> Spec {
         Spec {
-            id: "local-stack-decide-take",
-            title: "Local stack end to end: decide API POST /v1/tokens/take (HTTP, handler, get_token per account)",
-            expected_calls: Some(1.0),
-            races: false,
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::decide_api::build_take(ctx, p))
-            }),
-        },
+            peer_workload: Some(workload),
+            ..self
+        }
+    }
+
+    fn refuses(self) -> Spec {
+        Spec {
+            refuses: true,
+            ..self
+        }
+    }
+}
+
+/// Every workload `make bench` knows, in report order.
+pub fn registry() -> Vec<Spec> {
+    vec![
+        Spec::ready(
+            "floor",
+            "Floor: one bare conditional UpdateItem on one item",
+            |ctx, p| Box::pin(workloads::floor::build(ctx, p)),
+        )
+        .calls(1.0)
+        .single_call()
+        .accuracy()
+        .peer("acquire"),
+        Spec::ready(
+            "fungible-get-token",
+            "Fungible get_token (token bucket, rate-limiter-py tables)",
+            |ctx, p| Box::pin(workloads::fungible::build(ctx, p)),
+        )
+        .calls(1.0)
+        .races()
+        .single_call()
+        .accuracy()
+        .peer("acquire"),
+        Spec::ready(
+            "fungible-get-token-per-account",
+            "Fungible get_token, one bucket per task (diagnostic: no shared bucket)",
+            |ctx, p| Box::pin(workloads::fungible::build_per_account(ctx, p)),
+        )
+        // Not held to the floor (no `single_call`): the floor is one hot item, this is c items.
+        .calls(1.0),
+        Spec::ready(
+            "reservation-lifecycle",
+            "Non-fungible get_reservation + create_token + delete (5 single-item calls, no transaction)",
+            |ctx, p| Box::pin(workloads::reservation::build(ctx, p)),
+        )
+        // 1 UpdateItem on a ledger shard for the reservation; create_token's bound row, the
+        // ended-resource marker's read, then its shard entry; delete's shard entry (decision
+        // 0101). Concurrent callers can meet a shard filled meanwhile or both create the next
+        // one: one more call each time, so 5 is the c = 1 promise.
+        .calls(5.0)
+        .races()
+        .accuracy(),
+        Spec::ready(
+            "reservation-at-1000-live",
+            "Non-fungible get_reservation + create_token on a coordinate holding 1,000 live",
+            |ctx, p| Box::pin(workloads::reservation::build_at_1000_live(ctx, p)),
+        )
+        // As the lifecycle's first 4 calls; the ledger shards keep every write at 1 WCU.
+        .calls(4.0)
+        .races(),
+        Spec::ready(
+            "gcra-spend",
+            "GCRA spend (key-value limits)",
+            |ctx, p| Box::pin(workloads::gcra::build(ctx, p)),
+        )
+        .calls(1.0)
+        .single_call()
+        .accuracy()
+        .peer("acquire"),
+        Spec::ready(
+            "cached-rejection",
+            "Refused get_token on a known-empty bucket (rejection cache)",
+            |ctx, p| Box::pin(workloads::cached_rejection::build(ctx, p)),
+        )
+        .calls(0.0)
+        .refuses(),
+        Spec::ready(
+            "websocket-handlers",
+            "WebSocket path at handler level: authorizer + $connect + $disconnect",
+            |ctx, p| Box::pin(workloads::websocket::build(ctx, p)),
+        )
+        // 1 BatchGetItem (authorizer, tenant cached) + 3 UpdateItem for $connect (the ticket's
+        // use, the tenant counter, then the session) + 3 for $disconnect (session with its
+        // release token, then the charged counter and the token's cleanup): decisions 0306,
+        // 2206, 3607. Concurrent first connects of a minute both bet "new window": the loser
+        // re-bets (one more call), so the 7 is the c = 1 promise.
+        .calls(7.0)
+        .races()
+        .accuracy(),
+        Spec::ready(
+            "local-stack-connects",
+            "Local stack end to end: WebSocket connects (authorizer + $connect, then close)",
+            |ctx, p| Box::pin(workloads::local_stack::build_connects(ctx, p)),
+        ),
+        Spec::ready(
+            "local-stack-messages",
+            "Local stack end to end: messages (frame in, echo out)",
+            |ctx, p| Box::pin(workloads::local_stack::build_messages(ctx, p)),
+        )
+        .calls(1.0)
+        .races(),
+        Spec::ready(
+            "local-stack-decide-spend",
+            "Local stack end to end: decide API POST /v1/limits/spend (HTTP, handler, GCRA spend)",
+            |ctx, p| Box::pin(workloads::decide_api::build_spend(ctx, p)),
+        )
+        .calls(1.0),
+        Spec::ready(
+            "decide-handler-spend",
+            "Decide API handler alone: POST /v1/limits/spend event in, answer out (no HTTP)",
+            |ctx, p| Box::pin(workloads::decide_handler::build(ctx, p)),
+        )
+        .calls(1.0)
+        .accuracy(),
+        Spec::ready(
+            "local-stack-decide-take",
+            "Local stack end to end: decide API POST /v1/tokens/take (HTTP, handler, get_token per account)",
+            |ctx, p| Box::pin(workloads::decide_api::build_take(ctx, p)),
+        )
+        .calls(1.0),
         // The transactional paths with DynamoDB's TransactionConflict injected by
         // turnstile-faultproxy; c = 1 never overlaps (exactly the promise), c > 1 reports retries.
-        Spec {
-            id: "websocket-handlers-conflicts",
-            title: "WebSocket handlers with TransactionConflict injected (fault proxy)",
-            // authorizer 1 + $connect 3 + $disconnect 3, as `websocket-handlers` (decisions 0306,
-            // 2206, 3607): no transaction on the path, so the injected conflicts find nothing to
-            // cancel.
-            expected_calls: Some(7.0),
-            races: true,
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::conflicts::build_websocket(ctx, p))
-            }),
-        },
-        Spec {
-            id: "reservation-conflicts",
-            title: "Reservation lifecycle with TransactionConflict injected (fault proxy)",
-            // As reservation-lifecycle: 4 writes and the ended-marker read (decision 0101).
-            expected_calls: Some(5.0),
-            races: true,
-            single_call: false,
-            accuracy: false,
-            peer_workload: None,
-            refuses: false,
-            availability: Availability::Ready(|ctx, p| {
-                Box::pin(workloads::conflicts::build_reservation(ctx, p))
-            }),
-        },
+        Spec::ready(
+            "websocket-handlers-conflicts",
+            "WebSocket handlers with TransactionConflict injected (fault proxy)",
+            |ctx, p| Box::pin(workloads::conflicts::build_websocket(ctx, p)),
+        )
+        // authorizer 1 + $connect 3 + $disconnect 3, as `websocket-handlers` (decisions 0306,
+        // 2206, 3607): no transaction on the path, so the injected conflicts find nothing to
+        // cancel.
+        .calls(7.0)
+        .races(),
+        Spec::ready(
+            "reservation-conflicts",
+            "Reservation lifecycle with TransactionConflict injected (fault proxy)",
+            |ctx, p| Box::pin(workloads::conflicts::build_reservation(ctx, p)),
+        )
+        // As reservation-lifecycle: 4 writes and the ended-marker read (decision 0101).
+        .calls(5.0)
+        .races(),
     ]
 }
 

@@ -140,13 +140,7 @@ pub async fn run(args: Args) -> Result<crate::Exit> {
         Cmd::Reset { target } => (target, Op::Reset),
         Cmd::Lease(cmd) => return lease(set, cmd).await,
     };
-    let deps = crate::aws::deps().await?;
-    let limiter = Limiter::new(
-        deps.dynamo.clone(),
-        &deps.tables.buckets,
-        Arc::new(Limits::new(set)),
-    )
-    .with_item_write_budget(item_write_budget(&deps.vars)?);
+    let limiter = limiter(set).await?;
     let now = target.now.unwrap_or_else(|| SystemClock.now());
     let (name, id) = (target.name.as_str(), target.id.as_str());
     let kv = |e: shared::kv::KvError| Error::Other(e.to_string());
@@ -169,15 +163,20 @@ pub async fn run(args: Args) -> Result<crate::Exit> {
     Ok(crate::Exit::granted(outcome.decision.allowed))
 }
 
+/// The limiter of `set` on the environment's bucket table.
+async fn limiter(set: LimitSet) -> Result<Limiter> {
+    let deps = crate::aws::deps().await?;
+    let limits = Arc::new(Limits::new(set));
+    let budget = item_write_budget(&deps.vars)?;
+    Ok(
+        Limiter::new(deps.dynamo.clone(), &deps.tables.buckets, limits)
+            .with_item_write_budget(budget),
+    )
+}
+
 /// `turnstile kv lease ...`: one lease operation, printed as JSON.
 async fn lease(set: LimitSet, cmd: LeaseCmd) -> Result<crate::Exit> {
-    let deps = crate::aws::deps().await?;
-    let limiter = Limiter::new(
-        deps.dynamo.clone(),
-        &deps.tables.buckets,
-        Arc::new(Limits::new(set)),
-    )
-    .with_item_write_budget(item_write_budget(&deps.vars)?);
+    let limiter = limiter(set).await?;
     let at = |t: &Target| t.now.unwrap_or_else(|| SystemClock.now());
     let outcome = match &cmd {
         LeaseCmd::Acquire {

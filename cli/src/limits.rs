@@ -6,14 +6,10 @@ use shared::limit::load::{self, LimitDiff, LoadOptions};
 use shared::limit::LimitStore;
 use shared::{Error, Result};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
+pub(crate) type Args = crate::Nested<Cmd>;
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(crate) enum Cmd {
     /// Load FILE ({"limits":[{"accountId","resourceName","limit","windowSec"}]}) for --service:
     /// puts new and changed rows, deletes the service's rows the file no longer lists, prints the diff.
     /// If the file lists rows another service owns, nothing is written: the conflicts (resource,

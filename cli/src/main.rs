@@ -77,6 +77,14 @@ enum Command {
     Ws(ws::Args),
 }
 
+// A command whose only argument is its subcommand (`turnstile tenant put`); a plain comment, so
+// that clap's help keeps each command's own description.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Nested<C: Subcommand> {
+    #[command(subcommand)]
+    pub(crate) command: C,
+}
+
 /// How a command ended, when it did not fail: the exit status's meaning is documented in
 /// docs/cli.md ("Exit status").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

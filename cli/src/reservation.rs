@@ -9,14 +9,10 @@ use shared::Result;
 
 use crate::token::{deps_at, parse_now};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
+pub(crate) type Args = crate::Nested<Cmd>;
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(crate) enum Cmd {
     /// Reserve one unit of RESOURCE's capacity for ACCOUNT (expires unused after 5 minutes).
     Get {
         resource: String,

@@ -5,14 +5,10 @@ use shared::catalog;
 use shared::table::{self, TableKind};
 use shared::{Error, Result};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
+pub(crate) type Args = crate::Nested<Cmd>;
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(crate) enum Cmd {
     /// Create the tables (idempotent), wait until active, and turn on TTL.
     Create {
         /// Only these tables (repeatable): tenants, sessions, counters, buckets, fungible-tokens,

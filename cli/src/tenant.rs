@@ -9,14 +9,10 @@ use shared::ids::TenantId;
 use shared::tenant::{self, Limits, Tenant};
 use shared::{Deps, Error, Result};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
+pub(crate) type Args = crate::Nested<Cmd>;
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(crate) enum Cmd {
     /// Create or replace a tenant and its limits.
     Put {
         /// The tenant id (1-128 of letters, digits, '-', '_', '.').
@@ -54,7 +50,7 @@ enum Cmd {
 
 /// A tenant's limits as `tenant put` flags, one per field of [`Limits`].
 #[derive(Debug, clap::Args)]
-struct LimitsArgs {
+pub(crate) struct LimitsArgs {
     /// Open connections one session may hold.
     #[arg(long)]
     connections_per_session: u64,

@@ -18,14 +18,10 @@ use clap::Subcommand;
 use shared::ticket::KeySet;
 use shared::{Error, Result};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
+pub(crate) type Args = crate::Nested<Cmd>;
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(crate) enum Cmd {
     /// Print a new one-key set (for a stack deployed without the template's generated secret).
     New,
     /// Rotation step 1: add a new key that verifies (the current first key still signs).

@@ -9,14 +9,10 @@ use shared::limit::Quota;
 use shared::token::FungibleLimiter;
 use shared::{Deps, Error, Result};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    command: Cmd,
-}
+pub(crate) type Args = crate::Nested<Cmd>;
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub(crate) enum Cmd {
     /// Take one token from RESOURCE's bucket for ACCOUNT; prints granted, remaining, retry-after
     /// and reset as JSON.
     Take {

@@ -31,6 +31,7 @@ pub mod keys;
 mod late;
 mod rate;
 pub mod replay;
+mod served;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -56,6 +57,7 @@ pub use late::{DeliverError, Delivered};
 
 use inflight::InFlight;
 use rate::ItemRates;
+use served::Served;
 
 /// When throttling applies.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -323,18 +325,11 @@ struct Shared {
 }
 
 /// A running proxy. Dropping it stops it (open connections are closed, stalled requests dropped).
-pub struct FaultProxy {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    shutdown: watch::Sender<bool>,
-}
+pub struct FaultProxy(Served<Shared>);
 
 impl std::fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FaultProxy")
-            .field("addr", &self.addr)
-            .field("upstream", &self.shared.upstream)
-            .finish()
+        self.0.fmt(f)
     }
 }
 
@@ -346,9 +341,7 @@ impl FaultProxy {
 
     /// Starts a proxy on `listen` in front of `upstream`.
     pub async fn bind(listen: SocketAddr, upstream: &str) -> std::io::Result<FaultProxy> {
-        let listener = TcpListener::bind(listen).await?;
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             upstream: upstream.trim_end_matches('/').to_string(),
             client: Client::builder(TokioExecutor::new()).build_http(),
             policy: Mutex::new(Policy::default()),
@@ -360,50 +353,56 @@ impl FaultProxy {
             lose_skip: AtomicU64::new(0),
             covered_seen: AtomicU64::new(0),
             late: late::Late::default(),
-        });
-        let (shutdown, stop) = watch::channel(false);
-        tokio::spawn(serve(listener, shared.clone(), stop));
-        Ok(FaultProxy {
-            addr,
-            shared,
-            shutdown,
-        })
+        };
+        let refuse = |s: &Shared| {
+            let r = s.policy().refuse;
+            if r {
+                bump(&s.counters.refused);
+            }
+            r
+        };
+        let handle = |s: Arc<Shared>, req| s.handle(req);
+        let served = Served::bind("FaultProxy", listen, upstream, shared, refuse, handle).await?;
+        Ok(FaultProxy(served))
     }
 
     /// The endpoint to give a DynamoDB client (`http://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.0.url()
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr()
     }
 
     /// Replaces the policy; requests already past their checks are not affected.
     pub fn set_policy(&self, policy: Policy) {
-        self.shared
+        self.0
+            .shared
             .lose_budget
             .store(policy.lose_answers, Ordering::SeqCst);
-        self.shared
+        self.0
+            .shared
             .lose_skip
             .store(policy.lose_after, Ordering::SeqCst);
-        self.shared.covered_seen.store(0, Ordering::SeqCst);
-        *self.shared.policy() = policy;
+        self.0.shared.covered_seen.store(0, Ordering::SeqCst);
+        *self.0.shared.policy() = policy;
     }
 
     pub fn policy(&self) -> Policy {
-        self.shared.policy().clone()
+        self.0.shared.policy().clone()
     }
 
     pub fn stats(&self) -> Stats {
-        self.shared.counters.snapshot()
+        self.0.shared.counters.snapshot()
     }
 
     pub fn reset_stats(&self) {
-        for a in self.shared.counters.all() {
+        for a in self.0.shared.counters.all() {
             a.store(0, Ordering::SeqCst);
         }
-        self.shared
+        self.0
+            .shared
             .counters
             .slowest_upstream_us
             .store(0, Ordering::SeqCst);
@@ -412,28 +411,28 @@ impl FaultProxy {
     /// Waits until `n` requests have been held ([`Policy::hold`]) since the proxy started: the
     /// test's cue that a write it means to deliver late has arrived.
     pub async fn wait_held(&self, n: usize) {
-        self.shared.late.wait(n).await;
+        self.0.shared.late.wait(n).await;
     }
 
     /// Forwards held request `index` (numbered from 0 in the order held, since the proxy
     /// started) to the upstream now, and hands the answer to its client if it is still waiting.
     /// Returns once the upstream has answered, so the write has landed (or failed) by then.
     pub async fn deliver(&self, index: usize) -> Result<Delivered, DeliverError> {
-        let taken = self.shared.late.take(index)?;
+        let taken = self.0.shared.late.take(index)?;
         let (parts, body) = send_upstream(
-            &self.shared.client,
-            &self.shared.upstream,
+            &self.0.shared.client,
+            &self.0.shared.upstream,
             taken.parts,
             taken.body,
         )
         .await
         .map_err(|detail| DeliverError::Upstream { index, detail })?;
-        bump(&self.shared.counters.forwarded);
+        bump(&self.0.shared.counters.forwarded);
         let status = parts.status.as_u16();
         let answer = Response::from_parts(parts, Full::new(body.clone()));
         let client_waiting = taken.answer.is_some_and(|tx| tx.send(answer).is_ok());
         if !client_waiting {
-            bump(&self.shared.counters.delivered_late);
+            bump(&self.0.shared.counters.delivered_late);
         }
         Ok(Delivered {
             status,
@@ -444,25 +443,8 @@ impl FaultProxy {
 
     /// Items held by in-flight writes right now (0 once every request has its answer).
     pub fn items_held(&self) -> usize {
-        self.shared.inflight.len()
+        self.0.shared.inflight.len()
     }
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
-    }
-}
-
-async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
-    let refuse = |s: &Shared| {
-        let r = s.policy().refuse;
-        if r {
-            bump(&s.counters.refused);
-        }
-        r
-    };
-    accept(listener, shared, stop, refuse, |s, req| s.handle(req)).await;
 }
 
 /// Serves HTTP/1 connections from `listener` with `handle` until `stop` changes; `refuse` is asked

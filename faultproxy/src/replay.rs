@@ -30,10 +30,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::keys;
+use crate::served::Served;
 
 /// Path prefix of the stub's control requests (never a DynamoDB path: the SDKs post to `/`).
 pub const CONTROL_PREFIX: &str = "/__stub/";
@@ -272,72 +271,48 @@ struct Shared {
 }
 
 /// A running stub; dropping it stops it.
-pub struct ReplayStub {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    shutdown: watch::Sender<bool>,
-}
+pub struct ReplayStub(Served<Shared>);
 
 impl std::fmt::Debug for ReplayStub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplayStub")
-            .field("addr", &self.addr)
-            .field("upstream", &self.shared.upstream)
-            .finish()
+        self.0.fmt(f)
     }
 }
 
 impl ReplayStub {
     /// Starts a stub on `listen` in front of `upstream`, recording.
     pub async fn bind(listen: SocketAddr, upstream: &str) -> std::io::Result<ReplayStub> {
-        let listener = TcpListener::bind(listen).await?;
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             upstream: upstream.trim_end_matches('/').to_string(),
             client: Client::builder(TokioExecutor::new()).build_http(),
             replay: AtomicBool::new(false),
             book: Mutex::new(Book::default()),
             counters: Counters::default(),
             by_operation: Mutex::new(BTreeMap::new()),
-        });
-        let (shutdown, stop) = watch::channel(false);
-        tokio::spawn(crate::accept(
-            listener,
-            shared.clone(),
-            stop,
-            |_| false,
-            |s, req| s.handle(req),
-        ));
-        Ok(ReplayStub {
-            addr,
-            shared,
-            shutdown,
-        })
+        };
+        let handle = |s: Arc<Shared>, req| s.handle(req);
+        let served =
+            Served::bind("ReplayStub", listen, upstream, shared, |_| false, handle).await?;
+        Ok(ReplayStub(served))
     }
 
     /// The endpoint to give a DynamoDB client.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.0.url()
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr()
     }
 
     /// Switches the mode (as the control requests do); `Record` clears the record.
     pub fn set_mode(&self, mode: Mode) {
-        self.shared.set_mode(mode);
+        self.0.shared.set_mode(mode);
     }
 
     /// Counters since the last mode switch (the JSON `GET /__stub/stats` answers).
     pub fn stats(&self) -> Value {
-        self.shared.stats()
-    }
-}
-
-impl Drop for ReplayStub {
-    fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
+        self.0.shared.stats()
     }
 }
 

@@ -6,7 +6,6 @@
 //! deployed status locally. A body over [`MAX_BODY`] is answered here, 413 problem+json naming
 //! `body`, never axum's text/plain.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -16,11 +15,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
-use serde_json::{json, Value};
+use serde_json::json;
 use shared::clock::SharedClock;
 
-use crate::http_api::{jwt_context, query_map, v2_response};
+use crate::http_api::{jwt_context, v2_event, v2_response, Received};
 use crate::lambda::Invoke;
+
+/// The route every `/v1/*` request reaches the function under.
+const ROUTE_KEY: &str = "ANY /v1/{proxy+}";
 
 /// The largest body passed on (the function itself reads at most 256 KiB and answers 413 beyond).
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -88,61 +90,20 @@ async fn decide(
             &format!("the body is over {MAX_BODY} bytes"),
         );
     };
-    let now = st.clock.now();
-    let mut hdrs: HashMap<String, String> = HashMap::new();
-    for (k, v) in &parts.headers {
-        if let Ok(v) = v.to_str() {
-            hdrs.entry(k.as_str().to_string())
-                .and_modify(|p| {
-                    p.push(',');
-                    p.push_str(v);
-                })
-                .or_insert_with(|| v.to_string());
-        }
-    }
-    let path = parts.uri.path().to_string();
-    let raw_query = parts.uri.query().unwrap_or("").to_string();
-    let method = parts.method.as_str().to_string();
-    let (body_value, b64) = match std::str::from_utf8(&body) {
-        Ok(s) => (json!(s), false),
-        Err(_) => (json!(aws_smithy_types::base64::encode(&body)), true),
+    let received = Received {
+        peer,
+        method: &parts.method,
+        uri: &parts.uri,
+        headers: &parts.headers,
+        body: &body,
     };
-    let mut event = json!({
-        "version": "2.0",
-        "routeKey": "ANY /v1/{proxy+}",
-        "rawPath": path,
-        "rawQueryString": raw_query,
-        "headers": hdrs,
-        "requestContext": {
-            "accountId": st.account_id,
-            "apiId": "local",
-            "domainName": st.domain_name,
-            "domainPrefix": st.domain_name.split('.').next().unwrap_or(""),
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": peer.ip().to_string(),
-                "userAgent": hdrs.get("user-agent").cloned().unwrap_or_default(),
-            },
-            "requestId": uuid::Uuid::new_v4().to_string(),
-            "routeKey": "ANY /v1/{proxy+}",
-            "stage": "$default",
-            "time": now.to_rfc3339(),
-            "timeEpoch": now.as_millis(),
-        },
-        "isBase64Encoded": b64,
-    });
-    if !raw_query.is_empty() {
-        event["queryStringParameters"] = Value::Object(query_map(&raw_query));
-    }
-    let Some(jwt) = hdrs.get("authorization").and_then(|h| jwt_context(h)) else {
+    let (account, domain) = (&st.account_id, &st.domain_name);
+    let mut event = v2_event(&received, ROUTE_KEY, account, domain, st.clock.now());
+    let authorization = event["headers"]["authorization"].as_str();
+    let Some(jwt) = authorization.and_then(jwt_context) else {
         return unauthorized();
     };
     event["requestContext"]["authorizer"] = jwt;
-    if !body.is_empty() {
-        event["body"] = body_value;
-    }
     match st.functions.invoke("decide-api", event).await {
         Ok(resp) => v2_response(&resp),
         Err(e) => {

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
-use shared::clock::SharedClock;
+use shared::clock::{SharedClock, Timestamp};
 
 use crate::eventbridge::{event_from_entry, Pattern};
 use crate::lambda::Invoke;
@@ -188,58 +188,19 @@ async fn session(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let now = st.clock.now();
-    let mut hdrs: HashMap<String, String> = HashMap::new();
-    for (k, v) in &headers {
-        if let Ok(v) = v.to_str() {
-            hdrs.entry(k.as_str().to_string())
-                .and_modify(|p| {
-                    p.push(',');
-                    p.push_str(v);
-                })
-                .or_insert_with(|| v.to_string());
-        }
-    }
-    let raw_query = uri.query().unwrap_or("").to_string();
-    let route_key = format!("{method} {}", uri.path());
-    let (body_value, b64) = match std::str::from_utf8(&body) {
-        Ok(s) => (json!(s), false),
-        Err(_) => (json!(aws_smithy_types::base64::encode(&body)), true),
+    let received = Received {
+        peer,
+        method: &method,
+        uri: &uri,
+        headers: &headers,
+        body: &body,
     };
-    let mut event = json!({
-        "version": "2.0",
-        "routeKey": route_key,
-        "rawPath": uri.path(),
-        "rawQueryString": raw_query,
-        "headers": hdrs,
-        "requestContext": {
-            "accountId": st.account_id,
-            "apiId": "local",
-            "domainName": st.domain_name,
-            "domainPrefix": st.domain_name.split('.').next().unwrap_or(""),
-            "http": {
-                "method": method.as_str(),
-                "path": uri.path(),
-                "protocol": "HTTP/1.1",
-                "sourceIp": peer.ip().to_string(),
-                "userAgent": hdrs.get("user-agent").cloned().unwrap_or_default(),
-            },
-            "requestId": uuid::Uuid::new_v4().to_string(),
-            "routeKey": route_key,
-            "stage": "$default",
-            "time": now.to_rfc3339(),
-            "timeEpoch": now.as_millis(),
-        },
-        "isBase64Encoded": b64,
-    });
-    if !raw_query.is_empty() {
-        event["queryStringParameters"] = Value::Object(query_map(&raw_query));
-    }
-    if let Some(jwt) = hdrs.get("authorization").and_then(|h| jwt_context(h)) {
+    let route_key = format!("{method} {}", uri.path());
+    let (account, domain) = (&st.account_id, &st.domain_name);
+    let mut event = v2_event(&received, &route_key, account, domain, st.clock.now());
+    let authorization = event["headers"]["authorization"].as_str();
+    if let Some(jwt) = authorization.and_then(jwt_context) {
         event["requestContext"]["authorizer"] = jwt;
-    }
-    if !body.is_empty() {
-        event["body"] = body_value;
     }
     match st.functions.invoke("session-api", event).await {
         Ok(resp) => v2_response(&resp),
@@ -252,6 +213,76 @@ async fn session(
                 .into_response()
         }
     }
+}
+
+/// A request as API Gateway received it, to become a payload 2.0 event ([`v2_event`]).
+pub(crate) struct Received<'a> {
+    pub peer: SocketAddr,
+    pub method: &'a Method,
+    pub uri: &'a Uri,
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
+}
+
+/// The HTTP API payload 2.0 event API Gateway sends a function for `req` on `route_key`: repeated
+/// headers joined by commas, the query string also parsed, a body that is not UTF-8 in base64 (and
+/// no `body` when empty). The caller adds `requestContext.authorizer`.
+pub(crate) fn v2_event(
+    req: &Received<'_>,
+    route_key: &str,
+    account_id: &str,
+    domain_name: &str,
+    now: Timestamp,
+) -> Value {
+    let mut hdrs: HashMap<String, String> = HashMap::new();
+    for (k, v) in req.headers {
+        if let Ok(v) = v.to_str() {
+            hdrs.entry(k.as_str().to_string())
+                .and_modify(|p| {
+                    p.push(',');
+                    p.push_str(v);
+                })
+                .or_insert_with(|| v.to_string());
+        }
+    }
+    let path = req.uri.path();
+    let raw_query = req.uri.query().unwrap_or("");
+    let mut event = json!({
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": raw_query,
+        "headers": hdrs,
+        "requestContext": {
+            "accountId": account_id,
+            "apiId": "local",
+            "domainName": domain_name,
+            "domainPrefix": domain_name.split('.').next().unwrap_or(""),
+            "http": {
+                "method": req.method.as_str(),
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": req.peer.ip().to_string(),
+                "userAgent": hdrs.get("user-agent").cloned().unwrap_or_default(),
+            },
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": now.to_rfc3339(),
+            "timeEpoch": now.as_millis(),
+        },
+        "isBase64Encoded": std::str::from_utf8(req.body).is_err(),
+    });
+    if !raw_query.is_empty() {
+        event["queryStringParameters"] = Value::Object(query_map(raw_query));
+    }
+    if !req.body.is_empty() {
+        event["body"] = match std::str::from_utf8(req.body) {
+            Ok(s) => json!(s),
+            Err(_) => json!(aws_smithy_types::base64::encode(req.body)),
+        };
+    }
+    event
 }
 
 /// `requestContext.authorizer` for an `Authorization: Bearer <JWT>` header, shaped as API Gateway's

@@ -127,14 +127,18 @@ impl<'de> Deserialize<'de> for Untagged {
     }
 }
 
+/// A template's `Resources` (none when it has no such map).
+fn resources(doc: &Value) -> &Map<String, Value> {
+    static NONE: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    doc.get("Resources")
+        .and_then(Value::as_object)
+        .unwrap_or(&NONE)
+}
+
 /// The rules of a template, with parameter values from `overrides` or the parameters' defaults.
 pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule>, TemplateError> {
     let doc = to_json(text)?;
-    let empty = Map::new();
-    let resources = doc
-        .get("Resources")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let resources = resources(&doc);
     let param = |name: &str| -> Option<String> {
         overrides.get(name).cloned().or_else(|| {
             doc.get("Parameters")?
@@ -249,11 +253,7 @@ pub fn rules(text: &str, overrides: &HashMap<String, String>) -> Result<Vec<Rule
 /// the function's own `DynamoDB` events. Empty when none filters (every record is delivered).
 pub fn stream_filters(text: &str, binary: &str) -> Result<Vec<Pattern>, TemplateError> {
     let doc = to_json(text)?;
-    let empty = Map::new();
-    let resources = doc
-        .get("Resources")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let resources = resources(&doc);
     let is_ours = |logical: &str| {
         resources
             .get(logical)

@@ -18,9 +18,7 @@ use shared::table::TableKind;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
-use turnstile_local::functions::LocalFunctions;
-use turnstile_local::lambda::Invoke;
-use turnstile_local::stack::{Stack, StackConfig};
+use turnstile_local::stack::Stack;
 
 use crate::error::BenchError;
 use crate::workload::{BenchCtx, Decision, Params, Workload};
@@ -78,24 +76,7 @@ async fn start(ctx: &BenchCtx, p: &Params, route: Route) -> Result<DecideApi, Be
         ),
         (shared::ticket::KEYS_VAR, keys.to_json()),
     ]);
-    let any = "127.0.0.1:0".parse().map_err(other)?;
-    let cfg = StackConfig::new(any, any, &ctx.endpoint);
-    let clock = deps.clock.clone();
-    let mut failed = None;
-    let stack = Stack::start(cfg, clock, async |eps| {
-        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
-            Ok(f) => f as Arc<dyn Invoke>,
-            Err(e) => {
-                failed = Some(e.to_string());
-                Arc::new(super::local_stack::NoFunctions) as Arc<dyn Invoke>
-            }
-        }
-    })
-    .await
-    .map_err(other)?;
-    if let Some(e) = failed {
-        return Err(BenchError::Other(e));
-    }
+    let stack = super::local_stack::start_stack(ctx, &deps).await?;
     let host = stack
         .endpoints
         .http_url()

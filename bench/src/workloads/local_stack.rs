@@ -63,24 +63,7 @@ async fn start(ctx: &BenchCtx) -> Result<(Stack, Target), BenchError> {
     shared::tenant::store::put(&deps, &tenant)
         .await
         .map_err(other)?;
-    let any = "127.0.0.1:0".parse().map_err(other)?;
-    let cfg = StackConfig::new(any, any, &ctx.endpoint);
-    let clock = deps.clock.clone();
-    let mut failed = None;
-    let stack = Stack::start(cfg, clock, async |eps| {
-        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
-            Ok(f) => f as Arc<dyn Invoke>,
-            Err(e) => {
-                failed = Some(e.to_string());
-                Arc::new(NoFunctions) as Arc<dyn Invoke>
-            }
-        }
-    })
-    .await
-    .map_err(other)?;
-    if let Some(e) = failed {
-        return Err(BenchError::Other(e));
-    }
+    let stack = start_stack(ctx, &deps).await?;
     let http = stack.endpoints.http_url();
     let mut tickets = Vec::with_capacity(SESSIONS);
     for s in 0..SESSIONS {
@@ -245,8 +228,32 @@ impl Workload for Messages {
     }
 }
 
+/// The local stack on free ports, running the functions built on `deps`; an error when they did
+/// not build.
+pub(super) async fn start_stack(ctx: &BenchCtx, deps: &shared::Deps) -> Result<Stack, BenchError> {
+    let any = "127.0.0.1:0".parse().map_err(other)?;
+    let cfg = StackConfig::new(any, any, &ctx.endpoint);
+    let clock = deps.clock.clone();
+    let mut failed = None;
+    let stack = Stack::start(cfg, clock, async |eps| {
+        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
+            Ok(f) => f as Arc<dyn Invoke>,
+            Err(e) => {
+                failed = Some(e.to_string());
+                Arc::new(NoFunctions) as Arc<dyn Invoke>
+            }
+        }
+    })
+    .await
+    .map_err(other)?;
+    if let Some(e) = failed {
+        return Err(BenchError::Other(e));
+    }
+    Ok(stack)
+}
+
 /// What the stack runs when the functions did not build: every invocation fails.
-pub(super) struct NoFunctions;
+struct NoFunctions;
 
 impl Invoke for NoFunctions {
     fn invoke<'a>(

@@ -229,18 +229,8 @@ impl WebsocketHandlers {
             return Err(BenchError::Other(format!("authorizer denied: {reason}")));
         }
         let principal = auth.principal_id.as_deref();
-        let r = connect::handle(
-            &self.deps,
-            &self.connect,
-            self.route_event(
-                &self.connect_event,
-                &auth.context,
-                principal,
-                &session,
-                &cid,
-            )?,
-        )
-        .await?;
+        let event = |template| self.route_event(template, &auth.context, principal, &session, &cid);
+        let r = connect::handle(&self.deps, &self.connect, event(&self.connect_event)?).await?;
         match r.status_code {
             200 => {}
             429 => return Ok(Decision::refused(None)),
@@ -251,18 +241,8 @@ impl WebsocketHandlers {
                 )))
             }
         }
-        let r = disconnect::handle(
-            &self.deps,
-            &self.disconnect,
-            self.route_event(
-                &self.disconnect_event,
-                &auth.context,
-                principal,
-                &session,
-                &cid,
-            )?,
-        )
-        .await?;
+        let r = disconnect::handle(&self.deps, &self.disconnect, event(&self.disconnect_event)?)
+            .await?;
         let body = respond::body_text(&r.body);
         if r.status_code != 200 || body.contains("already released") {
             return Err(BenchError::Other(format!(

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use shared::gcra::RateError;
+use shared::gcra::{Decision, Rate};
 use shared::kv::limiter::MAX_ATTEMPTS;
-use shared::kv::{KeyError, KvError, LeaseOutcome, Outcome};
+use shared::kv::{BucketKey, KeyError, KvError, LeaseOutcome, Outcome};
 use shared::refusal::{HttpAnswer, QuotaUnit};
 use shared::state::RateLimitState;
 
@@ -236,6 +237,21 @@ fn batch_spends(items: &[Value]) -> Result<Vec<(String, String, u64)>, HttpAnswe
         .collect()
 }
 
+/// The outcome a verdict is read from for `bucket` deciding `d` (never a shadow's), and the answer's
+/// members beside it: the bucket's id.
+fn answered(bucket: &BucketKey, rate: Rate, d: Decision) -> (Outcome, Map<String, Value>) {
+    let o = Outcome {
+        limit: bucket.display_name(),
+        bucket: bucket.key(),
+        rate,
+        decision: d,
+        shadow_denied: false,
+    };
+    let mut extra = Map::new();
+    extra.insert("id".into(), json!(bucket.id));
+    (o, extra)
+}
+
 /// `GET /v1/limits/state?name=&id=`: the bucket's `RateLimitState` (as `turnstile state` prints it)
 /// with the verdict a spend of 1 would get now, so a dashboard reads both in one call. 1 GetItem.
 async fn state(req: &Request<'_>) -> Result<HttpAnswer, shared::Error> {
@@ -268,19 +284,12 @@ async fn state(req: &Request<'_>) -> Result<HttpAnswer, shared::Error> {
     // and when (a cost-0 check always passes, so its verdict would say nothing).
     let d0 = kv_try!(shared::gcra::spend(&rate, tat, req.now, 0).map_err(KvError::from));
     let d1 = kv_try!(shared::gcra::spend(&rate, tat, req.now, 1).map_err(KvError::from));
-    let o = Outcome {
-        limit: bucket.display_name(),
-        bucket: key.clone(),
-        rate,
-        decision: shared::gcra::Decision {
-            allowed: d1.allowed,
-            retry_in: d1.retry_in,
-            ..d0
-        },
-        shadow_denied: false,
+    let decision_now = shared::gcra::Decision {
+        allowed: d1.allowed,
+        retry_in: d1.retry_in,
+        ..d0
     };
-    let mut extra = Map::new();
-    extra.insert("id".into(), json!(bucket.id));
+    let (o, mut extra) = answered(&bucket, rate, decision_now);
     let mut view = serde_json::to_value(&st).unwrap_or(Value::Null);
     if let Value::Object(m) = &mut view {
         // The stored key names the tenant; callers know their buckets by name and id.
@@ -346,18 +355,11 @@ fn lease_answer(
             ),
         },
     };
-    let o = Outcome {
-        limit: bucket.display_name(),
-        bucket: bucket.key(),
-        rate,
-        decision: shared::gcra::Decision {
-            allowed: out.granted,
-            ..decision_now
-        },
-        shadow_denied: false,
+    let decision_now = shared::gcra::Decision {
+        allowed: out.granted,
+        ..decision_now
     };
-    let mut extra = Map::new();
-    extra.insert("id".into(), json!(bucket.id));
+    let (o, mut extra) = answered(&bucket, rate, decision_now);
     extra.insert(
         "lease".into(),
         match &out.lease {

@@ -246,12 +246,10 @@ pub async fn handle(
     event: ApiGatewayV2httpRequest,
 ) -> Result<ApiGatewayV2httpResponse, shared::Error> {
     let answer = match answer(deps, state, &event).await {
-        Ok(a) => a,
-        Err(e) if e.is_infrastructure() => respond::unavailable(&e),
-        // A key outside the tenant (the key guard): a logged 500, never a panic.
-        Err(e) => respond::guard_refusal(e)?,
+        Err(e) if e.is_infrastructure() => Ok(respond::unavailable(&e)),
+        answered => answered,
     };
-    Ok(respond::http_v2(&answer))
+    respond::http_v2_guarded(answer)
 }
 
 async fn answer(
@@ -259,11 +257,7 @@ async fn answer(
     state: &State,
     event: &ApiGatewayV2httpRequest,
 ) -> Result<HttpAnswer, shared::Error> {
-    let path = event
-        .raw_path
-        .clone()
-        .or_else(|| event.request_context.http.path.clone())
-        .unwrap_or_default();
+    let path = respond::http_v2_path(event);
     let Some(route) = route(&path) else {
         return Ok(bad(
             404,

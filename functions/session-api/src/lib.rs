@@ -67,7 +67,7 @@ use shared::ids::{SessionId, TenantId};
 use shared::refusal::HttpAnswer;
 use shared::session::store;
 use shared::session::Session;
-use shared::tenant::{ConnectAuth, TenantCache};
+use shared::tenant::{ConnectAuth, Tenant, TenantCache};
 use shared::ticket::source::{KeyConfig, KeySource};
 use shared::ticket::{self, fingerprint, KeySet};
 use shared::Deps;
@@ -184,24 +184,15 @@ pub async fn handle(
     state: &State,
     event: ApiGatewayV2httpRequest,
 ) -> Result<ApiGatewayV2httpResponse, shared::Error> {
-    let answer = match answer(deps, state, &event).await {
-        Ok(a) => a,
-        // A key outside the tenant (the key guard): a logged 500, never a panic.
-        Err(e) => respond::guard_refusal(e)?,
-    };
-    Ok(respond::http_v2(&answer))
+    respond::http_v2_guarded(answer(deps, state, event).await)
 }
 
 async fn answer(
     deps: &Deps,
     state: &State,
-    event: &ApiGatewayV2httpRequest,
+    event: ApiGatewayV2httpRequest,
 ) -> Result<HttpAnswer, shared::Error> {
-    let path = event
-        .raw_path
-        .clone()
-        .or_else(|| event.request_context.http.path.clone())
-        .unwrap_or_default();
+    let path = respond::http_v2_path(&event);
     let Some(route) = route(&path) else {
         return Ok(respond::message(
             404,
@@ -219,7 +210,7 @@ async fn answer(
         a.headers.push(("Allow", names.join(", ")));
         return Ok(a);
     }
-    let (target, who) = match authenticate(state, event, &method) {
+    let (target, who) = match authenticate(state, &event, &method) {
         Ok(authenticated) => authenticated,
         Err(refused) => return Ok(refused),
     };
@@ -233,13 +224,19 @@ async fn answer(
     let scoped = state.tenancy.deps(deps, &t).await?;
     let deps: &Deps = &scoped;
     if method == Method::PUT {
-        return put(deps, state, target, &who, &ask).await;
+        return match asked_tenant(deps, state, &t, &ask).await? {
+            Ok(tenant) => put(deps, state, target, tenant, &who, &ask).await,
+            Err(refused) => Ok(refused),
+        };
     }
     let Some(sid) = target.session.clone() else {
         return Ok(respond::message(400, "sessionId is missing"));
     };
     if method == Method::POST {
-        ticket_for(deps, state, &target, &sid, &who, &ask).await
+        match asked_tenant(deps, state, &t, &ask).await? {
+            Ok(tenant) => ticket_for(deps, state, &tenant, &sid, &who, &ask).await,
+            Err(refused) => Ok(refused),
+        }
     } else if method == Method::GET {
         let now = deps.clock.now().as_secs();
         match store::get(deps, &t, &sid).await? {
@@ -364,16 +361,11 @@ async fn put(
     deps: &Deps,
     state: &State,
     target: Target,
+    tenant: Tenant,
     who: &Caller,
     ask: &Ask,
 ) -> Result<HttpAnswer, shared::Error> {
     let t = &target.tenant;
-    let Some(tenant) = state.tenants.get(deps, t).await? else {
-        return Ok(respond::message(404, format!("tenant {t} does not exist")));
-    };
-    if let Some(refused) = ask.over(&tenant.limits) {
-        return Ok(refused);
-    }
     let keys = state.tickets.keys(deps.clock.now()).await?;
     let (sid, new) = match target.session {
         Some(sid) => (sid, false),
@@ -412,22 +404,36 @@ async fn put(
     Ok(respond::json_answer(200, &body))
 }
 
+/// The tenant a session or ticket is asked of, or the answer refusing the ask: 404 when the tenant
+/// does not exist, the refusal of [`Ask::over`] when the ask exceeds its limits.
+async fn asked_tenant(
+    deps: &Deps,
+    state: &State,
+    t: &TenantId,
+    ask: &Ask,
+) -> Result<Result<Tenant, HttpAnswer>, shared::Error> {
+    let Some(tenant) = state.tenants.get(deps, t).await? else {
+        return Ok(Err(respond::message(
+            404,
+            format!("tenant {t} does not exist"),
+        )));
+    };
+    match ask.over(&tenant.limits) {
+        Some(refused) => Ok(Err(refused)),
+        None => Ok(Ok(tenant)),
+    }
+}
+
 /// `POST /session/ticket`: 1 GetItem (strongly consistent), +1 with a cold tenant cache.
 async fn ticket_for(
     deps: &Deps,
     state: &State,
-    target: &Target,
+    tenant: &Tenant,
     sid: &SessionId,
     who: &Caller,
     ask: &Ask,
 ) -> Result<HttpAnswer, shared::Error> {
-    let t = &target.tenant;
-    let Some(tenant) = state.tenants.get(deps, t).await? else {
-        return Ok(respond::message(404, format!("tenant {t} does not exist")));
-    };
-    if let Some(refused) = ask.over(&tenant.limits) {
-        return Ok(refused);
-    }
+    let t = &tenant.tenant_id;
     let auth = tenant.limits.connect_auth;
     if auth != ConnectAuth::Ticket {
         return Ok(respond::message(

@@ -1,7 +1,9 @@
 //! Shaping answers for API Gateway: WebSocket route responses (`ApiGatewayProxyResponse`) and HTTP
 //! API v2 responses, from a status and JSON, or from a [`HttpAnswer`] (the 429s of `shared::refusal`).
 
-use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayV2httpResponse};
+use aws_lambda_events::apigw::{
+    ApiGatewayProxyResponse, ApiGatewayV2httpRequest, ApiGatewayV2httpResponse,
+};
 use aws_lambda_events::encodings::Body;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
@@ -92,6 +94,23 @@ pub fn http_v2(a: &HttpAnswer) -> ApiGatewayV2httpResponse {
     r.headers = headers(&a.headers);
     r.body = Some(Body::Text(a.body.clone()));
     r
+}
+
+/// The HTTP API v2 response to a handler's answer: a refusal of the key guard becomes a logged 500
+/// ([`guard_refusal`]); any other error is handed back.
+pub fn http_v2_guarded(
+    answer: Result<HttpAnswer, Error>,
+) -> Result<ApiGatewayV2httpResponse, Error> {
+    Ok(http_v2(&answer.or_else(guard_refusal)?))
+}
+
+/// The path an HTTP API v2 event asks for: `rawPath`, else the request context's.
+pub fn http_v2_path(event: &ApiGatewayV2httpRequest) -> String {
+    event
+        .raw_path
+        .clone()
+        .or_else(|| event.request_context.http.path.clone())
+        .unwrap_or_default()
 }
 
 /// The text of a response body (for tests and logs).

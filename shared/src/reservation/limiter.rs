@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 
@@ -164,11 +165,13 @@ pub(super) enum Attempt<T> {
     Retry,
 }
 
-/// An `UpdateItem` sent with `ALL_OLD` on a failed condition, as an attempt: applied, or failed
+/// Sends an `UpdateItem` with `ALL_OLD` on a failed condition, as an attempt: applied, or failed
 /// with the item as it was.
-pub(super) fn update_attempt<T>(
-    sent: std::result::Result<T, SdkError<UpdateItemError, aws_smithy_runtime_api::http::Response>>,
-) -> Result<Attempt<()>> {
+pub(super) async fn update_attempt(req: UpdateItemFluentBuilder) -> Result<Attempt<()>> {
+    let sent = req
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
     match sent {
         Ok(_) => Ok(Attempt::Done(())),
         Err(err) => attempt_of("UpdateItem", err, |e| match e {

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
 use super::ledger::{expiry_secs, reserve_expr, seed_expr, Entries, Ledger, Plan, Prune};
 use super::limiter::{attempt_of, update_attempt, Attempt, MAX_ATTEMPTS};
@@ -328,16 +328,13 @@ impl NonFungibleLimiter {
             (a.resource_name, a.account_id),
             pair,
         );
-        let sent = self
+        let req = self
             .update_row(coordinate, &shard::sort_key(k))
             .update_expression(e.update)
             .condition_expression(e.condition)
             .set_expression_attribute_names(Some(e.names))
-            .set_expression_attribute_values(Some(e.values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        update_attempt(sent)
+            .set_expression_attribute_values(Some(e.values));
+        update_attempt(req).await
     }
 
     /// Removes expired entries of shard `k` (each conditioned on its old value). 1 UpdateItem.

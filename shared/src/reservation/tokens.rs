@@ -18,7 +18,6 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use futures::FutureExt;
 
 use super::ended::BoundRow;
@@ -207,7 +206,7 @@ impl NonFungibleLimiter {
         let mut attempt = 0;
         let (mut k, mut searched) = (first_shard(&r.id), false);
         loop {
-            let sent = self
+            let req = self
                 .update_row(&r.coordinate, &shard::sort_key(k))
                 .update_expression("SET #live.#id = :bind")
                 .condition_expression(
@@ -217,14 +216,8 @@ impl NonFungibleLimiter {
                 .expression_attribute_names("#id", &r.id)
                 .expression_attribute_values(":bind", binding.value())
                 .expression_attribute_values(":next", n(now.as_secs() + 1))
-                .expression_attribute_values(":unbound", n(self.unbound_until(now.as_secs())))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            let outcome = update_attempt(sent)?;
-            match outcome {
+                .expression_attribute_values(":unbound", n(self.unbound_until(now.as_secs())));
+            match update_attempt(req).await? {
                 Attempt::Done(()) => return Ok(()),
                 Attempt::Failed(old) => {
                     let held = Ledger::parse(&self.inner.table, old.as_ref())?
@@ -333,14 +326,7 @@ impl NonFungibleLimiter {
                     .expression_attribute_values(":bind", binding.value())
                     .expression_attribute_values(":unbound", n(unbound_until)),
             };
-            let sent = req
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            let outcome = update_attempt(sent)?;
-            match outcome {
+            match update_attempt(req).await? {
                 Attempt::Done(()) => break Removal::Released,
                 Attempt::Failed(old) => {
                     let held = Ledger::parse(&self.inner.table, old.as_ref())?

@@ -68,17 +68,7 @@ pub async fn claim(
         .push("attribute_not_exists(#ids) OR contains(#ids, :cid) OR size(#ids) < :max".into());
     p.add.push("#ids :cidset".into());
     p.set.push("#ttl = :ttl".into());
-    let key = key(t, ticket)?;
-    let written = write::update(
-        deps,
-        &deps.tables.counters,
-        &key,
-        &p,
-        ReturnValue::None,
-        Retries::Sdk,
-    )
-    .await?;
-    Ok(matches!(written, UpdateOutcome::Applied(_)))
+    update_uses(deps, t, ticket, &p).await
 }
 
 /// Gives `cid`'s use of `ticket` back (its connect was refused, so the ticket may admit another).
@@ -94,15 +84,26 @@ pub async fn give_back(
     p.value(":cidset", one(cid));
     p.conditions.push("attribute_exists(#ids)".into());
     p.delete.push("#ids :cidset".into());
+    update_uses(deps, t, ticket, &p).await?;
+    Ok(())
+}
+
+/// Applies `p` to `ticket`'s uses: `true` when its condition held. 1 `UpdateItem`.
+async fn update_uses(
+    deps: &Deps,
+    t: &TenantId,
+    ticket: &TicketUse,
+    p: &ConditionalUpdate,
+) -> Result<bool> {
     let key = key(t, ticket)?;
-    write::update(
+    let written = write::update(
         deps,
         &deps.tables.counters,
         &key,
-        &p,
+        p,
         ReturnValue::None,
         Retries::Sdk,
     )
     .await?;
-    Ok(())
+    Ok(matches!(written, UpdateOutcome::Applied(_)))
 }

@@ -75,6 +75,20 @@ pub struct LeaseOutcome {
     pub exact: bool,
 }
 
+impl LeaseOutcome {
+    /// The answer to an operation already done: granted, nothing written or given back.
+    fn already_done(lease: Option<Lease>) -> Self {
+        LeaseOutcome {
+            granted: true,
+            lease,
+            returned: 0,
+            duplicate: true,
+            decision: None,
+            exact: true,
+        }
+    }
+}
+
 enum Tx {
     /// UpdateOutcome; the decision and whether its numbers are exact.
     Done(Option<Decision>, bool),
@@ -245,14 +259,7 @@ impl Limiter {
                 return Err(KvError::LeaseExpired(lease_id.to_string()));
             }
             if lease.amount == amount {
-                return Ok(LeaseOutcome {
-                    granted: true,
-                    lease: Some(lease),
-                    returned: 0,
-                    duplicate: true,
-                    decision: None,
-                    exact: true,
-                });
+                return Ok(LeaseOutcome::already_done(Some(lease)));
             }
             let key = lease.bucket.clone();
             // Up: spend the difference, the lease's own TAT moves on by it. Down: give back what
@@ -363,14 +370,7 @@ impl Limiter {
         let at = self.lease_bucket(name, id, lease_id)?;
         for _ in 0..MAX_ATTEMPTS {
             let Some(lease) = self.read_lease(name, id, lease_id).await? else {
-                return Ok(LeaseOutcome {
-                    granted: true,
-                    lease: None,
-                    returned: 0,
-                    duplicate: true,
-                    decision: None,
-                    exact: true,
-                });
+                return Ok(LeaseOutcome::already_done(None));
             };
             let (unchanged, values) = unchanged(&lease);
             let delete = Delete::builder()
@@ -517,14 +517,7 @@ impl Limiter {
             self.release_lease(name, id, lease_id, now).await?;
             return Err(KvError::LeaseExpired(lease_id.to_string()));
         }
-        Ok(LeaseOutcome {
-            granted: true,
-            lease: Some(lease),
-            returned: 0,
-            duplicate: true,
-            decision: None,
-            exact: true,
-        })
+        Ok(LeaseOutcome::already_done(Some(lease)))
     }
 
     fn lease_bucket(&self, name: &str, id: &str, lease_id: &str) -> Result<Located, KvError> {

@@ -81,11 +81,21 @@ impl Limiter {
         if at.shards > 1 {
             return self.spend_sharded(at, cost, now).await;
         }
+        self.write_unsharded(Op::Spend, at, cost, now).await
+    }
+
+    /// A spend or refund of `cost` on the one item of an unsharded bucket.
+    async fn write_unsharded(
+        &self,
+        op: Op,
+        at: &Located,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Outcome, KvError> {
         let key = at.bucket.key();
         let item = (key.as_str(), at.rate);
-        self.write_item(Op::Spend, &at.bucket, item, cost, now)
-            .await
-            .map_err(|(e, _)| e)
+        let written = self.write_item(op, &at.bucket, item, cost, now).await;
+        written.map_err(|(e, _)| e)
     }
 
     /// [`locate`](Self::locate) for a spend or refund, which needs a cost of at least 1.
@@ -333,11 +343,7 @@ impl Limiter {
         if at.shards > 1 {
             return self.refund_sharded(&at, cost, now).await;
         }
-        let key = at.bucket.key();
-        let item = (key.as_str(), at.rate);
-        self.write_item(Op::Refund, &at.bucket, item, cost, now)
-            .await
-            .map_err(|(e, _)| e)
+        self.write_unsharded(Op::Refund, &at, cost, now).await
     }
 }
 
