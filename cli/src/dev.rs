@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -16,8 +15,7 @@ use shared::tenant::{Limits, Tenant};
 use shared::ticket;
 use shared::{Deps, Error, Result};
 use turnstile_local::functions::LocalFunctions;
-use turnstile_local::lambda::Invoke;
-use turnstile_local::stack::{Stack, StackConfig};
+use turnstile_local::stack::StackConfig;
 use turnstile_local::stream_bridge::StartAt;
 
 #[derive(Debug, clap::Args)]
@@ -160,23 +158,7 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(why) = turnstile_local::dashboard::assets::missing(&cfg.dashboard_assets) {
         tracing::warn!("{why}; the dashboard shows tables without charts");
     }
-    let clock = deps.clock.clone();
-    let mut build_error = None;
-    let stack = Stack::start(cfg, clock, async |eps| {
-        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
-            Ok(f) => f as Arc<dyn Invoke>,
-            Err(e) => {
-                build_error = Some(e);
-                Arc::new(Unavailable) as Arc<dyn Invoke>
-            }
-        }
-    })
-    .await
-    .map_err(|e| Error::Other(e.to_string()))?;
-    if let Some(e) = build_error {
-        stack.shutdown().await;
-        return Err(e);
-    }
+    let stack = LocalFunctions::start_stack(cfg, deps.clone()).await?;
 
     let eps = stack.endpoints.clone();
     let ws = eps.ws_url();
@@ -245,22 +227,4 @@ Ctrl-C stops everything.
     eprintln!("stopping: closing sockets (each reaches $disconnect)...");
     stack.shutdown().await;
     Ok(())
-}
-
-/// Stands in while the functions failed to build, so the stack can be stopped cleanly.
-struct Unavailable;
-
-impl Invoke for Unavailable {
-    fn invoke<'a>(
-        &'a self,
-        function: &'a str,
-        _event: serde_json::Value,
-    ) -> turnstile_local::lambda::InvokeFuture<'a> {
-        Box::pin(async move {
-            Err(turnstile_local::lambda::InvokeError::Failed {
-                function: function.to_string(),
-                message: "functions did not build".into(),
-            })
-        })
-    }
 }

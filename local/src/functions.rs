@@ -11,6 +11,7 @@ use shared::telemetry::metrics::{self, Metrics};
 use shared::Deps;
 
 use crate::lambda::{Invoke, InvokeError, InvokeFuture, FUNCTIONS};
+use crate::stack::{Stack, StackConfig};
 
 /// Every function's state, built once.
 pub struct LocalFunctions {
@@ -72,6 +73,30 @@ impl LocalFunctions {
 
     pub fn deps(&self) -> &Deps {
         &self.deps
+    }
+
+    /// The local stack on `cfg`, running the functions built on `deps` for its Management API.
+    /// When they do not build, the stack started for them is shut down and the build's error
+    /// returned.
+    pub async fn start_stack(cfg: StackConfig, deps: Deps) -> Result<Stack, shared::Error> {
+        let clock = deps.clock.clone();
+        let mut build_error = None;
+        let stack = Stack::start(cfg, clock, async |eps| {
+            match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
+                Ok(f) => f as Arc<dyn Invoke>,
+                Err(e) => {
+                    build_error = Some(e);
+                    Arc::new(Unbuilt) as Arc<dyn Invoke>
+                }
+            }
+        })
+        .await
+        .map_err(|e| shared::Error::Other(e.to_string()))?;
+        if let Some(e) = build_error {
+            stack.shutdown().await;
+            return Err(e);
+        }
+        Ok(stack)
     }
 }
 
@@ -160,6 +185,21 @@ impl LocalFunctions {
                 },
                 other => Err(InvokeError::UnknownFunction(other.to_string())),
             }
+        })
+    }
+}
+
+/// Stands in while the functions failed to build, so the stack can be stopped cleanly: every
+/// invocation fails.
+struct Unbuilt;
+
+impl Invoke for Unbuilt {
+    fn invoke<'a>(&'a self, function: &'a str, _event: Value) -> InvokeFuture<'a> {
+        Box::pin(async move {
+            Err(InvokeError::Failed {
+                function: function.to_string(),
+                message: "functions did not build".into(),
+            })
         })
     }
 }

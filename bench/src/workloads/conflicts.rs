@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use turnstile_faultproxy::{FaultProxy, Policy};
 
 use crate::error::BenchError;
-use crate::workload::{BenchCtx, Decision, Params, Workload};
+use crate::workload::{BenchCtx, Decision, Factory, Params, Workload};
 
 /// A workload whose DynamoDB calls go through a conflict-injecting proxy.
 pub struct WithConflicts {
@@ -32,15 +32,8 @@ async fn behind_proxy(ctx: &BenchCtx) -> Result<(FaultProxy, BenchCtx), BenchErr
 
 /// `websocket-handlers` (authorizer + `$connect` + `$disconnect`) with conflicts injected.
 pub async fn build_websocket(ctx: &BenchCtx, p: &Params) -> Result<Arc<dyn Workload>, BenchError> {
-    let (proxy, proxied) = behind_proxy(ctx).await?;
-    let inner = super::websocket::build(&proxied, p).await?;
-    proxy.set_policy(Policy::conflicts());
-    proxy.reset_stats();
-    Ok(Arc::new(WithConflicts {
-        name: "websocket-handlers-conflicts",
-        inner,
-        proxy,
-    }))
+    let build: Factory = |ctx, p| Box::pin(super::websocket::build(ctx, p));
+    with_conflicts("websocket-handlers-conflicts", build, ctx, p).await
 }
 
 /// `reservation-lifecycle` with conflicts injected.
@@ -48,15 +41,22 @@ pub async fn build_reservation(
     ctx: &BenchCtx,
     p: &Params,
 ) -> Result<Arc<dyn Workload>, BenchError> {
+    let build: Factory = |ctx, p| Box::pin(super::reservation::build(ctx, p));
+    with_conflicts("reservation-conflicts", build, ctx, p).await
+}
+
+/// The workload `build` makes, behind a fault proxy that injects conflicts once it is built.
+async fn with_conflicts(
+    name: &'static str,
+    build: Factory,
+    ctx: &BenchCtx,
+    p: &Params,
+) -> Result<Arc<dyn Workload>, BenchError> {
     let (proxy, proxied) = behind_proxy(ctx).await?;
-    let inner = super::reservation::build(&proxied, p).await?;
+    let inner = build(&proxied, p).await?;
     proxy.set_policy(Policy::conflicts());
     proxy.reset_stats();
-    Ok(Arc::new(WithConflicts {
-        name: "reservation-conflicts",
-        inner,
-        proxy,
-    }))
+    Ok(Arc::new(WithConflicts { name, inner, proxy }))
 }
 
 impl Workload for WithConflicts {

@@ -18,7 +18,6 @@ use shared::tenant::{Limits, Tenant};
 use tokio::sync::Mutex;
 use tokio_tungstenite::tungstenite::Message;
 use turnstile_local::functions::LocalFunctions;
-use turnstile_local::lambda::Invoke;
 use turnstile_local::stack::{Stack, StackConfig};
 
 use crate::error::BenchError;
@@ -233,39 +232,7 @@ impl Workload for Messages {
 pub(super) async fn start_stack(ctx: &BenchCtx, deps: &shared::Deps) -> Result<Stack, BenchError> {
     let any = "127.0.0.1:0".parse().map_err(other)?;
     let cfg = StackConfig::new(any, any, &ctx.endpoint);
-    let clock = deps.clock.clone();
-    let mut failed = None;
-    let stack = Stack::start(cfg, clock, async |eps| {
-        match LocalFunctions::new(deps.clone(), &eps.management_url()).await {
-            Ok(f) => f as Arc<dyn Invoke>,
-            Err(e) => {
-                failed = Some(e.to_string());
-                Arc::new(NoFunctions) as Arc<dyn Invoke>
-            }
-        }
-    })
-    .await
-    .map_err(other)?;
-    if let Some(e) = failed {
-        return Err(BenchError::Other(e));
-    }
-    Ok(stack)
-}
-
-/// What the stack runs when the functions did not build: every invocation fails.
-struct NoFunctions;
-
-impl Invoke for NoFunctions {
-    fn invoke<'a>(
-        &'a self,
-        function: &'a str,
-        _e: serde_json::Value,
-    ) -> turnstile_local::lambda::InvokeFuture<'a> {
-        Box::pin(async move {
-            Err(turnstile_local::lambda::InvokeError::Failed {
-                function: function.into(),
-                message: "functions did not build".into(),
-            })
-        })
-    }
+    LocalFunctions::start_stack(cfg, deps.clone())
+        .await
+        .map_err(other)
 }
