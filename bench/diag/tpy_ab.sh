@@ -42,14 +42,13 @@ import json, sys
 tag = sys.argv[1]
 for l in sys.stdin:
     r = json.loads(l); r["ab"] = tag; print(json.dumps(r), file=open(sys.argv[2], "a"))
+    who = "%s %s (%s) round %s" % (tag, r["implementation"], r["style"], r["round"])
     if r["kind"] == "throughput":
-        print(f"{tag} {r[\"implementation\"]} ({r[\"style\"]}) round {r[\"round\"]} c={r[\"concurrency\"]}: "
-              f"{r[\"decisions_per_s\"]:.0f}/s p50 {r[\"p50_ms\"]:.2f} ms errors {r[\"errors\"]}")
+        print("%s c=%s: %.0f/s p50 %.2f ms errors %s" % (who, r["concurrency"], r["decisions_per_s"], r["p50_ms"], r["errors"]))
     elif r["kind"] == "client_cost":
-        print(f"{tag} {r[\"implementation\"]} ({r[\"style\"]}) round {r[\"round\"]}: "
-              f"{r[\"cpu_us_per_decision\"]:.1f} us CPU/decision p50 {r[\"p50_ms\"]:.3f} ms errors {r[\"errors\"]}")
+        print("%s: %.1f us CPU/decision p50 %.3f ms errors %s" % (who, r["cpu_us_per_decision"], r["p50_ms"], r["errors"]))
     elif r["kind"] == "accuracy":
-        print(f"{tag} {r[\"implementation\"]} ({r[\"style\"]}) accuracy: {r[\"admitted\"]}/{r[\"allowed\"]}")
+        print("%s accuracy: %s/%s" % (who, r["admitted"], r["allowed"]))
 ' "$1" "$2"
 }
 
