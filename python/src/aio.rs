@@ -10,10 +10,10 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
-use pyo3::intern;
 
 use crate::bridge::ToPy;
 use crate::failure::Failure;
@@ -163,7 +163,10 @@ pub fn future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Sender)> {
     let l = LOOKUPS.get_or_try_init(py, || {
         Ok::<_, PyErr>(Lookups {
             running_loop: py.import("asyncio")?.getattr("get_running_loop")?.unbind(),
-            completions: py.import("turnstile._aio")?.getattr("completions")?.unbind(),
+            completions: py
+                .import("turnstile._aio")?
+                .getattr("completions")?
+                .unbind(),
         })
     })?;
     let lp = l.running_loop.bind(py).call0()?;
