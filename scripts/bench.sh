@@ -32,6 +32,11 @@
 #                       Python package, in both of its peers' styles, threads and asyncio); "" to skip
 #   BENCH_WHEEL_PROFILE cargo profile of the tpy wheel (wheel, what `make wheel` ships / dev)
 #   BENCH_FRESH_EACH    1: a fresh emulator for each of our workloads too (full: 1; smoke: 0, ours share one)
+#   BENCH_ONLY_PEERS    1: the peers' units of BENCH_PEERS alone (throughput rounds and client cost), for
+#                       comparing the Python packages quickly: no Turnstile workload, no zae_readme.py unit
+#                       in the rounds, no simulation, no cold starts, only the harness and the CLI built;
+#                       the report goes to bench/out/<mode>/ (never BENCHMARKS.md) and is not checked.
+#                       E.g. BENCH_PORT=8120 BENCH_PEERS="zae tpy" BENCH_ONLY_PEERS=1 scripts/bench.sh
 #   BENCH_COLDSTART_RUNS timed cold starts per function (5 / 1)
 #   BENCH_SIM_SECONDS   seconds of each simulation run, unsharded and 32 shards (10 / 3)
 #   BENCH_CC_DECISIONS  timed decisions per unit of the client-cost phase (2000 / 200)
@@ -91,7 +96,9 @@ rm -rf "$out" && mkdir -p "$out"
 
 # --- build -------------------------------------------------------------------------------------
 functions=(authorizer connect disconnect message session-api ttl-sweeper token-remover decide-api)
-pkgs=(-p turnstile-bench -p turnstile-cli); for f in "${functions[@]}"; do pkgs+=(-p "$f"); done
+only_peers="${BENCH_ONLY_PEERS:-0}"
+pkgs=(-p turnstile-bench -p turnstile-cli)
+[ "$only_peers" = 1 ] || for f in "${functions[@]}"; do pkgs+=(-p "$f"); done
 begin build
 if [ "$profile" = dev ]; then
   # The test build's own selection (every package, every target: the features `cargo test --workspace`
@@ -103,7 +110,7 @@ else
 fi
 if ! "${build_cmd[@]}"; then say "build failed"; exit 1; fi
 cold_profile="${BENCH_COLDSTART_PROFILE:-$profile}"
-if [ "$cold_profile" != "$profile" ]; then
+if [ "$cold_profile" != "$profile" ] && [ "$only_peers" != 1 ]; then
   fpkgs=(); for f in "${functions[@]}"; do fpkgs+=(-p "$f"); done
   # Built as they ship (.cargo/config.toml, docs/deploying.md): without aws-lc's jitter entropy.
   if ! AWS_LC_SYS_NO_JITTER_ENTROPY=1 cargo build --locked --profile "$cold_profile" "${fpkgs[@]}" --bins; then
@@ -114,7 +121,7 @@ fi
 # less CPU per call than bench-fast here, decision 0806); built like them, so the two
 # builds share one aws-lc.
 cc_profile="${BENCH_CLIENT_COST_PROFILE:-release}"; [ "$mode" = smoke ] && cc_profile="${BENCH_CLIENT_COST_PROFILE:-$profile}"
-if [ "$cc_profile" != "$profile" ]; then
+if [ "$cc_profile" != "$profile" ] && [ "$only_peers" != 1 ]; then
   if ! AWS_LC_SYS_NO_JITTER_ENTROPY=1 cargo build --locked --profile "$cc_profile" -p turnstile-bench --bins; then
     say "build ($cc_profile, client cost) failed"; exit 1
   fi
@@ -177,11 +184,11 @@ fresh() {
 
 status=0
 mapfile -t workloads < <("$bench_bin" list)
-units=(); for w in "${workloads[@]}"; do units+=("ours:$w"); done
+units=(); [ "$only_peers" = 1 ] || for w in "${workloads[@]}"; do units+=("ours:$w"); done
 for p in "${ready_peers[@]}"; do
   # zae:readme is the independent reading (bench/peers/zae_readme.py), in every round like the rest.
   case "$p" in
-    zae) units+=("zae:inline" "zae:stored" "zae:readme") ;;
+    zae) units+=("zae:inline" "zae:stored"); [ "$only_peers" = 1 ] || units+=("zae:readme") ;;
     tpy) units+=("tpy:threads" "tpy:asyncio") ;;
     *) units+=("$p:decorator") ;;
   esac
@@ -297,6 +304,7 @@ fi
 kill "$stub_pid" 2>/dev/null; wait "$stub_pid" 2>/dev/null
 
 # --- simulation: one sharded limit past DynamoDB's per-item write ceiling ----------------------
+if [ "$only_peers" != 1 ]; then
 sim_secs="${BENCH_SIM_SECONDS:-10}"; [ "$mode" = smoke ] && sim_secs="${BENCH_SIM_SECONDS:-3}"
 fresh raw
 begin sim
@@ -310,6 +318,7 @@ begin cold-start
 "$bench_bin" cold-start --bin-dir "$cold_bin_dir" --events-dir "$root/events" --endpoint "$endpoint" \
   --runs "$cold_runs" >"$out/coldstart.jsonl" || { say "cold-start failed"; skipped[cold_start]="the harness failed"; status=1; }
 end cold-start
+fi
 scripts/dynamodb-local.sh stop >/dev/null 2>&1
 
 # --- capacity calculators agree (Python here; the Rust side is a unit test of turnstile-bench) ---
@@ -352,7 +361,10 @@ print(json.dumps({
 }, indent=2))
 EOF
 
-if [ "$mode" = full ]; then
+if [ "$only_peers" = 1 ]; then
+  python3 bench/report.py --dir "$out" --md "$out/BENCHMARKS.md" --json "$out/results.json" || status=1
+  say "peers only: finished in ${dur[total]} s (report in bench/out/$mode/)"
+elif [ "$mode" = full ]; then
   python3 bench/report.py --dir "$out" --md BENCHMARKS.md --json bench/results.json --check || status=1
   say "wrote BENCHMARKS.md and bench/results.json (raw lines in bench/out/full/) in ${dur[total]} s"
 else

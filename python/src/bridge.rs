@@ -1,55 +1,18 @@
 //! How a Rust future meets Python: blocking (the GIL released while it runs on the process's
-//! runtime) or as an asyncio future (spawned on the runtime, resolved on the caller's event loop
-//! with `call_soon_threadsafe`). Panics are caught here and never unwind into Python.
+//! runtime) or as an asyncio future (spawned on the runtime, its answer handed to the caller's event
+//! loop by [`crate::aio`], so no runtime thread enters the interpreter). Panics are caught here and
+//! never unwind into Python.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
 
 use crate::core::{core, Core};
 use crate::failure::Failure;
-
-/// Set by the interpreter's `atexit` hook ([`before_exit`]): from then on no runtime thread enters the
-/// interpreter, which is about to finalize (a thread attaching during finalization aborts the process:
-/// "PyGILState_Release: thread state must be current").
-static CLOSING: AtomicBool = AtomicBool::new(false);
-/// Runtime threads that passed the [`CLOSING`] check and have not left the interpreter yet.
-static ATTACHING: AtomicUsize = AtomicUsize::new(0);
-/// How long the exit hook waits for them (each holds the GIL for microseconds).
-const EXIT_WAIT: Duration = Duration::from_secs(2);
-
-/// Runs `f` in the interpreter from a runtime thread, unless it is shutting down (then `f` is
-/// dropped: its future had nobody left to wait for it; its Python references are released by
-/// PyO3's deferred pool, never by this thread).
-fn from_runtime(f: impl FnOnce(Python<'_>)) {
-    // Counted before the check, so the exit hook, which sets the flag first, waits for every thread
-    // that saw it unset.
-    ATTACHING.fetch_add(1, SeqCst);
-    if !CLOSING.load(SeqCst) {
-        Python::attach(f);
-    }
-    ATTACHING.fetch_sub(1, SeqCst);
-}
-
-/// Registered with `atexit` by the package: stops runtime threads from entering the interpreter and
-/// waits (the GIL released) for those already on their way in.
-#[pyfunction]
-pub fn before_exit(py: Python<'_>) {
-    CLOSING.store(true, SeqCst);
-    py.detach(|| {
-        let deadline = Instant::now() + EXIT_WAIT;
-        while ATTACHING.load(SeqCst) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
-}
 
 /// What an operation returns, made a Python object once the GIL is held again.
 pub trait ToPy: Send + 'static {
@@ -127,24 +90,6 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> Failure {
     Failure::Panic(text)
 }
 
-/// `turnstile._aio`'s two functions, looked up once per interpreter.
-struct Aio {
-    new_future: Py<PyAny>,
-    resolve: Py<PyAny>,
-}
-
-static AIO: PyOnceLock<Aio> = PyOnceLock::new();
-
-fn aio(py: Python<'_>) -> PyResult<&'static Aio> {
-    AIO.get_or_try_init(py, || {
-        let m = py.import("turnstile._aio")?;
-        Ok(Aio {
-            new_future: m.getattr("new_future")?.unbind(),
-            resolve: m.getattr("resolve")?.unbind(),
-        })
-    })
-}
-
 /// Runs `op` (given this process's core) to completion with the GIL released.
 pub fn block<T, F, Fut>(py: Python<'_>, op: F) -> PyResult<Py<PyAny>>
 where
@@ -174,30 +119,18 @@ where
     F: FnOnce(Arc<Core>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, Failure>> + Send + 'static,
 {
-    let aio = aio(py)?;
-    let fut = aio.new_future.bind(py).call0()?;
+    let (fut, sender) = crate::aio::future(py)?;
     let core = match crate::core::current() {
         Some(core) => core,
         None => py.detach(core).map_err(|f| f.into_pyerr(py))?,
     };
-    let target = fut.clone().unbind();
     let rt = core.rt;
     rt.spawn(async move {
         let out = match AssertUnwindSafe(op(core)).catch_unwind().await {
             Ok(out) => out,
             Err(p) => Err(panic_message(p)),
         };
-        from_runtime(|py| {
-            let (ok, value) = match out.map(|v| v.to_py(py)) {
-                Ok(Ok(v)) => (true, v),
-                Ok(Err(e)) => (false, e.into_value(py).into_any()),
-                Err(f) => (false, f.into_pyerr(py).into_value(py).into_any()),
-            };
-            // The loop may be closed by now; nobody is waiting then.
-            if let Ok(aio) = self::aio(py) {
-                let _ = aio.resolve.bind(py).call1((target, ok, value));
-            }
-        });
+        sender.send(out.map(|v| Box::new(v) as Box<dyn crate::aio::Answer>));
     });
     Ok(fut)
 }

@@ -2,6 +2,7 @@
 //! The pure-Python package around it (`python/pysrc/turnstile/`) gives rate-limiter-py's interface and
 //! the asyncio twins; docs/python.md describes both.
 
+mod aio;
 mod bridge;
 mod core;
 mod failure;
@@ -15,11 +16,11 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tokens::TokenDecision>()?;
     m.add_class::<kv::KvLimiter>()?;
+    m.add_class::<aio::Completions>()?;
     macro_rules! add {
         ($($f:path),* $(,)?) => { $( m.add_function(wrap_pyfunction!($f, m)?)?; )* };
     }
     add!(
-        bridge::before_exit,
         tokens::get_token,
         tokens::get_token_async,
         tokens::get_reservation,

@@ -2,9 +2,7 @@
 ``non_fungible_limiter``, ``turnstile.event_processors``) and key-value GCRA limits
 (``turnstile.kv``), served by Turnstile's Rust core. See docs/python.md."""
 
-import atexit
-
-from ._native import TokenDecision, __version__, before_exit, reset_usage, usage
+from ._native import TokenDecision, __version__, reset_usage, usage
 from . import exceptions as _exceptions
 from .exceptions import *  # noqa: F401,F403 (the names of exceptions.__all__)
 from .limiters import (
@@ -31,7 +29,3 @@ __all__ = [
     "TokenDecision",
     *_exceptions.__all__,
 ]
-
-# Before the interpreter finalizes, the runtime's threads stop resolving asyncio futures (one that
-# entered the interpreter during finalization would abort the process).
-atexit.register(before_exit)

@@ -1,27 +1,22 @@
-"""The asyncio side of the bridge: the native code creates a future on the running loop and
-resolves it from a runtime thread through ``call_soon_threadsafe``."""
+"""The asyncio side of the bridge: each event loop gets one ``Completions`` queue, watched with
+``loop.add_reader``. Runtime threads queue answers there and wake the loop with one byte; the loop's
+own thread resolves the futures (no runtime thread ever takes the GIL)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import weakref
+
+from ._native import Completions
+
+_by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Completions]" = weakref.WeakKeyDictionary()
 
 
-def new_future() -> "asyncio.Future[Any]":
-    return asyncio.get_running_loop().create_future()
-
-
-def _set(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
-    if fut.done():  # cancelled meanwhile
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
-
-
-def resolve(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
-    try:
-        fut.get_loop().call_soon_threadsafe(_set, fut, ok, value)
-    except RuntimeError:  # the loop is closed: nobody is waiting
-        pass
+def completions(loop: asyncio.AbstractEventLoop) -> Completions:
+    """The loop's queue, made and watched on its first call (dropped with the loop)."""
+    c = _by_loop.get(loop)
+    if c is None:
+        c = Completions()
+        loop.add_reader(c.fileno(), c.drain)
+        _by_loop[loop] = c
+    return c
