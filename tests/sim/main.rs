@@ -310,10 +310,22 @@ fn mutation_shape(m: Mutation) -> Shape {
             max_lanes: 6,
             ..base
         },
+        // A bind repeated while the first holds, its marker read throttled after its row write
+        // landed (the repeat fails with the first bind's row in place), no WebSocket lanes.
+        Mutation::BindDeletesOriginalRow => Shape {
+            fault_pct: 70,
+            only_fault: Some(schedule::Fault::ThrottleReads(80)),
+            crash_pct: 0,
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            reservation_pct: 100,
+            rebinds: true,
+            kv_pct: 0,
+            ws_lanes: false,
+            ..base
+        },
         // Reservation lanes with their faults and crashes (a bind must fail or stop).
-        Mutation::BindReleasesBoundElsewhere
-        | Mutation::BindDeletesOriginalRow
-        | Mutation::RemoverReleasesAnyBinding => Shape {
+        Mutation::BindReleasesBoundElsewhere | Mutation::RemoverReleasesAnyBinding => Shape {
             reconcile_pct: 0,
             reservation_pct: 100,
             binds: true,
@@ -322,14 +334,18 @@ fn mutation_shape(m: Mutation) -> Shape {
             crash_pct: 15,
             ..base
         },
-        // Refunds whose answers are lost, or whose first send lands late.
+        // Refunds whose first send is applied and its answer lost (the round's first update),
+        // another refund of the same bucket beside them, no WebSocket lanes to take the loss.
         Mutation::KvRefundFreshId | Mutation::KvRefundAfterUnanswered => Shape {
             fault_pct: 70,
             crash_pct: 0,
             reconcile_pct: 0,
             reservation_pct: 0,
             kv_pct: 100,
-            max_lanes: 1,
+            only_fault: Some(schedule::Fault::LoseUpdateAnswers(1)),
+            refunds: true,
+            ws_lanes: false,
+            reshard_pct: 0,
             ..base
         },
     }

@@ -219,6 +219,13 @@ impl Sim {
                     mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
                 })
             }
+            Fault::ThrottleReads(pct) => {
+                p.throttle = Some(Throttle {
+                    error: ThrottleError::Throttling,
+                    mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
+                });
+                p.only = vec!["GetItem".into()];
+            }
             Fault::Delay(ms) => p.delay = Some(Duration::from_millis(u64::from(ms))),
             Fault::LoseAnswers(n) => p.lose_answers = u64::from(n),
             Fault::LoseUpdateAnswers(n) => {

@@ -15,6 +15,9 @@ pub enum Fault {
     None,
     /// Each request throttled with this probability (percent).
     Throttle(u8),
+    /// Each `GetItem` throttled with this probability (percent): a read that fails after its
+    /// writes before it landed. Drawn only by shapes that ask for it (`only_fault`).
+    ThrottleReads(u8),
     /// Each request forwarded this many ms late (its items held meanwhile).
     Delay(u16),
     /// The next n requests are applied and answered 500 (the answer lost).
@@ -46,7 +49,7 @@ impl Fault {
     pub fn kind(&self) -> &'static str {
         match self {
             Fault::None => "none",
-            Fault::Throttle(_) => "throttle",
+            Fault::Throttle(_) | Fault::ThrottleReads(_) => "throttle",
             Fault::Delay(_) => "delay",
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
@@ -230,8 +233,16 @@ pub struct Shape {
     pub reshard_pct: u32,
     /// Reservation lanes mostly of binds, ends and deliveries on one small coordinate.
     pub binds: bool,
+    /// Reservation lanes of reserves and binds, again and again, to one resource that ends only
+    /// at the schedule's end (a repeated bind that fails must keep the first one's row).
+    pub rebinds: bool,
     /// Tenants whose `tenantPerMinute` binds before their connection caps.
     pub rate_bound: bool,
+    /// Kv lanes mostly of refunds and unit spends on one small, slow bucket, two lanes a round
+    /// (a refund applied twice shows as the spends it lets in).
+    pub refunds: bool,
+    /// WebSocket lanes after round 0 (drawn either way, so the other draws of a seed stay).
+    pub ws_lanes: bool,
 }
 
 impl Default for Shape {
@@ -251,7 +262,10 @@ impl Default for Shape {
             kv_pct: 50,
             reshard_pct: 25,
             binds: false,
+            rebinds: false,
             rate_bound: false,
+            refunds: false,
+            ws_lanes: true,
         }
     }
 }
@@ -378,7 +392,9 @@ impl Schedule {
                             Step { op, crash_ms }
                         })
                         .collect();
-                    lanes.push(steps);
+                    if shape.ws_lanes {
+                        lanes.push(steps);
+                    }
                 }
                 if reconcile_round == Some(r) {
                     let t = rng.usize(0..tenants.len());
@@ -402,6 +418,7 @@ impl Schedule {
             n_rounds,
             shape.crash_pct,
             shape.binds,
+            shape.rebinds,
         )
         .map(|(spec, lanes)| {
             for (round, lanes) in rounds.iter_mut().zip(lanes) {
@@ -409,13 +426,14 @@ impl Schedule {
             }
             spec
         });
-        let kv =
-            kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct).map(|(spec, lanes)| {
+        let kv = kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct, shape.refunds).map(
+            |(spec, lanes)| {
                 for (round, lanes) in rounds.iter_mut().zip(lanes) {
                     round.lanes.extend(lanes);
                 }
                 spec
-            });
+            },
+        );
         // Drawn apart (salted), so the other draws of a seed stay as they were.
         let skew_ms = side_rng(seed, 0x5e3e_c10c_0000_0001, 50).map_or(0, |mut r| {
             let ms = r.i64(1..=MAX_SKEW_MS);
