@@ -261,14 +261,18 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
+        // One lane a round, often a TTL deletion and its record's delivery: the sweep (a
+        // tombstone PutItem, then the decrement) then sends the round's first UpdateItem, whose
+        // answer is lost; no reconciler before the final fill (a count taken too low shows there).
         Mutation::RetriedDecrement => Shape {
             fault_pct: 100,
             crash_pct: 0,
-            // Sweeps (a tombstone PutItem, then the decrement: the round's first UpdateItems).
-            only_fault: Some(schedule::Fault::LoseUpdateAnswers(3)),
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            only_fault: Some(schedule::Fault::LoseUpdateAnswers(1)),
             session_ttl: (5, 20),
-            ttl_pct: 40,
-            max_lanes: 2,
+            ttl_pct: 45,
+            max_lanes: 1,
             reservation_pct: 0,
             kv_pct: 0,
             ..base
@@ -301,13 +305,15 @@ fn mutation_shape(m: Mutation) -> Shape {
             rate_bound: true,
             ..base
         },
-        // Session ends racing `$connect`s (whose sockets answer 410 until admitted).
+        // Session ends racing `$connect`s whose sockets open up to 250 ms after their 200 (and
+        // answer 410 until then).
         Mutation::SessionEndWithoutProof => Shape {
             fault_pct: 0,
             crash_pct: 0,
             reservation_pct: 0,
             kv_pct: 0,
             max_lanes: 6,
+            open_ms: 250,
             ..base
         },
         // A bind repeated while the first holds, its marker read throttled after its row write

@@ -199,6 +199,8 @@ pub struct Schedule {
     /// The clock skew of the second "process" of the reservation and kv lanes (ms, either sign):
     /// two Lambda instances' clocks differ by tens of ms.
     pub skew_ms: i64,
+    /// A socket admitted opens up to this many ms after its `$connect` answered (0: at once).
+    pub open_ms: u16,
 }
 
 /// The largest clock skew between two simulated instances (ms).
@@ -243,6 +245,9 @@ pub struct Shape {
     pub refunds: bool,
     /// WebSocket lanes after round 0 (drawn either way, so the other draws of a seed stay).
     pub ws_lanes: bool,
+    /// A socket admitted opens up to this many ms after its `$connect` answered 200, as API
+    /// Gateway's does after the answer reaches it (its Management API answers 410 meanwhile).
+    pub open_ms: u16,
 }
 
 impl Default for Shape {
@@ -266,6 +271,7 @@ impl Default for Shape {
             rate_bound: false,
             refunds: false,
             ws_lanes: true,
+            open_ms: 0,
         }
     }
 }
@@ -451,6 +457,7 @@ impl Schedule {
             res,
             kv,
             skew_ms,
+            open_ms: shape.open_ms,
         }
     }
 
