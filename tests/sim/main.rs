@@ -265,28 +265,32 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
-        // A `$connect` slowed by the proxy is half-way while the reconciler reads.
+        // `$connect`s slowed by the proxy, many lanes of them, half-way while the reconciler
+        // reads.
         Mutation::ReconcileWithoutGrace => Shape {
             fault_pct: 100,
             crash_pct: 0,
             reconcile_pct: 100,
+            reshard_pct: 0,
+            max_lanes: 6,
             only_fault: Some(schedule::Fault::Delay(150)),
             reservation_pct: 0,
             kv_pct: 0,
             ..base
         },
-        // One lane a round, often a TTL deletion and its record's delivery: the sweep (a
-        // tombstone PutItem, then the decrement) then sends the round's first UpdateItem, whose
-        // answer is lost; no reconciler before the final fill (a count taken too low shows there).
+        // One step a round: a `$disconnect` sends its session write, then its decrement and
+        // the token's cleanup at once; the round's second UpdateItem is held by the proxy until
+        // the round ends (its client timed out meanwhile). No reconciler before the final fill,
+        // where a count taken too low shows.
         Mutation::RetriedDecrement => Shape {
-            fault_pct: 100,
+            fault_pct: 60,
             crash_pct: 0,
             reconcile_pct: 0,
             reshard_pct: 0,
-            only_fault: Some(schedule::Fault::LoseUpdateAnswers(1)),
-            session_ttl: (5, 20),
-            ttl_pct: 45,
+            only_fault: Some(schedule::Fault::Late { nth: 1, tx: false }),
             max_lanes: 1,
+            max_steps: 1,
+            rounds: (8, 12),
             reservation_pct: 0,
             kv_pct: 0,
             ..base
