@@ -265,15 +265,18 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
-        // `$connect`s slowed by the proxy, many lanes of them, half-way while the reconciler
-        // reads.
+        // Every UpdateItem slowed 300 ms, reads not, and `$connect`s to the reconciled tenant
+        // beside it: one has reserved and not yet joined when the reconciler, started 330 ms
+        // into the round, reads the count and the truth (its graces wait it out).
         Mutation::ReconcileWithoutGrace => Shape {
             fault_pct: 100,
             crash_pct: 0,
             reconcile_pct: 100,
             reshard_pct: 0,
-            max_lanes: 6,
-            only_fault: Some(schedule::Fault::Delay(150)),
+            max_lanes: 2,
+            only_fault: Some(schedule::Fault::DelayUpdates(300)),
+            reconcile_after_ms: Some(330),
+            reconcile_connects: true,
             reservation_pct: 0,
             kv_pct: 0,
             ..base

@@ -233,6 +233,10 @@ impl Sim {
                 p.only = vec!["GetItem".into()];
             }
             Fault::Delay(ms) => p.delay = Some(Duration::from_millis(u64::from(ms))),
+            Fault::DelayUpdates(ms) => {
+                p.delay = Some(Duration::from_millis(u64::from(ms)));
+                p.only = vec!["UpdateItem".into()];
+            }
             Fault::LoseAnswers(n) => p.lose_answers = u64::from(n),
             Fault::LoseUpdateAnswers(n) => {
                 p.lose_answers = u64::from(n);
@@ -332,7 +336,7 @@ impl Sim {
     /// DynamoDB Local (held by the round's delay, if any). Stalled requests never land.
     async fn settle(&self, fault: Fault, crashed: bool) {
         let delay = match fault {
-            Fault::Delay(ms) => u64::from(ms),
+            Fault::Delay(ms) | Fault::DelayUpdates(ms) => u64::from(ms),
             _ => 0,
         };
         if crashed || delay > 0 {
@@ -428,11 +432,20 @@ impl Sim {
                 let run = &run;
                 let tenants = &tenants;
                 async move {
-                    if reconciling && !lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. })) {
-                        // Spread the other lanes over the reconciler's phases.
-                        let at = (sch.seed.wrapping_mul(31).wrapping_add((i * 7 + j) as u64))
-                            % (2 * GRACE.as_millis() as u64 + 200);
-                        tokio::time::sleep(Duration::from_millis(at)).await;
+                    let reconciler = lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. }));
+                    match sch.reconcile_after_ms {
+                        // The reconciler starts once the other lanes are under way.
+                        Some(ms) if reconciler => {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                        Some(_) => {}
+                        None if reconciling && !reconciler => {
+                            // Spread the other lanes over the reconciler's phases.
+                            let at = (sch.seed.wrapping_mul(31).wrapping_add((i * 7 + j) as u64))
+                                % (2 * GRACE.as_millis() as u64 + 200);
+                            tokio::time::sleep(Duration::from_millis(at)).await;
+                        }
+                        None => {}
                     }
                     for step in lane {
                         self.step(sch, tenants, step, run, (res, kvs)).await;
@@ -1071,8 +1084,8 @@ impl Sim {
                     let inc = r.seen.incarnation(t, s);
                     r.seen.admitted(t, s, inc, &cid, now);
                 } else {
+                    // A leak (not repaired yet) or a shard at its share: the next one may land.
                     self.w.recorder.mark_gone(&cid);
-                    break;
                 }
             }
         }

@@ -20,6 +20,9 @@ pub enum Fault {
     ThrottleReads(u8),
     /// Each request forwarded this many ms late (its items held meanwhile).
     Delay(u16),
+    /// Each `UpdateItem` forwarded this many ms late, reads at once: a `$connect` is half-way
+    /// between its two writes while others read. Drawn only by shapes that ask for it.
+    DelayUpdates(u16),
     /// The next n requests are applied and answered 500 (the answer lost).
     LoseAnswers(u8),
     /// The same for the next n `UpdateItem`s only (counts and session sets).
@@ -50,7 +53,7 @@ impl Fault {
         match self {
             Fault::None => "none",
             Fault::Throttle(_) | Fault::ThrottleReads(_) => "throttle",
-            Fault::Delay(_) => "delay",
+            Fault::Delay(_) | Fault::DelayUpdates(_) => "delay",
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
             Fault::StallUpdates => "stall",
@@ -201,6 +204,9 @@ pub struct Schedule {
     pub skew_ms: i64,
     /// A socket admitted opens up to this many ms after its `$connect` answered (0: at once).
     pub open_ms: u16,
+    /// The reconciler's lane starts this long after the round's other lanes, which then start
+    /// at once (`None`: they are spread over its phases instead).
+    pub reconcile_after_ms: Option<u64>,
 }
 
 /// The largest clock skew between two simulated instances (ms).
@@ -248,6 +254,10 @@ pub struct Shape {
     /// A socket admitted opens up to this many ms after its `$connect` answered 200, as API
     /// Gateway's does after the answer reaches it (its Management API answers 410 meanwhile).
     pub open_ms: u16,
+    /// See [`Schedule::reconcile_after_ms`].
+    pub reconcile_after_ms: Option<u64>,
+    /// The reconciler's round holds `$connect`s to its tenant only, and its run never crashes.
+    pub reconcile_connects: bool,
 }
 
 impl Default for Shape {
@@ -272,6 +282,8 @@ impl Default for Shape {
             refunds: false,
             ws_lanes: true,
             open_ms: 0,
+            reconcile_after_ms: None,
+            reconcile_connects: false,
         }
     }
 }
@@ -405,7 +417,25 @@ impl Schedule {
                 if reconcile_round == Some(r) {
                     let t = rng.usize(0..tenants.len());
                     // A third of the runs crash, anywhere in their two graces.
-                    let crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
+                    let mut crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
+                    if shape.reconcile_connects {
+                        // `$connect`s to the reconciled tenant beside it, and no crash.
+                        crash_ms = None;
+                        lanes = (0..2)
+                            .map(|_| {
+                                let s = rng.usize(0..sessions);
+                                next_c += 1;
+                                conns.push((t, s, next_c));
+                                let op = Op::Connect {
+                                    t,
+                                    s,
+                                    c: next_c,
+                                    twice: false,
+                                };
+                                vec![Step { op, crash_ms: None }]
+                            })
+                            .collect();
+                    }
                     lanes.push(vec![Step {
                         op: Op::Reconcile { t },
                         crash_ms,
@@ -458,6 +488,7 @@ impl Schedule {
             kv,
             skew_ms,
             open_ms: shape.open_ms,
+            reconcile_after_ms: shape.reconcile_after_ms,
         }
     }
 
