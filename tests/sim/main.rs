@@ -351,8 +351,22 @@ fn mutation_shape(m: Mutation) -> Shape {
             ws_lanes: false,
             ..base
         },
+        // Binds to two resources, the `DeleteItem` of a failed bind's row throttled (the row of
+        // a bind answered AlreadyBound stays under the other resource, whose end then comes).
+        Mutation::RemoverReleasesAnyBinding => Shape {
+            fault_pct: 70,
+            only_fault: Some(schedule::Fault::ThrottleDeletes(90)),
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            reservation_pct: 100,
+            binds: true,
+            kv_pct: 0,
+            ws_lanes: false,
+            crash_pct: 0,
+            ..base
+        },
         // Reservation lanes with their faults and crashes (a bind must fail or stop).
-        Mutation::BindReleasesBoundElsewhere | Mutation::RemoverReleasesAnyBinding => Shape {
+        Mutation::BindReleasesBoundElsewhere => Shape {
             reconcile_pct: 0,
             reservation_pct: 100,
             binds: true,

@@ -225,12 +225,17 @@ impl Sim {
                     mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
                 })
             }
-            Fault::ThrottleReads(pct) => {
+            Fault::ThrottleReads(pct) | Fault::ThrottleDeletes(pct) => {
                 p.throttle = Some(Throttle {
                     error: ThrottleError::Throttling,
                     mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
                 });
-                p.only = vec!["GetItem".into()];
+                let op = if matches!(f, Fault::ThrottleReads(_)) {
+                    "GetItem"
+                } else {
+                    "DeleteItem"
+                };
+                p.only = vec![op.into()];
             }
             Fault::Delay(ms) => p.delay = Some(Duration::from_millis(u64::from(ms))),
             Fault::DelayUpdates(ms) => {

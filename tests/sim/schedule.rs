@@ -18,6 +18,9 @@ pub enum Fault {
     /// Each `GetItem` throttled with this probability (percent): a read that fails after its
     /// writes before it landed. Drawn only by shapes that ask for it (`only_fault`).
     ThrottleReads(u8),
+    /// Each `DeleteItem` throttled with this probability (percent): a failed bind's row left
+    /// behind. Drawn only by shapes that ask for it (`only_fault`).
+    ThrottleDeletes(u8),
     /// Each request forwarded this many ms late (its items held meanwhile).
     Delay(u16),
     /// Each `UpdateItem` forwarded this many ms late, reads at once: a `$connect` is half-way
@@ -52,7 +55,7 @@ impl Fault {
     pub fn kind(&self) -> &'static str {
         match self {
             Fault::None => "none",
-            Fault::Throttle(_) | Fault::ThrottleReads(_) => "throttle",
+            Fault::Throttle(_) | Fault::ThrottleReads(_) | Fault::ThrottleDeletes(_) => "throttle",
             Fault::Delay(_) | Fault::DelayUpdates(_) => "delay",
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
