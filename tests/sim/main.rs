@@ -250,17 +250,16 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
-        // Sessions expiring before the reconciler's round, their records delivered during its
-        // phases (every request slowed by the proxy): a sweep's release lands between its last
-        // read and its write, and the leak it read is no leak.
+        // The reconciled tenant's sessions deleted by TTL as the reconciler starts, their records
+        // delivered in its grace between its read and its repair: the sweeps' releases land
+        // after its read, and the leak it read (counted, not in the truth) is no leak.
         Mutation::ReconcileMissesLateReleases => Shape {
-            fault_pct: 100,
+            fault_pct: 0,
             crash_pct: 0,
             reconcile_pct: 100,
+            reconcile_sweeps: true,
             reshard_pct: 0,
-            only_fault: Some(schedule::Fault::Delay(150)),
             session_ttl: (5, 20),
-            ttl_pct: 40,
             reservation_pct: 0,
             kv_pct: 0,
             ..base

@@ -438,7 +438,17 @@ impl Sim {
                 let tenants = &tenants;
                 async move {
                     let reconciler = lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. }));
+                    let delivers = lane.iter().all(|s| matches!(s.op, Op::Deliver { .. }));
+                    match (sch.deliver_at_ms, reconciling) {
+                        (Some(ms), true) if delivers => {
+                            let later = 150 * j as u64;
+                            tokio::time::sleep(Duration::from_millis(ms + later)).await;
+                        }
+                        (Some(_), true) => {}
+                        _ => {}
+                    }
                     match sch.reconcile_after_ms {
+                        _ if reconciling && sch.deliver_at_ms.is_some() => {}
                         // The reconciler starts once the other lanes are under way.
                         Some(ms) if reconciler => {
                             tokio::time::sleep(Duration::from_millis(ms)).await;

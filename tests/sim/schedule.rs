@@ -210,6 +210,9 @@ pub struct Schedule {
     /// The reconciler's lane starts this long after the round's other lanes, which then start
     /// at once (`None`: they are spread over its phases instead).
     pub reconcile_after_ms: Option<u64>,
+    /// In the reconciler's round, each lane of deliveries starts this long (150 ms more for each
+    /// further lane) after the others, which start at once (`None`: lanes are spread).
+    pub deliver_at_ms: Option<u64>,
 }
 
 /// The largest clock skew between two simulated instances (ms).
@@ -261,6 +264,9 @@ pub struct Shape {
     pub reconcile_after_ms: Option<u64>,
     /// The reconciler's round holds `$connect`s to its tenant only, and its run never crashes.
     pub reconcile_connects: bool,
+    /// The reconciler's round holds TTL deletions of its tenant's sessions as it starts and their
+    /// records' deliveries [`Schedule::deliver_at_ms`] later, and its run never crashes.
+    pub reconcile_sweeps: bool,
 }
 
 impl Default for Shape {
@@ -287,6 +293,7 @@ impl Default for Shape {
             open_ms: 0,
             reconcile_after_ms: None,
             reconcile_connects: false,
+            reconcile_sweeps: false,
         }
     }
 }
@@ -421,6 +428,27 @@ impl Schedule {
                     let t = rng.usize(0..tenants.len());
                     // A third of the runs crash, anywhere in their two graces.
                     let mut crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
+                    if shape.reconcile_sweeps {
+                        // The tenant's sessions deleted by TTL as the reconciler starts, their
+                        // records delivered while it waits between its read and its repair.
+                        crash_ms = None;
+                        let deliver = |rng: &mut fastrand::Rng| {
+                            let op = Op::Deliver {
+                                pick: rng.u32(..),
+                                again: false,
+                            };
+                            vec![Step { op, crash_ms: None }]
+                        };
+                        lanes = vec![(0..sessions)
+                            .map(|s| Step {
+                                op: Op::Expire { t, s },
+                                crash_ms: None,
+                            })
+                            .collect()];
+                        for _ in 0..3 {
+                            lanes.push(deliver(&mut rng));
+                        }
+                    }
                     if shape.reconcile_connects {
                         // `$connect`s to the reconciled tenant beside it, and no crash.
                         crash_ms = None;
@@ -445,6 +473,12 @@ impl Schedule {
                     }]);
                 }
             }
+            // Sessions of TTL at most 20 s have expired by the reconciler's round.
+            let advance = if shape.reconcile_sweeps && reconcile_round == Some(r) {
+                advance.max(30)
+            } else {
+                advance
+            };
             rounds.push(Round {
                 fault,
                 advance,
@@ -492,6 +526,7 @@ impl Schedule {
             skew_ms,
             open_ms: shape.open_ms,
             reconcile_after_ms: shape.reconcile_after_ms,
+            deliver_at_ms: shape.reconcile_sweeps.then_some(2200),
         }
     }
 
