@@ -325,15 +325,18 @@ fn mutation_shape(m: Mutation) -> Shape {
             rate_bound: true,
             ..base
         },
-        // Session ends racing `$connect`s whose sockets open up to 250 ms after their 200 (and
-        // answer 410 until then).
+        // A session's DELETE 60 ms after a `$connect` to it, whose socket opens up to 250 ms
+        // after its 200 (and answers 410 until then).
         Mutation::SessionEndWithoutProof => Shape {
             fault_pct: 0,
             crash_pct: 0,
             reservation_pct: 0,
             kv_pct: 0,
-            max_lanes: 6,
+            max_lanes: 4,
             open_ms: 250,
+            end_races: true,
+            reconcile_pct: 0,
+            reshard_pct: 0,
             ..base
         },
         // A bind repeated while the first holds, its marker read throttled after its row write

@@ -438,6 +438,12 @@ impl Sim {
                 let tenants = &tenants;
                 async move {
                     let reconciler = lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. }));
+                    let deletes = lane
+                        .iter()
+                        .all(|s| matches!(s.op, Op::DeleteSession { .. }));
+                    if let (Some(ms), true) = (sch.delete_after_ms, deletes) {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
                     let delivers = lane.iter().all(|s| matches!(s.op, Op::Deliver { .. }));
                     match (sch.deliver_at_ms, reconciling) {
                         (Some(ms), true) if delivers => {

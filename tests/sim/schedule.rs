@@ -213,6 +213,8 @@ pub struct Schedule {
     /// In the reconciler's round, each lane of deliveries starts this long (150 ms more for each
     /// further lane) after the others, which start at once (`None`: lanes are spread).
     pub deliver_at_ms: Option<u64>,
+    /// Lanes of session DELETEs only start this long after the round's others (`None`: at once).
+    pub delete_after_ms: Option<u64>,
 }
 
 /// The largest clock skew between two simulated instances (ms).
@@ -267,6 +269,9 @@ pub struct Shape {
     /// The reconciler's round holds TTL deletions of its tenant's sessions as it starts and their
     /// records' deliveries [`Schedule::deliver_at_ms`] later, and its run never crashes.
     pub reconcile_sweeps: bool,
+    /// Each round also holds a `$connect` and a DELETE of its session, the DELETE's lane
+    /// starting 60 ms later (inside the socket's opening, with `open_ms`).
+    pub end_races: bool,
 }
 
 impl Default for Shape {
@@ -294,6 +299,7 @@ impl Default for Shape {
             reconcile_after_ms: None,
             reconcile_connects: false,
             reconcile_sweeps: false,
+            end_races: false,
         }
     }
 }
@@ -424,6 +430,22 @@ impl Schedule {
                         lanes.push(steps);
                     }
                 }
+                if shape.end_races {
+                    // A `$connect` and its session's DELETE, the DELETE a moment later.
+                    let t = rng.usize(0..tenants.len());
+                    let s = rng.usize(0..sessions);
+                    next_c += 1;
+                    conns.push((t, s, next_c));
+                    let connect = Op::Connect {
+                        t,
+                        s,
+                        c: next_c,
+                        twice: false,
+                    };
+                    for op in [connect, Op::DeleteSession { t, s }] {
+                        lanes.push(vec![Step { op, crash_ms: None }]);
+                    }
+                }
                 if reconcile_round == Some(r) {
                     let t = rng.usize(0..tenants.len());
                     // A third of the runs crash, anywhere in their two graces.
@@ -527,6 +549,7 @@ impl Schedule {
             open_ms: shape.open_ms,
             reconcile_after_ms: shape.reconcile_after_ms,
             deliver_at_ms: shape.reconcile_sweeps.then_some(2200),
+            delete_after_ms: shape.end_races.then_some(60),
         }
     }
 
