@@ -126,8 +126,12 @@ pub fn generate(
     pct: u32,
     rounds: usize,
     crash_pct: u32,
+    refunds: bool,
 ) -> Option<(KvSpec, Vec<Vec<Vec<Step>>>)> {
     let mut rng = side_rng(seed, SALT, pct)?;
+    if refunds {
+        return Some(refund_heavy(&mut rng, rounds, crash_pct));
+    }
     // Counts dividing the period's nanoseconds: the emission interval is exact (a sharded
     // limit's per shard; the oracle's whole-limit interval rounds down, which only loosens it).
     let rates: Vec<KvRate> = (0..rng.usize(1..=2))
@@ -221,6 +225,61 @@ pub fn generate(
         })
     });
     Some((KvSpec { rates, ids }, lanes))
+}
+
+/// One bucket (burst 2-3, one token per 2 minutes, so rounds rarely refill it) drained by unit
+/// spends, and each round opening with a refund (two at once, from both processes, in half the
+/// rounds) into the drained bucket: a refund that gives back twice shows as the spends after it.
+fn refund_heavy(
+    rng: &mut fastrand::Rng,
+    rounds: usize,
+    crash_pct: u32,
+) -> (KvSpec, Vec<Vec<Vec<Step>>>) {
+    let rate = KvRate {
+        burst: rng.u64(2..=3),
+        count: 1,
+        period_s: 120,
+        shards: 1,
+    };
+    let step = |rng: &mut fastrand::Rng, op: KvOp| Step {
+        op: Op::Kv(op),
+        crash_ms: (rng.u32(0..100) < crash_pct).then(|| rng.u16(0..=40)),
+    };
+    let mut lanes_of = vec![Vec::new()];
+    for _ in 1..rounds {
+        let mut lanes = Vec::new();
+        for process in 0..rng.usize(1..=2) {
+            let mut lane = vec![step(
+                rng,
+                KvOp::Refund {
+                    k: 0,
+                    i: 0,
+                    process,
+                },
+            )];
+            for _ in 0..rng.usize(1..=3) {
+                let process = rng.usize(0..2);
+                lane.push(step(
+                    rng,
+                    KvOp::Spend {
+                        k: 0,
+                        i: 0,
+                        cost: 1,
+                        process,
+                    },
+                ));
+            }
+            lanes.push(lane);
+        }
+        lanes_of.push(lanes);
+    }
+    (
+        KvSpec {
+            rates: vec![rate],
+            ids: 1,
+        },
+        lanes_of,
+    )
 }
 
 /// Creates the buckets table beside the World's (dropped with them); returns its name.

@@ -3,7 +3,7 @@
 //! remover and kv limits), run against the real handlers and DynamoDB Local behind
 //! `turnstile-faultproxy`, with crashes (dropped futures) and late requests, judged from the
 //! outside at every answer ([`oracle`]). `cargo test -p turnstile-tests --test sim` runs the fixed
-//! budget (the seeds of [`BUDGET`]) and eight mutation tests; `make mutants` hunts the whole
+//! budget (the seeds of [`BUDGET`]) and nine mutation tests; `make mutants` hunts the whole
 //! catalogue; `make soak SECONDS=N` runs the ignored `soak` test for as long as asked and writes its
 //! summary.
 
@@ -250,25 +250,49 @@ fn mutation_shape(m: Mutation) -> Shape {
             kv_pct: 0,
             ..base
         },
-        // A `$connect` slowed by the proxy is half-way while the reconciler reads (or a release
-        // lands after it).
-        Mutation::ReconcileWithoutGrace | Mutation::ReconcileMissesLateReleases => Shape {
-            fault_pct: 100,
+        // The reconciled tenant's sessions deleted by TTL as the reconciler starts, their records
+        // delivered in its grace between its read and its repair: the sweeps' releases land
+        // after its read, and the leak it read (counted, not in the truth) is no leak.
+        Mutation::ReconcileMissesLateReleases => Shape {
+            fault_pct: 0,
             crash_pct: 0,
             reconcile_pct: 100,
-            only_fault: Some(schedule::Fault::Delay(150)),
+            reconcile_sweeps: true,
+            reshard_pct: 0,
+            session_ttl: (5, 20),
             reservation_pct: 0,
             kv_pct: 0,
             ..base
         },
-        Mutation::RetriedDecrement => Shape {
+        // Every UpdateItem slowed 300 ms, reads not, and `$connect`s to the reconciled tenant
+        // beside it: one has reserved and not yet joined when the reconciler, started 330 ms
+        // into the round, reads the count and the truth (its graces wait it out).
+        Mutation::ReconcileWithoutGrace => Shape {
             fault_pct: 100,
             crash_pct: 0,
-            // Sweeps (a tombstone PutItem, then the decrement: the round's first UpdateItems).
-            only_fault: Some(schedule::Fault::LoseUpdateAnswers(3)),
-            session_ttl: (5, 20),
-            ttl_pct: 40,
+            reconcile_pct: 100,
+            reshard_pct: 0,
             max_lanes: 2,
+            only_fault: Some(schedule::Fault::DelayUpdates(300)),
+            reconcile_after_ms: Some(330),
+            reconcile_connects: true,
+            reservation_pct: 0,
+            kv_pct: 0,
+            ..base
+        },
+        // One step a round: a `$disconnect` sends its session write, then its decrement and
+        // the token's cleanup at once; the round's second UpdateItem is held by the proxy until
+        // the round ends (its client timed out meanwhile). No reconciler before the final fill,
+        // where a count taken too low shows.
+        Mutation::RetriedDecrement => Shape {
+            fault_pct: 60,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            only_fault: Some(schedule::Fault::Late { nth: 1, tx: false }),
+            max_lanes: 1,
+            max_steps: 1,
+            rounds: (8, 12),
             reservation_pct: 0,
             kv_pct: 0,
             ..base
@@ -301,19 +325,50 @@ fn mutation_shape(m: Mutation) -> Shape {
             rate_bound: true,
             ..base
         },
-        // Session ends racing `$connect`s (whose sockets answer 410 until admitted).
+        // A session's DELETE 60 ms after a `$connect` to it, whose socket opens up to 250 ms
+        // after its 200 (and answers 410 until then).
         Mutation::SessionEndWithoutProof => Shape {
             fault_pct: 0,
             crash_pct: 0,
             reservation_pct: 0,
             kv_pct: 0,
-            max_lanes: 6,
+            max_lanes: 4,
+            open_ms: 250,
+            end_races: true,
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            ..base
+        },
+        // A bind repeated while the first holds, its marker read throttled after its row write
+        // landed (the repeat fails with the first bind's row in place), no WebSocket lanes.
+        Mutation::BindDeletesOriginalRow => Shape {
+            fault_pct: 70,
+            only_fault: Some(schedule::Fault::ThrottleReads(80)),
+            crash_pct: 0,
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            reservation_pct: 100,
+            rebinds: true,
+            kv_pct: 0,
+            ws_lanes: false,
+            ..base
+        },
+        // Binds to two resources, the `DeleteItem` of a failed bind's row throttled (the row of
+        // a bind answered AlreadyBound stays under the other resource, whose end then comes).
+        Mutation::RemoverReleasesAnyBinding => Shape {
+            fault_pct: 70,
+            only_fault: Some(schedule::Fault::ThrottleDeletes(90)),
+            reconcile_pct: 0,
+            reshard_pct: 0,
+            reservation_pct: 100,
+            binds: true,
+            kv_pct: 0,
+            ws_lanes: false,
+            crash_pct: 0,
             ..base
         },
         // Reservation lanes with their faults and crashes (a bind must fail or stop).
-        Mutation::BindReleasesBoundElsewhere
-        | Mutation::BindDeletesOriginalRow
-        | Mutation::RemoverReleasesAnyBinding => Shape {
+        Mutation::BindReleasesBoundElsewhere => Shape {
             reconcile_pct: 0,
             reservation_pct: 100,
             binds: true,
@@ -322,14 +377,18 @@ fn mutation_shape(m: Mutation) -> Shape {
             crash_pct: 15,
             ..base
         },
-        // Refunds whose answers are lost, or whose first send lands late.
+        // Refunds whose first send is applied and its answer lost (the round's first update),
+        // another refund of the same bucket beside them, no WebSocket lanes to take the loss.
         Mutation::KvRefundFreshId | Mutation::KvRefundAfterUnanswered => Shape {
             fault_pct: 70,
             crash_pct: 0,
             reconcile_pct: 0,
             reservation_pct: 0,
             kv_pct: 100,
-            max_lanes: 1,
+            only_fault: Some(schedule::Fault::LoseUpdateAnswers(1)),
+            refunds: true,
+            ws_lanes: false,
+            reshard_pct: 0,
             ..base
         },
     }
@@ -454,20 +513,43 @@ async fn mutation_kv_over_burst_is_caught() {
     caught(Mutation::KvOverBurst, 0, &["over-admission: K"]).await;
 }
 
-/// Not caught within the make-test budget (decision 2300): the reconciler must read while a
-/// `$connect` is between its writes, which these shapes reach in fewer than 1 of 20 schedules.
+/// A refund re-sent under a fresh id after its answer was lost gives back twice: the spends after
+/// it pass the ideal bucket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not caught within the make-test budget: a hunt for the soak"]
-async fn mutation_reconcile_without_grace_is_caught() {
-    caught(Mutation::ReconcileWithoutGrace, 0, &[""]).await;
+async fn mutation_kv_refund_fresh_id_is_caught() {
+    caught(Mutation::KvRefundFreshId, 1, &["over-admission: K"]).await;
 }
 
-/// Not caught within the make-test budget (decision 2300): the lost answer must be a decrement's
-/// while the session write before it was answered, and another connection must hold the count up.
+/// A refund whose send went unanswered, behind another process's later refund, sent again under
+/// a new id: its first send had landed. The other refund must land within the first one's
+/// backoff, which a loaded machine running the whole binary at once misses (`make mutants`
+/// hunts it: seed 1 in every run so far).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not caught within the make-test budget: a hunt for the soak"]
+#[ignore = "timing-dependent under the parallel test run: `make mutants` hunts it"]
+async fn mutation_kv_refund_after_unanswered_is_caught() {
+    caught(Mutation::KvRefundAfterUnanswered, 1, &["over-admission: K"]).await;
+}
+
+/// Too slow for the make-test budget (`make mutants` hunts it): the reconciler must read while a
+/// `$connect` is between its writes (about 1 schedule in 13 of its shape, 5-15 s each); the
+/// count it takes too low shows in the fill before the final repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "too slow for the make-test budget: `make mutants` hunts it"]
+async fn mutation_reconcile_without_grace_is_caught() {
+    caught(Mutation::ReconcileWithoutGrace, 12, &["over-admission"]).await;
+}
+
+/// Too slow for the make-test budget (`make mutants` hunts it): the lost answer must be a sweep's
+/// decrement on a count nothing floors (a shard's) or another connection holds up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "too slow for the make-test budget: `make mutants` hunts it"]
 async fn mutation_retried_decrement_is_caught() {
-    caught(Mutation::RetriedDecrement, 0, &["over-admission", "leaked"]).await;
+    caught(
+        Mutation::RetriedDecrement,
+        17,
+        &["over-admission", "leaked"],
+    )
+    .await;
 }
 
 /// `make mutants`: every mutation of the catalogue, each hunted over at most

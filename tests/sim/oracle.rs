@@ -45,6 +45,10 @@ pub struct Seen {
     round_high: Vec<Caps>,
     /// Per tenant, the cap allowed while a lowered cap is not yet exact (sharded tenants).
     lowered: Vec<u64>,
+    /// How long the authorizer's tenant cache may serve a tenant's old limits to `$connect`
+    /// (and `$default`'s cache to messages): a change is in effect for admissions from its
+    /// write, and the caps it replaced until this much later.
+    stale: Duration,
     /// Sockets clients hold open: id → the session they joined.
     held: BTreeMap<String, Key>,
     /// Sockets the Management API closed (answered 204), and how much of its log was read.
@@ -60,10 +64,11 @@ pub struct Seen {
 }
 
 impl Seen {
-    pub fn new(sch: &Schedule, names: Vec<String>) -> Seen {
+    pub fn new(sch: &Schedule, names: Vec<String>, stale: Duration) -> Seen {
         let n = names.len();
         Seen {
             names,
+            stale,
             gcra: sch.tenants.iter().map(|t| t.gcra).collect(),
             round_high: sch.tenants.iter().map(|t| t.caps).collect(),
             lowered: vec![0; n],
@@ -192,7 +197,11 @@ impl Seen {
         }
         let name = self.names[t].clone();
         let n = self.held_in(t) as u64;
-        let cap = self.round_high[t].tenant_connections.max(self.lowered[t]);
+        let since = back(at, self.stale);
+        let cap = self.round_high[t]
+            .tenant_connections
+            .max(self.lowered[t])
+            .max(self.max_cap(t, since, at, |c| c.tenant_connections));
         if n > cap {
             self.violation(format!(
                 "over-admission: clients of tenant {name} hold {n} open sockets once {cid} is \
@@ -200,7 +209,9 @@ impl Seen {
             ));
         }
         let in_session = self.held.values().filter(|k| **k == key).count() as u64;
-        let per = self.round_high[t].per_session;
+        let per = self.round_high[t]
+            .per_session
+            .max(self.max_cap(t, since, at, |c| c.per_session));
         if in_session > per {
             self.violation(format!(
                 "over-admission: session s{s} of {name} has {in_session} open sockets once {cid} \
@@ -211,13 +222,13 @@ impl Seen {
         self.session_admits.entry(key).or_default().push(at);
         let gcra = self.gcra[t];
         let found = over_rate(&self.tenant_admits[t], gcra, |a, b| {
-            self.max_cap(t, a, b, |c| c.tenant_per_minute)
+            self.max_cap(t, back(a, self.stale), b, |c| c.tenant_per_minute)
         });
         if let Some(v) = found {
             self.violation(format!("tenantPerMinute of {name}: {v}"));
         }
         let found = over_rate(&self.session_admits[&key], gcra, |a, b| {
-            self.max_cap(t, a, b, |c| c.session_per_minute)
+            self.max_cap(t, back(a, self.stale), b, |c| c.session_per_minute)
         });
         if let Some(v) = found {
             self.violation(format!("sessionPerMinute of s{s} of {name}: {v}"));
@@ -232,7 +243,7 @@ impl Seen {
         self.messages.entry(key).or_default().push(at);
         // Messages are counted in fixed minutes whatever the tenant's algorithm.
         let found = over_rate(&self.messages[&key], false, |a, b| {
-            self.max_cap(key.0, a, b, |c| c.messages_per_minute)
+            self.max_cap(key.0, back(a, self.stale), b, |c| c.messages_per_minute)
         });
         if let Some(v) = found {
             let name = self.names[key.0].clone();
@@ -269,6 +280,11 @@ impl Seen {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// `at` moved back by `d` (a cached tenant row's age at most).
+fn back(at: Timestamp, d: Duration) -> Timestamp {
+    Timestamp::from_nanos(at.as_nanos().saturating_sub(d.as_nanos() as i64))
 }
 
 /// The documented statuses of each step (the functions' module docs and docs/websocket.md).

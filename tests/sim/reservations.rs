@@ -84,8 +84,12 @@ pub fn generate(
     rounds: usize,
     crash_pct: u32,
     binds: bool,
+    rebinds: bool,
 ) -> Option<(ResSpec, Vec<Vec<Vec<Step>>>)> {
     let mut rng = side_rng(seed, SALT, pct)?;
+    if rebinds {
+        return Some(rebind_heavy(&mut rng, rounds, crash_pct));
+    }
     if binds {
         return Some(bind_heavy(&mut rng, rounds, crash_pct));
     }
@@ -152,6 +156,45 @@ fn bind_heavy(
         ResSpec {
             capacities,
             resources: 2,
+        },
+        lanes,
+    )
+}
+
+/// One coordinate of capacity 1-2, one resource that ends only at the schedule's end, and
+/// reserves and binds to it, each reservation bound again and again (a client repeating its
+/// bind): the end's delivery then releases every binding, and the leak probe sees what a repeat
+/// lost of the first bind's row.
+fn rebind_heavy(
+    rng: &mut fastrand::Rng,
+    rounds: usize,
+    crash_pct: u32,
+) -> (ResSpec, Vec<Vec<Vec<Step>>>) {
+    let capacities = vec![rng.u64(1..=2)];
+    let mut next = 0u32;
+    let lanes = side_lanes(rng, rounds, crash_pct, |rng| {
+        let process = rng.usize(0..2);
+        let drawn = next;
+        Op::Res(if drawn > 0 && rng.u32(0..100) < 75 {
+            ResOp::Bind {
+                r: rng.u32(drawn.saturating_sub(2)..drawn),
+                j: 0,
+                process,
+            }
+        } else {
+            next += 1;
+            ResOp::Reserve {
+                coord: 0,
+                r: drawn,
+                count: 1,
+                process,
+            }
+        })
+    });
+    (
+        ResSpec {
+            capacities,
+            resources: 1,
         },
         lanes,
     )

@@ -98,6 +98,10 @@ pub struct Sim {
     pub res: Actors,
     /// The kv lanes' buckets table.
     pub buckets: String,
+    /// A second authorizer instance's tenant cache (the World's authorizer holds the first): a
+    /// `$connect` carries the limits one of them served, as API Gateway passes the authorizer's
+    /// context, stale by up to the cache's time after a change.
+    authorizer_b: shared::tenant::TenantCache,
     /// One tenant change at a time, as one operator runs `turnstile tenant put`.
     operator: tokio::sync::Mutex<()>,
     /// The next request the proxy holds ([`Fault::Late`]) is numbered this.
@@ -168,12 +172,14 @@ impl Sim {
             shared::mutation::enable(res.table(), m);
             shared::mutation::enable(&buckets, m);
         }
+        let authorizer_b = shared::tenant::TenantCache::new(w.authorizer.tenants.ttl());
         Sim {
             w,
             proxy,
             direct,
             res,
             buckets,
+            authorizer_b,
             operator: tokio::sync::Mutex::new(()),
             late_next: std::sync::atomic::AtomicUsize::new(0),
             lag_us: ticker(),
@@ -219,7 +225,23 @@ impl Sim {
                     mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
                 })
             }
+            Fault::ThrottleReads(pct) | Fault::ThrottleDeletes(pct) => {
+                p.throttle = Some(Throttle {
+                    error: ThrottleError::Throttling,
+                    mode: ThrottleMode::Fraction(f64::from(pct) / 100.0),
+                });
+                let op = if matches!(f, Fault::ThrottleReads(_)) {
+                    "GetItem"
+                } else {
+                    "DeleteItem"
+                };
+                p.only = vec![op.into()];
+            }
             Fault::Delay(ms) => p.delay = Some(Duration::from_millis(u64::from(ms))),
+            Fault::DelayUpdates(ms) => {
+                p.delay = Some(Duration::from_millis(u64::from(ms)));
+                p.only = vec!["UpdateItem".into()];
+            }
             Fault::LoseAnswers(n) => p.lose_answers = u64::from(n),
             Fault::LoseUpdateAnswers(n) => {
                 p.lose_answers = u64::from(n);
@@ -319,7 +341,7 @@ impl Sim {
     /// DynamoDB Local (held by the round's delay, if any). Stalled requests never land.
     async fn settle(&self, fault: Fault, crashed: bool) {
         let delay = match fault {
-            Fault::Delay(ms) => u64::from(ms),
+            Fault::Delay(ms) | Fault::DelayUpdates(ms) => u64::from(ms),
             _ => 0,
         };
         if crashed || delay > 0 {
@@ -361,7 +383,11 @@ impl Sim {
                 .collect(),
             queue: Vec::new(),
             records: 0,
-            seen: Seen::new(sch, tenants.iter().map(|t| t.to_string()).collect()),
+            seen: Seen::new(
+                sch,
+                tenants.iter().map(|t| t.to_string()).collect(),
+                self.w.authorizer.tenants.ttl(),
+            ),
             crashes: 0,
             gone: BTreeSet::new(),
         });
@@ -411,11 +437,36 @@ impl Sim {
                 let run = &run;
                 let tenants = &tenants;
                 async move {
-                    if reconciling && !lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. })) {
-                        // Spread the other lanes over the reconciler's phases.
-                        let at = (sch.seed.wrapping_mul(31).wrapping_add((i * 7 + j) as u64))
-                            % (2 * GRACE.as_millis() as u64 + 200);
-                        tokio::time::sleep(Duration::from_millis(at)).await;
+                    let reconciler = lane.iter().any(|s| matches!(s.op, Op::Reconcile { .. }));
+                    let deletes = lane
+                        .iter()
+                        .all(|s| matches!(s.op, Op::DeleteSession { .. }));
+                    if let (Some(ms), true) = (sch.delete_after_ms, deletes) {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    let delivers = lane.iter().all(|s| matches!(s.op, Op::Deliver { .. }));
+                    match (sch.deliver_at_ms, reconciling) {
+                        (Some(ms), true) if delivers => {
+                            let later = 150 * j as u64;
+                            tokio::time::sleep(Duration::from_millis(ms + later)).await;
+                        }
+                        (Some(_), true) => {}
+                        _ => {}
+                    }
+                    match sch.reconcile_after_ms {
+                        _ if reconciling && sch.deliver_at_ms.is_some() => {}
+                        // The reconciler starts once the other lanes are under way.
+                        Some(ms) if reconciler => {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                        Some(_) => {}
+                        None if reconciling && !reconciler => {
+                            // Spread the other lanes over the reconciler's phases.
+                            let at = (sch.seed.wrapping_mul(31).wrapping_add((i * 7 + j) as u64))
+                                % (2 * GRACE.as_millis() as u64 + 200);
+                            tokio::time::sleep(Duration::from_millis(at)).await;
+                        }
+                        None => {}
                     }
                     for step in lane {
                         self.step(sch, tenants, step, run, (res, kvs)).await;
@@ -475,6 +526,16 @@ impl Sim {
                 .await;
             if failed.is_some() {
                 found("a TTL record failed with no fault injected".into());
+            }
+        }
+        // Before the repair: every tenant filled to its cap and one past it. A leak may refuse
+        // (the reconciler has not run), but a capacity released twice, or a count the reconciler
+        // took too much off, admits past the cap here, where the final repair would hide it.
+        self.fill(sch, &tenants, &run).await;
+        {
+            let mut r = run.lock().unwrap();
+            for v in r.seen.take() {
+                found(v);
             }
         }
         // Twice: the first run's own releases of gone sockets move the count, so its repair may
@@ -572,6 +633,33 @@ impl Sim {
         sch.tenants[t].limits(&r.caps[t], r.shards[t])
     }
 
+    /// The limits the authorizer puts in `$connect`'s context for connection `c` of tenant `t`:
+    /// the tenant row as one of two authorizer instances' tenant caches holds it (production's
+    /// cache and time: a change reaches `$connect` within that time). The authorizer's read is
+    /// unproxied: its failures refuse the socket before `$connect`, which is not judged here.
+    async fn authorized(
+        &self,
+        sch: &Schedule,
+        tenants: &[TenantId],
+        run: &Mutex<Run>,
+        t: usize,
+        c: u32,
+    ) -> Limits {
+        let cache = if sch.seed.wrapping_add(u64::from(c)) % 2 == 0 {
+            &self.w.authorizer.tenants
+        } else {
+            &self.authorizer_b
+        };
+        let direct = shared::Deps {
+            dynamo: self.direct.clone(),
+            ..self.w.env.deps.clone()
+        };
+        match cache.get(&direct, &tenants[t]).await {
+            Ok(Some(tenant)) => tenant.limits,
+            _ => self.limits(sch, run, t),
+        }
+    }
+
     /// The session API's `PUT` or `DELETE` of session `s`.
     async fn session_call(&self, method: &str, t: &TenantId, s: usize) -> Answer {
         let sid = Self::sid(s);
@@ -628,7 +716,7 @@ impl Sim {
                 run.lock().unwrap().seen.answer(op, a);
             }
             Op::Connect { t, s, c, twice } => {
-                let l = self.limits(sch, run, t);
+                let l = self.authorized(sch, tenants, run, t, c).await;
                 let cid = Self::cid(sch, c);
                 let sid = Self::sid(s);
                 let n = if twice { 2 } else { 1 };
@@ -638,8 +726,15 @@ impl Sim {
                 self.w.recorder.mark_gone(&cid);
                 let answers =
                     join_all((0..n).map(|_| self.connect(&tenants[t], &sid, &cid, &l))).await;
-                let mut r = run.lock().unwrap();
                 let admitted = answers.iter().any(|a| a.status() == Some(200));
+                if admitted && sch.open_ms > 0 {
+                    // API Gateway opens the socket after the 200 reaches it: until then the
+                    // Management API answers 410 for it.
+                    let ms = sch.seed.wrapping_mul(31).wrapping_add(u64::from(c) * 17)
+                        % u64::from(sch.open_ms);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                let mut r = run.lock().unwrap();
                 for a in answers {
                     r.seen.answer(op, a);
                 }
@@ -656,7 +751,7 @@ impl Sim {
                 }
             }
             Op::DisconnectFirst { t, s, c } => {
-                let l = self.limits(sch, run, t);
+                let l = self.authorized(sch, tenants, run, t, c).await;
                 let cid = Self::cid(sch, c);
                 let sid = Self::sid(s);
                 self.w.recorder.mark_gone(&cid);
@@ -844,7 +939,10 @@ impl Sim {
             .cloned()
             .unwrap_or_default()
         {
+            // Their clients are gone with the session: no longer held (the sweeper's close of
+            // a gone socket answers 410, never the 204 the oracle otherwise waits for).
             self.w.recorder.mark_gone(&c);
+            r.seen.left(&c);
             r.gone.insert(c);
         }
         r.seen.churned(t_index(sch, t), s);
@@ -935,6 +1033,30 @@ impl Sim {
                     }
                 }
             }
+            // One more, a minute on: the tenant is full as far as its clients can tell (beside
+            // a sharded tenant's allowance after a lowered cap), so it must be refused.
+            let allowed = {
+                let r = run.lock().unwrap();
+                cap.max(r.lowered()[t])
+            };
+            if admitted == free && held + free + 1 > allowed {
+                self.w.env.clock.advance(Duration::from_secs(61));
+                let s = 100 + free as usize;
+                self.session_call("PUT", tid, s).await;
+                let l = self.limits(sch, run, t);
+                let cid = format!("k{:x}p{t}over", sch.seed);
+                let a = self.connect(tid, &Self::sid(s), &cid, &l).await;
+                self.w.recorder.mark_gone(&cid);
+                if a.status() == Some(200) {
+                    found.push(format!(
+                        "over-admission at the end: tenant {tid} admitted a socket past its cap \
+                         {allowed} with {} held by its clients ({ids:?}) and {free} new; the \
+                         product's state, for diagnosis: {}",
+                        held + free,
+                        self.diagnose(tid).await
+                    ));
+                }
+            }
             if admitted < free {
                 found.push(format!(
                     "leaked: tenant {tid} admitted {admitted} of the {free} new sockets its cap \
@@ -952,6 +1074,42 @@ impl Sim {
             }
         }
         found
+    }
+
+    /// Fills every tenant before the final repair: one more new socket than its cap leaves free
+    /// beside the ones its clients hold, each in a new session a minute on (rates never bind),
+    /// judged by the oracle as any admission; the sockets admitted stay open and held.
+    async fn fill(&self, sch: &Schedule, tenants: &[TenantId], run: &Mutex<Run>) {
+        for (t, tid) in tenants.iter().enumerate() {
+            let tries = {
+                let mut r = run.lock().unwrap();
+                r.seen.sync_closed(&self.w.api.received());
+                let held = r.seen.held_in(t) as u64;
+                r.caps[t].tenant_connections.saturating_sub(held) + 1
+            };
+            for k in 0..tries {
+                self.w.env.clock.advance(Duration::from_secs(61));
+                let now = self.w.env.clock.now();
+                let s = 200 + k as usize;
+                let put = self.session_call("PUT", tid, s).await;
+                if put.status() != Some(200) {
+                    continue;
+                }
+                let l = self.limits(sch, run, t);
+                let cid = format!("k{:x}f{t}x{k}", sch.seed);
+                let a = self.connect(tid, &Self::sid(s), &cid, &l).await;
+                let mut r = run.lock().unwrap();
+                if a.status() == Some(200) {
+                    self.w.recorder.mark_live(&cid);
+                    r.seen.sync_closed(&self.w.api.received());
+                    let inc = r.seen.incarnation(t, s);
+                    r.seen.admitted(t, s, inc, &cid, now);
+                } else {
+                    // A leak (not repaired yet) or a shard at its share: the next one may land.
+                    self.w.recorder.mark_gone(&cid);
+                }
+            }
+        }
     }
 
     /// For a violation's message only (never a judge): the sum of the tenant's counter items and

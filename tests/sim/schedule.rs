@@ -15,8 +15,17 @@ pub enum Fault {
     None,
     /// Each request throttled with this probability (percent).
     Throttle(u8),
+    /// Each `GetItem` throttled with this probability (percent): a read that fails after its
+    /// writes before it landed. Drawn only by shapes that ask for it (`only_fault`).
+    ThrottleReads(u8),
+    /// Each `DeleteItem` throttled with this probability (percent): a failed bind's row left
+    /// behind. Drawn only by shapes that ask for it (`only_fault`).
+    ThrottleDeletes(u8),
     /// Each request forwarded this many ms late (its items held meanwhile).
     Delay(u16),
+    /// Each `UpdateItem` forwarded this many ms late, reads at once: a `$connect` is half-way
+    /// between its two writes while others read. Drawn only by shapes that ask for it.
+    DelayUpdates(u16),
     /// The next n requests are applied and answered 500 (the answer lost).
     LoseAnswers(u8),
     /// The same for the next n `UpdateItem`s only (counts and session sets).
@@ -46,8 +55,8 @@ impl Fault {
     pub fn kind(&self) -> &'static str {
         match self {
             Fault::None => "none",
-            Fault::Throttle(_) => "throttle",
-            Fault::Delay(_) => "delay",
+            Fault::Throttle(_) | Fault::ThrottleReads(_) | Fault::ThrottleDeletes(_) => "throttle",
+            Fault::Delay(_) | Fault::DelayUpdates(_) => "delay",
             Fault::LoseAnswers(_) | Fault::LoseUpdateAnswers(_) => "lost-answer",
             Fault::Conflicts => "conflict",
             Fault::StallUpdates => "stall",
@@ -196,6 +205,16 @@ pub struct Schedule {
     /// The clock skew of the second "process" of the reservation and kv lanes (ms, either sign):
     /// two Lambda instances' clocks differ by tens of ms.
     pub skew_ms: i64,
+    /// A socket admitted opens up to this many ms after its `$connect` answered (0: at once).
+    pub open_ms: u16,
+    /// The reconciler's lane starts this long after the round's other lanes, which then start
+    /// at once (`None`: they are spread over its phases instead).
+    pub reconcile_after_ms: Option<u64>,
+    /// In the reconciler's round, each lane of deliveries starts this long (150 ms more for each
+    /// further lane) after the others, which start at once (`None`: lanes are spread).
+    pub deliver_at_ms: Option<u64>,
+    /// Lanes of session DELETEs only start this long after the round's others (`None`: at once).
+    pub delete_after_ms: Option<u64>,
 }
 
 /// The largest clock skew between two simulated instances (ms).
@@ -230,8 +249,29 @@ pub struct Shape {
     pub reshard_pct: u32,
     /// Reservation lanes mostly of binds, ends and deliveries on one small coordinate.
     pub binds: bool,
+    /// Reservation lanes of reserves and binds, again and again, to one resource that ends only
+    /// at the schedule's end (a repeated bind that fails must keep the first one's row).
+    pub rebinds: bool,
     /// Tenants whose `tenantPerMinute` binds before their connection caps.
     pub rate_bound: bool,
+    /// Kv lanes mostly of refunds and unit spends on one small, slow bucket, two lanes a round
+    /// (a refund applied twice shows as the spends it lets in).
+    pub refunds: bool,
+    /// WebSocket lanes after round 0 (drawn either way, so the other draws of a seed stay).
+    pub ws_lanes: bool,
+    /// A socket admitted opens up to this many ms after its `$connect` answered 200, as API
+    /// Gateway's does after the answer reaches it (its Management API answers 410 meanwhile).
+    pub open_ms: u16,
+    /// See [`Schedule::reconcile_after_ms`].
+    pub reconcile_after_ms: Option<u64>,
+    /// The reconciler's round holds `$connect`s to its tenant only, and its run never crashes.
+    pub reconcile_connects: bool,
+    /// The reconciler's round holds TTL deletions of its tenant's sessions as it starts and their
+    /// records' deliveries [`Schedule::deliver_at_ms`] later, and its run never crashes.
+    pub reconcile_sweeps: bool,
+    /// Each round also holds a `$connect` and a DELETE of its session, the DELETE's lane
+    /// starting 60 ms later (inside the socket's opening, with `open_ms`).
+    pub end_races: bool,
 }
 
 impl Default for Shape {
@@ -251,7 +291,15 @@ impl Default for Shape {
             kv_pct: 50,
             reshard_pct: 25,
             binds: false,
+            rebinds: false,
             rate_bound: false,
+            refunds: false,
+            ws_lanes: true,
+            open_ms: 0,
+            reconcile_after_ms: None,
+            reconcile_connects: false,
+            reconcile_sweeps: false,
+            end_races: false,
         }
     }
 }
@@ -378,18 +426,81 @@ impl Schedule {
                             Step { op, crash_ms }
                         })
                         .collect();
-                    lanes.push(steps);
+                    if shape.ws_lanes {
+                        lanes.push(steps);
+                    }
+                }
+                if shape.end_races {
+                    // A `$connect` and its session's DELETE, the DELETE a moment later.
+                    let t = rng.usize(0..tenants.len());
+                    let s = rng.usize(0..sessions);
+                    next_c += 1;
+                    conns.push((t, s, next_c));
+                    let connect = Op::Connect {
+                        t,
+                        s,
+                        c: next_c,
+                        twice: false,
+                    };
+                    for op in [connect, Op::DeleteSession { t, s }] {
+                        lanes.push(vec![Step { op, crash_ms: None }]);
+                    }
                 }
                 if reconcile_round == Some(r) {
                     let t = rng.usize(0..tenants.len());
                     // A third of the runs crash, anywhere in their two graces.
-                    let crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
+                    let mut crash_ms = (rng.u32(0..3) == 0).then(|| rng.u16(0..=3500));
+                    if shape.reconcile_sweeps {
+                        // The tenant's sessions deleted by TTL as the reconciler starts, their
+                        // records delivered while it waits between its read and its repair.
+                        crash_ms = None;
+                        let deliver = |rng: &mut fastrand::Rng| {
+                            let op = Op::Deliver {
+                                pick: rng.u32(..),
+                                again: false,
+                            };
+                            vec![Step { op, crash_ms: None }]
+                        };
+                        lanes = vec![(0..sessions)
+                            .map(|s| Step {
+                                op: Op::Expire { t, s },
+                                crash_ms: None,
+                            })
+                            .collect()];
+                        for _ in 0..3 {
+                            lanes.push(deliver(&mut rng));
+                        }
+                    }
+                    if shape.reconcile_connects {
+                        // `$connect`s to the reconciled tenant beside it, and no crash.
+                        crash_ms = None;
+                        lanes = (0..2)
+                            .map(|_| {
+                                let s = rng.usize(0..sessions);
+                                next_c += 1;
+                                conns.push((t, s, next_c));
+                                let op = Op::Connect {
+                                    t,
+                                    s,
+                                    c: next_c,
+                                    twice: false,
+                                };
+                                vec![Step { op, crash_ms: None }]
+                            })
+                            .collect();
+                    }
                     lanes.push(vec![Step {
                         op: Op::Reconcile { t },
                         crash_ms,
                     }]);
                 }
             }
+            // Sessions of TTL at most 20 s have expired by the reconciler's round.
+            let advance = if shape.reconcile_sweeps && reconcile_round == Some(r) {
+                advance.max(30)
+            } else {
+                advance
+            };
             rounds.push(Round {
                 fault,
                 advance,
@@ -402,6 +513,7 @@ impl Schedule {
             n_rounds,
             shape.crash_pct,
             shape.binds,
+            shape.rebinds,
         )
         .map(|(spec, lanes)| {
             for (round, lanes) in rounds.iter_mut().zip(lanes) {
@@ -409,13 +521,14 @@ impl Schedule {
             }
             spec
         });
-        let kv =
-            kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct).map(|(spec, lanes)| {
+        let kv = kv::generate(seed, shape.kv_pct, n_rounds, shape.crash_pct, shape.refunds).map(
+            |(spec, lanes)| {
                 for (round, lanes) in rounds.iter_mut().zip(lanes) {
                     round.lanes.extend(lanes);
                 }
                 spec
-            });
+            },
+        );
         // Drawn apart (salted), so the other draws of a seed stay as they were.
         let skew_ms = side_rng(seed, 0x5e3e_c10c_0000_0001, 50).map_or(0, |mut r| {
             let ms = r.i64(1..=MAX_SKEW_MS);
@@ -433,6 +546,10 @@ impl Schedule {
             res,
             kv,
             skew_ms,
+            open_ms: shape.open_ms,
+            reconcile_after_ms: shape.reconcile_after_ms,
+            deliver_at_ms: shape.reconcile_sweeps.then_some(2200),
+            delete_after_ms: shape.end_races.then_some(60),
         }
     }
 
