@@ -1,0 +1,144 @@
+//! Leases: a region's allotment is good only until `leaseUntil`, which the region renews on its
+//! own item. A region that stops renewing is *reclaimed* once its lease plus a grace (the clock
+//! margin, and in bounded mode the overdraw time) is behind the reclaimer's clock: step 1 of a
+//! move performed on its behalf, which also bumps its epoch so a late renewal is refused.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::error::RegionError;
+use super::ledger::{attr, read_region, Change, Entry, LedgerKey, LedgerStore, Write, Written};
+use super::saga::Move;
+use crate::clock::Timestamp;
+use crate::dynamo::item::n;
+
+/// How long a lease runs and how often it is renewed, and the clock margin between regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTerms {
+    pub lease: Duration,
+    pub renew_every: Duration,
+    /// The largest difference between two regions' clocks this deployment assumes.
+    pub clock_margin: Duration,
+}
+
+impl Default for LeaseTerms {
+    fn default() -> Self {
+        LeaseTerms {
+            lease: Duration::from_secs(30),
+            renew_every: Duration::from_secs(10),
+            clock_margin: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Extends `region`'s lease to `now + lease` if its epoch is still `epoch`. 1 `UpdateItem`.
+/// `Fenced`: the region was reclaimed and must read its item again (its allotment is then 0).
+pub async fn renew<S: LedgerStore>(
+    store: &S,
+    limit: &str,
+    region: &str,
+    epoch: u64,
+    now: Timestamp,
+    terms: &LeaseTerms,
+) -> Result<Timestamp, RegionError> {
+    let until = now.plus(terms.lease);
+    let w = Write {
+        key: LedgerKey::region(limit, region),
+        change: Change::Update("SET #u = :u".into()),
+        condition: "#e = :e AND #u <= :u".into(),
+        names: HashMap::from([
+            ("#u".to_string(), attr::LEASE_UNTIL.to_string()),
+            ("#e".to_string(), attr::EPOCH.to_string()),
+        ]),
+        values: HashMap::from([
+            (":u".to_string(), n(until.as_nanos())),
+            (":e".to_string(), n(epoch)),
+        ]),
+    };
+    match store.write(w).await? {
+        Written::Applied => Ok(until),
+        Written::Refused(None) => Err(RegionError::NoRegion {
+            limit: limit.to_string(),
+            region: region.to_string(),
+        }),
+        Written::Refused(Some(it)) => {
+            let row = super::ledger::RegionRow::from_item(&it)?;
+            if row.epoch != epoch {
+                Err(RegionError::Fenced {
+                    limit: limit.to_string(),
+                    region: region.to_string(),
+                    epoch: row.epoch,
+                })
+            } else {
+                // A later lease is already there (a retried renewal): keep it.
+                Ok(row.lease_until)
+            }
+        }
+    }
+}
+
+/// Takes back all of `region`'s allotment once its lease plus `grace` is behind `now`, as the
+/// first step of a move to `to` (finished by [`super::saga::record`] and
+/// [`super::saga::raise`]). The amount is released `period` after the grace ends: the region
+/// may have spent its whole burst just before its lease ran out. 1 `GetItem` + 1 `UpdateItem`.
+/// `Ok(None)`: nothing to take (allotment 0).
+pub async fn reclaim<S: LedgerStore>(
+    store: &S,
+    limit: &str,
+    region: &str,
+    to: &str,
+    now: Timestamp,
+    grace: Duration,
+    period: Duration,
+) -> Result<Option<Move>, RegionError> {
+    let row = read_region(store, limit, region).await?;
+    let free_at = row.lease_until.plus(grace);
+    if now <= free_at {
+        return Err(RegionError::LeaseHeld {
+            limit: limit.to_string(),
+            region: region.to_string(),
+            until: free_at,
+        });
+    }
+    if row.allotment == 0 {
+        return Ok(None);
+    }
+    let mv = Move {
+        limit: limit.to_string(),
+        id: super::ledger::new_move_id(),
+        from: region.to_string(),
+        to: to.to_string(),
+        amount: row.allotment,
+    };
+    let entry = Entry {
+        from: mv.from.clone(),
+        to: mv.to.clone(),
+        amount: mv.amount,
+        release_at: free_at.plus(period),
+    };
+    let w = Write {
+        key: LedgerKey::region(limit, region),
+        change: Change::Update("SET #a = :zero, #e = :next, #o.#id = :m".into()),
+        condition: "#a = :a AND #e = :e AND #u = :u AND attribute_not_exists(#o.#id)".into(),
+        names: HashMap::from([
+            ("#a".to_string(), attr::ALLOTMENT.to_string()),
+            ("#e".to_string(), attr::EPOCH.to_string()),
+            ("#u".to_string(), attr::LEASE_UNTIL.to_string()),
+            ("#o".to_string(), attr::OUTBOX.to_string()),
+            ("#id".to_string(), mv.id.clone()),
+        ]),
+        values: HashMap::from([
+            (":zero".to_string(), n(0)),
+            (":a".to_string(), n(row.allotment)),
+            (":e".to_string(), n(row.epoch)),
+            (":next".to_string(), n(row.epoch + 1)),
+            (":u".to_string(), n(row.lease_until.as_nanos())),
+            (":m".to_string(), entry.to_value()),
+        ]),
+    };
+    match store.write(w).await? {
+        Written::Applied => Ok(Some(mv)),
+        // The region renewed, moved or was reclaimed meanwhile: nothing taken.
+        Written::Refused(_) => Ok(None),
+    }
+}
