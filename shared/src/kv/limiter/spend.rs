@@ -21,6 +21,7 @@ use crate::dynamo::retry::{self, Backoff, Jitter};
 use crate::dynamo::txn::{self};
 use crate::gcra::{self, Decision, Rate};
 use crate::gcra_write::{self, Case, Next, SpendPlan, StateWrite, Target};
+use crate::region::Regional;
 
 /// The pause before a transaction retried after a conflict: 5, 10, 20 ms (no jitter).
 pub(super) const CONFLICT_BACKOFF: Backoff = Backoff {
@@ -43,7 +44,10 @@ impl Limiter {
     ) -> Result<Outcome, KvError> {
         let started = Instant::now();
         let mut out = match self.locate_cost(name, id, cost) {
-            Ok(at) => self.spend_at(&at, cost, now).await,
+            Ok(at) => match self.regional_share(at, now) {
+                Ok(at) => self.spend_at(&at, cost, now).await,
+                Err(refused) => Ok(refused),
+            },
             Err(e) => Err(e),
         };
         let shadow = self.limits().current().name(name).is_some_and(|d| d.shadow);
@@ -86,6 +90,31 @@ impl Limiter {
         self.write_item(Op::Spend, &at.bucket, item, cost, now)
             .await
             .map_err(|(e, _)| e)
+    }
+
+    /// A global limit's bucket at this region's share of it (decision 4200), or the refusal to
+    /// answer without a call when the region holds no usable allotment. No call either way.
+    fn regional_share(&self, mut at: Located, now: Timestamp) -> Result<Located, Outcome> {
+        let Some(allotments) = &self.regional else {
+            return Ok(at);
+        };
+        match allotments.rate_for(&at.bucket.key(), now) {
+            Regional::NotGlobal => Ok(at),
+            Regional::Share(rate) => {
+                at.rate = rate;
+                Ok(at)
+            }
+            Regional::Refuse { retry_in } => {
+                let decision = Decision {
+                    allowed: false,
+                    remaining: 0,
+                    retry_in,
+                    reset_in: retry_in,
+                    new_tat: now,
+                };
+                Err(Self::outcome(&at.bucket, at.rate, decision))
+            }
+        }
     }
 
     /// [`locate`](Self::locate) for a spend or refund, which needs a cost of at least 1.
