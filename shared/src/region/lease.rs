@@ -77,11 +77,14 @@ pub async fn renew<S: LedgerStore>(
     }
 }
 
-/// Takes back all of `region`'s allotment once its lease plus `grace` is behind `now`, as the
-/// first step of a move to `to` (finished by [`super::saga::record`] and
-/// [`super::saga::raise`]). The amount is released `period` after the grace ends: the region
-/// may have spent its whole burst just before its lease ran out. 1 `GetItem` + 1 `UpdateItem`.
-/// `Ok(None)`: nothing to take (allotment 0).
+/// Takes back all of `region`'s allotment once its lease plus `grace` is behind `now`, together
+/// with the moves in transit to it (`incoming`, from [`super::saga::in_transit`]): one write on
+/// its item marks each incoming move received there (so it can never be raised there later) and
+/// puts the whole amount in its outbox as one move to `to`, bumping its epoch. The amount is
+/// released `period` after the grace ends (the region may have spent its whole burst just before
+/// its lease ran out), and not before any incoming move's own release. Finished by
+/// [`super::saga::record`] and [`super::saga::raise`]. 1 `GetItem` + 1 `UpdateItem`.
+/// `Ok(None)`: nothing to take.
 pub async fn reclaim<S: LedgerStore>(
     store: &S,
     limit: &str,
@@ -90,6 +93,7 @@ pub async fn reclaim<S: LedgerStore>(
     now: Timestamp,
     grace: Duration,
     period: Duration,
+    incoming: &[(String, Entry)],
 ) -> Result<Option<Move>, RegionError> {
     let row = read_region(store, limit, region).await?;
     let free_at = row.lease_until.plus(grace);
@@ -100,7 +104,12 @@ pub async fn reclaim<S: LedgerStore>(
             until: free_at,
         });
     }
-    if row.allotment == 0 {
+    let incoming: Vec<&(String, Entry)> = incoming
+        .iter()
+        .filter(|(id, e)| e.to == region && !row.inbox.contains_key(id))
+        .collect();
+    let amount = row.allotment + incoming.iter().map(|(_, e)| e.amount).sum::<u64>();
+    if amount == 0 {
         return Ok(None);
     }
     let mv = Move {
@@ -108,33 +117,51 @@ pub async fn reclaim<S: LedgerStore>(
         id: super::ledger::new_move_id(),
         from: region.to_string(),
         to: to.to_string(),
-        amount: row.allotment,
+        amount,
     };
+    let release_at = incoming
+        .iter()
+        .map(|(_, e)| e.release_at)
+        .fold(free_at.plus(period), Timestamp::max);
     let entry = Entry {
         from: mv.from.clone(),
         to: mv.to.clone(),
-        amount: mv.amount,
-        release_at: free_at.plus(period),
+        amount,
+        release_at,
     };
+    let mut names = HashMap::from([
+        ("#a".to_string(), attr::ALLOTMENT.to_string()),
+        ("#e".to_string(), attr::EPOCH.to_string()),
+        ("#u".to_string(), attr::LEASE_UNTIL.to_string()),
+        ("#o".to_string(), attr::OUTBOX.to_string()),
+        ("#id".to_string(), mv.id.clone()),
+    ]);
+    if !incoming.is_empty() {
+        names.insert("#i".to_string(), attr::INBOX.to_string());
+    }
+    let mut values = HashMap::from([
+        (":zero".to_string(), n(0)),
+        (":a".to_string(), n(row.allotment)),
+        (":e".to_string(), n(row.epoch)),
+        (":next".to_string(), n(row.epoch + 1)),
+        (":u".to_string(), n(row.lease_until.as_nanos())),
+        (":m".to_string(), entry.to_value()),
+    ]);
+    let mut update = "SET #a = :zero, #e = :next, #o.#id = :m".to_string();
+    let mut condition =
+        "#a = :a AND #e = :e AND #u = :u AND attribute_not_exists(#o.#id)".to_string();
+    for (k, (id, e)) in incoming.iter().enumerate() {
+        names.insert(format!("#in{k}"), id.clone());
+        values.insert(format!(":in{k}"), n(e.amount));
+        update.push_str(&format!(", #i.#in{k} = :in{k}"));
+        condition.push_str(&format!(" AND attribute_not_exists(#i.#in{k})"));
+    }
     let w = Write {
         key: LedgerKey::region(limit, region),
-        change: Change::Update("SET #a = :zero, #e = :next, #o.#id = :m".into()),
-        condition: "#a = :a AND #e = :e AND #u = :u AND attribute_not_exists(#o.#id)".into(),
-        names: HashMap::from([
-            ("#a".to_string(), attr::ALLOTMENT.to_string()),
-            ("#e".to_string(), attr::EPOCH.to_string()),
-            ("#u".to_string(), attr::LEASE_UNTIL.to_string()),
-            ("#o".to_string(), attr::OUTBOX.to_string()),
-            ("#id".to_string(), mv.id.clone()),
-        ]),
-        values: HashMap::from([
-            (":zero".to_string(), n(0)),
-            (":a".to_string(), n(row.allotment)),
-            (":e".to_string(), n(row.epoch)),
-            (":next".to_string(), n(row.epoch + 1)),
-            (":u".to_string(), n(row.lease_until.as_nanos())),
-            (":m".to_string(), entry.to_value()),
-        ]),
+        change: Change::Update(update),
+        condition,
+        names,
+        values,
     };
     match store.write(w).await? {
         Written::Applied => Ok(Some(mv)),

@@ -1,0 +1,496 @@
+//! Simulated regions under a random fault schedule (one seed decides everything): three regions,
+//! each its own table namespace on DynamoDB Local for its regional buckets and two processes
+//! (a process's allotment may be a refresh behind its neighbour's), one ledger table behind the
+//! MRSC model of [`super::mrsc`], and a rebalancer in each region.
+//!
+//! Faults: region loss (and return), partitions from the ledger, clock skew within the stated
+//! margin, process crashes (a new sandbox starts with no allotment), crashes between saga steps,
+//! retried calls, lost answers and replicated write conflicts. Demand shifts from one region to
+//! another over the schedule. The oracle ([`super::oracle`]) judges every step and the end.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use shared::clock::{Clock, ManualClock, Timestamp};
+use shared::kv::{LimitSet, Limiter, Limits};
+use shared::region::ledger::{self, read_all, read_region};
+use shared::region::policy::{plan, Hysteresis, Standing};
+use shared::region::saga::{self, Move};
+use shared::region::{
+    lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, RegionError,
+};
+use shared::table::TableKind;
+use turnstile_tests::TestEnv;
+
+use super::mrsc::{Mrsc, Net};
+use super::oracle;
+
+/// 7,207.2 ms: divisible into whole nanoseconds by every allotment from 1 to 16, so each
+/// region's emission interval is exact and the oracle needs no rounding allowance.
+const PERIOD: Duration = Duration::from_micros(7_207_200);
+pub const TOTAL: u64 = 12;
+const REGIONS: [&str; 3] = ["us-east-1", "us-east-2", "us-west-2"];
+const REFRESH: Duration = Duration::from_millis(1_000);
+const TERMS: LeaseTerms = LeaseTerms {
+    lease: Duration::from_secs(6),
+    renew_every: Duration::from_secs(2),
+    clock_margin: Duration::from_millis(500),
+};
+
+/// What a schedule runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub seed: u64,
+    pub steps: usize,
+    pub mode: Mode,
+    /// A deliberate defect: moves released with no quarantine (the oracle must catch it).
+    pub no_quarantine: bool,
+}
+
+/// What a schedule saw.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub violations: Vec<String>,
+    pub admitted: usize,
+    pub asked: usize,
+    pub moves: usize,
+    pub reclaims: usize,
+    pub conflicts: u64,
+    pub lost_answers: u64,
+}
+
+struct Process {
+    allot: Arc<Allotments>,
+    lim: Limiter,
+    next_refresh: Timestamp,
+}
+
+struct Region {
+    name: &'static str,
+    skew_ms: i64,
+    store: Mrsc,
+    procs: Vec<Process>,
+    down_until: Option<Timestamp>,
+    epoch: u64,
+    next_renew: Timestamp,
+    /// Real instants of requests asked of this region (its reported demand).
+    asked: Vec<Timestamp>,
+    env: TestEnv,
+}
+
+impl Region {
+    fn now(&self, real: Timestamp) -> Timestamp {
+        Timestamp::from_nanos(real.as_nanos() + self.skew_ms * 1_000_000)
+    }
+    fn up(&self, real: Timestamp) -> bool {
+        self.down_until.is_none_or(|t| real >= t)
+    }
+}
+
+struct World {
+    setup: Setup,
+    rng: fastrand::Rng,
+    real: ManualClock,
+    net: Arc<Mutex<Net>>,
+    truth: DynamoLedger,
+    declared: Declared,
+    limits: Arc<Limits>,
+    regions: Vec<Region>,
+    admitted: Vec<Timestamp>,
+    report: Report,
+    /// The end of the schedule: no new moves, only resumptions and reclaims.
+    settling: bool,
+}
+
+fn limits() -> Arc<Limits> {
+    let yaml = format!(
+        "names:\n  Global: {{ id: 1, format: string }}\ndefaults:\n  Global: {{ burst: {TOTAL}, \
+         count: {TOTAL}, period: {}us }}\n",
+        PERIOD.as_micros()
+    );
+    Arc::new(Limits::new(LimitSet::from_yaml(&yaml).expect("limits")))
+}
+
+async fn world(setup: Setup) -> World {
+    let mut rng = fastrand::Rng::with_seed(setup.seed);
+    let limits = limits();
+    let set = limits.current();
+    let bucket = set.bucket("Global", "t").expect("bucket").key();
+    let global = set.rate(&set.bucket("Global", "t").expect("bucket")).expect("rate");
+    let names = REGIONS.iter().map(|r| r.to_string()).collect();
+    let declared = Declared::new(&bucket, global, names, setup.mode).expect("declared");
+    let first = TestEnv::new(&[TableKind::Buckets]).await;
+    let real = ManualClock::starting_now();
+    let truth = DynamoLedger {
+        client: first.deps.dynamo.clone(),
+        table: format!("{}ledger", first.prefix),
+    };
+    ledger::create_table(&truth.client, &truth.table)
+        .await
+        .expect("ledger table");
+    let net = Arc::new(Mutex::new(Net {
+        rng: Some(fastrand::Rng::with_seed(setup.seed ^ 0x5eed)),
+        lose_answer_permille: rng.u32(0..60),
+        conflict_permille: rng.u32(0..60),
+        ..Net::default()
+    }));
+    let t0 = real.now();
+    ledger::init(&truth, &bucket, &declared.split(), t0.plus(TERMS.lease))
+        .await
+        .expect("init");
+    let mut regions = Vec::new();
+    let mut env = Some(first);
+    for name in REGIONS {
+        let env = match env.take() {
+            Some(e) => e,
+            None => TestEnv::new(&[TableKind::Buckets]).await,
+        };
+        let half = TERMS.clock_margin.as_millis() as i64 / 2;
+        let procs = (0..2)
+            .map(|_| {
+                let allot = Arc::new(Allotments::new(name, REFRESH));
+                allot.declare(declared.clone());
+                let lim = Limiter::new(env.deps.dynamo.clone(), &env.deps.tables.buckets, limits.clone())
+                    .with_allotments(allot.clone());
+                Process {
+                    allot,
+                    lim,
+                    next_refresh: t0,
+                }
+            })
+            .collect();
+        regions.push(Region {
+            name,
+            skew_ms: rng.i64(-half..=half),
+            store: Mrsc {
+                inner: truth.clone(),
+                region: name.to_string(),
+                net: net.clone(),
+                real: real.clone(),
+                latency: Duration::from_millis(100),
+            },
+            procs,
+            down_until: None,
+            epoch: 0,
+            next_renew: t0,
+            asked: Vec::new(),
+            env,
+        });
+    }
+    World {
+        setup,
+        rng,
+        real,
+        net,
+        truth,
+        declared,
+        limits,
+        regions,
+        admitted: Vec::new(),
+        report: Report::default(),
+        settling: false,
+    }
+}
+
+/// Sends `op` up to `tries` times while it fails retryably or with a lost answer: a caller's
+/// retry. The last answer is returned.
+macro_rules! retried {
+    ($tries:expr, $op:expr) => {{
+        let mut out = $op.await;
+        for _ in 1..$tries {
+            match &out {
+                Err(RegionError::Conflict { .. }) | Err(RegionError::Store { .. }) => {
+                    out = $op.await
+                }
+                _ => break,
+            }
+        }
+        out
+    }};
+}
+
+impl World {
+    fn bucket(&self) -> String {
+        self.declared.bucket.clone()
+    }
+
+    /// Clients ask; answers that say admitted are what the oracle judges.
+    async fn requests(&mut self, progress: f64) {
+        let weights = [0.8 * (1.0 - progress) + 0.1, 0.8 * progress + 0.1, 0.1];
+        for _ in 0..self.rng.usize(0..5) {
+            let x = self.rng.f64() * weights.iter().sum::<f64>();
+            let r = if x < weights[0] {
+                0
+            } else if x < weights[0] + weights[1] {
+                1
+            } else {
+                2
+            };
+            let real = self.real.now();
+            let region = &mut self.regions[r];
+            region.asked.push(real);
+            self.report.asked += 1;
+            if !region.up(real) {
+                continue;
+            }
+            let p = self.rng.usize(0..region.procs.len());
+            let now = region.now(real);
+            let out = region.procs[p].lim.spend("Global", "t", 1, now).await;
+            if out.expect("regional spend").decision.allowed {
+                self.admitted.push(real);
+                self.report.admitted += 1;
+            }
+        }
+    }
+
+    /// Each live region renews its lease and its processes refresh, when due.
+    async fn upkeep(&mut self) {
+        let bucket = self.bucket();
+        let real = self.real.now();
+        for region in &mut self.regions {
+            if !region.up(real) {
+                continue;
+            }
+            let now = region.now(real);
+            if now >= region.next_renew {
+                let renewed = retried!(
+                    2,
+                    lease::renew(&region.store, &bucket, region.name, region.epoch, now, &TERMS)
+                );
+                match renewed {
+                    Ok(_) => region.next_renew = now.plus(TERMS.renew_every),
+                    Err(RegionError::Fenced { .. }) => {
+                        if let Ok(row) = read_region(&region.store, &bucket, region.name).await {
+                            region.epoch = row.epoch;
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+            for p in &mut region.procs {
+                if now >= p.next_refresh {
+                    if let Ok(held) = p.allot.refresh(&region.store, &bucket, now).await {
+                        region.epoch = region.epoch.max(held.epoch);
+                    }
+                    p.next_refresh = now.plus(REFRESH / 2);
+                }
+            }
+        }
+    }
+
+    /// One region's rebalancer: resumes moves it gives or receives, reclaims regions whose lease
+    /// ran out, and, if it is the giver the policy picks, starts a move.
+    async fn rebalance(&mut self, r: usize) {
+        let bucket = self.bucket();
+        let real = self.real.now();
+        if !self.regions[r].up(real) {
+            return;
+        }
+        let now = self.regions[r].now(real);
+        let store = self.regions[r].store.clone();
+        let name = self.regions[r].name;
+        let Ok((rows, _)) = read_all(&store, &bucket).await else {
+            return;
+        };
+        // Finish moves to this region whose release has come (crashes leave them behind).
+        for (id, entry) in saga::in_transit(&rows) {
+            if entry.to != name || now < entry.release_at {
+                continue;
+            }
+            if retried!(3, saga::record(&store, &bucket, &entry.from, &id)).is_ok() {
+                let _ = retried!(3, saga::raise(&store, &bucket, &id, now));
+            }
+        }
+        let grace = TERMS.clock_margin + self.declared.overdraw_for();
+        let moving = saga::in_transit(&rows);
+        for row in &rows {
+            if row.region != name && now > row.lease_until.plus(grace) {
+                let got = retried!(
+                    2,
+                    lease::reclaim(
+                        &store,
+                        &bucket,
+                        &row.region,
+                        name,
+                        now,
+                        grace,
+                        PERIOD,
+                        &moving
+                    )
+                );
+                if std::env::var("TURNSTILE_REGION_DEBUG").is_ok() {
+                    eprintln!("reclaim {} by {name}: {got:?}", row.region);
+                }
+                if let Ok(Some(mv)) = got {
+                    self.report.reclaims += 1;
+                    let _ = retried!(2, saga::record(&store, &bucket, &mv.from, &mv.id));
+                }
+            }
+        }
+        let standing: Vec<Standing> = rows
+            .iter()
+            .map(|row| {
+                let i = REGIONS.iter().position(|x| *x == row.region).unwrap_or(0);
+                let since = real.minus(PERIOD);
+                Standing {
+                    region: row.region.clone(),
+                    allotment: row.allotment,
+                    demand: self.regions[i].asked.iter().filter(|t| **t > since).count() as u64,
+                    live: now <= row.lease_until.plus(grace),
+                }
+            })
+            .collect();
+        if self.settling {
+            return;
+        }
+        let Some(order) = plan(&standing, &Hysteresis::default()) else {
+            return;
+        };
+        if order.from != name {
+            return;
+        }
+        let quarantine = if self.setup.no_quarantine {
+            Duration::ZERO
+        } else {
+            saga::quarantine(&self.declared, REFRESH, TERMS.clock_margin)
+        };
+        let mv = Move {
+            limit: bucket.clone(),
+            id: ledger::new_move_id(),
+            from: order.from,
+            to: order.to,
+            amount: order.amount,
+        };
+        let epoch = self.regions[r].epoch;
+        let lowered = retried!(3, saga::lower(&store, &mv, epoch, now.plus(quarantine)));
+        if lowered.is_err() {
+            return;
+        }
+        self.report.moves += 1;
+        // A crash between the steps: the move is finished later by the receiver's resumption.
+        if self.rng.u32(0..10) == 0 {
+            return;
+        }
+        let _ = retried!(3, saga::record(&store, &bucket, &mv.from, &mv.id));
+    }
+
+    fn faults(&mut self) {
+        let real = self.real.now();
+        let roll = self.rng.u32(0..1000);
+        let r = self.rng.usize(0..self.regions.len());
+        match roll {
+            0..=7 => {
+                let down = Duration::from_millis(self.rng.u64(1_000..15_000));
+                self.regions[r].down_until = Some(real.plus(down));
+            }
+            8..=15 => {
+                let mut net = self.net.lock().expect("net");
+                if !net.partitioned.insert(REGIONS[r].to_string()) {
+                    net.partitioned.remove(REGIONS[r]);
+                }
+            }
+            16..=23 => {
+                let p = self.rng.usize(0..self.regions[r].procs.len());
+                let region = &mut self.regions[r];
+                let allot = Arc::new(Allotments::new(region.name, REFRESH));
+                allot.declare(self.declared.clone());
+                let fresh = Limiter::new(
+                    region.env.deps.dynamo.clone(),
+                    &region.env.deps.tables.buckets,
+                    self.limits.clone(),
+                )
+                .with_allotments(allot.clone());
+                region.procs[p] = Process {
+                    allot,
+                    lim: fresh,
+                    next_refresh: region.now(real),
+                };
+            }
+            _ => {}
+        }
+    }
+
+    async fn check_ledger(&mut self, step: usize) {
+        let rows = match read_all(&self.truth, &self.declared.bucket).await {
+            Ok((rows, _)) => rows,
+            Err(e) => {
+                self.report.violations.push(format!("step {step}: ledger unreadable: {e}"));
+                return;
+            }
+        };
+        if let Some(v) = oracle::sum_violation(&rows, TOTAL) {
+            self.report.violations.push(format!("step {step}: {v}"));
+        }
+    }
+}
+
+/// Runs one schedule and judges it.
+pub async fn run(setup: Setup) -> Report {
+    let mut w = world(setup).await;
+    for step in 0..setup.steps {
+        let dt = Duration::from_millis(w.rng.u64(20..300));
+        w.real.advance(dt);
+        w.faults();
+        w.upkeep().await;
+        w.requests(step as f64 / setup.steps as f64).await;
+        if w.rng.u32(0..4) == 0 {
+            let r = w.rng.usize(0..w.regions.len());
+            w.rebalance(r).await;
+        }
+        w.check_ledger(step).await;
+    }
+    // The end: every fault healed, one region gone for good; after its lease, grace and the
+    // quarantine, everything it held and everything in transit is back with the live regions.
+    let gone = w.rng.usize(0..w.regions.len());
+    w.settling = true;
+    w.net.lock().expect("net").partitioned.clear();
+    w.net.lock().expect("net").conflict_permille = 0;
+    w.net.lock().expect("net").lose_answer_permille = 0;
+    let real = w.real.now();
+    for (i, region) in w.regions.iter_mut().enumerate() {
+        region.down_until = (i == gone).then_some(Timestamp::MAX);
+    }
+    let settle = TERMS.lease
+        + TERMS.clock_margin * 2
+        + w.declared.overdraw_for() * 2
+        + saga::quarantine(&w.declared, REFRESH, TERMS.clock_margin) * 2;
+    while w.real.now() < real.plus(settle) {
+        w.real.advance(Duration::from_millis(250));
+        w.upkeep().await;
+        w.requests(1.0).await;
+        for r in 0..w.regions.len() {
+            w.rebalance(r).await;
+        }
+        w.check_ledger(setup.steps).await;
+    }
+    if let Ok((rows, _)) = read_all(&w.truth, &w.declared.bucket).await {
+        let (held, moving) = oracle::sums(&rows);
+        let stranded: u64 = rows
+            .iter()
+            .filter(|r| r.region == REGIONS[gone])
+            .map(|r| r.allotment)
+            .sum();
+        if std::env::var("TURNSTILE_REGION_DEBUG").is_ok() {
+            for r in &rows {
+                eprintln!("{r:?}");
+            }
+            eprintln!("now {}", w.real.now());
+        }
+        if moving != 0 || stranded != 0 || held != TOTAL {
+            w.report.violations.push(format!(
+                "stranded after expiry: gone region {} holds {stranded}, {moving} in transit, \
+                 live regions hold {}",
+                REGIONS[gone],
+                held - stranded,
+            ));
+        }
+    }
+    if let Some(v) = oracle::over_window(&w.admitted, w.declared.published_bound(), PERIOD) {
+        w.report.violations.push(v);
+    }
+    let net = w.net.lock().expect("net");
+    w.report.conflicts = net.conflicts;
+    w.report.lost_answers = net.lost_answers;
+    drop(net);
+    w.report
+}
