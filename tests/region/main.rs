@@ -61,7 +61,8 @@ async fn fixed_schedules_bounded() {
 #[tokio::test]
 async fn without_the_quarantine_the_oracle_sees_a_window_over_the_limit() {
     let mut caught = None;
-    for seed in 1..=20 {
+    // Seed 15 catches it; the others are there should a change of the schedule move the catch.
+    for seed in (15..=40).chain(1..15) {
         let mut s = setup(seed, Mode::Exact);
         s.no_quarantine = true;
         let r = sim::run(s).await;
@@ -82,23 +83,31 @@ async fn a_last_writer_wins_counter_over_admits() {
     println!("last writer wins: {admitted} admitted; {v}");
 }
 
-/// Many schedules: `make soak-region REGION_SCHEDULES=N`.
+/// Many schedules: `make soak-region REGION_SCHEDULES=N WORKERS=K`.
 #[tokio::test]
 #[ignore]
 async fn soak() {
-    let n: u64 = std::env::var("TURNSTILE_REGION_SCHEDULES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let first: u64 = std::env::var("TURNSTILE_REGION_FIRST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    use futures::StreamExt;
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = var("TURNSTILE_REGION_SCHEDULES", 100);
+    let first = var("TURNSTILE_REGION_FIRST_SEED", 1);
+    let workers = var("TURNSTILE_REGION_WORKERS", 6).max(1) as usize;
+    let started = std::time::Instant::now();
+    let mut runs = futures::stream::iter(first..first + n)
+        .map(|seed| async move {
+            let mode = if seed % 4 == 0 { BOUNDED } else { Mode::Exact };
+            (seed, mode, sim::run(setup(seed, mode)).await)
+        })
+        .buffer_unordered(workers);
     let mut failed = Vec::new();
-    let (mut admitted, mut moves, mut reclaims, mut conflicts) = (0, 0, 0, 0);
-    for seed in first..first + n {
-        let mode = if seed % 4 == 0 { BOUNDED } else { Mode::Exact };
-        let r = sim::run(setup(seed, mode)).await;
+    let (mut done, mut admitted, mut moves, mut reclaims, mut conflicts) = (0, 0, 0, 0, 0);
+    while let Some((seed, mode, r)) = runs.next().await {
+        done += 1;
         admitted += r.admitted;
         moves += r.moves;
         reclaims += r.reclaims;
@@ -107,10 +116,14 @@ async fn soak() {
             eprintln!("seed {seed} ({mode:?}): {v}");
             failed.push(seed);
         }
+        if done % 100 == 0 {
+            eprintln!("{done} schedules, {} violating, {:?}", failed.len(), started.elapsed());
+        }
     }
     println!(
-        "{n} schedules from seed {first}: {} with violations; {admitted} admitted, {moves} moves, \
-         {reclaims} reclaims, {conflicts} replicated write conflicts",
+        "{n} schedules from seed {first} in {:?}: {} with violations; {admitted} admitted, \
+         {moves} moves, {reclaims} reclaims, {conflicts} replicated write conflicts",
+        started.elapsed(),
         failed.len()
     );
     assert!(failed.is_empty(), "violating seeds: {failed:?}");

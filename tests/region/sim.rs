@@ -14,7 +14,7 @@ use std::time::Duration;
 use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::kv::{LimitSet, Limiter, Limits};
 use shared::region::ledger::{self, read_all, read_region};
-use shared::region::policy::{plan, Hysteresis, Standing};
+use shared::region::policy::{plan, Hysteresis, Order, Standing};
 use shared::region::saga::{self, Move};
 use shared::region::{
     lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, RegionError,
@@ -100,6 +100,7 @@ struct World {
     report: Report,
     /// The end of the schedule: no new moves, only resumptions and reclaims.
     settling: bool,
+    busy: Vec<bool>,
 }
 
 fn limits() -> Arc<Limits> {
@@ -189,6 +190,7 @@ async fn world(setup: Setup) -> World {
         admitted: Vec::new(),
         report: Report::default(),
         settling: false,
+        busy: vec![true; REGIONS.len()],
     }
 }
 
@@ -214,32 +216,40 @@ impl World {
         self.declared.bucket.clone()
     }
 
-    /// Clients ask; answers that say admitted are what the oracle judges.
+    /// Clients ask; answers that say admitted are what the oracle judges. Demand shifts from the
+    /// first region to the second over the schedule, and each region goes quiet and busy again at
+    /// random (a quiet region's bucket fills, and it spends its whole burst when busy again).
     async fn requests(&mut self, progress: f64) {
         let weights = [0.8 * (1.0 - progress) + 0.1, 0.8 * progress + 0.1, 0.1];
-        for _ in 0..self.rng.usize(0..5) {
-            let x = self.rng.f64() * weights.iter().sum::<f64>();
-            let r = if x < weights[0] {
-                0
-            } else if x < weights[0] + weights[1] {
-                1
+        for r in 0..self.regions.len() {
+            if self.rng.u32(0..100) < 4 {
+                self.busy[r] = !self.busy[r];
+            }
+            let asks = if self.busy[r] {
+                (self.rng.f64() * 8.0 * weights[r]).round() as usize
             } else {
-                2
+                usize::from(self.rng.u32(0..20) == 0)
             };
-            let real = self.real.now();
-            let region = &mut self.regions[r];
-            region.asked.push(real);
-            self.report.asked += 1;
-            if !region.up(real) {
-                continue;
+            for _ in 0..asks {
+                self.ask(r).await;
             }
-            let p = self.rng.usize(0..region.procs.len());
-            let now = region.now(real);
-            let out = region.procs[p].lim.spend("Global", "t", 1, now).await;
-            if out.expect("regional spend").decision.allowed {
-                self.admitted.push(real);
-                self.report.admitted += 1;
-            }
+        }
+    }
+
+    async fn ask(&mut self, r: usize) {
+        let real = self.real.now();
+        let region = &mut self.regions[r];
+        region.asked.push(real);
+        self.report.asked += 1;
+        if !region.up(real) {
+            return;
+        }
+        let p = self.rng.usize(0..region.procs.len());
+        let now = region.now(real);
+        let out = region.procs[p].lim.spend("Global", "t", 1, now).await;
+        if out.expect("regional spend").decision.allowed {
+            self.admitted.push(real);
+            self.report.admitted += 1;
         }
     }
 
@@ -343,7 +353,21 @@ impl World {
         if self.settling {
             return;
         }
-        let Some(order) = plan(&standing, &Hysteresis::default()) else {
+        // One move in three is by hand (the CLI's `move`): any amount the giver holds, to any
+        // region, whatever the demand.
+        let by_hand = self.rng.u32(0..3) == 0;
+        let order = if by_hand {
+            let own = rows.iter().find(|row| row.region == name);
+            let to = REGIONS[self.rng.usize(0..REGIONS.len())];
+            own.filter(|row| row.allotment > 0 && to != name).map(|row| Order {
+                from: name.to_string(),
+                to: to.to_string(),
+                amount: self.rng.u64(1..=row.allotment),
+            })
+        } else {
+            plan(&standing, &Hysteresis::default())
+        };
+        let Some(order) = order else {
             return;
         };
         if order.from != name {
@@ -455,7 +479,7 @@ pub async fn run(setup: Setup) -> Report {
         + w.declared.overdraw_for() * 2
         + saga::quarantine(&w.declared, REFRESH, TERMS.clock_margin) * 2;
     while w.real.now() < real.plus(settle) {
-        w.real.advance(Duration::from_millis(250));
+        w.real.advance(Duration::from_millis(1_000));
         w.upkeep().await;
         w.requests(1.0).await;
         for r in 0..w.regions.len() {
