@@ -92,6 +92,8 @@ mod doc_examples {
     struct Tokens;
     #[doc = include_str!("../../docs/leases.md")]
     struct Leases;
+    #[doc = include_str!("../../docs/multi-region.md")]
+    struct MultiRegion;
 }
 
 pub use deps::Deps;
