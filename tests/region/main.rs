@@ -27,6 +27,8 @@ fn setup(seed: u64, mode: Mode) -> sim::Setup {
         steps: 300,
         mode,
         no_quarantine: false,
+        calm: None,
+        total: sim::TOTAL,
     }
 }
 
@@ -61,8 +63,9 @@ async fn fixed_schedules_bounded() {
 #[tokio::test]
 async fn without_the_quarantine_the_oracle_sees_a_window_over_the_limit() {
     let mut caught = None;
-    // Seed 15 catches it; the others are there should a change of the schedule move the catch.
-    for seed in (15..=40).chain(1..15) {
+    // Seed 3 catches it (every move by hand, no quarantine); the rest are there should a change
+    // of the schedule move the catch.
+    for seed in 1..=40 {
         let mut s = setup(seed, Mode::Exact);
         s.no_quarantine = true;
         let r = sim::run(s).await;
@@ -73,6 +76,45 @@ async fn without_the_quarantine_the_oracle_sees_a_window_over_the_limit() {
     }
     let caught = caught.expect("no schedule without a quarantine went over the limit");
     println!("caught: {caught}");
+}
+
+/// Demand that shifts from one region to another, offered at twice `L`: the share of `L` admitted
+/// by a static equal split beside allotments that follow demand, and the over-admission of a
+/// counter in a last-writer-wins table beside ours. `cargo test -p turnstile-tests --test region
+/// shifting_demand -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn shifting_demand() {
+    let mut rows = Vec::new();
+    for (name, rebalance) in [("static equal split", false), ("allotments follow demand", true)] {
+        let (mut admitted, mut capacity, mut asked, mut moves, mut over) = (0, 0.0, 0, 0, 0);
+        for seed in 1..=3 {
+            let mut s = setup(seed, Mode::Exact);
+            s.steps = 1_500;
+            s.total = 120;
+            s.calm = Some(sim::Calm {
+                rebalance,
+                offered: 2.0,
+            });
+            let r = sim::run(s).await;
+            admitted += r.admitted;
+            capacity += r.capacity;
+            asked += r.asked;
+            moves += r.moves;
+            over += r.violations.len();
+        }
+        rows.push(format!(
+            "| {name} | {asked} | {admitted} | {:.1} % | {moves} | {over} |",
+            100.0 * admitted as f64 / capacity
+        ));
+    }
+    let (admitted, verdict) = lww::run(7).await;
+    println!("| run (3 seeds, ~4 min each, L = 120, demand 2 x L) | asked | admitted | share of L | moves | windows over L |");
+    println!("|---|---|---|---|---|---|");
+    for r in rows {
+        println!("{r}");
+    }
+    println!("last-writer-wins counter: {admitted} admitted; {}", verdict.unwrap_or_default());
 }
 
 /// A counter in a last-writer-wins global table: the regions over-admit (the peers' flaw).

@@ -25,9 +25,11 @@ use turnstile_tests::TestEnv;
 use super::mrsc::{Mrsc, Net};
 use super::oracle;
 
-/// 7,207.2 ms: divisible into whole nanoseconds by every allotment from 1 to 16, so each
-/// region's emission interval is exact and the oracle needs no rounding allowance.
+/// 7,207.2 ms: divisible into whole nanoseconds by every allotment from 1 to 16, so with a total
+/// of at most 16 each region's emission interval is exact and the oracle needs no rounding
+/// allowance.
 const PERIOD: Duration = Duration::from_micros(7_207_200);
+/// The fault schedules' total: small, so that one token is a large share and every mistake shows.
 pub const TOTAL: u64 = 12;
 const REGIONS: [&str; 3] = ["us-east-1", "us-east-2", "us-west-2"];
 const REFRESH: Duration = Duration::from_millis(1_000);
@@ -45,12 +47,27 @@ pub struct Setup {
     pub mode: Mode,
     /// A deliberate defect: moves released with no quarantine (the oracle must catch it).
     pub no_quarantine: bool,
+    /// No faults, steady demand: the measurement of how much of `L` is admitted.
+    pub calm: Option<Calm>,
+    /// `L`.
+    pub total: u64,
+}
+
+/// A fault-free run under steady demand that shifts from the first region to the second.
+#[derive(Debug, Clone, Copy)]
+pub struct Calm {
+    /// Whether allotment follows demand (else the first equal split stays).
+    pub rebalance: bool,
+    /// Demand offered, in multiples of `L` per period.
+    pub offered: f64,
 }
 
 /// What a schedule saw.
 #[derive(Debug, Default)]
 pub struct Report {
     pub violations: Vec<String>,
+    /// What the limit could admit over the run: `L` per period, plus one burst.
+    pub capacity: f64,
     pub admitted: usize,
     pub asked: usize,
     pub moves: usize,
@@ -103,10 +120,10 @@ struct World {
     busy: Vec<bool>,
 }
 
-fn limits() -> Arc<Limits> {
+fn limits(total: u64) -> Arc<Limits> {
     let yaml = format!(
-        "names:\n  Global: {{ id: 1, format: string }}\ndefaults:\n  Global: {{ burst: {TOTAL}, \
-         count: {TOTAL}, period: {}us }}\n",
+        "names:\n  Global: {{ id: 1, format: string }}\ndefaults:\n  Global: {{ burst: {total}, \
+         count: {total}, period: {}us }}\n",
         PERIOD.as_micros()
     );
     Arc::new(Limits::new(LimitSet::from_yaml(&yaml).expect("limits")))
@@ -114,7 +131,7 @@ fn limits() -> Arc<Limits> {
 
 async fn world(setup: Setup) -> World {
     let mut rng = fastrand::Rng::with_seed(setup.seed);
-    let limits = limits();
+    let limits = limits(setup.total);
     let set = limits.current();
     let bucket = set.bucket("Global", "t").expect("bucket").key();
     let global = set.rate(&set.bucket("Global", "t").expect("bucket")).expect("rate");
@@ -131,8 +148,8 @@ async fn world(setup: Setup) -> World {
         .expect("ledger table");
     let net = Arc::new(Mutex::new(Net {
         rng: Some(fastrand::Rng::with_seed(setup.seed ^ 0x5eed)),
-        lose_answer_permille: rng.u32(0..60),
-        conflict_permille: rng.u32(0..60),
+        lose_answer_permille: if setup.calm.is_some() { 0 } else { rng.u32(0..60) },
+        conflict_permille: if setup.calm.is_some() { 0 } else { rng.u32(0..60) },
         ..Net::default()
     }));
     let t0 = real.now();
@@ -219,8 +236,19 @@ impl World {
     /// Clients ask; answers that say admitted are what the oracle judges. Demand shifts from the
     /// first region to the second over the schedule, and each region goes quiet and busy again at
     /// random (a quiet region's bucket fills, and it spends its whole burst when busy again).
-    async fn requests(&mut self, progress: f64) {
+    async fn requests(&mut self, progress: f64, dt: Duration) {
         let weights = [0.8 * (1.0 - progress) + 0.1, 0.8 * progress + 0.1, 0.1];
+        if let Some(calm) = self.setup.calm {
+            let per_sec = calm.offered * self.declared.total as f64 / PERIOD.as_secs_f64();
+            for (r, w) in weights.iter().enumerate() {
+                let expected = per_sec * w * dt.as_secs_f64();
+                let asks = expected.floor() as usize + usize::from(self.rng.f64() < expected.fract());
+                for _ in 0..asks {
+                    self.ask(r).await;
+                }
+            }
+            return;
+        }
         for r in 0..self.regions.len() {
             if self.rng.u32(0..100) < 4 {
                 self.busy[r] = !self.busy[r];
@@ -291,6 +319,9 @@ impl World {
     /// One region's rebalancer: resumes moves it gives or receives, reclaims regions whose lease
     /// ran out, and, if it is the giver the policy picks, starts a move.
     async fn rebalance(&mut self, r: usize) {
+        if self.setup.calm.is_some_and(|c| !c.rebalance) {
+            return;
+        }
         let bucket = self.bucket();
         let real = self.real.now();
         if !self.regions[r].up(real) {
@@ -341,11 +372,17 @@ impl World {
             .iter()
             .map(|row| {
                 let i = REGIONS.iter().position(|x| *x == row.region).unwrap_or(0);
-                let since = real.minus(PERIOD);
+                let since = real.minus(PERIOD * 2);
+                let incoming: u64 = moving
+                    .iter()
+                    .filter(|(_, e)| e.to == row.region)
+                    .map(|(_, e)| e.amount)
+                    .sum();
                 Standing {
                     region: row.region.clone(),
-                    allotment: row.allotment,
-                    demand: self.regions[i].asked.iter().filter(|t| **t > since).count() as u64,
+                    allotment: row.allotment + incoming,
+                    // Smoothed over two periods: one period's count is too noisy to move on.
+                    demand: self.regions[i].asked.iter().filter(|t| **t > since).count() as u64 / 2,
                     live: now <= row.lease_until.plus(grace),
                 }
             })
@@ -355,7 +392,10 @@ impl World {
         }
         // One move in three is by hand (the CLI's `move`): any amount the giver holds, to any
         // region, whatever the demand.
-        let by_hand = self.rng.u32(0..3) == 0;
+        // (Hunting the missing quarantine, every move is by hand: the policy's moves follow
+        // demand, so they seldom land on an idle region with a full bucket.)
+        let by_hand = self.setup.calm.is_none()
+            && (self.setup.no_quarantine || self.rng.u32(0..3) == 0);
         let order = if by_hand {
             let own = rows.iter().find(|row| row.region == name);
             let to = REGIONS[self.rng.usize(0..REGIONS.len())];
@@ -392,13 +432,16 @@ impl World {
         }
         self.report.moves += 1;
         // A crash between the steps: the move is finished later by the receiver's resumption.
-        if self.rng.u32(0..10) == 0 {
+        if self.setup.calm.is_none() && self.rng.u32(0..10) == 0 {
             return;
         }
         let _ = retried!(3, saga::record(&store, &bucket, &mv.from, &mv.id));
     }
 
     fn faults(&mut self) {
+        if self.setup.calm.is_some() {
+            return;
+        }
         let real = self.real.now();
         let roll = self.rng.u32(0..1000);
         let r = self.rng.usize(0..self.regions.len());
@@ -442,7 +485,7 @@ impl World {
                 return;
             }
         };
-        if let Some(v) = oracle::sum_violation(&rows, TOTAL) {
+        if let Some(v) = oracle::sum_violation(&rows, self.declared.total) {
             self.report.violations.push(format!("step {step}: {v}"));
         }
     }
@@ -451,17 +494,27 @@ impl World {
 /// Runs one schedule and judges it.
 pub async fn run(setup: Setup) -> Report {
     let mut w = world(setup).await;
+    let start = w.real.now();
     for step in 0..setup.steps {
         let dt = Duration::from_millis(w.rng.u64(20..300));
         w.real.advance(dt);
         w.faults();
         w.upkeep().await;
-        w.requests(step as f64 / setup.steps as f64).await;
+        w.requests(step as f64 / setup.steps as f64, dt).await;
         if w.rng.u32(0..4) == 0 {
             let r = w.rng.usize(0..w.regions.len());
             w.rebalance(r).await;
         }
         w.check_ledger(step).await;
+    }
+    let run = w.real.now().since(start);
+    let total = w.declared.total;
+    w.report.capacity = total as f64 * (1.0 + run.as_secs_f64() / PERIOD.as_secs_f64());
+    if setup.calm.is_some() {
+        if let Some(v) = oracle::over_window(&w.admitted, w.declared.published_bound(), PERIOD) {
+            w.report.violations.push(v);
+        }
+        return w.report;
     }
     // The end: every fault healed, one region gone for good; after its lease, grace and the
     // quarantine, everything it held and everything in transit is back with the live regions.
@@ -481,7 +534,7 @@ pub async fn run(setup: Setup) -> Report {
     while w.real.now() < real.plus(settle) {
         w.real.advance(Duration::from_millis(1_000));
         w.upkeep().await;
-        w.requests(1.0).await;
+        w.requests(1.0, Duration::from_millis(1_000)).await;
         for r in 0..w.regions.len() {
             w.rebalance(r).await;
         }
@@ -500,7 +553,7 @@ pub async fn run(setup: Setup) -> Report {
             }
             eprintln!("now {}", w.real.now());
         }
-        if moving != 0 || stranded != 0 || held != TOTAL {
+        if moving != 0 || stranded != 0 || held != total {
             w.report.violations.push(format!(
                 "stranded after expiry: gone region {} holds {stranded}, {moving} in transit, \
                  live regions hold {}",
