@@ -210,12 +210,18 @@ pub async fn run(args: Args) -> Result<()> {
                 saga::record(&store, &limit, &entry.from, &id)
                     .await
                     .map_err(failed)?;
-                if saga::raise(&store, &limit, &id, now).await.map_err(failed)? == Raised::Now {
+                if saga::raise(&store, &limit, &id, now)
+                    .await
+                    .map_err(failed)?
+                    == Raised::Now
+                {
                     raised.push(id);
                 }
             }
             let (rows, _) = read_all(&store, &limit).await.map_err(failed)?;
-            crate::print_json(&serde_json::json!({ "raised": raised, "ledger": view(&limit, &rows) }))
+            crate::print_json(
+                &serde_json::json!({ "raised": raised, "ledger": view(&limit, &rows) }),
+            )
         }
     }
 }

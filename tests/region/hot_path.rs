@@ -45,26 +45,35 @@ async fn region_hot_path_call_budget() {
     for _ in 0..5 {
         let ((o, units), calls) = env
             .counter
-            .measure(env.counter.measure_units(lim.spend("Global", "tenant-b", 1, now)))
+            .measure(
+                env.counter
+                    .measure_units(lim.spend("Global", "tenant-b", 1, now)),
+            )
             .await;
         base.push((o.expect("spend").decision.allowed, calls, units.write));
         let ((o, units), calls) = env
             .counter
-            .measure(env.counter.measure_units(lim.spend("Global", "tenant-a", 1, now)))
+            .measure(
+                env.counter
+                    .measure_units(lim.spend("Global", "tenant-a", 1, now)),
+            )
             .await;
         regional.push((o.expect("spend").decision.allowed, calls, units.write));
     }
     let admitted = regional.iter().filter(|d| d.0).count();
-    assert_eq!(admitted, 4, "a region holding 4 of 12 admits 4: {regional:?}");
     assert_eq!(
-        regional[..4]
-            .iter()
-            .map(|d| (d.1, d.2))
-            .collect::<Vec<_>>(),
+        admitted, 4,
+        "a region holding 4 of 12 admits 4: {regional:?}"
+    );
+    assert_eq!(
+        regional[..4].iter().map(|d| (d.1, d.2)).collect::<Vec<_>>(),
         base[..4].iter().map(|d| (d.1, d.2)).collect::<Vec<_>>(),
         "calls and write units per admitted decision, regional vs not global"
     );
-    assert_eq!(regional[4].1, 1, "a refusal within the allotment is one call, as today");
+    assert_eq!(
+        regional[4].1, 1,
+        "a refusal within the allotment is one call, as today"
+    );
 
     // Past its refresh (and no fresh read), the region refuses with no call at all.
     env.clock.advance(Duration::from_secs(6));
@@ -73,6 +82,9 @@ async fn region_hot_path_call_budget() {
         .counter
         .measure(lim.spend("Global", "tenant-a", 1, later))
         .await;
-    assert!(!o.expect("spend").decision.allowed, "no allotment, no admission");
+    assert!(
+        !o.expect("spend").decision.allowed,
+        "no allotment, no admission"
+    );
     assert_eq!(calls, 0, "an expired allotment refuses without a call");
 }

@@ -46,8 +46,9 @@ async fn replicate(replicas: &[TestEnv], from: usize, key: &str) {
 }
 
 /// Three regions, one limit of 12 per 6 s in a last-writer-wins table, replication one second
-/// behind: returns what the oracle says of the admissions.
-pub async fn run(seed: u64) -> (usize, Option<String>) {
+/// behind: returns how many were admitted, how many the limit allows over the run (one burst
+/// plus the rate), and what the oracle says.
+pub async fn run(seed: u64) -> (usize, f64, Option<String>) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let yaml = format!(
         "names:\n  Global: {{ id: 1, format: string }}\ndefaults:\n  Global: {{ burst: {TOTAL}, \
@@ -58,12 +59,23 @@ pub async fn run(seed: u64) -> (usize, Option<String>) {
     for _ in 0..3 {
         replicas.push(TestEnv::new(&[TableKind::Buckets]).await);
     }
-    let key = limits.current().bucket("Global", "t").expect("bucket").key();
+    let key = limits
+        .current()
+        .bucket("Global", "t")
+        .expect("bucket")
+        .key();
     let limiters: Vec<Limiter> = replicas
         .iter()
-        .map(|e| Limiter::new(e.deps.dynamo.clone(), &e.deps.tables.buckets, limits.clone()))
+        .map(|e| {
+            Limiter::new(
+                e.deps.dynamo.clone(),
+                &e.deps.tables.buckets,
+                limits.clone(),
+            )
+        })
         .collect();
     let real = ManualClock::starting_now();
+    let start = real.now();
     let mut admitted: Vec<Timestamp> = Vec::new();
     let mut last_writer = None;
     let mut next_sync = real.now().plus(Duration::from_secs(1));
@@ -71,7 +83,10 @@ pub async fn run(seed: u64) -> (usize, Option<String>) {
         real.advance(Duration::from_millis(rng.u64(10..100)));
         let r = rng.usize(0..3);
         let now = real.now();
-        let out = limiters[r].spend("Global", "t", 1, now).await.expect("spend");
+        let out = limiters[r]
+            .spend("Global", "t", 1, now)
+            .await
+            .expect("spend");
         if out.decision.allowed {
             admitted.push(now);
             last_writer = Some(r);
@@ -87,5 +102,7 @@ pub async fn run(seed: u64) -> (usize, Option<String>) {
         }
     }
     let verdict = oracle::over_window(&admitted, TOTAL, PERIOD);
-    (admitted.len(), verdict)
+    let allowed =
+        TOTAL as f64 * (1.0 + real.now().since(start).as_secs_f64() / PERIOD.as_secs_f64());
+    (admitted.len(), allowed, verdict)
 }

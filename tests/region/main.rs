@@ -69,7 +69,11 @@ async fn without_the_quarantine_the_oracle_sees_a_window_over_the_limit() {
         let mut s = setup(seed, Mode::Exact);
         s.no_quarantine = true;
         let r = sim::run(s).await;
-        if let Some(v) = r.violations.iter().find(|v| v.contains("over the GCRA bound")) {
+        if let Some(v) = r
+            .violations
+            .iter()
+            .find(|v| v.contains("over the GCRA bound"))
+        {
             caught = Some(format!("seed {seed}: {v}"));
             break;
         }
@@ -86,7 +90,10 @@ async fn without_the_quarantine_the_oracle_sees_a_window_over_the_limit() {
 #[ignore]
 async fn shifting_demand() {
     let mut rows = Vec::new();
-    for (name, rebalance) in [("static equal split", false), ("allotments follow demand", true)] {
+    for (name, rebalance) in [
+        ("static equal split", false),
+        ("allotments follow demand", true),
+    ] {
         let (mut admitted, mut capacity, mut asked, mut moves, mut over) = (0, 0.0, 0, 0, 0);
         for seed in 1..=3 {
             let mut s = setup(seed, Mode::Exact);
@@ -108,21 +115,24 @@ async fn shifting_demand() {
             100.0 * admitted as f64 / capacity
         ));
     }
-    let (admitted, verdict) = lww::run(7).await;
+    let (admitted, allowed, verdict) = lww::run(7).await;
     println!("| run (3 seeds, ~4 min each, L = 120, demand 2 x L) | asked | admitted | share of L | moves | windows over L |");
     println!("|---|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
     }
-    println!("last-writer-wins counter: {admitted} admitted; {}", verdict.unwrap_or_default());
+    println!(
+        "last-writer-wins counter: {admitted} admitted; {}",
+        verdict.unwrap_or_default()
+    );
 }
 
 /// A counter in a last-writer-wins global table: the regions over-admit (the peers' flaw).
 #[tokio::test]
 async fn a_last_writer_wins_counter_over_admits() {
-    let (admitted, verdict) = lww::run(7).await;
+    let (admitted, allowed, verdict) = lww::run(7).await;
     let v = verdict.unwrap_or_else(|| panic!("{admitted} admitted and no window over L"));
-    println!("last writer wins: {admitted} admitted; {v}");
+    println!("last writer wins: {admitted} admitted of {allowed:.0} allowed; {v}");
 }
 
 /// Many schedules: `make soak-region REGION_SCHEDULES=N WORKERS=K`.
@@ -159,7 +169,11 @@ async fn soak() {
             failed.push(seed);
         }
         if done % 100 == 0 {
-            eprintln!("{done} schedules, {} violating, {:?}", failed.len(), started.elapsed());
+            eprintln!(
+                "{done} schedules, {} violating, {:?}",
+                failed.len(),
+                started.elapsed()
+            );
         }
     }
     println!(

@@ -16,9 +16,7 @@ use shared::kv::{LimitSet, Limiter, Limits};
 use shared::region::ledger::{self, read_all, read_region};
 use shared::region::policy::{plan, Hysteresis, Order, Standing};
 use shared::region::saga::{self, Move};
-use shared::region::{
-    lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, RegionError,
-};
+use shared::region::{lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, RegionError};
 use shared::table::TableKind;
 use turnstile_tests::TestEnv;
 
@@ -134,7 +132,9 @@ async fn world(setup: Setup) -> World {
     let limits = limits(setup.total);
     let set = limits.current();
     let bucket = set.bucket("Global", "t").expect("bucket").key();
-    let global = set.rate(&set.bucket("Global", "t").expect("bucket")).expect("rate");
+    let global = set
+        .rate(&set.bucket("Global", "t").expect("bucket"))
+        .expect("rate");
     let names = REGIONS.iter().map(|r| r.to_string()).collect();
     let declared = Declared::new(&bucket, global, names, setup.mode).expect("declared");
     let first = TestEnv::new(&[TableKind::Buckets]).await;
@@ -148,8 +148,16 @@ async fn world(setup: Setup) -> World {
         .expect("ledger table");
     let net = Arc::new(Mutex::new(Net {
         rng: Some(fastrand::Rng::with_seed(setup.seed ^ 0x5eed)),
-        lose_answer_permille: if setup.calm.is_some() { 0 } else { rng.u32(0..60) },
-        conflict_permille: if setup.calm.is_some() { 0 } else { rng.u32(0..60) },
+        lose_answer_permille: if setup.calm.is_some() {
+            0
+        } else {
+            rng.u32(0..60)
+        },
+        conflict_permille: if setup.calm.is_some() {
+            0
+        } else {
+            rng.u32(0..60)
+        },
         ..Net::default()
     }));
     let t0 = real.now();
@@ -168,8 +176,12 @@ async fn world(setup: Setup) -> World {
             .map(|_| {
                 let allot = Arc::new(Allotments::new(name, REFRESH));
                 allot.declare(declared.clone());
-                let lim = Limiter::new(env.deps.dynamo.clone(), &env.deps.tables.buckets, limits.clone())
-                    .with_allotments(allot.clone());
+                let lim = Limiter::new(
+                    env.deps.dynamo.clone(),
+                    &env.deps.tables.buckets,
+                    limits.clone(),
+                )
+                .with_allotments(allot.clone());
                 Process {
                     allot,
                     lim,
@@ -242,7 +254,8 @@ impl World {
             let per_sec = calm.offered * self.declared.total as f64 / PERIOD.as_secs_f64();
             for (r, w) in weights.iter().enumerate() {
                 let expected = per_sec * w * dt.as_secs_f64();
-                let asks = expected.floor() as usize + usize::from(self.rng.f64() < expected.fract());
+                let asks =
+                    expected.floor() as usize + usize::from(self.rng.f64() < expected.fract());
                 for _ in 0..asks {
                     self.ask(r).await;
                 }
@@ -293,7 +306,14 @@ impl World {
             if now >= region.next_renew {
                 let renewed = retried!(
                     2,
-                    lease::renew(&region.store, &bucket, region.name, region.epoch, now, &TERMS)
+                    lease::renew(
+                        &region.store,
+                        &bucket,
+                        region.name,
+                        region.epoch,
+                        now,
+                        &TERMS
+                    )
                 );
                 match renewed {
                     Ok(_) => region.next_renew = now.plus(TERMS.renew_every),
@@ -394,16 +414,17 @@ impl World {
         // region, whatever the demand.
         // (Hunting the missing quarantine, every move is by hand: the policy's moves follow
         // demand, so they seldom land on an idle region with a full bucket.)
-        let by_hand = self.setup.calm.is_none()
-            && (self.setup.no_quarantine || self.rng.u32(0..3) == 0);
+        let by_hand =
+            self.setup.calm.is_none() && (self.setup.no_quarantine || self.rng.u32(0..3) == 0);
         let order = if by_hand {
             let own = rows.iter().find(|row| row.region == name);
             let to = REGIONS[self.rng.usize(0..REGIONS.len())];
-            own.filter(|row| row.allotment > 0 && to != name).map(|row| Order {
-                from: name.to_string(),
-                to: to.to_string(),
-                amount: self.rng.u64(1..=row.allotment),
-            })
+            own.filter(|row| row.allotment > 0 && to != name)
+                .map(|row| Order {
+                    from: name.to_string(),
+                    to: to.to_string(),
+                    amount: self.rng.u64(1..=row.allotment),
+                })
         } else {
             plan(&standing, &Hysteresis::default())
         };
@@ -481,7 +502,9 @@ impl World {
         let rows = match read_all(&self.truth, &self.declared.bucket).await {
             Ok((rows, _)) => rows,
             Err(e) => {
-                self.report.violations.push(format!("step {step}: ledger unreadable: {e}"));
+                self.report
+                    .violations
+                    .push(format!("step {step}: ledger unreadable: {e}"));
                 return;
             }
         };

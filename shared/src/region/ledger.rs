@@ -128,7 +128,9 @@ impl RegionRow {
             .to_string();
         let mut outbox = HashMap::new();
         for (id, v) in map(it, attr::OUTBOX) {
-            let m = v.as_m().map_err(|_| malformed(&key, format!("outbox {id}")))?;
+            let m = v
+                .as_m()
+                .map_err(|_| malformed(&key, format!("outbox {id}")))?;
             outbox.insert(id.clone(), Entry::from_map(m, &key)?);
         }
         let mut inbox = HashMap::new();
@@ -222,8 +224,10 @@ pub enum Written {
 /// and a saga needs none of them).
 pub trait LedgerStore: Send + Sync {
     /// A strongly consistent read of one item.
-    fn get(&self, key: &LedgerKey)
-        -> impl Future<Output = Result<Option<Item>, RegionError>> + Send;
+    fn get(
+        &self,
+        key: &LedgerKey,
+    ) -> impl Future<Output = Result<Option<Item>, RegionError>> + Send;
     /// Every item of one limit (strongly consistent).
     fn items(&self, limit: &str) -> impl Future<Output = Result<Vec<Item>, RegionError>> + Send;
     fn write(&self, w: Write) -> impl Future<Output = Result<Written, RegionError>> + Send;
@@ -304,7 +308,9 @@ impl LedgerStore for DynamoLedger {
                 .condition_expression(w.condition)
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values)
-                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .send()
                 .await
                 .map(|_| Written::Applied)
@@ -323,7 +329,9 @@ impl LedgerStore for DynamoLedger {
                 .condition_expression(w.condition)
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values)
-                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .send()
                 .await
                 .map(|_| Written::Applied)

@@ -169,9 +169,6 @@ mod tests {
     fn a_dead_region_neither_gives_nor_takes() {
         let mut dead = st("b", 50, 0);
         dead.live = false;
-        assert_eq!(
-            plan(&[st("a", 50, 90), dead], &Hysteresis::default()),
-            None
-        );
+        assert_eq!(plan(&[st("a", 50, 90), dead], &Hysteresis::default()), None);
     }
 }
