@@ -122,7 +122,7 @@ async fn shifting_demand() {
         println!("{r}");
     }
     println!(
-        "last-writer-wins counter: {admitted} admitted; {}",
+        "last-writer-wins counter: {admitted} admitted of {allowed:.0} allowed; {}",
         verdict.unwrap_or_default()
     );
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::kv::{LimitSet, Limiter, Limits};
-use shared::region::ledger::{self, read_all, read_region};
+use shared::region::ledger::{self, read_all};
 use shared::region::policy::{plan, Hysteresis, Order, Standing};
 use shared::region::saga::{self, Move};
 use shared::region::{lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, RegionError};
@@ -262,12 +262,12 @@ impl World {
             }
             return;
         }
-        for r in 0..self.regions.len() {
+        for (r, w) in weights.iter().enumerate() {
             if self.rng.u32(0..100) < 4 {
                 self.busy[r] = !self.busy[r];
             }
             let asks = if self.busy[r] {
-                (self.rng.f64() * 8.0 * weights[r]).round() as usize
+                (self.rng.f64() * 8.0 * w).round() as usize
             } else {
                 usize::from(self.rng.u32(0..20) == 0)
             };
@@ -318,8 +318,11 @@ impl World {
                 match renewed {
                     Ok(_) => region.next_renew = now.plus(TERMS.renew_every),
                     Err(RegionError::Fenced { .. }) => {
-                        if let Ok(row) = read_region(&region.store, &bucket, region.name).await {
-                            region.epoch = row.epoch;
+                        let back =
+                            lease::rejoin(&region.store, &bucket, region.name, now, &TERMS).await;
+                        if let Ok((epoch, _)) = back {
+                            region.epoch = epoch;
+                            region.next_renew = now.plus(TERMS.renew_every);
                         }
                     }
                     Err(_) => {}
@@ -364,18 +367,23 @@ impl World {
         }
         let grace = TERMS.clock_margin + self.declared.overdraw_for();
         let moving = saga::in_transit(&rows);
+        let own_lease = rows
+            .iter()
+            .any(|row| row.region == name && now < row.lease_until);
         for row in &rows {
-            if row.region != name && now > row.lease_until.plus(grace) {
+            if own_lease && row.region != name && now > row.lease_until.plus(grace) {
                 let got = retried!(
                     2,
                     lease::reclaim(
                         &store,
                         &bucket,
-                        &row.region,
-                        name,
+                        &lease::Reclaim {
+                            region: &row.region,
+                            to: name,
+                            grace,
+                            period: PERIOD,
+                        },
                         now,
-                        grace,
-                        PERIOD,
                         &moving
                     )
                 );

@@ -77,6 +77,32 @@ pub async fn renew<S: LedgerStore>(
     }
 }
 
+/// After `Fenced`: reads the region's item and renews with the epoch it now has, in one go (a
+/// region that only read would stay expired until its next renewal, and could be reclaimed again
+/// meanwhile). Its allotment is whatever the item holds (0 after a reclaim, until moves raise it).
+/// 1 `GetItem` + 1 `UpdateItem`. Returns the epoch and the new lease.
+pub async fn rejoin<S: LedgerStore>(
+    store: &S,
+    limit: &str,
+    region: &str,
+    now: Timestamp,
+    terms: &LeaseTerms,
+) -> Result<(u64, Timestamp), RegionError> {
+    let row = read_region(store, limit, region).await?;
+    let until = renew(store, limit, region, row.epoch, now, terms).await?;
+    Ok((row.epoch, until))
+}
+
+/// A reclaim: whose allotment, to whom, after how long a grace past its lease (the clock
+/// margin, plus the overdraw time in bounded mode), released how long after (the limit's period).
+#[derive(Debug, Clone, Copy)]
+pub struct Reclaim<'a> {
+    pub region: &'a str,
+    pub to: &'a str,
+    pub grace: Duration,
+    pub period: Duration,
+}
+
 /// Takes back all of `region`'s allotment once its lease plus `grace` is behind `now`, together
 /// with the moves in transit to it (`incoming`, from [`super::saga::in_transit`]): one write on
 /// its item marks each incoming move received there (so it can never be raised there later) and
@@ -84,17 +110,21 @@ pub async fn renew<S: LedgerStore>(
 /// released `period` after the grace ends (the region may have spent its whole burst just before
 /// its lease ran out), and not before any incoming move's own release. Finished by
 /// [`super::saga::record`] and [`super::saga::raise`]. 1 `GetItem` + 1 `UpdateItem`.
-/// `Ok(None)`: nothing to take.
+/// `Ok(None)`: nothing to take. Call it only from a region whose own lease is current: two regions
+/// back from an outage would otherwise take each other's allotment back and forth for ever.
 pub async fn reclaim<S: LedgerStore>(
     store: &S,
     limit: &str,
-    region: &str,
-    to: &str,
+    what: &Reclaim<'_>,
     now: Timestamp,
-    grace: Duration,
-    period: Duration,
     incoming: &[(String, Entry)],
 ) -> Result<Option<Move>, RegionError> {
+    let Reclaim {
+        region,
+        to,
+        grace,
+        period,
+    } = *what;
     let row = read_region(store, limit, region).await?;
     let free_at = row.lease_until.plus(grace);
     if now <= free_at {

@@ -44,9 +44,9 @@ impl Limiter {
     ) -> Result<Outcome, KvError> {
         let started = Instant::now();
         let mut out = match self.locate_cost(name, id, cost) {
-            Ok(at) => match self.regional_share(at, now) {
-                Ok(at) => self.spend_at(&at, cost, now).await,
-                Err(refused) => Ok(refused),
+            Ok(mut at) => match self.regional_share(&mut at, now) {
+                None => self.spend_at(&at, cost, now).await,
+                Some(refused) => Ok(refused),
             },
             Err(e) => Err(e),
         };
@@ -92,17 +92,16 @@ impl Limiter {
             .map_err(|(e, _)| e)
     }
 
-    /// A global limit's bucket at this region's share of it (decision 4200), or the refusal to
-    /// answer without a call when the region holds no usable allotment. No call either way.
-    fn regional_share(&self, mut at: Located, now: Timestamp) -> Result<Located, Outcome> {
-        let Some(allotments) = &self.regional else {
-            return Ok(at);
-        };
+    /// Sets a global limit's bucket to this region's share of it (decision 4200), or answers the
+    /// refusal to give without a call when the region holds no usable allotment. No call either
+    /// way.
+    fn regional_share(&self, at: &mut Located, now: Timestamp) -> Option<Outcome> {
+        let allotments = self.regional.as_ref()?;
         match allotments.rate_for(&at.bucket.key(), now) {
-            Regional::NotGlobal => Ok(at),
+            Regional::NotGlobal => None,
             Regional::Share(rate) => {
                 at.rate = rate;
-                Ok(at)
+                None
             }
             Regional::Refuse { retry_in } => {
                 let decision = Decision {
@@ -112,7 +111,7 @@ impl Limiter {
                     reset_in: retry_in,
                     new_tat: now,
                 };
-                Err(Self::outcome(&at.bucket, at.rate, decision))
+                Some(Self::outcome(&at.bucket, at.rate, decision))
             }
         }
     }
