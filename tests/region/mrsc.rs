@@ -18,8 +18,10 @@ use std::time::Duration;
 
 use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::dynamo::item::Item;
-use shared::region::ledger::{LedgerKey, Write, Written};
+use shared::region::ledger::{read_all, LedgerKey, Write, Written};
 use shared::region::{DynamoLedger, LedgerStore, RegionError};
+
+use super::oracle::sum_violation;
 
 /// What the model knows and which faults are on; shared by every region's handle.
 #[derive(Debug, Default)]
@@ -34,6 +36,10 @@ pub struct Net {
     pub rng: Option<fastrand::Rng>,
     pub conflicts: u64,
     pub lost_answers: u64,
+    /// The limit's total, and what the oracle found after each applied write: the allotments'
+    /// sum is judged after every write, not only between the schedule's steps.
+    pub total: u64,
+    pub violations: Vec<String>,
 }
 
 impl Net {
@@ -106,6 +112,15 @@ impl LedgerStore for Mrsc {
         let key = w.key.clone();
         let out = self.inner.write(w).await?;
         if out == Written::Applied {
+            let judged = match read_all(&self.inner, &key.limit).await {
+                Ok((rows, _)) => sum_violation(&rows, self.net().total),
+                Err(e) => Some(format!("ledger unreadable: {e}")),
+            };
+            if let Some(v) = judged {
+                self.net()
+                    .violations
+                    .push(format!("after a write to {key}: {v}"));
+            }
             // An applied write holds its item while it replicates; a refused one never left.
             self.net()
                 .in_flight

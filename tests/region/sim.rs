@@ -158,6 +158,7 @@ async fn world(setup: Setup) -> World {
         } else {
             rng.u32(0..60)
         },
+        total: setup.total,
         ..Net::default()
     }));
     let t0 = real.now();
@@ -545,6 +546,8 @@ pub async fn run(setup: Setup) -> Report {
         if let Some(v) = oracle::over_window(&w.admitted, w.declared.published_bound(), PERIOD) {
             w.report.violations.push(v);
         }
+        let found = std::mem::take(&mut w.net.lock().expect("net").violations);
+        w.report.violations.extend(found);
         return w.report;
     }
     // The end: every fault healed, one region gone for good; after its lease, grace and the
@@ -596,7 +599,8 @@ pub async fn run(setup: Setup) -> Report {
     if let Some(v) = oracle::over_window(&w.admitted, w.declared.published_bound(), PERIOD) {
         w.report.violations.push(v);
     }
-    let net = w.net.lock().expect("net");
+    let mut net = w.net.lock().expect("net");
+    w.report.violations.append(&mut net.violations);
     w.report.conflicts = net.conflicts;
     w.report.lost_answers = net.lost_answers;
     drop(net);
