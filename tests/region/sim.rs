@@ -14,9 +14,12 @@ use std::time::Duration;
 use shared::clock::{Clock, ManualClock, Timestamp};
 use shared::kv::{LimitSet, Limiter, Limits};
 use shared::region::ledger::{self, read_all};
-use shared::region::policy::{plan, Hysteresis, Order, Standing};
-use shared::region::saga::{self, Move};
-use shared::region::{lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, RegionError};
+use shared::region::policy::Order;
+use shared::region::rebalance::again;
+use shared::region::saga;
+use shared::region::{
+    lease, Allotments, Declared, DynamoLedger, LeaseTerms, Mode, Rebalancer, RegionError,
+};
 use shared::table::TableKind;
 use turnstile_tests::TestEnv;
 
@@ -224,23 +227,6 @@ async fn world(setup: Setup) -> World {
     }
 }
 
-/// Sends `op` up to `tries` times while it fails retryably or with a lost answer: a caller's
-/// retry. The last answer is returned.
-macro_rules! retried {
-    ($tries:expr, $op:expr) => {{
-        let mut out = $op.await;
-        for _ in 1..$tries {
-            match &out {
-                Err(RegionError::Conflict { .. }) | Err(RegionError::Store { .. }) => {
-                    out = $op.await
-                }
-                _ => break,
-            }
-        }
-        out
-    }};
-}
-
 impl World {
     fn bucket(&self) -> String {
         self.declared.bucket.clone()
@@ -305,17 +291,17 @@ impl World {
             }
             let now = region.now(real);
             if now >= region.next_renew {
-                let renewed = retried!(
-                    2,
+                let renewed = again(|| {
                     lease::renew(
                         &region.store,
                         &bucket,
                         region.name,
                         region.epoch,
                         now,
-                        &TERMS
+                        &TERMS,
                     )
-                );
+                })
+                .await;
                 match renewed {
                     Ok(_) => region.next_renew = now.plus(TERMS.renew_every),
                     Err(RegionError::Fenced { .. }) => {
@@ -346,7 +332,6 @@ impl World {
         if self.setup.calm.is_some_and(|c| !c.rebalance) {
             return;
         }
-        let bucket = self.bucket();
         let real = self.real.now();
         if !self.regions[r].up(real) {
             return;
@@ -354,75 +339,23 @@ impl World {
         let now = self.regions[r].now(real);
         let store = self.regions[r].store.clone();
         let name = self.regions[r].name;
-        let Ok((rows, _)) = read_all(&store, &bucket).await else {
+        let mut rb = Rebalancer::new(&self.declared, name, REFRESH, TERMS);
+        if self.setup.no_quarantine {
+            rb.quarantine = Duration::ZERO;
+        }
+        let Ok((rows, _)) = read_all(&store, &self.declared.bucket).await else {
             return;
         };
-        // Finish moves to this region whose release has come (crashes leave them behind).
-        for (id, entry) in saga::in_transit(&rows) {
-            if entry.to != name || now < entry.release_at {
-                continue;
-            }
-            if retried!(3, saga::record(&store, &bucket, &entry.from, &id)).is_ok() {
-                let _ = retried!(3, saga::raise(&store, &bucket, &id, now));
-            }
-        }
-        let grace = TERMS.clock_margin + self.declared.overdraw_for();
-        let moving = saga::in_transit(&rows);
-        let own_lease = rows
-            .iter()
-            .any(|row| row.region == name && now < row.lease_until);
-        for row in &rows {
-            if own_lease && row.region != name && now > row.lease_until.plus(grace) {
-                let got = retried!(
-                    2,
-                    lease::reclaim(
-                        &store,
-                        &bucket,
-                        &lease::Reclaim {
-                            region: &row.region,
-                            to: name,
-                            grace,
-                            period: PERIOD,
-                        },
-                        now,
-                        &moving
-                    )
-                );
-                if std::env::var("TURNSTILE_REGION_DEBUG").is_ok() {
-                    eprintln!("reclaim {} by {name}: {got:?}", row.region);
-                }
-                if let Ok(Some(mv)) = got {
-                    self.report.reclaims += 1;
-                    let _ = retried!(2, saga::record(&store, &bucket, &mv.from, &mv.id));
-                }
-            }
-        }
-        let standing: Vec<Standing> = rows
-            .iter()
-            .map(|row| {
-                let i = REGIONS.iter().position(|x| *x == row.region).unwrap_or(0);
-                let since = real.minus(PERIOD * 2);
-                let incoming: u64 = moving
-                    .iter()
-                    .filter(|(_, e)| e.to == row.region)
-                    .map(|(_, e)| e.amount)
-                    .sum();
-                Standing {
-                    region: row.region.clone(),
-                    allotment: row.allotment + incoming,
-                    // Smoothed over two periods: one period's count is too noisy to move on.
-                    demand: self.regions[i].asked.iter().filter(|t| **t > since).count() as u64 / 2,
-                    live: now <= row.lease_until.plus(grace),
-                }
-            })
-            .collect();
+        rb.finish_incoming(&store, &rows, now).await;
+        let reclaimed = rb.reclaim_expired(&store, &rows, now).await;
+        self.report.reclaims += reclaimed.len();
         if self.settling {
             return;
         }
         // One move in three is by hand (the CLI's `move`): any amount the giver holds, to any
-        // region, whatever the demand.
-        // (Hunting the missing quarantine, every move is by hand: the policy's moves follow
-        // demand, so they seldom land on an idle region with a full bucket.)
+        // region, whatever the demand. (Hunting the missing quarantine, every move is by hand:
+        // the policy's moves follow demand, so they seldom land on an idle region with a full
+        // bucket.)
         let by_hand =
             self.setup.calm.is_none() && (self.setup.no_quarantine || self.rng.u32(0..3) == 0);
         let order = if by_hand {
@@ -435,37 +368,27 @@ impl World {
                     amount: self.rng.u64(1..=row.allotment),
                 })
         } else {
-            plan(&standing, &Hysteresis::default())
+            // Demand smoothed over two periods: one period's count is too noisy to move on.
+            let since = real.minus(PERIOD * 2);
+            let demand = |region: &str| {
+                let i = REGIONS.iter().position(|x| *x == region).unwrap_or(0);
+                self.regions[i].asked.iter().filter(|t| **t > since).count() as u64 / 2
+            };
+            rb.order(&rb.standings(&rows, demand, now))
         };
         let Some(order) = order else {
             return;
         };
-        if order.from != name {
-            return;
-        }
-        let quarantine = if self.setup.no_quarantine {
-            Duration::ZERO
-        } else {
-            saga::quarantine(&self.declared, REFRESH, TERMS.clock_margin)
-        };
-        let mv = Move {
-            limit: bucket.clone(),
-            id: ledger::new_move_id(),
-            from: order.from,
-            to: order.to,
-            amount: order.amount,
-        };
         let epoch = self.regions[r].epoch;
-        let lowered = retried!(3, saga::lower(&store, &mv, epoch, now.plus(quarantine)));
-        if lowered.is_err() {
+        let Ok(mv) = rb.lower(&store, order, epoch, now).await else {
             return;
-        }
+        };
         self.report.moves += 1;
         // A crash between the steps: the move is finished later by the receiver's resumption.
         if self.setup.calm.is_none() && self.rng.u32(0..10) == 0 {
             return;
         }
-        let _ = retried!(3, saga::record(&store, &bucket, &mv.from, &mv.id));
+        let _ = rb.record(&store, &mv).await;
     }
 
     fn faults(&mut self) {

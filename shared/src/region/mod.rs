@@ -8,6 +8,7 @@
 //! - [`saga`]: moving allotment, three idempotent conditional writes.
 //! - [`lease`]: renewing a region's lease, reclaiming a region that stopped.
 //! - [`policy`]: where allotment should go, with hysteresis.
+//! - [`rebalance`]: one region's rebalancer: finish, reclaim, move.
 //! - [`error`]: what can go wrong.
 
 pub mod allotment;
@@ -15,12 +16,14 @@ pub mod error;
 pub mod lease;
 pub mod ledger;
 pub mod policy;
+pub mod rebalance;
 pub mod saga;
 
 pub use allotment::{Allotments, Declared, Held, Mode, Regional};
 pub use error::RegionError;
 pub use lease::LeaseTerms;
 pub use ledger::{DynamoLedger, LedgerStore};
+pub use rebalance::Rebalancer;
 pub use saga::Move;
 
 #[cfg(test)]
