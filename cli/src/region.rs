@@ -8,6 +8,7 @@ use serde::Serialize;
 use shared::clock::{Clock, SystemClock, Timestamp};
 use shared::gcra::Rate;
 use shared::kv::config::parse_period;
+use shared::kv::instant::parse_instant;
 use shared::region::ledger::{self, read_all, RegionRow};
 use shared::region::saga::{self, Move, Raised};
 use shared::region::{Declared, DynamoLedger, LeaseTerms, Mode, RegionError};
@@ -72,6 +73,9 @@ enum Cmd {
         limit: String,
         #[arg(long)]
         region: String,
+        /// Decide as of this instant (epoch milliseconds or RFC 3339) instead of the clock.
+        #[arg(long, value_parser = parse_instant)]
+        now: Option<Timestamp>,
     },
 }
 
@@ -200,7 +204,12 @@ pub async fn run(args: Args) -> Result<()> {
             let (rows, _) = read_all(&store, &limit).await.map_err(failed)?;
             crate::print_json(&view(&limit, &rows))
         }
-        Cmd::Resume { limit, region } => {
+        Cmd::Resume {
+            limit,
+            region,
+            now: at,
+        } => {
+            let now = at.unwrap_or(now);
             let (rows, _) = read_all(&store, &limit).await.map_err(failed)?;
             let mut raised = Vec::new();
             for (id, entry) in saga::in_transit(&rows) {
