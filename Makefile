@@ -7,11 +7,12 @@ export DYNAMODB_LOCAL_PORT
 
 SECONDS ?= 600
 SCHEDULES ?=
+REGION_SCHEDULES ?= 1000
 WORKERS ?= 6
 MUTANT_SEEDS ?= 40
 MUTANTS ?=
 
-.PHONY: soak mutants test dev lint cfn-lint unit ddb-start ddb-stop build release sam-check clean help bench bench-smoke wheel
+.PHONY: soak soak-region mutants test dev lint cfn-lint unit ddb-start ddb-stop build release sam-check clean help bench bench-smoke wheel
 
 # The Lambda architecture `make sam-check` builds and starts: template.yaml's default, or x86_64 when
 # given on the command line (`make sam-check ARCH=x86_64`; an ARCH in the environment is not ours).
@@ -28,6 +29,7 @@ help:
 	@echo "make release- sam build of every Lambda function for arm64 and x86_64 (checked, with sizes) and the CLI release build"
 	@echo "make bench  - full benchmark beside the peers (own DynamoDB Local) -> BENCHMARKS.md, bench/results.json"
 	@echo "make soak [SECONDS=N] [SCHEDULES=N] [WORKERS=N] - random fault schedules (own DynamoDB Local) -> target/sim-soak.md"
+	@echo "make soak-region [REGION_SCHEDULES=N] [WORKERS=N] - the multi-region simulation's random schedules (own DynamoDB Local)"
 	@echo "make mutants [MUTANT_SEEDS=N] [MUTANTS=A,B] - each deliberate bug hunted by the simulation (own DynamoDB Local)"
 	@echo "make bench-smoke - a few decisions per workload; asserts 0 over-admission and calls/decision"
 	@echo "make wheel  - the Python wheels (release, x86_64 and aarch64), checked -> target/wheels/release/"
@@ -66,6 +68,11 @@ bench-smoke:
 # goes to target/sim-soak.md. `make test` runs a fixed 12 schedules and the mutation tests.
 soak:
 	@SECONDS_TO_RUN=$(SECONDS) TURNSTILE_SIM_SCHEDULES=$(SCHEDULES) TURNSTILE_SIM_WORKERS=$(WORKERS) scripts/soak.sh
+
+# The multi-region simulation (decision 4200): REGION_SCHEDULES random schedules, WORKERS at once, on
+# its own DynamoDB Local; `make test` runs its fixed schedules.
+soak-region:
+	@REGION_SCHEDULES=$(REGION_SCHEDULES) WORKERS=$(WORKERS) scripts/soak-region.sh
 
 # The mutation gate (decision 2300): each deliberate bug of shared::mutation hunted over at most
 # MUTANT_SEEDS seeds of its shape; prints mutation -> seed -> schedules and fails on one not caught.

@@ -12,6 +12,7 @@ mod kv;
 mod limits;
 mod output;
 mod reconcile;
+mod region;
 mod reservation;
 mod state;
 mod tables;
@@ -73,6 +74,8 @@ enum Command {
     Tickets(tickets::Args),
     /// Repair leaked open-connection counts from the sessions' connection ids (prints a report).
     Reconcile(reconcile::Args),
+    /// One limit across regions: the ledger of regional allotments, looked at and moved by hand.
+    Region(region::Args),
     /// A WebSocket client: send stdin's lines, print the frames received and how the socket closed.
     Ws(ws::Args),
 }
@@ -150,6 +153,7 @@ async fn run(command: Command) -> shared::Result<Exit> {
         Command::Tenant(args) => done(tenant::run(args).await),
         Command::Tickets(args) => done(tickets::run(args).await),
         Command::Reconcile(args) => done(reconcile::run(args).await),
+        Command::Region(args) => done(region::run(args).await),
         Command::Ws(args) => ws::run(args).await,
     }
 }

@@ -314,3 +314,102 @@ async fn output_table_prints_rows_and_json_stays_the_default() {
     let default = turnstile(Some(&env), &["tenant", "get", "--tenant-id", "acme"]);
     assert_eq!(json(&default)["tenantId"], "acme");
 }
+
+/// `turnstile region`: the ledger by hand. A move lowers the giver at once and raises the receiver
+/// only after its quarantine; every step can be run again; the total is always accounted for.
+#[tokio::test]
+async fn region_moves_by_hand_and_never_counts_past_the_total() {
+    let env = TestEnv::new(&[]).await;
+    let table = format!("{}region-ledger", env.prefix);
+    let run = |args: &[&str]| {
+        let mut all = vec!["region", "--table", table.as_str()];
+        all.extend_from_slice(args);
+        turnstile(Some(&env), &all)
+    };
+    let created = run(&["create-table"]);
+    assert_eq!(created.status.code(), Some(0), "{}", text(&created.stderr));
+    let regions = "us-east-1,us-east-2,us-west-2";
+    let init = run(&[
+        "init",
+        "--limit",
+        "1:acme",
+        "--total",
+        "30",
+        "--period",
+        "60s",
+        "--regions",
+        regions,
+    ]);
+    assert_eq!(json(&init)["accounted"], 30, "{}", text(&init.stderr));
+    let moved = run(&[
+        "move",
+        "--limit",
+        "1:acme",
+        "--from",
+        "us-east-2",
+        "--to",
+        "us-east-1",
+        "--amount",
+        "4",
+        "--period",
+        "60s",
+    ]);
+    let ledger = json(&moved);
+    assert_eq!(ledger["accounted"], 30);
+    assert_eq!(ledger["regions"][1]["allotment"], 6, "{ledger}");
+    assert_eq!(ledger["inTransit"][0]["amount"], 4, "{ledger}");
+
+    let early = run(&["resume", "--limit", "1:acme", "--region", "us-east-1"]);
+    assert_eq!(
+        json(&early)["raised"],
+        serde_json::json!([]),
+        "{}",
+        text(&early.stderr)
+    );
+    let later = (std::time::SystemTime::now() + std::time::Duration::from_secs(120))
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+        .to_string();
+    let resume = [
+        "resume",
+        "--limit",
+        "1:acme",
+        "--region",
+        "us-east-1",
+        "--now",
+        &later,
+    ];
+    let raised = run(&resume);
+    let out = json(&raised);
+    assert_eq!(out["raised"].as_array().map(Vec::len), Some(1), "{out}");
+    assert_eq!(out["ledger"]["regions"][0]["allotment"], 14, "{out}");
+    assert_eq!(out["ledger"]["accounted"], 30);
+    let again = json(&run(&resume));
+    assert_eq!(
+        again["raised"],
+        serde_json::json!([]),
+        "a second resume raises nothing"
+    );
+    assert_eq!(again["ledger"]["regions"][0]["allotment"], 14);
+
+    let too_much = run(&[
+        "move",
+        "--limit",
+        "1:acme",
+        "--from",
+        "us-east-2",
+        "--to",
+        "us-east-1",
+        "--amount",
+        "100",
+        "--period",
+        "60s",
+    ]);
+    assert_eq!(too_much.status.code(), Some(1));
+    assert!(
+        text(&too_much.stderr).contains("holds 6 of 1:acme, cannot give 100"),
+        "{}",
+        text(&too_much.stderr)
+    );
+}

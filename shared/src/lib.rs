@@ -18,6 +18,8 @@
 //! - Key-value GCRA limits: [`kv`] (the limits file, its limiter and leases), [`state`] (the
 //!   `RateLimitState` view of any bucket), [`shard`] (exact shares of one limit spread over
 //!   several items).
+//! - One limit across regions: [`region`] (regional allotments of a global limit on a strongly
+//!   consistent ledger, the saga that moves them, leases, the rebalancing policy).
 //! - Who may connect or call: [`ticket`] (connect tickets: who may join a session), `oidc` (the
 //!   `$connect` verifier of an identity provider's JWTs, feature `oidc`), [`caller`] (whose tenant
 //!   an HTTP API caller acts for).
@@ -68,6 +70,7 @@ pub mod oidc;
 #[cfg(feature = "gateway")]
 pub mod reconcile;
 pub mod refusal;
+pub mod region;
 pub mod reservation;
 pub mod session;
 pub mod shard;
@@ -89,6 +92,8 @@ mod doc_examples {
     struct Tokens;
     #[doc = include_str!("../../docs/leases.md")]
     struct Leases;
+    #[doc = include_str!("../../docs/multi-region.md")]
+    struct MultiRegion;
 }
 
 pub use deps::Deps;

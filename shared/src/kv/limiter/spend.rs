@@ -21,6 +21,7 @@ use crate::dynamo::retry::{self, Backoff, Jitter};
 use crate::dynamo::txn::{self};
 use crate::gcra::{self, Decision, Rate};
 use crate::gcra_write::{self, Case, Next, SpendPlan, StateWrite, Target};
+use crate::region::Regional;
 
 /// The pause before a transaction retried after a conflict: 5, 10, 20 ms (no jitter).
 pub(super) const CONFLICT_BACKOFF: Backoff = Backoff {
@@ -43,7 +44,10 @@ impl Limiter {
     ) -> Result<Outcome, KvError> {
         let started = Instant::now();
         let mut out = match self.locate_cost(name, id, cost) {
-            Ok(at) => self.spend_at(&at, cost, now).await,
+            Ok(mut at) => match self.regional_share(&mut at, now) {
+                None => self.spend_at(&at, cost, now).await,
+                Some(refused) => Ok(refused),
+            },
             Err(e) => Err(e),
         };
         let shadow = self.limits().current().name(name).is_some_and(|d| d.shadow);
@@ -96,6 +100,30 @@ impl Limiter {
         let item = (key.as_str(), at.rate);
         let written = self.write_item(op, &at.bucket, item, cost, now).await;
         written.map_err(|(e, _)| e)
+    }
+
+    /// Sets a global limit's bucket to this region's share of it (decision 4200), or answers the
+    /// refusal to give without a call when the region holds no usable allotment. No call either
+    /// way.
+    fn regional_share(&self, at: &mut Located, now: Timestamp) -> Option<Outcome> {
+        let allotments = self.regional.as_ref()?;
+        match allotments.rate_for(&at.bucket.key(), now) {
+            Regional::NotGlobal => None,
+            Regional::Share(rate) => {
+                at.rate = rate;
+                None
+            }
+            Regional::Refuse { retry_in } => {
+                let decision = Decision {
+                    allowed: false,
+                    remaining: 0,
+                    retry_in,
+                    reset_in: retry_in,
+                    new_tat: now,
+                };
+                Some(Self::outcome(&at.bucket, at.rate, decision))
+            }
+        }
     }
 
     /// [`locate`](Self::locate) for a spend or refund, which needs a cost of at least 1.

@@ -46,6 +46,9 @@ pub struct Limiter {
     pub(super) item_write_budget: u64,
     /// The tenant whose key space every item key starts in ([`Limiter::for_tenant`]).
     pub(super) scope: Option<crate::ids::TenantId>,
+    /// This region's allotments of global limits (decision 4200): a declared bucket spends at its
+    /// region's share, decided with the same one write.
+    pub(super) regional: Option<Arc<crate::region::Allotments>>,
 }
 
 impl Limiter {
@@ -60,6 +63,7 @@ impl Limiter {
             picker: crate::shard::Picker::default(),
             item_write_budget: crate::shard::DEFAULT_ITEM_WRITE_BUDGET,
             scope: None,
+            regional: None,
         }
     }
 
@@ -75,6 +79,12 @@ impl Limiter {
     /// The tenant this limiter is scoped to, if any.
     pub fn scope(&self) -> Option<&crate::ids::TenantId> {
         self.scope.as_ref()
+    }
+
+    /// Decides the buckets `allotments` declares global within this region's allotment of them.
+    pub fn with_allotments(mut self, allotments: Arc<crate::region::Allotments>) -> Self {
+        self.regional = Some(allotments);
+        self
     }
 
     pub fn with_ttl_margin(mut self, margin: Duration) -> Self {

@@ -1,0 +1,30 @@
+//! One limit across regions (decision 4200): each region decides locally, on its own regional
+//! bucket, within the *allotment* it holds of the limit's total `L`; the allotments live on a
+//! strongly consistent ledger and never sum past `L`.
+//!
+//! - [`ledger`]: the ledger's items, its table and the store it is reached through (no
+//!   transactions, no TTL: MRSC has neither).
+//! - [`allotment`]: declared global limits, what a process holds, the rate a bucket spends at.
+//! - [`saga`]: moving allotment, three idempotent conditional writes.
+//! - [`lease`]: renewing a region's lease, reclaiming a region that stopped.
+//! - [`policy`]: where allotment should go, with hysteresis.
+//! - [`rebalance`]: one region's rebalancer: finish, reclaim, move.
+//! - [`error`]: what can go wrong.
+
+pub mod allotment;
+pub mod error;
+pub mod lease;
+pub mod ledger;
+pub mod policy;
+pub mod rebalance;
+pub mod saga;
+
+pub use allotment::{Allotments, Declared, Held, Mode, Regional};
+pub use error::RegionError;
+pub use lease::LeaseTerms;
+pub use ledger::{DynamoLedger, LedgerStore};
+pub use rebalance::Rebalancer;
+pub use saga::Move;
+
+#[cfg(test)]
+mod tests;
