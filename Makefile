@@ -72,7 +72,7 @@ soak:
 # The multi-region simulation (decision 4200): REGION_SCHEDULES random schedules, WORKERS at once, on
 # its own DynamoDB Local; `make test` runs its fixed schedules.
 soak-region:
-	@REGION_SCHEDULES=$(REGION_SCHEDULES) WORKERS=$(WORKERS) scripts/soak-region.sh
+	@REGION_SCHEDULES=$(REGION_SCHEDULES) WORKERS=$(WORKERS) scripts/soak.sh region
 
 # The mutation gate (decision 2300): each deliberate bug of shared::mutation hunted over at most
 # MUTANT_SEEDS seeds of its shape; prints mutation -> seed -> schedules and fails on one not caught.

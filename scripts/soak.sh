@@ -12,6 +12,10 @@
 #       turn and hunted over at most N seeds (default 40) of its shape, from TURNSTILE_SIM_FIRST_SEED
 #       (default 0); prints the table mutation -> seed -> schedules it took and fails naming any
 #       mutation no seed caught. Not part of `make test` (minutes, not seconds).
+#   scripts/soak.sh region   `make soak-region [REGION_SCHEDULES=N] [WORKERS=K]`: N schedules (default
+#       1000) of the multi-region simulation (decision 4200, tests/region) from seed
+#       TURNSTILE_REGION_FIRST_SEED (default 1), K at once (default 6), on port 8022 by default.
+#       Prints each violating seed and its first violation, then a summary line; fails on any violation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +27,11 @@ case "$run" in
   mutants)
     export TURNSTILE_SIM_MUTANT_SEEDS="${MUTANT_SEEDS:-40}"
     export TURNSTILE_SIM_MUTANTS="${MUTANTS:-}" ;;
-  *) echo "usage: $0 [soak|mutants]" >&2; exit 2 ;;
+  region)
+    export TURNSTILE_REGION_SCHEDULES="${REGION_SCHEDULES:-1000}"
+    export TURNSTILE_REGION_WORKERS="${WORKERS:-6}"
+    export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8022}" ;;
+  *) echo "usage: $0 [soak|mutants|region]" >&2; exit 2 ;;
 esac
 export DYNAMODB_LOCAL_PORT="${DYNAMODB_LOCAL_PORT:-8020}"
 export TURNSTILE_TEST_DYNAMODB="http://127.0.0.1:${DYNAMODB_LOCAL_PORT}"
@@ -35,4 +43,8 @@ if ! scripts/dynamodb-local.sh status >/dev/null 2>&1; then
 fi
 trap '[ $started_here = 1 ] && scripts/dynamodb-local.sh stop' EXIT
 
-cargo test -p turnstile-tests --test sim --locked "$run" -- --ignored --nocapture
+if [ "$run" = region ]; then
+  cargo test -p turnstile-tests --test region --locked soak -- --ignored --nocapture
+else
+  cargo test -p turnstile-tests --test sim --locked "$run" -- --ignored --nocapture
+fi

@@ -240,6 +240,20 @@ pub struct DynamoLedger {
     pub table: String,
 }
 
+/// A failed conditional write's answer: `refused` holds the item the condition saw when the
+/// failure was the condition (whichever operation sent it), else the error is the store's.
+fn refused_or_error<E: ProvideErrorMetadata, R>(
+    refused: Option<Option<&Item>>,
+    operation: &'static str,
+    key: &str,
+    e: &SdkError<E, R>,
+) -> Result<Written, RegionError> {
+    match refused {
+        Some(item) => Ok(Written::Refused(item.cloned())),
+        None => Err(store_error(operation, key, e)),
+    }
+}
+
 fn store_error<E: ProvideErrorMetadata, R>(
     operation: &'static str,
     key: &str,
@@ -314,11 +328,12 @@ impl LedgerStore for DynamoLedger {
                 .send()
                 .await
                 .map(|_| Written::Applied)
-                .or_else(|e| match e.as_service_error() {
-                    Some(PutItemError::ConditionalCheckFailedException(c)) => {
-                        Ok(Written::Refused(c.item().cloned()))
-                    }
-                    _ => Err(store_error("PutItem", &key, &e)),
+                .or_else(|e| {
+                    let refused = match e.as_service_error() {
+                        Some(PutItemError::ConditionalCheckFailedException(c)) => Some(c.item()),
+                        _ => None,
+                    };
+                    refused_or_error(refused, "PutItem", &key, &e)
                 }),
             Change::Update(expr) => self
                 .client
@@ -335,11 +350,12 @@ impl LedgerStore for DynamoLedger {
                 .send()
                 .await
                 .map(|_| Written::Applied)
-                .or_else(|e| match e.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                        Ok(Written::Refused(c.item().cloned()))
-                    }
-                    _ => Err(store_error("UpdateItem", &key, &e)),
+                .or_else(|e| {
+                    let refused = match e.as_service_error() {
+                        Some(UpdateItemError::ConditionalCheckFailedException(c)) => Some(c.item()),
+                        _ => None,
+                    };
+                    refused_or_error(refused, "UpdateItem", &key, &e)
                 }),
         }
     }
