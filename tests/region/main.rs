@@ -87,7 +87,7 @@ async fn without_the_quarantine_the_oracle_sees_a_window_over_the_limit() {
 /// counter in a last-writer-wins table beside ours. `cargo test -p turnstile-tests --test region
 /// shifting_demand -- --ignored --nocapture`.
 #[tokio::test]
-#[ignore]
+#[ignore = "a measurement of minutes, not a check: run by hand for docs/multi-region.md's numbers"]
 async fn shifting_demand() {
     let mut rows = Vec::new();
     for (name, rebalance) in [
@@ -137,7 +137,7 @@ async fn a_last_writer_wins_counter_over_admits() {
 
 /// Many schedules: `make soak-region REGION_SCHEDULES=N WORKERS=K`.
 #[tokio::test]
-#[ignore]
+#[ignore = "the long run: `make soak-region` (fixed schedules run in `make test`)"]
 async fn soak() {
     use futures::StreamExt;
     let var = |name: &str, default: u64| {

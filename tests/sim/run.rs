@@ -445,13 +445,9 @@ impl Sim {
                         tokio::time::sleep(Duration::from_millis(ms)).await;
                     }
                     let delivers = lane.iter().all(|s| matches!(s.op, Op::Deliver { .. }));
-                    match (sch.deliver_at_ms, reconciling) {
-                        (Some(ms), true) if delivers => {
-                            let later = 150 * j as u64;
-                            tokio::time::sleep(Duration::from_millis(ms + later)).await;
-                        }
-                        (Some(_), true) => {}
-                        _ => {}
+                    if let (Some(ms), true, true) = (sch.deliver_at_ms, reconciling, delivers) {
+                        let later = 150 * j as u64;
+                        tokio::time::sleep(Duration::from_millis(ms + later)).await;
                     }
                     match sch.reconcile_after_ms {
                         _ if reconciling && sch.deliver_at_ms.is_some() => {}
