@@ -274,3 +274,65 @@ async fn the_reconciler_repairs_a_resharded_tenant_both_ways() {
     }
     assert!(counters(&w).await.iter().all(|(_, n)| *n == 0));
 }
+
+/// A shard can hold more connections than its share while its count says less: after the
+/// sum-only repair of a sharded tenant (decision 1502) lowered it for a leak charged elsewhere,
+/// it keeps admitting until its count reaches the share, and the other shard keeps the leaked
+/// unit. The per-counter repair of a resharded tenant then set each counter to the connections
+/// charged on it: the first above its share, the other below — and the one below admitted
+/// although the tenant was full. (Found by the simulation, seed 5521 under load.)
+#[tokio::test]
+async fn a_resharded_repair_never_leaves_room_past_the_cap() {
+    let w = World::new().await;
+    w.put_tenant(T, limits(1)).await;
+    w.put_session(T, "s1").await;
+    reshard(&w, 1, 4).await;
+    for i in 0..3 {
+        assert_eq!(fresh(&w, "s1", &format!("k{i}="), &limits(4)).await, 200);
+    }
+    // The skew the sum-only repair leaves: one unit moved from a shard holding a connection
+    // to the empty one (the sum, 3, still the truth).
+    let c = counters(&w).await;
+    let full = c.iter().skip(1).position(|(_, n)| *n == 1).unwrap();
+    let empty = c.iter().skip(1).take(4).position(|(_, n)| *n == 0).unwrap();
+    add(&w, format!("{T}:shard:{full}"), -1).await;
+    add(&w, format!("{T}:shard:{empty}"), 1).await;
+    assert_eq!(
+        fresh(&w, "s1", "k3=", &limits(4)).await,
+        200,
+        "the cap's 4th"
+    );
+    assert_eq!(held(&w).await, 4);
+    assert_eq!(
+        fresh(&w, "s1", "k4=", &limits(4)).await,
+        429,
+        "full before the repair"
+    );
+    let report = reconcile(&w).await;
+    assert_eq!(total(&counters(&w).await), 4, "{report:?}");
+    assert_eq!(
+        fresh(&w, "s1", "k5=", &limits(4)).await,
+        429,
+        "a 5th connection admitted after the repair (cap {CAP}): counters {:?}",
+        counters(&w).await
+    );
+    let again = reconcile(&w).await;
+    assert_eq!(again.tenants[0].outcome, Outcome::Consistent, "{again:?}");
+}
+
+/// `ADD itemCount :v` on counter `key`, as a lost or misdirected update leaves it.
+async fn add(w: &World, key: String, v: i64) {
+    let deps = w.deps();
+    deps.dynamo
+        .update_item()
+        .table_name(&deps.tables.counters)
+        .key("key", aws_sdk_dynamodb::types::AttributeValue::S(key))
+        .update_expression("ADD itemCount :v")
+        .expression_attribute_values(
+            ":v",
+            aws_sdk_dynamodb::types::AttributeValue::N(v.to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+}

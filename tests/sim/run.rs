@@ -592,8 +592,13 @@ impl Sim {
             Op::Reconcile { .. } => 3 * GRACE,
             _ => LAMBDA_TIMEOUT,
         };
-        let budget = step
-            .crash_ms
+        // `Expire` is DynamoDB's TTL service, not a Lambda: it never stops between deleting the
+        // row and emitting its stream record, so a crash drawn for it is not applied.
+        let crash_ms = match step.op {
+            Op::Expire { .. } => None,
+            _ => step.crash_ms,
+        };
+        let budget = crash_ms
             .map(|ms| Duration::from_millis(u64::from(ms)))
             .unwrap_or(limit);
         let began = std::time::Instant::now();
@@ -621,6 +626,11 @@ impl Sim {
                 r.gone.insert(cid);
             }
             // A crashed delivery is retried by the event source: its record stays queued.
+        }
+        // An operator whose `turnstile tenant put` died runs it again until it answers: the
+        // caps they asked for are the ones in effect from then on.
+        if done.is_err() && matches!(step.op, Op::Limits { .. }) {
+            self.op(sch, tenants, &step.op, run, lanes).await;
         }
     }
 
@@ -849,15 +859,20 @@ impl Sim {
             }
             Op::Limits { t, caps } => {
                 let _one = self.operator.lock().await;
-                let shards = run.lock().unwrap().shards[t];
+                // The new caps may be in effect from the moment the write is sent (DynamoDB may
+                // apply it before answering, or the operator's process may die before reading
+                // the answer), so the oracle allows them from then on.
+                let shards = {
+                    let mut r = run.lock().unwrap();
+                    r.high[t] = r.high[t].max(caps.tenant_connections);
+                    r.seen.caps_in_effect(t, caps, now);
+                    let lowered = r.lowered();
+                    r.seen.set_lowered(lowered);
+                    r.shards[t]
+                };
                 self.put_tenant(&tenants[t], sch.tenants[t].limits(&caps, shards))
                     .await;
-                let mut r = run.lock().unwrap();
-                r.caps[t] = caps;
-                r.high[t] = r.high[t].max(caps.tenant_connections);
-                r.seen.caps_in_effect(t, caps, now);
-                let lowered = r.lowered();
-                r.seen.set_lowered(lowered);
+                run.lock().unwrap().caps[t] = caps;
             }
             Op::Reshard { t, shards, caps } => {
                 let _one = self.operator.lock().await;

@@ -14,6 +14,7 @@ use crate::ids::{SessionId, TenantId};
 use crate::Deps;
 
 use super::options::{Options, Pause, Probe, REPAIR_ATTEMPTS};
+use super::shards::Layout;
 use super::snapshot::grew;
 use super::snapshot::{stamp_repair, subtract_leak, unchanged};
 use super::truth::{sessions, truth_of};
@@ -57,17 +58,16 @@ where
     // Each tenant with its `connectionShards` (when one tenant is asked for, its row is read below
     // with its own credentials); every tenant starts after the last run's cursor.
     let every = options.tenant.is_none();
-    let tenants: Vec<(TenantId, Option<u64>)> = match &options.tenant {
+    let tenants: Vec<(TenantId, Option<Layout>)> = match &options.tenant {
         Some(t) => vec![(t.clone(), None)],
         None => {
             let (all, bad) = crate::tenant::store::list(deps).await?;
             for b in bad {
                 tracing::warn!(row = %b, "skipping a malformed tenant row");
             }
-            let shards = |t: &crate::tenant::Tenant| Some(t.limits.connection_shards);
             let all = all
                 .iter()
-                .map(|t| (t.tenant_id.clone(), shards(t)))
+                .map(|t| (t.tenant_id.clone(), Some(Layout::of(&t.limits))))
                 .collect();
             let after = super::budget::read(deps).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "no reconcile cursor: starting from the first tenant");
@@ -82,14 +82,14 @@ where
     let started = deps.clock.now();
     let mut work = Vec::with_capacity(tenants.len());
     let mut deferred = Vec::new();
-    for (t, shards) in tenants {
+    for (t, layout) in tenants {
         if every && !options.budget.takes_more(deps.clock.now().since(started)) {
             let mut r = TenantReport::new(t.to_string());
             (r.outcome, r.sessions) = (Outcome::Deferred, Outcome::Deferred);
             deferred.push(r);
             continue;
         }
-        let mut w = super::start::prepare(deps, t, shards, &scoped).await;
+        let mut w = super::start::prepare(deps, t, layout, &scoped).await;
         if !w.done {
             super::start::before(&mut w, probe, options.budget.tenant, options.dry_run).await;
         }
@@ -193,7 +193,14 @@ where
 pub(super) async fn repair(w: &mut Work, dry_run: bool) -> Result<Outcome> {
     if let Some(each) = &w.each {
         let (outcome, in_flight) = each
-            .repair(&w.deps, &w.tenant, w.truth_at, dry_run, REPAIR_ATTEMPTS)
+            .repair(
+                &w.deps,
+                &w.tenant,
+                w.truth_at,
+                dry_run,
+                REPAIR_ATTEMPTS,
+                w.layout,
+            )
             .await?;
         w.report.in_flight = in_flight;
         return Ok(outcome);

@@ -218,6 +218,7 @@ impl PerCounter {
         truth_at: i64,
         dry_run: bool,
         attempts: u32,
+        layout: Option<Layout>,
     ) -> Result<(Outcome, u64)> {
         let guard = keys::tenant_connections(t)?;
         let mut in_flight_all = 0;
@@ -247,9 +248,15 @@ impl PerCounter {
                     moves.push((k.clone(), short));
                 }
             }
+            let planned = !moves.is_empty();
+            if let Some(layout) = layout {
+                fit_to_shares(&mut moves, &now, t, layout)?;
+            }
             if moves.is_empty() {
+                // `planned`: the counters differ from their truths only in where the units sit,
+                // which the layout's shares leave as they are.
                 return Ok((
-                    if exact {
+                    if exact || planned {
                         Outcome::Consistent
                     } else {
                         Outcome::Busy
@@ -320,4 +327,77 @@ impl PerCounter {
         }
         Ok((Outcome::Busy, in_flight_all))
     }
+}
+
+/// The layout admitting now: `n` counters (1: `{tenant}`) sharing `cap` open connections.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layout {
+    pub n: u64,
+    pub cap: u64,
+}
+
+impl Layout {
+    pub(super) fn of(limits: &crate::tenant::Limits) -> Layout {
+        Layout {
+            n: limits.connection_shards,
+            cap: limits.tenant_connections,
+        }
+    }
+}
+
+/// Keeps each counter of the admitting layout at or below its share. Admission is exact while no
+/// counter is above its share (the room left is then the cap minus the sum); a counter may hold
+/// more connections than its share once the sum-only repair (decision 1502) lowered it for a unit
+/// leaked on another, and setting each to its own truth would then raise it past its share and
+/// lower the other below its own: room although the tenant is full. The part of a raise past the
+/// share goes to the layout's counters with room instead (none: back where it was, the tenant
+/// being full either way); the sum of the moves is unchanged.
+fn fit_to_shares(
+    moves: &mut Vec<(String, i64)>,
+    now: &BTreeMap<String, Snapshot>,
+    t: &TenantId,
+    layout: Layout,
+) -> Result<()> {
+    let counters: Vec<(String, i64)> = if layout.n <= 1 {
+        vec![(keys::tenant_connections(t)?, cap_i64(layout.cap))]
+    } else {
+        let n = u32::try_from(layout.n).unwrap_or(u32::MAX);
+        (0..n)
+            .map(|i| {
+                let share = crate::shard::share(layout.cap, n, i);
+                Ok((keys::connection_shard(t, u64::from(i))?, cap_i64(share)))
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut by: BTreeMap<String, i64> = moves.drain(..).collect();
+    let count = |k: &str| now.get(k).and_then(|s| s.count).unwrap_or(0);
+    let mut lifted = Vec::new();
+    for (k, share) in &counters {
+        let d = by.get(k).copied().unwrap_or(0);
+        let past = (count(k) + d - share).clamp(0, d.max(0));
+        if past > 0 {
+            by.insert(k.clone(), d - past);
+            lifted.push((k.clone(), past));
+        }
+    }
+    let mut spare: i64 = lifted.iter().map(|l| l.1).sum();
+    for (k, share) in &counters {
+        let d = by.get(k).copied().unwrap_or(0);
+        let room = (share - count(k) - d).clamp(0, spare);
+        if room > 0 {
+            by.insert(k.clone(), d + room);
+            spare -= room;
+        }
+    }
+    for (k, past) in lifted {
+        let back = past.min(spare);
+        *by.entry(k).or_default() += back;
+        spare -= back;
+    }
+    moves.extend(by.into_iter().filter(|(_, d)| *d != 0));
+    Ok(())
+}
+
+fn cap_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }

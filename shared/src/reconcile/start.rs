@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::options::Probe;
 use super::probe;
 use super::report::TenantReport;
+use super::shards::Layout;
 use super::work::{read_snapshot, skip, Work};
 use crate::error::Result;
 use crate::ids::TenantId;
@@ -19,7 +20,7 @@ use crate::Deps;
 pub(super) async fn prepare<F, Fut>(
     deps: &Deps,
     t: TenantId,
-    shards: Option<u64>,
+    layout: Option<Layout>,
     scoped: &F,
 ) -> Work
 where
@@ -28,15 +29,17 @@ where
 {
     let report = TenantReport::new(t.to_string());
     let scoped_deps = scoped(t.clone()).await;
-    let shards = match (&scoped_deps, shards) {
-        (_, Some(n)) => Ok(n),
+    let layout = match (&scoped_deps, layout) {
+        (_, Some(l)) => Ok(Some(l)),
         (Ok(d), None) => crate::tenant::store::get(d, &t)
             .await
-            .map(|r| r.map_or(1, |r| r.limits.connection_shards)),
-        (Err(_), None) => Ok(1),
+            .map(|r| r.map(|r| Layout::of(&r.limits))),
+        (Err(_), None) => Ok(None),
     };
-    let mut w = Work::new(t, deps.clone(), report, *shards.as_ref().unwrap_or(&1));
-    match (scoped_deps, shards) {
+    let known = layout.as_ref().ok().copied().flatten();
+    let mut w = Work::new(t, deps.clone(), report, known.map_or(1, |l| l.n));
+    w.layout = known;
+    match (scoped_deps, layout) {
         (Err(e), _) => skip(&mut w, format!("no tenant credentials: {e}")),
         (Ok(_), Err(e)) => skip(&mut w, format!("reading the tenant row: {e}")),
         (Ok(d), Ok(_)) => w.deps = d,

@@ -29,6 +29,8 @@ pub(super) struct Work {
     pub(super) released: Vec<Option<i64>>,
     /// A resharded tenant: every counter on its own (decision 2206).
     pub(super) each: Option<super::shards::PerCounter>,
+    /// The layout admitting now, as the tenant row says (`None`: no row).
+    pub(super) layout: Option<super::shards::Layout>,
     /// Ended session rows the truth found empty: deleted in phase 3 (decision 2208).
     pub(super) ended_empty: Vec<String>,
 }
@@ -48,6 +50,7 @@ impl Work {
             shards,
             released: vec![],
             each: None,
+            layout: None,
             ended_empty: vec![],
         }
     }
