@@ -11,6 +11,7 @@
 #[path = "../integration/ws_support.rs"]
 mod ws_support;
 
+mod clocks;
 mod kv;
 mod oracle;
 mod reservations;

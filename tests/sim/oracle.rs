@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use shared::clock::Timestamp;
 use shared::counter::window::MinuteWindow;
+
+use crate::clocks::UNCERTAINTY;
 use turnstile_local::management::Received;
 
 use crate::run::Answer;
@@ -197,11 +199,13 @@ impl Seen {
         }
         let name = self.names[t].clone();
         let n = self.held_in(t) as u64;
-        let since = back(at, self.stale);
+        // The instance that admitted read its clock up to UNCERTAINTY away from `at`.
+        let since = back(at, self.stale + UNCERTAINTY);
+        let until = at.plus(UNCERTAINTY);
         let cap = self.round_high[t]
             .tenant_connections
             .max(self.lowered[t])
-            .max(self.max_cap(t, since, at, |c| c.tenant_connections));
+            .max(self.max_cap(t, since, until, |c| c.tenant_connections));
         if n > cap {
             self.violation(format!(
                 "over-admission: clients of tenant {name} hold {n} open sockets once {cid} is \
@@ -211,7 +215,7 @@ impl Seen {
         let in_session = self.held.values().filter(|k| **k == key).count() as u64;
         let per = self.round_high[t]
             .per_session
-            .max(self.max_cap(t, since, at, |c| c.per_session));
+            .max(self.max_cap(t, since, until, |c| c.per_session));
         if in_session > per {
             self.violation(format!(
                 "over-admission: session s{s} of {name} has {in_session} open sockets once {cid} \
@@ -222,13 +226,17 @@ impl Seen {
         self.session_admits.entry(key).or_default().push(at);
         let gcra = self.gcra[t];
         let found = over_rate(&self.tenant_admits[t], gcra, |a, b| {
-            self.max_cap(t, back(a, self.stale), b, |c| c.tenant_per_minute)
+            self.max_cap(t, widened(a, self.stale), b.plus(UNCERTAINTY), |c| {
+                c.tenant_per_minute
+            })
         });
         if let Some(v) = found {
             self.violation(format!("tenantPerMinute of {name}: {v}"));
         }
         let found = over_rate(&self.session_admits[&key], gcra, |a, b| {
-            self.max_cap(t, back(a, self.stale), b, |c| c.session_per_minute)
+            self.max_cap(t, widened(a, self.stale), b.plus(UNCERTAINTY), |c| {
+                c.session_per_minute
+            })
         });
         if let Some(v) = found {
             self.violation(format!("sessionPerMinute of s{s} of {name}: {v}"));
@@ -243,7 +251,9 @@ impl Seen {
         self.messages.entry(key).or_default().push(at);
         // Messages are counted in fixed minutes whatever the tenant's algorithm.
         let found = over_rate(&self.messages[&key], false, |a, b| {
-            self.max_cap(key.0, back(a, self.stale), b, |c| c.messages_per_minute)
+            self.max_cap(key.0, widened(a, self.stale), b.plus(UNCERTAINTY), |c| {
+                c.messages_per_minute
+            })
         });
         if let Some(v) = found {
             let name = self.names[key.0].clone();
@@ -287,6 +297,12 @@ fn back(at: Timestamp, d: Duration) -> Timestamp {
     Timestamp::from_nanos(at.as_nanos().saturating_sub(d.as_nanos() as i64))
 }
 
+/// The start of the caps a window starting at `a` is judged against: a cached row's age before
+/// it, and the instances' clocks' UNCERTAINTY.
+fn widened(a: Timestamp, stale: Duration) -> Timestamp {
+    back(a, stale + UNCERTAINTY)
+}
+
 /// The documented statuses of each step (the functions' module docs and docs/websocket.md).
 fn documented(op: &Op, status: i64) -> bool {
     match op {
@@ -317,9 +333,15 @@ fn over_rate(
     let mut ts = times.to_vec();
     ts.sort();
     if !gcra {
+        // Counted only where the instance's own clock surely put it in the same minute: at
+        // least UNCERTAINTY inside the minute's ends.
         let mut per: BTreeMap<i64, u64> = BTreeMap::new();
         for t in &ts {
-            *per.entry(MinuteWindow::at(*t).start).or_default() += 1;
+            let m = MinuteWindow::at(*t).start;
+            let (lo, hi) = (t.minus(UNCERTAINTY), t.plus(UNCERTAINTY));
+            if MinuteWindow::at(lo).start == m && MinuteWindow::at(hi).start == m {
+                *per.entry(m).or_default() += 1;
+            }
         }
         for (m, n) in per {
             let start = Timestamp::from_secs(m);
@@ -339,7 +361,9 @@ fn over_rate(
         for j in i + 1..ts.len() {
             let c = cap(ts[i], ts[j]).max(1);
             let ei = 60_000_000_000u128 / u128::from(c);
-            let elapsed = (ts[j].as_nanos() - ts[i].as_nanos()).max(0) as u128;
+            // Two instances' readings of the two admissions differ by up to twice UNCERTAINTY more.
+            let elapsed =
+                (ts[j].as_nanos() - ts[i].as_nanos()).max(0) as u128 + 2 * UNCERTAINTY.as_nanos();
             let allowed = u128::from(c) + elapsed / ei;
             let n = (j - i + 1) as u128;
             if n > allowed {

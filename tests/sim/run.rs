@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use futures::future::join_all;
-use shared::clock::Clock;
+
+use crate::clocks::Instance;
 use shared::dynamo::{local_client, timeouts};
 use shared::ids::TenantId;
 use shared::mutation::Mutation;
@@ -111,6 +112,8 @@ pub struct Sim {
     lag_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// A step took a whole attempt timeout since [`Sim::reset_slow`].
     stalled: std::sync::atomic::AtomicBool,
+    /// Each WebSocket function instance's dependencies, with its own clock.
+    inst: crate::clocks::Instances,
 }
 
 /// The state of a run's reservation and kv lanes (`None`: the schedule has none).
@@ -173,6 +176,7 @@ impl Sim {
             shared::mutation::enable(&buckets, m);
         }
         let authorizer_b = shared::tenant::TenantCache::new(w.authorizer.tenants.ttl());
+        let inst = crate::clocks::Instances::new(&w.env.deps, &w.env.clock);
         Sim {
             w,
             proxy,
@@ -184,6 +188,7 @@ impl Sim {
             late_next: std::sync::atomic::AtomicUsize::new(0),
             lag_us: ticker(),
             stalled: std::sync::atomic::AtomicBool::new(false),
+            inst,
         }
     }
 
@@ -396,6 +401,7 @@ impl Sim {
             .as_ref()
             .map(|spec| Mutex::new(reservations::State::new(sch.seed, spec, sch.skew_ms)));
         self.res.set_skew(sch.skew_ms);
+        self.inst.start(sch.seed);
         let res = res.as_ref();
         let kvs = sch.kv.as_ref().map(|spec| {
             Mutex::new(kv::State::new(
@@ -408,8 +414,10 @@ impl Sim {
         });
         let kvs = kvs.as_ref();
         for (i, round) in sch.rounds.iter().enumerate() {
-            self.w.env.clock.advance(Duration::from_secs(round.advance));
-            let now = self.w.env.clock.now();
+            self.inst
+                .moving
+                .next_round(Duration::from_secs(round.advance));
+            let now = self.inst.moving.now();
             if round.fault != Fault::None {
                 *out.faults.entry(round.fault.kind()).or_default() += 1;
             }
@@ -516,7 +524,9 @@ impl Sim {
             let failed = self
                 .again_while_slow(|| async {
                     let ev = rec.event.clone();
-                    let r = ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, ev).await;
+                    let r =
+                        ttl_sweeper::handle(self.inst.deps(Instance::Sweeper), &self.w.sweeper, ev)
+                            .await;
                     r.batch_item_failures.is_empty().then_some(()).ok_or(())
                 })
                 .await;
@@ -541,7 +551,7 @@ impl Sim {
             let failed = self
                 .again_while_slow(|| async {
                     let report = crate::ws_support::reconcile_tenant(
-                        &self.w.env.deps,
+                        self.inst.deps(Instance::Reconciler),
                         t,
                         &self.w.api.url(),
                         false,
@@ -549,6 +559,11 @@ impl Sim {
                     )
                     .await;
                     if skipped(&report) {
+                        // No fault is injected now: a request that timed out waited on the machine.
+                        if format!("{report:?}").contains("timed out") {
+                            self.stalled
+                                .store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
                         Err(report)
                     } else {
                         Ok(())
@@ -656,9 +671,14 @@ impl Sim {
         } else {
             &self.authorizer_b
         };
+        let i = if std::ptr::eq(cache, &self.authorizer_b) {
+            Instance::AuthorizerB
+        } else {
+            Instance::AuthorizerA
+        };
         let direct = shared::Deps {
             dynamo: self.direct.clone(),
-            ..self.w.env.deps.clone()
+            ..self.inst.deps(i).clone()
         };
         match cache.get(&direct, &tenants[t]).await {
             Ok(Some(tenant)) => tenant.limits,
@@ -676,20 +696,32 @@ impl Sim {
             None,
         );
         answer(
-            session_api::handle(&self.w.env.deps, &self.w.session_api, ev)
-                .await
-                .map(|r| (r.status_code, String::new())),
+            session_api::handle(
+                self.inst.deps(Instance::SessionApi),
+                &self.w.session_api,
+                ev,
+            )
+            .await
+            .map(|r| (r.status_code, String::new())),
         )
     }
 
     async fn connect(&self, t: &TenantId, s: &str, cid: &str, l: &Limits) -> Answer {
         let ev = event("connect/connect.json", t, s, cid, l);
-        answer(connect::handle(&self.w.env.deps, &self.w.connect, ev).await)
+        // Two `$connect` instances, each socket's retries on the same one.
+        let i = if cid.bytes().map(u32::from).sum::<u32>() % 2 == 0 {
+            Instance::ConnectA
+        } else {
+            Instance::ConnectB
+        };
+        answer(connect::handle(self.inst.deps(i), &self.w.connect, ev).await)
     }
 
     async fn disconnect(&self, t: &TenantId, s: &str, cid: &str, l: &Limits) -> Answer {
         let ev = event("disconnect/disconnect.json", t, s, cid, l);
-        answer(disconnect::handle(&self.w.env.deps, &self.w.disconnect, ev).await)
+        answer(
+            disconnect::handle(self.inst.deps(Instance::Disconnect), &self.w.disconnect, ev).await,
+        )
     }
 
     async fn op(
@@ -700,7 +732,7 @@ impl Sim {
         run: &Mutex<Run>,
         (res, kvs): Lanes<'_>,
     ) {
-        let now = self.w.env.clock.now();
+        let now = self.inst.moving.now();
         match *op {
             Op::Res(ref o) => {
                 if let Some(st) = res {
@@ -806,7 +838,9 @@ impl Sim {
                 }
                 let mut ev = event("message/message.json", &tenants[t], &sid, &cid, &l);
                 ev.body = Some("hello".into());
-                let a = answer(message::handle(&self.w.env.deps, &self.w.message, ev).await);
+                let a = answer(
+                    message::handle(self.inst.deps(Instance::Message), &self.w.message, ev).await,
+                );
                 let mut r = run.lock().unwrap();
                 if a.status() == Some(200) {
                     r.seen.sync_closed(&self.w.api.received());
@@ -828,9 +862,12 @@ impl Sim {
                     let i = pick as usize % r.queue.len();
                     (i, r.queue[i].clone())
                 };
-                let res =
-                    ttl_sweeper::handle(&self.w.env.deps, &self.w.sweeper, rec.1.event.clone())
-                        .await;
+                let res = ttl_sweeper::handle(
+                    self.inst.deps(Instance::Sweeper),
+                    &self.w.sweeper,
+                    rec.1.event.clone(),
+                )
+                .await;
                 let mut r = run.lock().unwrap();
                 let ok = res.batch_item_failures.is_empty();
                 r.seen
@@ -849,7 +886,8 @@ impl Sim {
                 }
             }
             Op::Reconcile { t } => {
-                let report = reconcile(&self.w, &tenants[t], GRACE).await;
+                let deps = self.inst.deps(Instance::Reconciler);
+                let report = reconcile(&self.w, deps, &tenants[t], GRACE).await;
                 let a = match report {
                     Ok(rep) if !skipped(&rep) => Answer::Status(200),
                     Ok(_) => Answer::Status(500),
@@ -928,7 +966,7 @@ impl Sim {
         s: usize,
         run: &Mutex<Run>,
     ) -> Option<aws_lambda_events::dynamodb::Event> {
-        let now = self.w.env.clock.now();
+        let now = self.inst.moving.now();
         let sid = shared::ids::SessionId::parse(&Self::sid(s)).ok()?;
         let out = self
             .direct
@@ -1034,7 +1072,7 @@ impl Sim {
                     self.w.env.clock.advance(Duration::from_secs(61));
                     for _ in 0..2 {
                         crate::ws_support::reconcile_tenant(
-                            &self.w.env.deps,
+                            self.inst.deps(Instance::Reconciler),
                             tid,
                             &self.w.api.url(),
                             false,
@@ -1100,7 +1138,7 @@ impl Sim {
             };
             for k in 0..tries {
                 self.w.env.clock.advance(Duration::from_secs(61));
-                let now = self.w.env.clock.now();
+                let now = self.inst.moving.now();
                 let s = 200 + k as usize;
                 let put = self.session_call("PUT", tid, s).await;
                 if put.status() != Some(200) {
@@ -1239,6 +1277,7 @@ fn t_index(sch: &Schedule, t: &TenantId) -> usize {
 /// One reconciler run over `t`, with `grace` between its phases, probing the local Management API.
 pub async fn reconcile(
     w: &World,
+    deps: &shared::Deps,
     t: &TenantId,
     grace: Duration,
 ) -> Result<shared::reconcile::Report, String> {
@@ -1254,9 +1293,9 @@ pub async fn reconcile(
         grace,
         budget: reconcile::Budget::for_grace(reconcile::MAX_GRACE),
     };
-    let deps = w.env.deps.clone();
-    reconcile::run(&w.env.deps, &options, Some(&probe), |_| {
-        let d = deps.clone();
+    let scoped = deps.clone();
+    reconcile::run(deps, &options, Some(&probe), |_| {
+        let d = scoped.clone();
         async move { Ok(d) }
     })
     .await
