@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
+use super::demand::Reported;
 use super::error::RegionError;
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, s, Item};
@@ -117,6 +118,8 @@ pub struct RegionRow {
     pub epoch: u64,
     pub outbox: HashMap<String, Entry>,
     pub inbox: HashMap<String, u64>,
+    /// The demand the region last reported (`None`: never reported).
+    pub reported: Option<Reported>,
 }
 
 impl RegionRow {
@@ -146,6 +149,7 @@ impl RegionRow {
             allotment: number(it, attr::ALLOTMENT, &key)?,
             lease_until: Timestamp::from_nanos(signed(it, attr::LEASE_UNTIL, &key)?),
             epoch: number(it, attr::EPOCH, &key)?,
+            reported: Reported::from_item(it, &key)?,
             region,
             outbox,
             inbox,
@@ -457,6 +461,10 @@ pub async fn read_all<S: LedgerStore>(
     regions.sort_by(|a, b| a.region.cmp(&b.region));
     Ok((regions, moves))
 }
+
+/// The variable naming the ledger table (the stack's output `RegionLedgerTable`), for the CLI
+/// and the rebalancer function.
+pub const TABLE_VAR: &str = "TURNSTILE_LEDGER_TABLE";
 
 /// A move id that never meets another (ids are compared, never parsed).
 pub fn new_move_id() -> String {
