@@ -247,8 +247,10 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
 
 /// What the region rebalancer does on the region ledger (`shared::region::scheduled`): Query the
 /// declarations and each limit's partition, GetItem a giver's outbox or a move, UpdateItem a lease
-/// and report, a lowering, a raise or a reclaim, PutItem a move's record.
+/// and report, a lowering, a raise, a reclaim or a prune, PutItem a move's record, DeleteItem a
+/// finished move's record.
 const LEDGER_ACTIONS: &[&str] = &[
+    "dynamodb:DeleteItem",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:Query",

@@ -338,3 +338,54 @@ fn the_bucket_attributes_are_the_gcra_writes() {
         ["windowStart", "requestCount", "throttleCount", "tat"]
     );
 }
+
+#[tokio::test]
+async fn rebalancer_prunes_finished_moves_once_no_send_can_arrive() {
+    let mut w = world().await;
+    w.ask_busy(900).await;
+    w.pass(&w.busy).await;
+    let lowered = w.pass(&w.idle).await;
+    assert!(lowered.lowered.is_some(), "{lowered:?}");
+    w.env.clock.advance(Duration::from_secs(70));
+    w.ask_busy(900).await;
+    assert_eq!(w.pass(&w.busy).await.raised, 1);
+    w.pass(&w.idle).await;
+    let boxes = |w: &World| {
+        let ledger = w.ledger.clone();
+        async move {
+            let (rows, moves) = read_all(&ledger, LIMIT).await.expect("ledger");
+            let sizes: Vec<(String, usize, usize)> = rows
+                .iter()
+                .map(|r| (r.region.clone(), r.outbox.len(), r.inbox.len()))
+                .collect();
+            (sizes, moves.len())
+        }
+    };
+    let held = vec![(BUSY.to_string(), 0, 1), (IDLE.to_string(), 1, 0)];
+    assert_eq!(
+        boxes(&w).await,
+        (held.clone(), 1),
+        "the finished move, held"
+    );
+
+    // Passes every two minutes: nothing goes until 16 minutes (a signed request's 15 and a
+    // minute) plus the clock margin have passed since the raise; then the giver prunes its outbox
+    // and the record, and only after that the receiver its inbox.
+    let mut pruned = Vec::new();
+    for _ in 0..10 {
+        w.env.clock.advance(Duration::from_secs(120));
+        w.ask_busy(900).await;
+        let busy = w.pass(&w.busy).await;
+        let idle = w.pass(&w.idle).await;
+        assert_eq!((busy.lowered, idle.lowered), (None, None));
+        pruned.push((busy.pruned, idle.pruned));
+        assert_eq!(w.ledger().await, (99, 1, 0));
+    }
+    assert_eq!(
+        pruned,
+        [[(0, 0); 8].as_slice(), &[(0, 1), (1, 0)]].concat(),
+        "pruned (receiver, giver) per round, two minutes apart from 70 s after the raise"
+    );
+    let empty = vec![(BUSY.to_string(), 0, 0), (IDLE.to_string(), 0, 0)];
+    assert_eq!(boxes(&w).await, (empty, 0), "the boxes and records pruned");
+}

@@ -202,10 +202,12 @@ pub async fn reclaim<S: LedgerStore>(
     let mut update = "SET #a = :zero, #e = :next, #o.#id = :m".to_string();
     let mut condition =
         "#a = :a AND #e = :e AND #u = :u AND attribute_not_exists(#o.#id)".to_string();
-    for (k, (id, e)) in incoming.iter().enumerate() {
+    if !incoming.is_empty() {
+        values.insert(":now".to_string(), n(now.as_nanos()));
+    }
+    for (k, (id, _)) in incoming.iter().enumerate() {
         names.insert(format!("#in{k}"), id.clone());
-        values.insert(format!(":in{k}"), n(e.amount));
-        update.push_str(&format!(", #i.#in{k} = :in{k}"));
+        update.push_str(&format!(", #i.#in{k} = :now"));
         condition.push_str(&format!(" AND attribute_not_exists(#i.#in{k})"));
     }
     let w = Write {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -35,7 +36,8 @@ pub mod attr {
     pub const EPOCH: &str = "epoch";
     /// Moves this region lowered: id -> {to, amount, releaseAt}.
     pub const OUTBOX: &str = "outbox";
-    /// Moves raised here: id -> amount.
+    /// Moves raised here (or, by a reclaim, marked received here): id -> when, in nanoseconds
+    /// by the writer's clock (pruning waits until no late send of the move can still arrive).
     pub const INBOX: &str = "inbox";
     pub const FROM: &str = "from";
     pub const TO: &str = "to";
@@ -117,7 +119,7 @@ pub struct RegionRow {
     pub lease_until: Timestamp,
     pub epoch: u64,
     pub outbox: HashMap<String, Entry>,
-    pub inbox: HashMap<String, u64>,
+    pub inbox: HashMap<String, Timestamp>,
     /// The demand the region last reported (`None`: never reported).
     pub reported: Option<Reported>,
 }
@@ -138,12 +140,12 @@ impl RegionRow {
         }
         let mut inbox = HashMap::new();
         for (id, v) in map(it, attr::INBOX) {
-            let amount = v
+            let at = v
                 .as_n()
                 .ok()
                 .and_then(|x| x.parse().ok())
                 .ok_or_else(|| malformed(&key, format!("inbox {id}")))?;
-            inbox.insert(id.clone(), amount);
+            inbox.insert(id.clone(), Timestamp::from_nanos(at));
         }
         Ok(RegionRow {
             allotment: number(it, attr::ALLOTMENT, &key)?,
@@ -214,6 +216,8 @@ pub struct Write {
 pub enum Change {
     Put(Item),
     Update(String),
+    /// Deletes the item (a finished move's record, when pruned).
+    Delete,
 }
 
 /// What a conditional write did.
@@ -360,6 +364,24 @@ impl LedgerStore for DynamoLedger {
                         _ => None,
                     };
                     refused_or_error(refused, "UpdateItem", &key, &e)
+                }),
+            Change::Delete => self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(w.key.to_item()))
+                .set_condition_expression((!w.condition.is_empty()).then_some(w.condition))
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .send()
+                .await
+                .map(|_| Written::Applied)
+                .or_else(|e| {
+                    let refused = match e.as_service_error() {
+                        Some(DeleteItemError::ConditionalCheckFailedException(_)) => Some(None),
+                        _ => None,
+                    };
+                    refused_or_error(refused, "DeleteItem", &key, &e)
                 }),
         }
     }

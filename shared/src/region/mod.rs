@@ -11,6 +11,7 @@
 //! - [`rebalance`]: one region's rebalancer: finish, reclaim, move.
 //! - [`demand`]: what each region reports it is asked for, measured from its regional bucket.
 //! - [`declarations`]: the global limits a ledger holds, declared on it.
+//! - [`prune`]: removing finished moves from the regions' items.
 //! - [`scheduled`]: one region's scheduled pass over them (the `region-rebalancer` function).
 //! - [`error`]: what can go wrong.
 
@@ -21,6 +22,7 @@ pub mod error;
 pub mod lease;
 pub mod ledger;
 pub mod policy;
+pub mod prune;
 pub mod rebalance;
 pub mod saga;
 pub mod scheduled;

@@ -7,7 +7,9 @@
 //! Calls per pass: 1 `Query` of the declarations; per limit 1 `Query` of its ledger partition,
 //! 1 `GetItem` of the regional bucket (this region's buckets table) and 1 `UpdateItem` (lease and
 //! report), plus the saga's calls of each move it lowers (`UpdateItem` + `GetItem` + `PutItem`)
-//! or raises (`GetItem` + `PutItem` when unrecorded + `GetItem` + `UpdateItem`).
+//! or raises (`GetItem` + `PutItem` when unrecorded + `GetItem` + `UpdateItem`), and, once
+//! finished moves are old enough, a `DeleteItem` per record and one `UpdateItem` to prune them
+//! ([`prune`]).
 
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ use super::demand::{Observed, Reported};
 use super::error::RegionError;
 use super::lease::{self, LeaseTerms};
 use super::ledger::{read_all, read_region, LedgerStore, RegionRow};
+use super::prune;
 use super::rebalance::{again, Rebalancer};
 use crate::clock::Timestamp;
 use crate::dynamo::item::s;
@@ -95,6 +98,8 @@ pub struct LimitPass {
     pub reclaimed: Vec<String>,
     /// The move this region lowered, if any: `(to, amount)`.
     pub lowered: Option<(String, u64)>,
+    /// Entries of finished moves removed from this region's outbox and inbox.
+    pub pruned: usize,
     /// Why the limit was left as it was, when it failed.
     pub error: Option<String>,
 }
@@ -188,12 +193,15 @@ pub async fn run_limit<S: LedgerStore>(
     };
     let rebalancer = Rebalancer::new(limit, region, schedule.refresh, *terms);
     let pass = rebalancer.run_on(ledger, &rows, demand, epoch, now).await?;
+    let finished = prune::prunable(&rows, region, now, terms.clock_margin);
+    let pruned = prune::prune(ledger, &limit.bucket, region, &finished).await?;
     Ok(LimitPass {
         limit: limit.bucket.clone(),
         demand: report.demand,
         raised: pass.raised,
         reclaimed: pass.reclaimed.into_iter().map(|m| m.from).collect(),
         lowered: pass.started.map(|m| (m.to, m.amount)),
+        pruned,
         error: None,
     })
 }
