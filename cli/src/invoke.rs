@@ -9,7 +9,8 @@ use turnstile_local::lambda::Invoke;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// authorizer, connect, disconnect, message, session-api, ttl-sweeper or token-remover.
+    /// authorizer, connect, disconnect, message, session-api, ttl-sweeper, token-remover,
+    /// reconciler, decide-api or region-rebalancer.
     function: String,
     /// The event, as the function would receive it from AWS (see events/); `-` reads stdin.
     event: PathBuf,

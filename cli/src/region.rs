@@ -11,11 +11,11 @@ use shared::kv::config::parse_period;
 use shared::kv::instant::parse_instant;
 use shared::region::ledger::{self, read_all, RegionRow};
 use shared::region::saga::{self, Move, Raised};
-use shared::region::{Declared, DynamoLedger, LeaseTerms, Mode, RegionError};
+use shared::region::{declarations, Declared, DynamoLedger, LeaseTerms, Mode, RegionError};
 use shared::{Error, Result};
 
-/// The ledger table's variable (the stack's output `LedgerTableName`).
-pub const LEDGER_TABLE_VAR: &str = "TURNSTILE_LEDGER_TABLE";
+/// The ledger table's variable (the stack's output `RegionLedgerTable`).
+pub const LEDGER_TABLE_VAR: &str = ledger::TABLE_VAR;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -30,7 +30,8 @@ pub struct Args {
 enum Cmd {
     /// Create the ledger table (for DynamoDB Local; a deployment's comes from template.yaml).
     CreateTable,
-    /// Give each region its first allotment of a global limit: the total split evenly.
+    /// Declare a global limit on the ledger (what each region's scheduled rebalancer runs over)
+    /// and give each region its first allotment: the total split evenly.
     Init {
         /// The bucket key (`{nameId}:{id}`).
         #[arg(long)]
@@ -43,6 +44,17 @@ enum Cmd {
         /// The regions, comma-separated.
         #[arg(long, value_delimiter = ',')]
         regions: Vec<String>,
+        /// Bounded mode: a region that cannot refresh may overdraw this many thousandths of the
+        /// total, split among the regions (exact mode without it).
+        #[arg(long, requires = "overdraw_for")]
+        overdraw_permille: Option<u32>,
+        /// Bounded mode: for at most this long past its lease (`30s`...).
+        #[arg(long, value_parser = parse_period, requires = "overdraw_permille")]
+        overdraw_for: Option<Duration>,
+        /// The first lease of each region: until each region's scheduled rebalancer first renews
+        /// it (three of its intervals: 3m with the default `RegionRebalanceRateMinutes` of 1).
+        #[arg(long, value_parser = parse_period, default_value = "3m")]
+        lease: Duration,
     },
     /// The allotments, leases and the moves in transit of a global limit.
     Show {
@@ -159,10 +171,20 @@ pub async fn run(args: Args) -> Result<()> {
             total,
             period,
             regions,
+            overdraw_permille,
+            overdraw_for,
+            lease,
         } => {
             let rate = Rate::new(total, total, period).map_err(|e| Error::Other(e.to_string()))?;
-            let d = Declared::new(&limit, rate, regions, Mode::Exact).map_err(failed)?;
-            let lease = LeaseTerms::default().lease;
+            let mode = match (overdraw_permille, overdraw_for) {
+                (Some(overdraw_permille), Some(overdraw_for)) => Mode::Bounded {
+                    overdraw_permille,
+                    overdraw_for,
+                },
+                _ => Mode::Exact,
+            };
+            let d = Declared::new(&limit, rate, regions, mode).map_err(failed)?;
+            declarations::declare(&store, &d).await.map_err(failed)?;
             ledger::init(&store, &limit, &d.split(), now.plus(lease))
                 .await
                 .map_err(failed)?;

@@ -1,4 +1,4 @@
-//! The nine functions behind [`Invoke`], each built once by its crate's `init` (what its `main.rs`
+//! The ten functions behind [`Invoke`], each built once by its crate's `init` (what its `main.rs`
 //! runs), so the local stack and `turnstile invoke` run exactly the deployed wiring and handler code.
 
 use std::future::Future;
@@ -27,6 +27,9 @@ pub struct LocalFunctions {
     /// The token remover needs its processors configured; without them it answers every event with
     /// the configuration error instead of keeping the rest of the stack from starting.
     remover: Result<token_remover::Remover, String>,
+    /// The region rebalancer needs a region ledger (`TURNSTILE_LEDGER_TABLE`); without one it
+    /// answers every event with that, as the token remover does.
+    rebalancer: Result<region_rebalancer::State, String>,
     /// EMF metrics, only when `TURNSTILE_METRICS` is set (`make dev` sends them to a file, so the
     /// console shows logs only); each invocation flushes, as in Lambda.
     metrics: Option<&'static Metrics>,
@@ -47,6 +50,9 @@ impl LocalFunctions {
         if let Err(e) = &remover {
             tracing::warn!(error = %e, "token-remover is not configured; events sent to it will fail");
         }
+        let rebalancer = region_rebalancer::init(&deps.clone().for_function("region-rebalancer"))
+            .await
+            .map_err(|e| e.to_string());
         let metrics = match deps.vars.get(metrics::OUTPUT_VAR) {
             Some(_) => Some(
                 metrics::install_from_vars(&deps.vars)
@@ -66,6 +72,7 @@ impl LocalFunctions {
             reconciler: reconciler::init(&named("reconciler")).await?,
             decide: decide_api::init(&named("decide-api")).await?,
             remover,
+            rebalancer,
             metrics,
             deps,
         }))
@@ -178,6 +185,18 @@ impl LocalFunctions {
                 }
                 "token-remover" => match &self.remover {
                     Ok(r) => call(function, event, |e| token_remover::handle(r, e)).await,
+                    Err(e) => Err(InvokeError::Failed {
+                        function: function.into(),
+                        message: format!("not configured: {e}"),
+                    }),
+                },
+                "region-rebalancer" => match &self.rebalancer {
+                    Ok(s) => {
+                        call(function, event, |e: Value| {
+                            region_rebalancer::handle(d, s, e)
+                        })
+                        .await
+                    }
                     Err(e) => Err(InvokeError::Failed {
                         function: function.into(),
                         message: format!("not configured: {e}"),

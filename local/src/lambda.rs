@@ -7,8 +7,8 @@ use std::pin::Pin;
 
 use serde_json::Value;
 
-/// The nine Turnstile functions, by their binary (and SAM `Binary:`) names.
-pub const FUNCTIONS: [&str; 9] = [
+/// The ten Turnstile functions, by their binary (and SAM `Binary:`) names.
+pub const FUNCTIONS: [&str; 10] = [
     "authorizer",
     "connect",
     "disconnect",
@@ -18,6 +18,7 @@ pub const FUNCTIONS: [&str; 9] = [
     "token-remover",
     "reconciler",
     "decide-api",
+    "region-rebalancer",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -105,6 +105,13 @@ fn function_readers(function: &str) -> Vec<(&'static str, Reader)> {
                 .map(drop)
                 .map_err(|e| e.to_string())
         })),
+        // Lambda sets AWS_REGION, which names the region on the ledger.
+        "region-rebalancer" => readers.push(("region_rebalancer::Config::from_vars", |v| {
+            let v = v.with_overrides([(region_rebalancer::REGION_VAR, REGION)]);
+            region_rebalancer::Config::from_vars(&v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })),
         // Its own tenant role (DecideTenantRole): tests/integration/decide_template.rs.
         "decide-api" => readers.extend(crate::decide_template::readers()),
         other => panic!("no reader list for function {other}: add it here"),
@@ -231,9 +238,24 @@ fn dynamo_actions(function: &str) -> Vec<(Option<TableKind>, &'static [&'static 
             ),
         ],
         "decide-api" => crate::decide_template::dynamo_actions(),
+        // its region's demand: the global limit's bucket item (the ledger's actions are
+        // `LEDGER_ACTIONS`, on a table the catalogue does not hold)
+        "region-rebalancer" => vec![(Some(TableKind::Buckets), &["dynamodb:GetItem"])],
         other => panic!("no DynamoDB action model for function {other}: add it here"),
     }
 }
+
+/// What the region rebalancer does on the region ledger (`shared::region::scheduled`): Query the
+/// declarations and each limit's partition, GetItem a giver's outbox or a move, UpdateItem a lease
+/// and report, a lowering, a raise, a reclaim or a prune, PutItem a move's record, DeleteItem a
+/// finished move's record.
+const LEDGER_ACTIONS: &[&str] = &[
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+];
 
 /// A tenant-table action a function makes with its execution role even under isolation: the
 /// authorizer reads the tenant row before it assumes the tenant role, so ids made up by anonymous
@@ -429,7 +451,7 @@ impl<'t> Stack<'t> {
                 let ty = self.logical_type(id);
                 match (ty.as_str(), attr) {
                     ("AWS::IAM::Role", "Arn") => s(format!("arn:aws:iam::{ACCOUNT}:role/{id}")),
-                    ("AWS::DynamoDB::Table", "Arn") => s(format!(
+                    ("AWS::DynamoDB::Table" | "AWS::DynamoDB::GlobalTable", "Arn") => s(format!(
                         "arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{}",
                         self.table_name(id)
                     )),
@@ -503,7 +525,9 @@ impl<'t> Stack<'t> {
             "AWS::Partition" => s("aws"),
             "AWS::URLSuffix" => s("amazonaws.com"),
             _ if self.params.contains_key(name) => s(&self.params[name]),
-            _ if self.logical_type(name) == "AWS::DynamoDB::Table" => s(&self.table_name(name)),
+            _ if self.logical_type(name).starts_with("AWS::DynamoDB::") => {
+                s(&self.table_name(name))
+            }
             _ => s(&format!("ref-{name}")),
         }
     }
@@ -760,8 +784,30 @@ fn base_variants() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
                 ("AttributeStyle", "snake"),
             ],
         ),
+        // One limit across regions (decision 4200): the ledger created here, or another stack's.
+        (
+            "region ledger",
+            vec![
+                ("RegionLedger", "Create"),
+                ("RegionLedgerReplicaRegions", "us-east-2,us-west-2"),
+                ("RegionRebalanceRateMinutes", "5"),
+            ],
+        ),
+        (
+            "existing region ledger",
+            vec![
+                ("RegionLedger", "Existing"),
+                ("RegionLedgerTableName", "acme-region-ledger"),
+            ],
+        ),
     ]
 }
+
+/// The parameters under which every function exists (the region rebalancer only with a ledger).
+const ALL_FUNCTIONS: &[(&str, &str)] = &[
+    ("RegionLedger", "Create"),
+    ("RegionLedgerReplicaRegions", "us-east-2,us-west-2"),
+];
 
 fn table_resource_id(kind: TableKind) -> &'static str {
     match kind {
@@ -786,9 +832,14 @@ fn arn_of_table(name: &str) -> String {
 #[test]
 fn every_function_crate_has_exactly_one_function_built_by_cargo_lambda() {
     let t = load_template();
-    let stack = Stack::new(&t, &[]);
+    let stack = Stack::new(&t, ALL_FUNCTIONS);
     let crates = crates_in_functions_dir();
-    assert_eq!(crates.len(), 9, "{crates:?}");
+    assert_eq!(crates.len(), 10, "{crates:?}");
+    // A single-region stack (the default) has no rebalancer, and nothing else changes.
+    let single: BTreeSet<String> = Stack::new(&t, &[]).functions().into_values().collect();
+    let mut without = crates.clone();
+    without.remove("region-rebalancer");
+    assert_eq!(single, without, "functions of a single-region stack");
     let built: BTreeSet<String> = stack.functions().into_values().collect();
     assert_eq!(
         built, crates,
@@ -806,7 +857,7 @@ fn every_function_crate_has_exactly_one_function_built_by_cargo_lambda() {
             Some(json!(["arm64"])),
             "{id}"
         );
-        let x86 = Stack::new(&t, &[("Architecture", "x86_64")]);
+        let x86 = Stack::new(&t, &[ALL_FUNCTIONS, &[("Architecture", "x86_64")]].concat());
         assert_eq!(
             x86.eval(&x86.function(&id)["Architectures"]),
             Some(json!(["x86_64"])),
@@ -1336,6 +1387,11 @@ fn dynamo_actions_are_exactly_what_each_function_does() {
                 let e = need.entry(arn(kind)).or_default();
                 e.extend(actions.iter().map(|a| a.to_string()));
             }
+            if function == "region-rebalancer" {
+                let ledger = &stack.environment(&id)[shared::region::ledger::TABLE_VAR];
+                let e = need.entry(arn_of_table(ledger)).or_default();
+                e.extend(LEDGER_ACTIONS.iter().map(|a| a.to_string()));
+            }
             let granted = stack.dynamo_grants(&id);
             if isolated {
                 // Tenant rows only through TenantRole, which must allow all of it — except a Scan
@@ -1504,7 +1560,7 @@ fn tenant_credentials_allow_exactly_what_each_function_does() {
 fn each_function_serves_under_its_crate_name_which_keys_its_tenant_access() {
     use shared::isolation::policy::{tenant_access, TENANT_ACCESS};
     let t = load_template();
-    let stack = Stack::new(&t, &[]);
+    let stack = Stack::new(&t, ALL_FUNCTIONS);
     for (id, function) in stack.functions() {
         let dir = root().join("functions").join(&function);
         let main = std::fs::read_to_string(dir.join("src/main.rs")).unwrap();

@@ -7,9 +7,11 @@
 //! `TURNSTILE_REGION_FIRST_SEED`, default 1).
 
 mod hot_path;
+mod limits_file;
 mod lww;
 mod mrsc;
 mod oracle;
+mod rebalancer;
 mod sim;
 
 use std::time::Duration;

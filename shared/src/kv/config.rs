@@ -23,6 +23,7 @@ mod file;
 pub use file::parse_period;
 #[cfg(test)]
 mod fuzz_tests;
+mod global;
 mod set;
 #[cfg(test)]
 mod tests;

@@ -149,6 +149,19 @@ impl Allotments {
         }
     }
 
+    /// This region's view of every global limit `set` (the limits file) declares over it: what
+    /// [`Limiter::with_allotments`](crate::kv::Limiter::with_allotments) decides within. Each
+    /// holds no allotment until its first [`refresh`](Self::refresh).
+    pub fn for_limits(region: &str, refresh: Duration, set: &crate::kv::LimitSet) -> Self {
+        let a = Allotments::new(region, refresh);
+        for d in set.global_limits() {
+            if d.regions.iter().any(|r| r == region) {
+                a.declare(d);
+            }
+        }
+        a
+    }
+
     pub fn region(&self) -> &str {
         &self.region
     }

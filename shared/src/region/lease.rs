@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::demand::Reported;
 use super::error::RegionError;
 use super::ledger::{attr, read_region, Change, Entry, LedgerKey, LedgerStore, Write, Written};
 use super::saga::Move;
@@ -41,8 +42,23 @@ pub async fn renew<S: LedgerStore>(
     now: Timestamp,
     terms: &LeaseTerms,
 ) -> Result<Timestamp, RegionError> {
+    renew_reporting(store, limit, region, epoch, now, terms, None).await
+}
+
+/// [`renew`], writing the region's demand `report` in the same `UpdateItem` (the scheduled
+/// rebalancer reports and renews at once: one write per pass). A report touches no allotment,
+/// lease or epoch another writer conditions on, so it changes no argument of decision 4200.
+pub async fn renew_reporting<S: LedgerStore>(
+    store: &S,
+    limit: &str,
+    region: &str,
+    epoch: u64,
+    now: Timestamp,
+    terms: &LeaseTerms,
+    report: Option<&Reported>,
+) -> Result<Timestamp, RegionError> {
     let until = now.plus(terms.lease);
-    let w = Write {
+    let mut w = Write {
         key: LedgerKey::region(limit, region),
         change: Change::Update("SET #u = :u".into()),
         condition: "#e = :e AND #u <= :u".into(),
@@ -55,6 +71,12 @@ pub async fn renew<S: LedgerStore>(
             (":e".to_string(), n(epoch)),
         ]),
     };
+    if let Some(r) = report {
+        let (set, names, values) = r.assignments();
+        w.change = Change::Update(format!("SET #u = :u, {set}"));
+        w.names.extend(names);
+        w.values.extend(values);
+    }
     match store.write(w).await? {
         Written::Applied => Ok(until),
         Written::Refused(None) => Err(RegionError::NoRegion {
@@ -180,10 +202,12 @@ pub async fn reclaim<S: LedgerStore>(
     let mut update = "SET #a = :zero, #e = :next, #o.#id = :m".to_string();
     let mut condition =
         "#a = :a AND #e = :e AND #u = :u AND attribute_not_exists(#o.#id)".to_string();
-    for (k, (id, e)) in incoming.iter().enumerate() {
+    if !incoming.is_empty() {
+        values.insert(":now".to_string(), n(now.as_nanos()));
+    }
+    for (k, (id, _)) in incoming.iter().enumerate() {
         names.insert(format!("#in{k}"), id.clone());
-        values.insert(format!(":in{k}"), n(e.amount));
-        update.push_str(&format!(", #i.#in{k} = :in{k}"));
+        update.push_str(&format!(", #i.#in{k} = :now"));
         condition.push_str(&format!(" AND attribute_not_exists(#i.#in{k})"));
     }
     let w = Write {

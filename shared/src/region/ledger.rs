@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -18,6 +19,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
+use super::demand::Reported;
 use super::error::RegionError;
 use crate::clock::Timestamp;
 use crate::dynamo::item::{n, s, Item};
@@ -34,7 +36,8 @@ pub mod attr {
     pub const EPOCH: &str = "epoch";
     /// Moves this region lowered: id -> {to, amount, releaseAt}.
     pub const OUTBOX: &str = "outbox";
-    /// Moves raised here: id -> amount.
+    /// Moves raised here (or, by a reclaim, marked received here): id -> when, in nanoseconds
+    /// by the writer's clock (pruning waits until no late send of the move can still arrive).
     pub const INBOX: &str = "inbox";
     pub const FROM: &str = "from";
     pub const TO: &str = "to";
@@ -116,7 +119,9 @@ pub struct RegionRow {
     pub lease_until: Timestamp,
     pub epoch: u64,
     pub outbox: HashMap<String, Entry>,
-    pub inbox: HashMap<String, u64>,
+    pub inbox: HashMap<String, Timestamp>,
+    /// The demand the region last reported (`None`: never reported).
+    pub reported: Option<Reported>,
 }
 
 impl RegionRow {
@@ -135,17 +140,18 @@ impl RegionRow {
         }
         let mut inbox = HashMap::new();
         for (id, v) in map(it, attr::INBOX) {
-            let amount = v
+            let at = v
                 .as_n()
                 .ok()
                 .and_then(|x| x.parse().ok())
                 .ok_or_else(|| malformed(&key, format!("inbox {id}")))?;
-            inbox.insert(id.clone(), amount);
+            inbox.insert(id.clone(), Timestamp::from_nanos(at));
         }
         Ok(RegionRow {
             allotment: number(it, attr::ALLOTMENT, &key)?,
             lease_until: Timestamp::from_nanos(signed(it, attr::LEASE_UNTIL, &key)?),
             epoch: number(it, attr::EPOCH, &key)?,
+            reported: Reported::from_item(it, &key)?,
             region,
             outbox,
             inbox,
@@ -210,6 +216,8 @@ pub struct Write {
 pub enum Change {
     Put(Item),
     Update(String),
+    /// Deletes the item (a finished move's record, when pruned).
+    Delete,
 }
 
 /// What a conditional write did.
@@ -357,6 +365,24 @@ impl LedgerStore for DynamoLedger {
                     };
                     refused_or_error(refused, "UpdateItem", &key, &e)
                 }),
+            Change::Delete => self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(w.key.to_item()))
+                .set_condition_expression((!w.condition.is_empty()).then_some(w.condition))
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .send()
+                .await
+                .map(|_| Written::Applied)
+                .or_else(|e| {
+                    let refused = match e.as_service_error() {
+                        Some(DeleteItemError::ConditionalCheckFailedException(_)) => Some(None),
+                        _ => None,
+                    };
+                    refused_or_error(refused, "DeleteItem", &key, &e)
+                }),
         }
     }
 }
@@ -457,6 +483,10 @@ pub async fn read_all<S: LedgerStore>(
     regions.sort_by(|a, b| a.region.cmp(&b.region));
     Ok((regions, moves))
 }
+
+/// The variable naming the ledger table (the stack's output `RegionLedgerTable`), for the CLI
+/// and the rebalancer function.
+pub const TABLE_VAR: &str = "TURNSTILE_LEDGER_TABLE";
 
 /// A move id that never meets another (ids are compared, never parsed).
 pub fn new_move_id() -> String {

@@ -202,10 +202,23 @@ impl<'a> Rebalancer<'a> {
         now: Timestamp,
     ) -> Result<Pass, RegionError> {
         let (rows, _) = super::ledger::read_all(store, &self.limit.bucket).await?;
-        let raised = self.finish_incoming(store, &rows, now).await;
-        let reclaimed = self.reclaim_expired(store, &rows, now).await;
+        self.run_on(store, &rows, demand, epoch, now).await
+    }
+
+    /// [`run_once`](Self::run_once) on region rows the caller has just read (and, for its own
+    /// region, just renewed): the calls of each step, no read of its own.
+    pub async fn run_on<S: LedgerStore>(
+        &self,
+        store: &S,
+        rows: &[RegionRow],
+        demand: impl Fn(&str) -> u64,
+        epoch: u64,
+        now: Timestamp,
+    ) -> Result<Pass, RegionError> {
+        let raised = self.finish_incoming(store, rows, now).await;
+        let reclaimed = self.reclaim_expired(store, rows, now).await;
         let mut started = None;
-        if let Some(order) = self.order(&self.standings(&rows, demand, now)) {
+        if let Some(order) = self.order(&self.standings(rows, demand, now)) {
             let mv = self.lower(store, order, epoch, now).await?;
             self.record(store, &mv).await?;
             started = Some(mv);

@@ -174,10 +174,13 @@ pub async fn raise<S: LedgerStore>(
     }
     let w = Write {
         key: LedgerKey::region(limit, &entry.to),
-        change: Change::Update("SET #a = #a + :d, #i.#id = :d".into()),
+        change: Change::Update("SET #a = #a + :d, #i.#id = :at".into()),
         condition: "attribute_exists(#a) AND attribute_not_exists(#i.#id)".into(),
         names: names(&[("#a", attr::ALLOTMENT), ("#i", attr::INBOX), ("#id", id)]),
-        values: HashMap::from([(":d".to_string(), n(entry.amount))]),
+        values: HashMap::from([
+            (":d".to_string(), n(entry.amount)),
+            (":at".to_string(), n(now.as_nanos())),
+        ]),
     };
     match store.write(w).await? {
         Written::Applied => Ok(Raised::Now),

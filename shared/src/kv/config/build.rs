@@ -47,7 +47,7 @@ impl LimitSet {
     }
 }
 
-fn at<T>(s: &Spanned<T>, reason: String) -> Problem {
+pub(super) fn at<T>(s: &Spanned<T>, reason: String) -> Problem {
     Problem {
         line: s.referenced.line(),
         column: s.referenced.column(),
@@ -178,6 +178,15 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
             continue;
         };
         let is_dup = dup("defaults", &key.value, key, &mut problems);
+        if let Some(g) = &spec.global {
+            problems.push(at(
+                g,
+                format!(
+                    "{}: a global limit is one bucket: declare it under overrides (Name:id)",
+                    key.value
+                ),
+            ));
+        }
         if let Some(rate) = rate_of(key, spec, &mut problems) {
             if !is_dup {
                 set.defaults.insert(def.id, rate);
@@ -217,6 +226,12 @@ fn build(file: FileModel) -> Result<LimitSet, LoadError> {
                     set.override_shards.insert(bucket.key(), sh.value);
                 }
                 set.overrides.insert(bucket.key(), rate);
+                if let Some(g) = &spec.global {
+                    let b = bucket.key();
+                    if let Some(d) = super::global::declare(key, spec, g, rate, &b, &mut problems) {
+                        set.globals.insert(b, d);
+                    }
+                }
             }
         }
     }

@@ -82,6 +82,28 @@ pub(super) struct LimitSpec {
     /// A number (1..=4096) or `auto` (decision 1500).
     #[serde(default)]
     pub(super) shards: Option<Spanned<Shards>>,
+    /// One limit across regions (decision 4200): overrides only.
+    #[serde(default)]
+    pub(super) global: Option<Spanned<GlobalSpec>>,
+}
+
+/// `global: { regions: [...], bounded: { overdraw: 0.1, for: 30s } }`: the override's `count` is
+/// the total `L` shared by the regions listed; `bounded` (optional) lets a region that cannot
+/// refresh overdraw that fraction of `L` for that long.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GlobalSpec {
+    pub(super) regions: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) bounded: Option<BoundedSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BoundedSpec {
+    pub(super) overdraw: Spanned<f64>,
+    #[serde(rename = "for")]
+    pub(super) overdraw_for: Spanned<String>,
 }
 
 /// A mapping kept as a list in file order, so every key keeps its position and duplicates (which a

@@ -137,6 +137,8 @@ pub struct LimitSet {
     /// `shards:` of the entries that declare it (absent: one item, decision 1500).
     pub(super) default_shards: HashMap<u16, Shards>,
     pub(super) override_shards: HashMap<String, Shards>,
+    /// Overrides declared `global:` (decision 4200), keyed as `overrides`.
+    pub(super) globals: HashMap<String, crate::region::Declared>,
 }
 
 impl LimitSet {
@@ -218,6 +220,18 @@ impl LimitSet {
 
     pub fn override_count(&self) -> usize {
         self.overrides.len()
+    }
+
+    /// The global limit `bucket` is, if its override declares one.
+    pub fn global(&self, bucket: &BucketKey) -> Option<&crate::region::Declared> {
+        self.globals.get(&bucket.limit_key())
+    }
+
+    /// Every global limit the file declares, by bucket key.
+    pub fn global_limits(&self) -> Vec<crate::region::Declared> {
+        let mut v: Vec<_> = self.globals.values().cloned().collect();
+        v.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+        v
     }
 }
 
