@@ -22,7 +22,8 @@ use crate::error::BenchError;
 
 /// The Lambda binaries whose first invocation is timed, in the order the report lists them. The
 /// reconciler is not among them: its first invocation waits out its grace (15 s at the least) by
-/// design, which would time the wait, not the start.
+/// design, which would time the wait, not the start. Nor is the region rebalancer: it needs a
+/// multi-region ledger table, which the cold-start stack does not create.
 pub const FUNCTIONS: [&str; 8] = [
     "authorizer",
     "connect",
