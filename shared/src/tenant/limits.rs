@@ -292,6 +292,23 @@ impl Limits {
             (attr::MESSAGES_PER_MINUTE, self.messages_per_minute),
         ]
     }
+
+    /// `(name, value)` for how the limits are applied (the per-minute algorithm, enforcement, the
+    /// failure policy), in the tenant row's attribute names: what the authorizer's context carries
+    /// beside [`Limits::fields`].
+    pub fn policies(&self) -> [(&'static str, &'static str); 3] {
+        [
+            (attr::RATE_ALGORITHM, self.rate_algorithm.as_str()),
+            (attr::ENFORCEMENT, self.enforcement.as_str()),
+            (attr::ON_FAILURE, self.on_failure.as_str()),
+        ]
+    }
+
+    /// The open-connection count's shards, when it is spread over more than the one `{tenant}`
+    /// counter (a row and a context leave the attribute out otherwise).
+    pub fn spread_shards(&self) -> Option<u64> {
+        (self.connection_shards != 1).then_some(self.connection_shards)
+    }
 }
 
 /// A tenant row.
