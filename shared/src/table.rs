@@ -86,6 +86,37 @@ impl AttributeStyle {
     }
 }
 
+/// Declares a rate-limiter-py table's attribute names, each in both styles (`field: "camelCase" /
+/// "snake_case"`): `pub struct Attrs` with one `&'static str` per attribute, its `CAMEL` and
+/// `SNAKE` values, and `Attrs::of(style)`.
+macro_rules! styled_attrs {
+    (
+        $(#[$doc:meta])*
+        pub struct Attrs {
+            $($(#[$field_doc:meta])* $field:ident: $camel:literal / $snake:literal,)+
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct Attrs {
+            $($(#[$field_doc])* pub $field: &'static str,)+
+        }
+
+        impl Attrs {
+            pub const CAMEL: Attrs = Attrs { $($field: $camel,)+ };
+            pub const SNAKE: Attrs = Attrs { $($field: $snake,)+ };
+
+            pub fn of(style: $crate::table::AttributeStyle) -> Attrs {
+                match style {
+                    $crate::table::AttributeStyle::Camel => Attrs::CAMEL,
+                    $crate::table::AttributeStyle::Snake => Attrs::SNAKE,
+                }
+            }
+        }
+    };
+}
+pub(crate) use styled_attrs;
+
 /// Resolved names of every table and index, from env vars (see docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
