@@ -169,6 +169,11 @@ fn emit_round<T: Serialize>(line: &T, round: u32) -> Result<(), BenchError> {
     emit(&v)
 }
 
+/// Whether `--only` names `id` (an empty `--only` names every one).
+fn named(only: &[String], id: &str) -> bool {
+    only.is_empty() || only.iter().any(|o| o == id)
+}
+
 async fn ours(
     endpoint: String,
     decisions: u64,
@@ -179,10 +184,10 @@ async fn ours(
     round: u32,
 ) -> Result<(), BenchError> {
     let ctx = BenchCtx::new(&endpoint, "bench", true);
-    for spec in workload::registry() {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
-            continue;
-        }
+    for spec in workload::registry()
+        .into_iter()
+        .filter(|s| named(&only, s.id))
+    {
         let pending = match &spec.availability {
             Availability::Pending(why) => Some(*why),
             Availability::Ready(_) => None,
@@ -234,10 +239,10 @@ async fn client_cost(
 ) -> Result<(), BenchError> {
     // The client as the functions build it (the meter, no call counter): the stub counts the calls.
     let ctx = BenchCtx::new(&stub, "cc", false);
-    for spec in workload::registry() {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
-            continue;
-        }
+    for spec in workload::registry()
+        .into_iter()
+        .filter(|s| named(&only, s.id))
+    {
         let Availability::Ready(build) = spec.availability else {
             continue;
         };
@@ -336,10 +341,7 @@ async fn cold_start(
             "10".to_string(),
         ),
     ];
-    for f in coldstart::FUNCTIONS {
-        if !only.is_empty() && !only.iter().any(|o| o == f) {
-            continue;
-        }
+    for f in coldstart::FUNCTIONS.into_iter().filter(|f| named(&only, f)) {
         eprintln!("bench: cold start of {f} ({runs} runs)");
         // `$disconnect` and `$default` act on the sample's connection: admit it before each start
         // (idempotent), so every run releases / messages a live connection.
