@@ -20,7 +20,7 @@ use shared::dynamo::local_client;
 use shared::table::TableNames;
 
 use turnstile_bench::error::BenchError;
-use turnstile_bench::workload::{self, Availability, BenchCtx};
+use turnstile_bench::workload::{self, Availability, BenchCtx, Spec};
 use turnstile_bench::{clientcost, coldstart, runner, samples};
 
 #[derive(Parser)]
@@ -174,6 +174,13 @@ fn named(only: &[String], id: &str) -> bool {
     only.is_empty() || only.iter().any(|o| o == id)
 }
 
+/// The registry's workloads `--only` names.
+fn selected(only: &[String]) -> impl Iterator<Item = Spec> + '_ {
+    workload::registry()
+        .into_iter()
+        .filter(move |s| named(only, s.id))
+}
+
 async fn ours(
     endpoint: String,
     decisions: u64,
@@ -184,10 +191,7 @@ async fn ours(
     round: u32,
 ) -> Result<(), BenchError> {
     let ctx = BenchCtx::new(&endpoint, "bench", true);
-    for spec in workload::registry()
-        .into_iter()
-        .filter(|s| named(&only, s.id))
-    {
+    for spec in selected(&only) {
         let pending = match &spec.availability {
             Availability::Pending(why) => Some(*why),
             Availability::Ready(_) => None,
@@ -239,10 +243,7 @@ async fn client_cost(
 ) -> Result<(), BenchError> {
     // The client as the functions build it (the meter, no call counter): the stub counts the calls.
     let ctx = BenchCtx::new(&stub, "cc", false);
-    for spec in workload::registry()
-        .into_iter()
-        .filter(|s| named(&only, s.id))
-    {
+    for spec in selected(&only) {
         let Availability::Ready(build) = spec.availability else {
             continue;
         };
