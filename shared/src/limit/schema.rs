@@ -1,6 +1,6 @@
 //! The limits table: its attribute names in either naming style, and its definition.
 
-use crate::table::{styled_attrs, AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};
+use crate::table::{styled_attrs, AttributeStyle, TableDef, TableKind};
 
 styled_attrs! {
     /// The limits table's attribute names in one naming style.
@@ -18,17 +18,7 @@ styled_attrs! {
 
 pub fn table(name: &str, service_index: &str, style: AttributeStyle) -> TableDef {
     let a = Attrs::of(style);
-    TableDef {
-        kind: TableKind::Limits,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(a.resource_name),
-        sort_key: Some(KeyAttr::s(a.account_id)),
-        indexes: vec![IndexDef {
-            name: service_index.to_string(),
-            partition_key: KeyAttr::s(a.service_name),
-            sort_key: None,
-        }],
-        ttl_attribute: None,
-        stream: None,
-    }
+    TableDef::keyed(TableKind::Limits, name, a.resource_name)
+        .sorted_by(a.account_id)
+        .indexed(service_index, a.service_name)
 }

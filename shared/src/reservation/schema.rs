@@ -1,6 +1,6 @@
 //! The non-fungible table: its attribute names in either naming style, and its definition.
 
-use crate::table::{styled_attrs, AttributeStyle, IndexDef, KeyAttr, TableDef, TableKind};
+use crate::table::{styled_attrs, AttributeStyle, TableDef, TableKind};
 
 styled_attrs! {
     /// The non-fungible table's attribute names in one naming style.
@@ -18,17 +18,8 @@ styled_attrs! {
 
 pub fn table(name: &str, resource_index: &str, style: AttributeStyle) -> TableDef {
     let a = Attrs::of(style);
-    TableDef {
-        kind: TableKind::NonFungibleTokens,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(a.resource_coordinate),
-        sort_key: Some(KeyAttr::s(a.reservation_id)),
-        indexes: vec![IndexDef {
-            name: resource_index.to_string(),
-            partition_key: KeyAttr::s(a.resource_id),
-            sort_key: None,
-        }],
-        ttl_attribute: Some(a.expiration_time),
-        stream: None,
-    }
+    TableDef::keyed(TableKind::NonFungibleTokens, name, a.resource_coordinate)
+        .sorted_by(a.reservation_id)
+        .indexed(resource_index, a.resource_id)
+        .expiring(a.expiration_time)
 }

@@ -4,7 +4,7 @@ use super::policy::{ConnectAuth, Enforcement, OnFailure};
 use super::window::WindowAlgorithm;
 use serde::{Deserialize, Serialize};
 
-use crate::table::{KeyAttr, TableDef, TableKind};
+use crate::table::{TableDef, TableKind};
 
 /// Attribute names, as the AWS WebSocket rate-limiting sample writes them.
 pub mod attr {
@@ -77,15 +77,7 @@ pub(super) fn is_one(v: &u64) -> bool {
 }
 
 pub fn table(name: &str) -> TableDef {
-    TableDef {
-        kind: TableKind::Tenants,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(attr::TENANT_ID),
-        sort_key: None,
-        indexes: vec![],
-        ttl_attribute: None,
-        stream: None,
-    }
+    TableDef::keyed(TableKind::Tenants, name, attr::TENANT_ID)
 }
 
 /// Seconds a session lives when a tenant row lacks `sessionTTL` (the AWS sample's rows have none).

@@ -1,6 +1,6 @@
 //! The fungible tokens table: its attribute names in either naming style, and its definition.
 
-use crate::table::{styled_attrs, AttributeStyle, KeyAttr, TableDef, TableKind};
+use crate::table::{styled_attrs, AttributeStyle, TableDef, TableKind};
 
 /// The value at a dotted path (`detail.clusterId`) of a JSON document; array elements by index
 /// (`resources.0`).
@@ -25,15 +25,7 @@ styled_attrs! {
 
 pub fn table(name: &str, style: AttributeStyle) -> TableDef {
     let a = Attrs::of(style);
-    TableDef {
-        kind: TableKind::FungibleTokens,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(a.resource_name),
-        sort_key: Some(KeyAttr::s(a.account_id)),
-        indexes: vec![],
-        ttl_attribute: None,
-        stream: None,
-    }
+    TableDef::keyed(TableKind::FungibleTokens, name, a.resource_name).sorted_by(a.account_id)
 }
 
 /// Property tests (docs/testing.md): paths come from configuration, documents from events.
