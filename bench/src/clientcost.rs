@@ -16,7 +16,7 @@ use serde_json::Value;
 use turnstile_faultproxy::replay;
 
 use crate::error::BenchError;
-use crate::runner::{drive, short_id, summarize};
+use crate::runner::{drive, summarize};
 use crate::workload::{BenchCtx, Factory, Params, Spec};
 
 /// User and system CPU time this process has used so far.
@@ -107,12 +107,7 @@ pub async fn run(
 ) -> Result<ClientCostLine, BenchError> {
     let ctl = |e: replay::StubError| BenchError::Other(e.to_string());
     replay::control(stub, "record").await.map_err(ctl)?;
-    let params = Params {
-        key: format!("{}-cc-{}", spec.id, short_id()),
-        limit: (decisions + warmup) * 10,
-        window_secs: 3600,
-        accuracy: false,
-    };
+    let params = Params::fresh(spec, "cc", (decisions + warmup) * 10, false);
     let workload = build(ctx, &params).await?;
     let (warm, _) = drive(workload.clone(), 1, warmup.max(1), 0).await;
     if let Some(e) = warm.first_error {
@@ -171,6 +166,7 @@ mod tests {
     use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
     use turnstile_faultproxy::{FaultProxy, Policy};
 
+    use crate::runner::short_id;
     use crate::workload::{registry, Availability};
 
     /// DynamoDB Local: `TURNSTILE_TEST_DYNAMODB`, else port `DYNAMODB_LOCAL_PORT` (8000).

@@ -20,7 +20,7 @@ use shared::dynamo::local_client;
 use shared::table::TableNames;
 
 use turnstile_bench::error::BenchError;
-use turnstile_bench::workload::{self, Availability, BenchCtx};
+use turnstile_bench::workload::{self, Availability, BenchCtx, Spec};
 use turnstile_bench::{clientcost, coldstart, runner, samples};
 
 #[derive(Parser)]
@@ -169,6 +169,18 @@ fn emit_round<T: Serialize>(line: &T, round: u32) -> Result<(), BenchError> {
     emit(&v)
 }
 
+/// Whether `--only` names `id` (an empty `--only` names every one).
+fn named(only: &[String], id: &str) -> bool {
+    only.is_empty() || only.iter().any(|o| o == id)
+}
+
+/// The registry's workloads `--only` names.
+fn selected(only: &[String]) -> impl Iterator<Item = Spec> + '_ {
+    workload::registry()
+        .into_iter()
+        .filter(move |s| named(only, s.id))
+}
+
 async fn ours(
     endpoint: String,
     decisions: u64,
@@ -179,10 +191,7 @@ async fn ours(
     round: u32,
 ) -> Result<(), BenchError> {
     let ctx = BenchCtx::new(&endpoint, "bench", true);
-    for spec in workload::registry() {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
-            continue;
-        }
+    for spec in selected(&only) {
         let pending = match &spec.availability {
             Availability::Pending(why) => Some(*why),
             Availability::Ready(_) => None,
@@ -234,10 +243,7 @@ async fn client_cost(
 ) -> Result<(), BenchError> {
     // The client as the functions build it (the meter, no call counter): the stub counts the calls.
     let ctx = BenchCtx::new(&stub, "cc", false);
-    for spec in workload::registry() {
-        if !only.is_empty() && !only.iter().any(|o| o == spec.id) {
-            continue;
-        }
+    for spec in selected(&only) {
         let Availability::Ready(build) = spec.availability else {
             continue;
         };
@@ -336,10 +342,7 @@ async fn cold_start(
             "10".to_string(),
         ),
     ];
-    for f in coldstart::FUNCTIONS {
-        if !only.is_empty() && !only.iter().any(|o| o == f) {
-            continue;
-        }
+    for f in coldstart::FUNCTIONS.into_iter().filter(|f| named(&only, f)) {
         eprintln!("bench: cold start of {f} ({runs} runs)");
         // `$disconnect` and `$default` act on the sample's connection: admit it before each start
         // (idempotent), so every run releases / messages a live connection.

@@ -4,6 +4,7 @@
 //! client. The emulator's JIT is then warm for whichever implementation comes next, and every unit
 //! finds the same state: an empty emulator plus this one small table.
 
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 
@@ -19,6 +20,27 @@ const TASKS: u64 = 4;
 
 fn key(i: u64) -> AttributeValue {
     AttributeValue::S(format!("k{}", i % KEYS))
+}
+
+/// A request's answer, where a refusal `also_primes` accepts (a failed condition, a cancelled
+/// transaction) primed the emulator as well as a success.
+fn primed<O, E, R>(
+    operation: &'static str,
+    res: Result<O, SdkError<E, R>>,
+    also_primes: impl FnOnce(&E) -> bool,
+) -> Result<(), BenchError>
+where
+    E: std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    let Err(e) = res else {
+        return Ok(());
+    };
+    if e.as_service_error().is_some_and(also_primes) {
+        Ok(())
+    } else {
+        Err(BenchError::dynamo(operation, e))
+    }
 }
 
 async fn one(client: &Client, i: u64) -> Result<(), BenchError> {
@@ -45,14 +67,9 @@ async fn one(client: &Client, i: u64) -> Result<(), BenchError> {
                 .expression_attribute_values(":limit", AttributeValue::N("1000000".into()))
                 .send()
                 .await;
-            if let Err(e) = res {
-                if !e
-                    .as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception())
-                {
-                    return Err(BenchError::dynamo("UpdateItem", e));
-                }
-            }
+            primed("UpdateItem", res, |s| {
+                s.is_conditional_check_failed_exception()
+            })?;
         }
         2 => {
             client
@@ -107,14 +124,9 @@ async fn one(client: &Client, i: u64) -> Result<(), BenchError> {
                 .send()
                 .await;
             // Concurrent primers may collide on an item: a cancelled transaction primes as well.
-            if let Err(e) = res {
-                if !e
-                    .as_service_error()
-                    .is_some_and(|s| s.is_transaction_canceled_exception())
-                {
-                    return Err(BenchError::dynamo("TransactWriteItems", e));
-                }
-            }
+            primed("TransactWriteItems", res, |s| {
+                s.is_transaction_canceled_exception()
+            })?;
         }
     }
     Ok(())

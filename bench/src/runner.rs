@@ -183,12 +183,8 @@ pub async fn throughput(
     decisions: u64,
     warmup: u64,
 ) -> Result<ThroughputLine, BenchError> {
-    let params = Params {
-        key: format!("{}-c{concurrency}-{}", spec.id, short_id()),
-        limit: (decisions + warmup) * 10,
-        window_secs: 3600,
-        accuracy: false,
-    };
+    let run = format!("c{concurrency}");
+    let params = Params::fresh(spec, &run, (decisions + warmup) * 10, false);
     let workload = build(ctx, &params).await?;
     let (warm, _) = drive(workload.clone(), concurrency, warmup, 0).await;
     if let Some(e) = warm.first_error {
@@ -240,12 +236,7 @@ pub async fn accuracy(
     workers: usize,
     attempts: u64,
 ) -> Result<AccuracyLine, BenchError> {
-    let params = Params {
-        key: format!("{}-accuracy-{}", spec.id, short_id()),
-        limit,
-        window_secs: 3600,
-        accuracy: true,
-    };
+    let params = Params::fresh(spec, "accuracy", limit, true);
     let workload = build(ctx, &params).await?;
     let total = attempts * workers as u64;
     let (t, wall) = drive(workload, workers, total, 0).await;

@@ -107,6 +107,19 @@ pub struct Params {
     pub accuracy: bool,
 }
 
+impl Params {
+    /// A fresh bucket for one run of `spec` (`run` names the run in the key: `c4`, `accuracy`, ...),
+    /// with `limit` per hour.
+    pub fn fresh(spec: &Spec, run: &str, limit: u64, accuracy: bool) -> Params {
+        Params {
+            key: format!("{}-{run}-{}", spec.id, crate::runner::short_id()),
+            limit,
+            window_secs: 3600,
+            accuracy,
+        }
+    }
+}
+
 pub type Factory =
     for<'a> fn(&'a BenchCtx, &'a Params) -> BoxFuture<'a, Result<Arc<dyn Workload>, BenchError>>;
 

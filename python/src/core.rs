@@ -47,6 +47,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The limiter `map` holds for `key`, made by `make` on its first use (under the lock, so two
+/// threads asking at once make one).
+fn cached<K: Eq + std::hash::Hash, L: Clone>(
+    map: &Mutex<HashMap<K, L>>,
+    key: K,
+    make: impl FnOnce(&K) -> Result<L, Failure>,
+) -> Result<L, Failure> {
+    let mut map = lock(map);
+    if let Some(l) = map.get(&key) {
+        return Ok(l.clone());
+    }
+    let limiter = make(&key)?;
+    map.insert(key, limiter.clone());
+    Ok(limiter)
+}
+
 /// This process's core if it is built already (never blocks on building it).
 pub fn current() -> Option<Arc<Core>> {
     let slot = lock(&CORE);
@@ -122,22 +138,19 @@ impl Core {
             token_table.unwrap_or(&d.tables.fungible_tokens).to_string(),
             limit_table.unwrap_or(&d.tables.limits).to_string(),
         );
-        let mut map = lock(&self.fungible);
-        if let Some(l) = map.get(&key) {
-            return Ok(l.clone());
-        }
-        let mut limiter = FungibleLimiter::new(
-            d.dynamo.clone(),
-            &key.0,
-            d.style,
-            self.limit_store(Some(&key.1))?,
-            d.clock.clone(),
-        );
-        for (resource, n) in shards_from_vars(&d.vars).map_err(shared::Error::from)? {
-            limiter = limiter.with_shards(&resource, n);
-        }
-        map.insert(key, limiter.clone());
-        Ok(limiter)
+        cached(&self.fungible, key, |key| {
+            let mut limiter = FungibleLimiter::new(
+                d.dynamo.clone(),
+                &key.0,
+                d.style,
+                self.limit_store(Some(&key.1))?,
+                d.clock.clone(),
+            );
+            for (resource, n) in shards_from_vars(&d.vars).map_err(shared::Error::from)? {
+                limiter = limiter.with_shards(&resource, n);
+            }
+            Ok(limiter)
+        })
     }
 
     /// The non-fungible limiter of these tables whose bound tokens live `token_ttl_secs`.
@@ -157,23 +170,20 @@ impl Core {
             limit_table.unwrap_or(&d.tables.limits).to_string(),
             token_ttl_secs.unwrap_or(DEFAULT_TOKEN_TTL.as_secs()),
         );
-        let mut map = lock(&self.non_fungible);
-        if let Some(l) = map.get(&key) {
-            return Ok(l.clone());
-        }
-        let mut limiter = NonFungibleLimiter::new(
-            d.dynamo.clone(),
-            &key.0,
-            &key.1,
-            d.style,
-            self.limit_store(Some(&key.2))?,
-            d.clock.clone(),
-        );
-        if key.3 != DEFAULT_TOKEN_TTL.as_secs() {
-            limiter = limiter.with_ttls(DEFAULT_RESERVATION_TTL, Duration::from_secs(key.3));
-        }
-        map.insert(key, limiter.clone());
-        Ok(limiter)
+        cached(&self.non_fungible, key, |key| {
+            let mut limiter = NonFungibleLimiter::new(
+                d.dynamo.clone(),
+                &key.0,
+                &key.1,
+                d.style,
+                self.limit_store(Some(&key.2))?,
+                d.clock.clone(),
+            );
+            if key.3 != DEFAULT_TOKEN_TTL.as_secs() {
+                limiter = limiter.with_ttls(DEFAULT_RESERVATION_TTL, Duration::from_secs(key.3));
+            }
+            Ok(limiter)
+        })
     }
 }
 

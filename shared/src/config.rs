@@ -55,14 +55,8 @@ impl Vars {
         &self,
         overrides: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
-        let map: HashMap<String, String> = overrides
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        let base = self.clone();
-        Vars(Arc::new(move |k| {
-            map.get(k).cloned().or_else(|| (base.0)(k))
-        }))
+        let (over, base) = (Vars::from_pairs(overrides), self.clone());
+        Vars(Arc::new(move |k| (over.0)(k).or_else(|| (base.0)(k))))
     }
 
     /// The value, with surrounding whitespace removed; an empty value counts as unset.

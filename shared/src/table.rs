@@ -86,6 +86,37 @@ impl AttributeStyle {
     }
 }
 
+/// Declares a rate-limiter-py table's attribute names, each in both styles (`field: "camelCase" /
+/// "snake_case"`): `pub struct Attrs` with one `&'static str` per attribute, its `CAMEL` and
+/// `SNAKE` values, and `Attrs::of(style)`.
+macro_rules! styled_attrs {
+    (
+        $(#[$doc:meta])*
+        pub struct Attrs {
+            $($(#[$field_doc:meta])* $field:ident: $camel:literal / $snake:literal,)+
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct Attrs {
+            $($(#[$field_doc])* pub $field: &'static str,)+
+        }
+
+        impl Attrs {
+            pub const CAMEL: Attrs = Attrs { $($field: $camel,)+ };
+            pub const SNAKE: Attrs = Attrs { $($field: $snake,)+ };
+
+            pub fn of(style: $crate::table::AttributeStyle) -> Attrs {
+                match style {
+                    $crate::table::AttributeStyle::Camel => Attrs::CAMEL,
+                    $crate::table::AttributeStyle::Snake => Attrs::SNAKE,
+                }
+            }
+        }
+    };
+}
+pub(crate) use styled_attrs;
+
 /// Resolved names of every table and index, from env vars (see docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -237,6 +268,56 @@ pub struct TableDef {
     pub ttl_attribute: Option<&'static str>,
     /// Stream view, when something consumes the table's changes.
     pub stream: Option<&'static str>,
+}
+
+impl TableDef {
+    /// A table of `kind` named `name`, keyed on the string attribute `partition_key` alone, with no
+    /// index, TTL or stream: the methods below add what a table has.
+    pub fn keyed(kind: TableKind, name: &str, partition_key: &'static str) -> TableDef {
+        TableDef {
+            kind,
+            name: name.to_string(),
+            partition_key: KeyAttr::s(partition_key),
+            sort_key: None,
+            indexes: vec![],
+            ttl_attribute: None,
+            stream: None,
+        }
+    }
+
+    /// The same table, sorted on the string attribute `sort_key`.
+    pub fn sorted_by(self, sort_key: &'static str) -> TableDef {
+        TableDef {
+            sort_key: Some(KeyAttr::s(sort_key)),
+            ..self
+        }
+    }
+
+    /// The same table with a global secondary index `name` on the string attribute `partition_key`.
+    pub fn indexed(mut self, name: &str, partition_key: &'static str) -> TableDef {
+        self.indexes.push(IndexDef {
+            name: name.to_string(),
+            partition_key: KeyAttr::s(partition_key),
+            sort_key: None,
+        });
+        self
+    }
+
+    /// The same table, its items deleted by DynamoDB's TTL after the epoch seconds in `attribute`.
+    pub fn expiring(self, attribute: &'static str) -> TableDef {
+        TableDef {
+            ttl_attribute: Some(attribute),
+            ..self
+        }
+    }
+
+    /// The same table with a stream of `view` (`NEW_AND_OLD_IMAGES`).
+    pub fn streamed(self, view: &'static str) -> TableDef {
+        TableDef {
+            stream: Some(view),
+            ..self
+        }
+    }
 }
 
 #[cfg(test)]

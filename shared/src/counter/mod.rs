@@ -4,7 +4,7 @@
 pub mod keys;
 pub mod window;
 
-use crate::table::{KeyAttr, TableDef, TableKind};
+use crate::table::{TableDef, TableKind};
 
 pub mod attr {
     pub const KEY: &str = "key";
@@ -48,13 +48,5 @@ pub mod attr {
 }
 
 pub fn table(name: &str) -> TableDef {
-    TableDef {
-        kind: TableKind::Counters,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(attr::KEY),
-        sort_key: None,
-        indexes: vec![],
-        ttl_attribute: Some(attr::ITEM_TTL),
-        stream: None,
-    }
+    TableDef::keyed(TableKind::Counters, name, attr::KEY).expiring(attr::ITEM_TTL)
 }

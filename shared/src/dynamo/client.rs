@@ -1,5 +1,6 @@
 //! DynamoDB clients (timeouts, the [`Meter`]), the dummy-credential SDK config for local endpoints,
-//! and `BatchGetItem` with its unprocessed-keys retry.
+//! `BatchGetItem` with its unprocessed-keys retry, and the plain single-item calls every store
+//! makes alike (a strongly consistent `GetItem`, an unconditional `PutItem`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -147,6 +148,32 @@ pub async fn batch_get(
         }
     }
     Ok((rows, request))
+}
+
+/// The item at `key` in `table`, read strongly consistent: **1** `GetItem`.
+pub async fn get_consistent(client: &Client, table: &str, key: Item) -> Result<Option<Item>> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("GetItem", e))?;
+    Ok(out.item)
+}
+
+/// Writes `item` whole into `table`, replacing any item with its key, on no condition: **1**
+/// `PutItem`.
+pub async fn put(client: &Client, table: &str, item: Item) -> Result<()> {
+    client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .map_err(|e| Error::dynamo("PutItem", e))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -87,18 +87,11 @@ pub fn build(t: &TenantId, sid: &SessionId, limits: &Limits) -> Value {
     for (name, v) in limits.fields() {
         m.insert(name.into(), Value::from(v));
     }
-    for (name, value) in [
-        (tenant_attr::RATE_ALGORITHM, limits.rate_algorithm.as_str()),
-        (tenant_attr::ENFORCEMENT, limits.enforcement.as_str()),
-        (tenant_attr::ON_FAILURE, limits.on_failure.as_str()),
-    ] {
+    for (name, value) in limits.policies() {
         m.insert(name.into(), Value::String(value.into()));
     }
-    if limits.connection_shards != 1 {
-        m.insert(
-            tenant_attr::CONNECTION_SHARDS.into(),
-            Value::from(limits.connection_shards),
-        );
+    if let Some(shards) = limits.spread_shards() {
+        m.insert(tenant_attr::CONNECTION_SHARDS.into(), Value::from(shards));
     }
     Value::Object(m)
 }

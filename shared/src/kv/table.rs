@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::gcra_write::{attr as gattr, Target};
-use crate::table::{KeyAttr, TableDef, TableKind};
+use crate::table::{TableDef, TableKind};
 
 pub mod attr {
     /// `{nameId}:{id}`, the interned bucket key (Boulder's form).
@@ -16,15 +16,7 @@ pub mod attr {
 }
 
 pub fn table(name: &str) -> TableDef {
-    TableDef {
-        kind: TableKind::Buckets,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(attr::BUCKET),
-        sort_key: None,
-        indexes: vec![],
-        ttl_attribute: Some(attr::EXPIRES_AT),
-        stream: None,
-    }
+    TableDef::keyed(TableKind::Buckets, name, attr::BUCKET).expiring(attr::EXPIRES_AT)
 }
 
 impl Target {

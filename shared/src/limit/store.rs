@@ -15,8 +15,8 @@ use crate::cache::{Cache, WhenFull};
 use crate::clock::SharedClock;
 use crate::config::{ConfigError, Vars};
 use crate::dynamo::item::{lenient_int, lenient_opt_int, lenient_opt_str, lenient_str, n, s, Item};
-use crate::dynamo::pages;
 use crate::dynamo::retry::Backoff;
+use crate::dynamo::{self, pages};
 use crate::error::{Error, Result};
 use crate::table::AttributeStyle;
 use crate::Deps;
@@ -353,14 +353,7 @@ impl LimitStore {
 
     /// Writes a row (1 PutItem) and forgets its cached answer.
     pub async fn put(&self, row: &LimitRow) -> Result<()> {
-        self.inner
-            .client
-            .put_item()
-            .table_name(&self.inner.table)
-            .set_item(Some(self.to_item(row)))
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("PutItem", e))?;
+        dynamo::put(&self.inner.client, &self.inner.table, self.to_item(row)).await?;
         self.forget(&row.resource_name, &row.account_id);
         Ok(())
     }

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use crate::dynamo;
 use crate::dynamo::item::{n, s};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::TenantId;
 use crate::tenant::attr as tenant_attr;
 use crate::Deps;
@@ -75,17 +76,9 @@ fn key() -> std::collections::HashMap<String, AttributeValue> {
 
 /// The last tenant the previous run took (1 GetItem, strongly consistent).
 pub async fn read(deps: &Deps) -> Result<Option<String>> {
-    let out = deps
-        .dynamo
-        .get_item()
-        .table_name(&deps.tables.tenants)
-        .set_key(Some(key()))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("GetItem", e))?;
-    Ok(out
-        .item()
+    let item = dynamo::get_consistent(&deps.dynamo, &deps.tables.tenants, key()).await?;
+    Ok(item
+        .as_ref()
         .and_then(|i| i.get(AFTER))
         .and_then(|v| v.as_s().ok())
         .cloned())
@@ -96,14 +89,7 @@ pub async fn write(deps: &Deps, after: &TenantId) -> Result<()> {
     let mut item = key();
     item.insert(AFTER.into(), s(after.as_str()));
     item.insert(AT.into(), n(deps.clock.now().as_millis()));
-    deps.dynamo
-        .put_item()
-        .table_name(&deps.tables.tenants)
-        .set_item(Some(item))
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("PutItem", e))?;
-    Ok(())
+    dynamo::put(&deps.dynamo, &deps.tables.tenants, item).await
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! One read of a counter item, and the repair write conditioned on it being unchanged.
 
-use crate::dynamo::item;
+use crate::dynamo::{self, item};
 
 use aws_sdk_dynamodb::types::ReturnValue;
 
 use crate::admission::write::{self, ConditionalUpdate, Retries, UpdateOutcome};
 use crate::counter::attr as counter_attr;
 use crate::dynamo::item::{n, s, Item};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::Deps;
 
 /// What one read of the tenant's counter showed.
@@ -25,16 +25,9 @@ pub(in crate::reconcile) struct Snapshot {
 
 /// One counter item (`{tenant}`, or `{tenant}:sessions`) as a snapshot: 1 GetItem.
 pub(in crate::reconcile) async fn read_item(deps: &Deps, key: &str) -> Result<Snapshot> {
-    let out = deps
-        .dynamo
-        .get_item()
-        .table_name(&deps.tables.counters)
-        .key(counter_attr::KEY, s(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("GetItem", e))?;
-    Ok(snapshot_of(out.item()))
+    let key = Item::from([(counter_attr::KEY.to_string(), s(key))]);
+    let item = dynamo::get_consistent(&deps.dynamo, &deps.tables.counters, key).await?;
+    Ok(snapshot_of(item.as_ref()))
 }
 
 /// Adds `#name = :value`, or `attribute_not_exists(#name)` when it was absent.

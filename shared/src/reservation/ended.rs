@@ -29,6 +29,7 @@ use super::coordinate::MAX_COORDINATE_BYTES;
 use super::ledger::{is_live, Binding};
 use super::limiter::attempt_of;
 use super::{NonFungibleLimiter, Reservation};
+use crate::dynamo;
 use crate::dynamo::item::{lenient_opt_int, n, s, Item};
 use crate::error::{Error, Result};
 
@@ -80,15 +81,7 @@ impl NonFungibleLimiter {
         let exp = self.inner.clock.now().plus(self.inner.token_ttl).as_secs();
         let mut item = self.key(&key, ENDED_ID);
         item.insert(self.inner.attrs.expiration_time.to_string(), n(exp));
-        self.inner
-            .client
-            .put_item()
-            .table_name(&self.inner.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("PutItem", e))?;
-        Ok(())
+        dynamo::put(&self.inner.client, &self.inner.table, item).await
     }
 
     /// Bind's first write: the row of `r` in `resource_id`'s partition holding `drawn`, unless the
@@ -169,20 +162,13 @@ impl NonFungibleLimiter {
     /// Whether `resource_id` has ended (a live marker). 1 GetItem, strongly consistent.
     pub(super) async fn has_ended(&self, resource_id: &str) -> Result<bool> {
         let key = marker_key(resource_id)?;
-        let out = self
-            .inner
-            .client
-            .get_item()
-            .table_name(&self.inner.table)
-            .set_key(Some(self.key(&key, ENDED_ID)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("GetItem", e))?;
-        let Some(item) = out.item() else {
+        let marker = self.key(&key, ENDED_ID);
+        let Some(item) =
+            dynamo::get_consistent(&self.inner.client, &self.inner.table, marker).await?
+        else {
             return Ok(false);
         };
-        let exp = lenient_opt_int(item, &self.inner.table, self.inner.attrs.expiration_time)?;
+        let exp = lenient_opt_int(&item, &self.inner.table, self.inner.attrs.expiration_time)?;
         // Past its expiry the marker no longer counts, whether or not TTL has removed it yet.
         Ok(exp.is_some_and(|e| is_live(e, self.inner.clock.now())))
     }

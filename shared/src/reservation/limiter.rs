@@ -25,6 +25,7 @@ use super::Attrs;
 use crate::cache::{Cache, WhenFull};
 use crate::clock::{SharedClock, Timestamp};
 use crate::config::ConfigError;
+use crate::dynamo;
 use crate::dynamo::item::{s, Item};
 use crate::dynamo::txn::is_conflict;
 use crate::error::{Error, Result};
@@ -350,17 +351,9 @@ impl NonFungibleLimiter {
 
     /// 1 GetItem (strongly consistent) of ledger shard `k`.
     pub(super) async fn read_ledger(&self, coordinate: &str, k: u32) -> Result<Ledger> {
-        let out = self
-            .inner
-            .client
-            .get_item()
-            .table_name(&self.inner.table)
-            .set_key(Some(self.key(coordinate, &shard::sort_key(k))))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| Error::dynamo("GetItem", e))?;
-        Ledger::parse(&self.inner.table, out.item())
+        let key = self.key(coordinate, &shard::sort_key(k));
+        let item = dynamo::get_consistent(&self.inner.client, &self.inner.table, key).await?;
+        Ledger::parse(&self.inner.table, item.as_ref())
     }
 
     /// 1 BatchGetItem: the limit row and ledger shard 0 (whose absence means no ledger yet).

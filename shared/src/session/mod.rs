@@ -5,7 +5,7 @@ pub mod stream;
 
 use serde::Serialize;
 
-use crate::table::{KeyAttr, TableDef, TableKind};
+use crate::table::{TableDef, TableKind};
 
 pub mod attr {
     pub const TENANT_ID: &str = "tenantId";
@@ -93,15 +93,10 @@ impl Charges {
 }
 
 pub fn table(name: &str) -> TableDef {
-    TableDef {
-        kind: TableKind::Sessions,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(attr::TENANT_ID),
-        sort_key: Some(KeyAttr::s(attr::SESSION_ID)),
-        indexes: vec![],
-        ttl_attribute: Some(attr::SESSION_TTL),
-        stream: Some("NEW_AND_OLD_IMAGES"),
-    }
+    TableDef::keyed(TableKind::Sessions, name, attr::TENANT_ID)
+        .sorted_by(attr::SESSION_ID)
+        .expiring(attr::SESSION_TTL)
+        .streamed("NEW_AND_OLD_IMAGES")
 }
 
 /// A new session id for `PUT /session` without one: 128 random bits as 22 base64url characters,

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::{attr, Session};
+use crate::dynamo;
 use crate::dynamo::item::{self, n, s, Item};
 use crate::error::{Error, Result};
 use crate::ids::{SessionId, TenantId};
@@ -243,18 +244,9 @@ pub fn replace_item(table: &str, fresh: Item, stale: &Session) -> Result<Transac
 
 /// 1 GetItem (strongly consistent). Returns the row whether or not it has expired.
 pub async fn get(deps: &Deps, t: &TenantId, sid: &SessionId) -> Result<Option<Session>> {
-    let out = deps
-        .dynamo
-        .get_item()
-        .table_name(&deps.tables.sessions)
-        .set_key(Some(key(t, sid)))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("GetItem", e))?;
-    out.item()
-        .map(|it| from_item(&deps.tables.sessions, it))
-        .transpose()
+    let table = &deps.tables.sessions;
+    let item = dynamo::get_consistent(&deps.dynamo, table, key(t, sid)).await?;
+    item.map(|it| from_item(table, &it)).transpose()
 }
 
 /// 1 DeleteItem returning the deleted row. Releases nothing and gives nothing back: what a TTL

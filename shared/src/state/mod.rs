@@ -385,19 +385,12 @@ impl GcraReader {
                 (key.to_string(), head.to_string(), id.to_string(), None)
             }
         };
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(
-                crate::kv::attr::BUCKET,
-                AttributeValue::S(stored_key.clone()),
-            )
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| crate::Error::dynamo("GetItem", e))?;
-        RateLimitState::from_gcra_item(&stored_key, &name, &id, out.item(), rate, now)
+        let key = HashMap::from([(
+            crate::kv::attr::BUCKET.to_string(),
+            AttributeValue::S(stored_key.clone()),
+        )]);
+        let item = crate::dynamo::get_consistent(&self.client, &self.table, key).await?;
+        RateLimitState::from_gcra_item(&stored_key, &name, &id, item.as_ref(), rate, now)
     }
 }
 

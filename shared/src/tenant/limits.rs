@@ -4,7 +4,7 @@ use super::policy::{ConnectAuth, Enforcement, OnFailure};
 use super::window::WindowAlgorithm;
 use serde::{Deserialize, Serialize};
 
-use crate::table::{KeyAttr, TableDef, TableKind};
+use crate::table::{TableDef, TableKind};
 
 /// Attribute names, as the AWS WebSocket rate-limiting sample writes them.
 pub mod attr {
@@ -77,15 +77,7 @@ pub(super) fn is_one(v: &u64) -> bool {
 }
 
 pub fn table(name: &str) -> TableDef {
-    TableDef {
-        kind: TableKind::Tenants,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(attr::TENANT_ID),
-        sort_key: None,
-        indexes: vec![],
-        ttl_attribute: None,
-        stream: None,
-    }
+    TableDef::keyed(TableKind::Tenants, name, attr::TENANT_ID)
 }
 
 /// Seconds a session lives when a tenant row lacks `sessionTTL` (the AWS sample's rows have none).
@@ -291,6 +283,23 @@ impl Limits {
             (attr::SESSION_TTL, self.session_ttl),
             (attr::MESSAGES_PER_MINUTE, self.messages_per_minute),
         ]
+    }
+
+    /// `(name, value)` for how the limits are applied (the per-minute algorithm, enforcement, the
+    /// failure policy), in the tenant row's attribute names: what the authorizer's context carries
+    /// beside [`Limits::fields`].
+    pub fn policies(&self) -> [(&'static str, &'static str); 3] {
+        [
+            (attr::RATE_ALGORITHM, self.rate_algorithm.as_str()),
+            (attr::ENFORCEMENT, self.enforcement.as_str()),
+            (attr::ON_FAILURE, self.on_failure.as_str()),
+        ]
+    }
+
+    /// The open-connection count's shards, when it is spread over more than the one `{tenant}`
+    /// counter (a row and a context leave the attribute out otherwise).
+    pub fn spread_shards(&self) -> Option<u64> {
+        (self.connection_shards != 1).then_some(self.connection_shards)
     }
 }
 

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{attr, Limits, Tenant, DEFAULT_MESSAGES_PER_MINUTE, DEFAULT_SESSION_TTL_SECS};
-use crate::dynamo::{item, pages};
+use crate::dynamo::{self, item, pages};
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 use crate::Deps;
@@ -112,18 +112,9 @@ fn flag(table: &str, it: &HashMap<String, AttributeValue>, name: &str) -> Result
 
 /// 1 GetItem (strongly consistent, so a tenant just created by the CLI is seen at once).
 pub async fn get(deps: &Deps, id: &TenantId) -> Result<Option<Tenant>> {
-    let out = deps
-        .dynamo
-        .get_item()
-        .table_name(&deps.tables.tenants)
-        .set_key(Some(key(id)))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("GetItem", e))?;
-    out.item()
-        .map(|it| from_item(&deps.tables.tenants, it))
-        .transpose()
+    let table = &deps.tables.tenants;
+    let item = dynamo::get_consistent(&deps.dynamo, table, key(id)).await?;
+    item.map(|it| from_item(table, &it)).transpose()
 }
 
 /// 1 PutItem: creates or replaces the tenant row.
@@ -145,28 +136,20 @@ pub async fn put(deps: &Deps, tenant: &Tenant) -> Result<()> {
         attr::TICKET_IN_QUERY.to_string(),
         AttributeValue::Bool(l.ticket_in_query),
     );
-    for (name, value) in [
-        (attr::RATE_ALGORITHM, l.rate_algorithm.as_str()),
-        (attr::ENFORCEMENT, l.enforcement.as_str()),
-        (attr::ON_FAILURE, l.on_failure.as_str()),
-        (attr::CONNECT_AUTH, l.connect_auth.as_str()),
-    ] {
+    let policies = l
+        .policies()
+        .into_iter()
+        .chain([(attr::CONNECT_AUTH, l.connect_auth.as_str())]);
+    for (name, value) in policies {
         it.insert(name.to_string(), AttributeValue::S(value.to_string()));
     }
-    if l.connection_shards != 1 {
+    if let Some(shards) = l.spread_shards() {
         it.insert(
             attr::CONNECTION_SHARDS.to_string(),
-            AttributeValue::N(l.connection_shards.to_string()),
+            AttributeValue::N(shards.to_string()),
         );
     }
-    deps.dynamo
-        .put_item()
-        .table_name(&deps.tables.tenants)
-        .set_item(Some(it))
-        .send()
-        .await
-        .map_err(|e| Error::dynamo("PutItem", e))?;
-    Ok(())
+    dynamo::put(&deps.dynamo, &deps.tables.tenants, it).await
 }
 
 /// 1 DeleteItem; true when a row was deleted.

@@ -1,6 +1,6 @@
 //! The fungible tokens table: its attribute names in either naming style, and its definition.
 
-use crate::table::{AttributeStyle, KeyAttr, TableDef, TableKind};
+use crate::table::{styled_attrs, AttributeStyle, TableDef, TableKind};
 
 /// The value at a dotted path (`detail.clusterId`) of a JSON document; array elements by index
 /// (`resources.0`).
@@ -12,50 +12,20 @@ pub fn json_path<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde
     })
 }
 
-/// The token table's attribute names in one naming style.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attrs {
-    pub resource_name: &'static str,
-    pub account_id: &'static str,
-    pub tokens: &'static str,
-    pub last_refill: &'static str,
-    pub last_token: &'static str,
-}
-
-impl Attrs {
-    pub const CAMEL: Attrs = Attrs {
-        resource_name: "resourceName",
-        account_id: "accountId",
-        tokens: "tokens",
-        last_refill: "lastRefill",
-        last_token: "lastToken",
-    };
-    pub const SNAKE: Attrs = Attrs {
-        resource_name: "resource_name",
-        account_id: "account_id",
-        tokens: "tokens",
-        last_refill: "last_refill",
-        last_token: "last_token",
-    };
-    pub fn of(style: AttributeStyle) -> Attrs {
-        match style {
-            AttributeStyle::Camel => Attrs::CAMEL,
-            AttributeStyle::Snake => Attrs::SNAKE,
-        }
+styled_attrs! {
+    /// The token table's attribute names in one naming style.
+    pub struct Attrs {
+        resource_name: "resourceName" / "resource_name",
+        account_id: "accountId" / "account_id",
+        tokens: "tokens" / "tokens",
+        last_refill: "lastRefill" / "last_refill",
+        last_token: "lastToken" / "last_token",
     }
 }
 
 pub fn table(name: &str, style: AttributeStyle) -> TableDef {
     let a = Attrs::of(style);
-    TableDef {
-        kind: TableKind::FungibleTokens,
-        name: name.to_string(),
-        partition_key: KeyAttr::s(a.resource_name),
-        sort_key: Some(KeyAttr::s(a.account_id)),
-        indexes: vec![],
-        ttl_attribute: None,
-        stream: None,
-    }
+    TableDef::keyed(TableKind::FungibleTokens, name, a.resource_name).sorted_by(a.account_id)
 }
 
 /// Property tests (docs/testing.md): paths come from configuration, documents from events.

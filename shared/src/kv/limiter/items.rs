@@ -17,6 +17,7 @@ use super::outcome::{KvError, Outcome};
 use super::spend::CONFLICT_BACKOFF;
 use super::state::Limiter;
 use crate::clock::Timestamp;
+use crate::dynamo;
 use crate::dynamo::item::{n, s, Item};
 use crate::dynamo::txn::{self, Reason};
 use crate::gcra::{self, Decision, Rate};
@@ -85,16 +86,8 @@ impl Limiter {
     ///
     /// DynamoDB calls: **1** strongly consistent `GetItem`.
     pub async fn read(&self, bucket_key: &str) -> Result<Option<Item>, KvError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(crate::kv::attr::BUCKET, s(bucket_key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| crate::Error::dynamo("GetItem", e))?;
-        Ok(out.item().cloned())
+        let key = Item::from([(crate::kv::attr::BUCKET.to_string(), s(bucket_key))]);
+        Ok(dynamo::get_consistent(&self.client, &self.table, key).await?)
     }
 
     /// Empties the bucket's record, so it is full again (and its state starts over).
