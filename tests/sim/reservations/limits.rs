@@ -128,8 +128,8 @@ pub async fn apply(store: &LimitStore, service: &str, specs: &[LimitSpec]) -> Re
     }
 }
 
-/// Writes coordinate `coordinate`'s rows as rate-limiter-py does (its own item layout, no
-/// ledger), ids `{prefix}-{i}`, expiring `ttl_secs` after `start`.
+/// Writes a coordinate's rows as rate-limiter-py does (its item layout, no ledger): each `(id,
+/// row, resource id)` expiring `ttl_secs` after `start`, a token naming its resource.
 pub async fn write_legacy(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
