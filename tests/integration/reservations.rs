@@ -444,11 +444,17 @@ async fn a_legacy_token_removed_while_its_ledger_is_seeded_holds_nothing() {
         .dynamo
         .put_item()
         .table_name(&env.deps.tables.non_fungible_tokens)
-        .item("resourceCoordinate", AttributeValue::S("emr:seeding".into()))
+        .item(
+            "resourceCoordinate",
+            AttributeValue::S("emr:seeding".into()),
+        )
         .item("reservationId", AttributeValue::S("py-1".into()))
         .item("resourceName", AttributeValue::S("emr".into()))
         .item("accountId", AttributeValue::S("seeding".into()))
-        .item("expirationTime", AttributeValue::N((now + 3600).to_string()))
+        .item(
+            "expirationTime",
+            AttributeValue::N((now + 3600).to_string()),
+        )
         .item("resourceId", AttributeValue::S("j-PY1".into()))
         .send()
         .await

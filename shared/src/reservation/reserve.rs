@@ -7,9 +7,7 @@ use std::collections::BTreeSet;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
-use super::ledger::{
-    expiry_secs, reserve_expr, seed_expr, Binding, Entries, Ledger, Plan, Prune,
-};
+use super::ledger::{expiry_secs, reserve_expr, seed_expr, Binding, Entries, Ledger, Plan, Prune};
 use super::limiter::{attempt_of, update_attempt, Attempt, MAX_ATTEMPTS};
 use super::shard::{self, shard_count, share, MAX_CAPACITY};
 use super::view::{lock, Choice, SharedView, View};
@@ -105,7 +103,10 @@ impl NonFungibleLimiter {
                     Some(e) => e.clone(),
                     None => {
                         let read = self.legacy_entries(&coordinate, now).await?;
-                        self.inner.interleave.at(Point::ReserveAfterLegacyRead).await;
+                        self.inner
+                            .interleave
+                            .at(Point::ReserveAfterLegacyRead)
+                            .await;
                         legacy.insert(read).clone()
                     }
                 };
