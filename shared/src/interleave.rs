@@ -19,6 +19,9 @@ pub enum Point {
     BindAfterMarkerRead,
     /// The remover: the ended marker is written, the resource's tokens not yet queried.
     RemoverAfterMarker,
+    /// A coordinate's first reservation: the rows written before its ledger are read; the ledger
+    /// holding them not yet created.
+    ReserveAfterLegacyRead,
     /// Ending a session: the row is ended (closed to joins, its session unit given back); none of
     /// its sockets closed yet.
     EndAfterMark,

@@ -54,10 +54,16 @@ pub enum Mutation {
     /// The reconciler's in-flight bound leaves out the releases that land after its read (a leak
     /// is then subtracted that a pending release takes off again).
     ReconcileMissesLateReleases,
+    /// A coordinate's first reservation creates its ledger without the live rows written before
+    /// it (rate-limiter-py's reservations and tokens then hold nothing).
+    LegacyRowsUncounted,
+    /// A limit row, once read, stays cached for good (a changed limit never reaches a warm
+    /// limiter).
+    LimitCachedForever,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 21] = [
         Mutation::UndoAfterJoin,
         Mutation::SweepWithoutTombstone,
         Mutation::ShardOverShare,
@@ -77,6 +83,8 @@ impl Mutation {
         Mutation::KvRefundAfterUnanswered,
         Mutation::SessionEndWithoutProof,
         Mutation::ReconcileMissesLateReleases,
+        Mutation::LegacyRowsUncounted,
+        Mutation::LimitCachedForever,
     ];
 }
 

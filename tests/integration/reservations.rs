@@ -429,6 +429,55 @@ async fn rows_written_without_a_ledger_hold_capacity_until_they_expire() {
     drop(r);
 }
 
+/// The remover ends a resource while a coordinate's first reservation seeds its ledger from the
+/// rows rate-limiter-py wrote (between its read of them and its ledger write): the token it
+/// removes had no entry to release yet, and must not be seeded after its row is gone, where it
+/// would hold a unit for the token's 8 hours with no event left to release it.
+#[tokio::test]
+async fn a_legacy_token_removed_while_its_ledger_is_seeded_holds_nothing() {
+    use futures::FutureExt;
+    use shared::interleave::{Interleave, Point};
+
+    let env = TestEnv::new(&TABLES).await;
+    let now = shared::clock::Clock::now(&env.clock).as_secs();
+    env.deps
+        .dynamo
+        .put_item()
+        .table_name(&env.deps.tables.non_fungible_tokens)
+        .item(
+            "resourceCoordinate",
+            AttributeValue::S("emr:seeding".into()),
+        )
+        .item("reservationId", AttributeValue::S("py-1".into()))
+        .item("resourceName", AttributeValue::S("emr".into()))
+        .item("accountId", AttributeValue::S("seeding".into()))
+        .item(
+            "expirationTime",
+            AttributeValue::N((now + 3600).to_string()),
+        )
+        .item("resourceId", AttributeValue::S("j-PY1".into()))
+        .send()
+        .await
+        .unwrap();
+    let remover = limiter(&env);
+    let l = limiter(&env).with_interleave(Interleave::with(move |p| {
+        let remover = remover.clone();
+        async move {
+            if p == Point::ReserveAfterLegacyRead {
+                let removed = remover.remove_by_resource_id("j-PY1", None).await.unwrap();
+                assert_eq!(removed.len(), 1, "the remover finds the legacy token");
+            }
+        }
+        .boxed()
+    }));
+    l.get_reservation("emr", "seeding", 2).await.unwrap();
+    let second = limiter(&env).get_reservation("emr", "seeding", 2).await;
+    assert!(
+        second.is_ok(),
+        "the removed token holds nothing, so a second unit is free: {second:?}"
+    );
+}
+
 /// `"{resource}:{account}"` made (`emr`, `acct:1`) and (`emr:acct`, `1`) one
 /// ledger. A resource name with ':' is now refused (naming the field), so they cannot share capacity;
 /// an account with ':' keeps rate-limiter-py's coordinate.

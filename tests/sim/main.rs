@@ -308,6 +308,18 @@ fn mutation_shape(m: Mutation) -> Shape {
             max_lanes: 2,
             ..base
         },
+        // Every coordinate with a limit row, lowered in early rounds while reservations are
+        // live, and rows written before the ledger; no faults, few WebSocket lanes.
+        Mutation::LegacyRowsUncounted | Mutation::LimitCachedForever => Shape {
+            fault_pct: 0,
+            crash_pct: 0,
+            reconcile_pct: 0,
+            reservation_pct: 100,
+            limit_rows: true,
+            kv_pct: 0,
+            max_lanes: 2,
+            ..base
+        },
         Mutation::KvOverBurst => Shape {
             fault_pct: 0,
             crash_pct: 0,
@@ -402,7 +414,9 @@ fn side(m: Mutation) -> &'static [&'static str] {
         | Mutation::BindIgnoresEnded
         | Mutation::BindReleasesBoundElsewhere
         | Mutation::BindDeletesOriginalRow
-        | Mutation::RemoverReleasesAnyBinding => &[
+        | Mutation::RemoverReleasesAnyBinding
+        | Mutation::LegacyRowsUncounted
+        | Mutation::LimitCachedForever => &[
             "emr:",
             "a bind of r",
             "answered",
@@ -507,6 +521,20 @@ async fn mutation_reservation_over_share_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_bind_ignores_ended_is_caught() {
     caught(Mutation::BindIgnoresEnded, 0, &["held capacity"]).await;
+}
+
+/// Rows rate-limiter-py wrote, left out of the ledger the first reservation creates: a grant
+/// while they live passes the capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_legacy_rows_uncounted_is_caught() {
+    caught(Mutation::LegacyRowsUncounted, 0, &["over-admission: "]).await;
+}
+
+/// A limit row cached for good: a warm limiter keeps granting under a lowered limit past the
+/// cache's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_limit_cached_forever_is_caught() {
+    caught(Mutation::LimitCachedForever, 0, &["over-admission: "]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

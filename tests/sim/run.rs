@@ -173,6 +173,7 @@ impl Sim {
         if let Some(m) = mutation {
             shared::mutation::enable(&w.env.deps.tables.counters, m);
             shared::mutation::enable(res.table(), m);
+            shared::mutation::enable(&w.env.deps.tables.limits, m);
             shared::mutation::enable(&buckets, m);
         }
         let authorizer_b = shared::tenant::TenantCache::new(w.authorizer.tenants.ttl());
@@ -403,6 +404,9 @@ impl Sim {
         self.res.set_skew(sch.skew_ms);
         self.inst.start(sch.seed);
         let res = res.as_ref();
+        if let Some(st) = res {
+            reservations::start(&self.res, st, self.w.env.clock.now()).await;
+        }
         let kvs = sch.kv.as_ref().map(|spec| {
             Mutex::new(kv::State::new(
                 sch.seed,
@@ -642,9 +646,14 @@ impl Sim {
             }
             // A crashed delivery is retried by the event source: its record stays queued.
         }
-        // An operator whose `turnstile tenant put` died runs it again until it answers: the
-        // caps they asked for are the ones in effect from then on.
-        if done.is_err() && matches!(step.op, Op::Limits { .. }) {
+        // An operator whose `turnstile tenant put` (or `turnstile limits load`) died runs it
+        // again until it answers: what they asked for is in effect from then on.
+        if done.is_err()
+            && matches!(
+                step.op,
+                Op::Limits { .. } | Op::Res(reservations::ResOp::SetLimit { .. })
+            )
+        {
             self.op(sch, tenants, &step.op, run, lanes).await;
         }
     }

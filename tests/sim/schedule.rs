@@ -252,6 +252,9 @@ pub struct Shape {
     /// Reservation lanes of reserves and binds, again and again, to one resource that ends only
     /// at the schedule's end (a repeated bind that fails must keep the first one's row).
     pub rebinds: bool,
+    /// Reservation lanes whose every coordinate has a limit row, lowered in early rounds, and
+    /// rows written before the ledger.
+    pub limit_rows: bool,
     /// Tenants whose `tenantPerMinute` binds before their connection caps.
     pub rate_bound: bool,
     /// Kv lanes mostly of refunds and unit spends on one small, slow bucket, two lanes a round
@@ -292,6 +295,7 @@ impl Default for Shape {
             reshard_pct: 25,
             binds: false,
             rebinds: false,
+            limit_rows: false,
             rate_bound: false,
             refunds: false,
             ws_lanes: true,
@@ -514,6 +518,7 @@ impl Schedule {
             shape.crash_pct,
             shape.binds,
             shape.rebinds,
+            shape.limit_rows,
         )
         .map(|(spec, lanes)| {
             for (round, lanes) in rounds.iter_mut().zip(lanes) {

@@ -200,11 +200,22 @@ impl LimitStore {
             return;
         }
         let now = self.inner.clock.now();
+        // Cached for good under the simulation's `LimitCachedForever` mutation (compiles away
+        // without the feature).
+        let forever = crate::mutation::active_on(
+            &self.inner.table,
+            crate::mutation::Mutation::LimitCachedForever,
+        );
+        let ttl = if forever {
+            self.inner.ttl * 1000
+        } else {
+            self.inner.ttl
+        };
         self.inner.cache.insert_until(
             (resource.to_string(), account.to_string()),
             row,
             now,
-            now.plus(self.inner.ttl),
+            now.plus(ttl),
         );
     }
 

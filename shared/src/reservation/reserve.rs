@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
-use super::ledger::{expiry_secs, reserve_expr, seed_expr, Entries, Ledger, Plan, Prune};
+use super::ledger::{expiry_secs, reserve_expr, seed_expr, Binding, Entries, Ledger, Plan, Prune};
 use super::limiter::{attempt_of, update_attempt, Attempt, MAX_ATTEMPTS};
 use super::shard::{self, shard_count, share, MAX_CAPACITY};
 use super::view::{lock, Choice, SharedView, View};
@@ -17,7 +17,16 @@ use crate::dynamo::item::n;
 use crate::dynamo::retry::Backoff;
 use crate::dynamo::txn;
 use crate::error::{Error, Result};
+use crate::interleave::Point;
 use crate::limit::Effective;
+
+/// The live rows of a coordinate without a ledger: their ledger entries, and the resource of
+/// each bound one (rate-limiter-py's tokens).
+#[derive(Clone, Default)]
+struct LegacyRows {
+    entries: Entries,
+    tokens: Vec<(String, String)>,
+}
 
 /// Shards read fresh by this call: a refusal is answered only once every shard under the limit
 /// has been, since releases elsewhere make the cached view stale.
@@ -42,8 +51,9 @@ impl NonFungibleLimiter {
     /// size under its share, and the shares sum to the limit. Expired entries seen in the shard are
     /// pruned in the same write (each conditioned on its old value).
     /// Calls: **1** warm, **2** cold, **3** on a coordinate's first use (its ledger is created,
-    /// counting rows that exist without one), +1 per lost race or full shard met, +1 to confirm a
-    /// cached refusal (a GetItem of the one shard, or a Query of them all).
+    /// counting rows that exist without one; +1 per resource of rate-limiter-py tokens among them,
+    /// whose ended marker is read after the creation), +1 per lost race or full shard met, +1 to
+    /// confirm a cached refusal (a GetItem of the one shard, or a Query of them all).
     pub async fn get_reservation(
         &self,
         resource: &str,
@@ -82,22 +92,30 @@ impl NonFungibleLimiter {
         let exp = expiry_secs(now.plus(self.inner.reservation_ttl));
         let pair = (resource, account);
         // Live rows of a coordinate without a ledger (read once, again if the ledger vanishes).
-        let mut legacy: Option<Entries> = None;
+        let mut legacy: Option<LegacyRows> = None;
         for attempt in 0..MAX_ATTEMPTS {
             let without_ledger = lock(&view).without_ledger();
             let target = if without_ledger {
                 // No ledger yet: shard 0 is created first, counting the live rows written without
                 // one (by rate-limiter-py, before the switch), so they hold capacity until they
                 // expire. One Query.
-                let entries = match &legacy {
+                let rows = match &legacy {
                     Some(e) => e.clone(),
-                    None => legacy
-                        .insert(self.legacy_entries(&coordinate, now).await?)
-                        .clone(),
+                    None => {
+                        let read = self.legacy_entries(&coordinate, now).await?;
+                        self.inner
+                            .interleave
+                            .at(Point::ReserveAfterLegacyRead)
+                            .await;
+                        legacy.insert(read).clone()
+                    }
                 };
+                let entries = rows.entries;
                 if n > 1 && entries.len() as u64 >= share(0, limit) {
                     // More than shard 0 may hold: every shard they fill, in one transaction.
                     self.seed(&coordinate, &entries, limit, pair).await?;
+                    self.release_ended_tokens(&coordinate, &entries, &rows.tokens)
+                        .await?;
                     self.read_all(&coordinate, &view, &mut fresh).await?;
                     legacy = None;
                     continue;
@@ -156,6 +174,8 @@ impl NonFungibleLimiter {
                 .await?
             {
                 Attempt::Done(()) => {
+                    let created = !ledger.exists;
+                    let seeded = ledger.live.clone();
                     // Into the shard as the view has it now: other tasks of this process may have
                     // added entries since `ledger` was copied, and overwriting would lose them.
                     lock(&view)
@@ -163,6 +183,10 @@ impl NonFungibleLimiter {
                         .entry(k)
                         .or_insert(ledger)
                         .admitted(&prune, &id, exp);
+                    if let (true, Some(rows)) = (created, &legacy) {
+                        self.release_ended_tokens(&coordinate, &seeded, &rows.tokens)
+                            .await?;
+                    }
                     true
                 }
                 Attempt::Failed(actual) => {
@@ -177,6 +201,10 @@ impl NonFungibleLimiter {
                     // is a fresh uuid, so the entry is ours.
                     let mine = l.holds(&id, exp);
                     lock(&view).shards.insert(k, l);
+                    if let (true, false, Some(rows)) = (mine, ledger.exists, &legacy) {
+                        self.release_ended_tokens(&coordinate, &ledger.live, &rows.tokens)
+                            .await?;
+                    }
                     mine
                 }
                 Attempt::Retry => {
@@ -209,14 +237,55 @@ impl NonFungibleLimiter {
     }
 
     /// The live rows of a coordinate without a ledger, as ledger entries.
-    async fn legacy_entries(&self, coordinate: &str, now: Timestamp) -> Result<Entries> {
-        let mut out = Entries::new();
-        for row in self.list_rows(coordinate, now).await? {
+    async fn legacy_entries(&self, coordinate: &str, now: Timestamp) -> Result<LegacyRows> {
+        let mut out = LegacyRows::default();
+        let rows = self.list_rows(coordinate, now).await?;
+        // None counted under the simulation's `LegacyRowsUncounted` mutation (compiles away
+        // without the feature).
+        let uncounted = crate::mutation::active_on(
+            &self.inner.table,
+            crate::mutation::Mutation::LegacyRowsUncounted,
+        );
+        if uncounted {
+            return Ok(out);
+        }
+        for row in rows {
             if let (true, Some(e)) = (row.live, row.expiration_time) {
-                out.insert(row.reservation_id, (e, n(e)));
+                if let Some(resource) = row.resource_id {
+                    out.tokens.push((row.reservation_id.clone(), resource));
+                }
+                out.entries.insert(row.reservation_id, (e, n(e)));
             }
         }
         Ok(out)
+    }
+
+    /// After a ledger was created holding `seeded` (rows read before it existed), releases the
+    /// tokens among them whose resource has ended: the remover marks a resource ended before it
+    /// looks for its tokens, so one whose release found no ledger yet (and deleted the row) has
+    /// its marker read here, after the creation. One strongly consistent GetItem per resource of
+    /// those tokens, +1 UpdateItem per token released; only when a coordinate's ledger is created
+    /// over rate-limiter-py's tokens.
+    async fn release_ended_tokens(
+        &self,
+        coordinate: &str,
+        seeded: &Entries,
+        tokens: &[(String, String)],
+    ) -> Result<()> {
+        let resources: BTreeSet<&str> = tokens.iter().map(|(_, r)| r.as_str()).collect();
+        for resource in resources {
+            if !self.has_ended(resource).await? {
+                continue;
+            }
+            for (id, _) in tokens.iter().filter(|(_, r)| r == resource) {
+                if let Some((exp, _)) = seeded.get(id) {
+                    // The entry as seeded: a legacy token's binding is its expiry (no bind id).
+                    let binding = Binding { exp: *exp, id: 0 };
+                    self.release_binding(coordinate, id, binding).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates the shards `legacy` fills (fill-first, any excess in the last one written) in one
