@@ -405,7 +405,7 @@ impl Sim {
         self.inst.start(sch.seed);
         let res = res.as_ref();
         if let Some(st) = res {
-            reservations::start(&self.res, st, self.w.env.clock.now()).await;
+            reservations::start(&self.res, st, self.inst.moving.now()).await;
         }
         let kvs = sch.kv.as_ref().map(|spec| {
             Mutex::new(kv::State::new(
