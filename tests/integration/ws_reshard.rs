@@ -230,25 +230,8 @@ async fn the_reconciler_repairs_a_resharded_tenant_both_ways() {
         assert_eq!(fresh(&w, "s1", &format!("k{i}="), &limits(4)).await, 200);
     }
     let before = counters(&w).await;
-    let set = |key: String, v: i64| {
-        let deps = w.deps().clone();
-        async move {
-            deps.dynamo
-                .update_item()
-                .table_name(&deps.tables.counters)
-                .key("key", aws_sdk_dynamodb::types::AttributeValue::S(key))
-                .update_expression("ADD itemCount :v")
-                .expression_attribute_values(
-                    ":v",
-                    aws_sdk_dynamodb::types::AttributeValue::N(v.to_string()),
-                )
-                .send()
-                .await
-                .unwrap();
-        }
-    };
-    set(T.to_string(), 3).await;
-    set(format!("{T}:shard:2"), -2).await;
+    add(&w, T.to_string(), 3).await;
+    add(&w, format!("{T}:shard:2"), -2).await;
     let report = reconcile(&w).await;
     let total_before = total(&before);
     assert_eq!(
