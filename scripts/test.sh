@@ -53,7 +53,22 @@ rm -f "$arm64_log".{rc,pid,cpu}
 # whichever step happens to be running when it ends: it writes its own CPU seconds to $arm64_log.cpu.
 ( setsid bash -c 'echo $$ >"$1.pid"; nice -n 19 scripts/sam-check.sh --build-only >"$1" 2>&1; rc=$?
   times >"$1.cpu"; echo $rc >"$1.rc"' _ "$arm64_log" & )
-trap 'kill -- -"$(cat "$arm64_log.pid" 2>/dev/null)" 2>/dev/null; rm -f "$times_file"; scripts/dynamodb-local.sh stop; ttl_ddb stop' EXIT
+# The Python venvs of the later steps (scripts/pip-locked.sh: hash-locked, a venv whose lock is
+# unchanged is reused), installed now in the background: on a clean clone mostly downloads (~45 s)
+# that overlap the build instead of adding to the steps that use them. Those steps wait for it
+# first and still run pip-locked.sh themselves (then a no-op, or the install again, failing there
+# with its message, when this one failed).
+venvs_log=target/python-venvs.log
+venvs=(".tools/python-test scripts/requirements/maturin.txt" ".tools/schemathesis scripts/requirements/schemathesis.txt")
+[ "${TURNSTILE_BENCH_SMOKE:-1}" = 0 ] ||
+  venvs+=("bench/peers/.venv-zae bench/peers/requirements-zae.txt" "bench/peers/.venv-rlp bench/peers/requirements-rlp.txt")
+( for v in "${venvs[@]}"; do nice -n 10 scripts/pip-locked.sh $v || exit 1; done ) >"$venvs_log" 2>&1 &
+venvs_pid=$!
+venvs_wait() {
+  wait "$venvs_pid" && return 0
+  echo "the background venv install failed (the steps below install again):"; cat "$venvs_log"
+}
+trap 'kill -- -"$(cat "$arm64_log.pid" 2>/dev/null)" 2>/dev/null; kill "$venvs_pid" 2>/dev/null; rm -f "$times_file"; scripts/dynamodb-local.sh stop; ttl_ddb stop' EXIT
 scripts/dynamodb-local.sh start || exit 1
 ttl_ddb start || exit 1
 
@@ -115,6 +130,7 @@ run cargo test --workspace --locked
 # The Python package (python/, docs/python.md): its dev wheel packed from the extension module of
 # the build above, checked, installed into .tools/python-test, and its pytest suite against this
 # DynamoDB Local.
+run venvs_wait
 run scripts/python-test.sh
 # --- The decide API against its OpenAPI description (openapi/decide-api.yaml) --------------------
 # Schemathesis (hash-locked) generates valid and invalid requests for every operation and checks each
