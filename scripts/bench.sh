@@ -143,7 +143,8 @@ tpy_install() {
   rm -rf "$out/wheel"
   local t0; t0=$(now)
   if [ "$wheel_profile" = dev ]; then
-    scripts/dev-wheel.py "$out/wheel" || return 1
+    cargo build --locked --workspace --all-targets --message-format json-render-diagnostics \
+      | scripts/dev-wheel.py "$out/wheel" || return 1
   else
     "$root/.tools/python-test/bin/maturin" build --quiet --manifest-path python/Cargo.toml --profile "$wheel_profile" \
       --locked --out "$out/wheel" --interpreter "$(command -v python3)" || return 1

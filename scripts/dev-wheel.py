@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Packs the dev-profile `turnstile` wheel from the extension module of the test build's own
-selection (`cargo build --workspace --all-targets`: inside `make test` it only confirms what
-`cargo test --workspace` already compiled), instead of a `maturin build`, which compiles `python/`
-as a package of its own: cargo then unifies other features and compiles `shared` and its async
-stack a second time (~150 s on 2 cores). `make test` and the benchmark smoke use this; `make wheel`
-(the shipped wheels) still builds with maturin.
+selection (`cargo build --workspace --all-targets`, whose JSON messages it reads on stdin: inside
+`make test` that build only confirms what the lint build compiled), instead of a `maturin build`,
+which compiles `python/` as a package of its own: cargo then unifies other features and compiles
+`shared` and its async stack a second time (~150 s on 2 cores). `make test` and the benchmark smoke
+use this; `make wheel` (the shipped wheels) still builds with maturin. cargo runs in the caller's
+shell, not from here: a pyenv shim starting this script puts its own directories first on PATH,
+which pyo3's build script watches, so a cargo started from here would rebuild pyo3.
 
 The wheel holds what maturin's does (python/pyproject.toml's `python-source` package, the module
 as `turnstile/_native.abi3.so`, METADATA from `[project]`, the version from Cargo.toml), tagged
 cp39-abi3 manylinux_2_<highest glibc symbol the module needs> for this machine's architecture,
 and is then checked by scripts/wheel-check.py as `make wheel`'s are.
 
-    scripts/dev-wheel.py target/wheels/dev   # builds, packs, prints the wheel's path
+    cargo build --locked --workspace --all-targets --message-format json-render-diagnostics \
+      | scripts/dev-wheel.py target/wheels/dev   # prints the wheel's path
 """
 
 import base64
@@ -20,7 +23,6 @@ import importlib.util
 import json
 import os
 import platform
-import subprocess
 import sys
 import tomllib
 import zipfile
@@ -51,23 +53,20 @@ def metadata(project, version):
     return "\n".join(lines) + "\n"
 
 
-def build():
-    """The extension module's path, from cargo's own report of what it built (the workspace's
-    target directory, wherever it is)."""
-    cmd = ["cargo", "build", "--locked", "--workspace", "--all-targets", "--message-format", "json-render-diagnostics"]
-    run = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, text=True)
-    if run.returncode != 0:
-        sys.exit(f"dev-wheel: {' '.join(cmd)} failed ({run.returncode})")
-    for line in run.stdout.splitlines():
+def module_path(messages):
+    """The extension module's path, from cargo's JSON report of what it built."""
+    for line in messages:
         msg = json.loads(line) if line.startswith("{") else {}
         target = msg.get("target", {})
-        if msg.get("reason") == "compiler-artifact" and "cdylib" in target.get("kind", []) and target.get("name") == "_native":
-            return next(f for f in msg["filenames"] if f.endswith(".so"))
-    sys.exit("dev-wheel: cargo built no `_native` cdylib (python/Cargo.toml)")
+        # `--all-targets` also builds the library's test harness (profile.test): not the module.
+        if (msg.get("reason") == "compiler-artifact" and target.get("name") == "_native"
+                and "cdylib" in target.get("kind", []) and not msg["profile"]["test"]):
+            return msg["filenames"][0]
+    sys.exit("dev-wheel: cargo's report names no `_native` cdylib (python/Cargo.toml)")
 
 
 def main(out):
-    lib = build()
+    lib = module_path(sys.stdin)
     with open(os.path.join(root, "python", "pyproject.toml"), "rb") as f:
         pyproject = tomllib.load(f)
     with open(os.path.join(root, "Cargo.toml"), "rb") as f:
@@ -114,5 +113,5 @@ def main(out):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit(__doc__.strip().splitlines()[-1].strip())
+        sys.exit("usage: cargo build ... --message-format json-render-diagnostics | scripts/dev-wheel.py OUT_DIR")
     main(sys.argv[1])

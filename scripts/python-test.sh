@@ -14,7 +14,7 @@ scripts/pip-locked.sh "$venv" scripts/requirements/maturin.txt
 out=target/wheels/dev
 rm -rf "$out"
 started=$(date +%s.%N)
-wheel=$(scripts/dev-wheel.py "$out")
+wheel=$(cargo build --locked --workspace --all-targets --message-format json-render-diagnostics | scripts/dev-wheel.py "$out")
 echo "python-test: wheel packed in $(python3 -c "import time; print(round(time.time() - $started, 1))") s: $(basename "$wheel")"
 python3 scripts/wheel-check.py "$wheel"
 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps --force-reinstall "$wheel"
