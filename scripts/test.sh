@@ -110,11 +110,12 @@ run scripts/cfn-lint.sh
 # Clippy runs inside the dev build rather than as a `cargo clippy` of its own: cargo-clippy is
 # `cargo check` with clippy-driver as the workspace members' compiler, so a separate clippy step
 # type-checks every dependency a second time (check mode shares nothing with the build) and every
-# member twice (~5 min of CPU here). With the same wrapper and arguments on the build below, every
-# target `--all-targets` names is linted (-D warnings) as it compiles, once. The steps after it keep
-# this environment so cargo finds their build fresh (the wrapper and CLIPPY_ARGS are part of each
-# member's fingerprint); the release builds (scripts/sam-check.sh) run without it. When the lint
-# build fails, the steps after it build without the wrapper, so the tests still run and report.
+# member twice, mostly on one core (docs/testing.md). With the same wrapper and arguments on the
+# build below, every target `--all-targets` names is linted (-D warnings) as it compiles, once.
+# The steps after it keep this environment so cargo finds their build fresh (the wrapper and
+# CLIPPY_ARGS are part of each member's fingerprint); the release builds (scripts/sam-check.sh)
+# run without it. When the lint build fails, the steps after it build without the wrapper, so the
+# tests still run and report.
 clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
 if [ -x "$clippy_driver" ]; then
   export RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
