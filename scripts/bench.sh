@@ -30,7 +30,8 @@
 #   BENCH_CONCURRENCY   comma list (1,8,32)
 #   BENCH_PEERS         peers to run: "zae rlp tpy" (zae in both usage styles, inline and stored; tpy, our own
 #                       Python package, in both of its peers' styles, threads and asyncio); "" to skip
-#   BENCH_WHEEL_PROFILE cargo profile of the tpy wheel (wheel, what `make wheel` ships / dev)
+#   BENCH_WHEEL_PROFILE cargo profile of the tpy wheel (wheel, what `make wheel` ships, built by maturin / dev,
+#                       packed by scripts/dev-wheel.py from the test build)
 #   BENCH_FRESH_EACH    1: a fresh emulator for each of our workloads too (full: 1; smoke: 0, ours share one)
 #   BENCH_ONLY_PEERS    1: the peers' units of BENCH_PEERS alone (throughput rounds and client cost), for
 #                       comparing the Python packages quickly: no Turnstile workload, no zae_readme.py unit
@@ -135,12 +136,19 @@ cc_bin="$(profile_dir "$cc_profile")/turnstile-bench"
 cold_bin_dir="$(profile_dir "$cold_profile")"
 
 # tpy_install VENV: builds the `turnstile` wheel (profile $wheel_profile) and installs it into VENV.
+# The dev wheel is packed from the test build's own extension module (scripts/dev-wheel.py, as
+# `make test`'s Python tests do): maturin would compile `python/` alone, with other features.
 tpy_install() {
   scripts/pip-locked.sh "$root/.tools/python-test" scripts/requirements/maturin.txt || return 1
   rm -rf "$out/wheel"
   local t0; t0=$(now)
-  "$root/.tools/python-test/bin/maturin" build --quiet --manifest-path python/Cargo.toml --profile "$wheel_profile" \
-    --locked --out "$out/wheel" --interpreter "$(command -v python3)" || return 1
+  if [ "$wheel_profile" = dev ]; then
+    cargo build --locked --workspace --all-targets --message-format json-render-diagnostics \
+      | scripts/dev-wheel.py "$out/wheel" || return 1
+  else
+    "$root/.tools/python-test/bin/maturin" build --quiet --manifest-path python/Cargo.toml --profile "$wheel_profile" \
+      --locked --out "$out/wheel" --interpreter "$(command -v python3)" || return 1
+  fi
   echo "wheel ($wheel_profile) built in $(python3 -c "print(round($(now) - $t0, 1))") s"
   [ -x "$1/bin/python" ] || python3 -m venv "$1" || return 1
   "$1/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps --force-reinstall "$out/wheel"/turnstile-*.whl

@@ -62,7 +62,13 @@ for b in "${binaries[@]}"; do lambda_flags+=(--bin "$b"); done
 prebuild=(scripts/sam.sh --exec cargo lambda build "${lambda_flags[@]}")
 build=(scripts/sam.sh build --no-cached --parameter-overrides "Architecture=$arch")
 # --no-cached: cargo's own incremental state decides what to rebuild (SAM's cache would hash target/).
-in_toolchain() { if [ "$arch" = arm64 ]; then scripts/arm64-toolchain.sh exec "$@"; else "$@"; fi; }
+# Without a workspace wrapper the caller may have set (`make test` lints its dev build through
+# clippy-driver): the release binaries are built by the toolchain alone, fingerprinted the same way
+# whoever starts the build.
+in_toolchain() {
+    if [ "$arch" = arm64 ]; then set -- scripts/arm64-toolchain.sh exec "$@"; fi
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$@"
+}
 echo "--- cargo lambda build ${lambda_flags[*]}"
 start=$(date +%s)
 in_toolchain "${prebuild[@]}"

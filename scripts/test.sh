@@ -53,11 +53,27 @@ rm -f "$arm64_log".{rc,pid,cpu}
 # whichever step happens to be running when it ends: it writes its own CPU seconds to $arm64_log.cpu.
 ( setsid bash -c 'echo $$ >"$1.pid"; nice -n 19 scripts/sam-check.sh --build-only >"$1" 2>&1; rc=$?
   times >"$1.cpu"; echo $rc >"$1.rc"' _ "$arm64_log" & )
-trap 'kill -- -"$(cat "$arm64_log.pid" 2>/dev/null)" 2>/dev/null; rm -f "$times_file"; scripts/dynamodb-local.sh stop; ttl_ddb stop' EXIT
+# The Python venvs of the later steps (scripts/pip-locked.sh: hash-locked, a venv whose lock is
+# unchanged is reused), installed now in the background: on a clean clone mostly downloads (~45 s)
+# that overlap the build instead of adding to the steps that use them. Those steps wait for it
+# first and still run pip-locked.sh themselves (then a no-op, or the install again, failing there
+# with its message, when this one failed).
+venvs_log=target/python-venvs.log
+venvs=(".tools/python-test scripts/requirements/maturin.txt" ".tools/schemathesis scripts/requirements/schemathesis.txt")
+[ "${TURNSTILE_BENCH_SMOKE:-1}" = 0 ] ||
+  venvs+=("bench/peers/.venv-zae bench/peers/requirements-zae.txt" "bench/peers/.venv-rlp bench/peers/requirements-rlp.txt")
+( for v in "${venvs[@]}"; do nice -n 10 scripts/pip-locked.sh $v || exit 1; done ) >"$venvs_log" 2>&1 &
+venvs_pid=$!
+venvs_wait() {
+  wait "$venvs_pid" && return 0
+  echo "the background venv install failed (the steps below install again):"; cat "$venvs_log"
+}
+trap 'kill -- -"$(cat "$arm64_log.pid" 2>/dev/null)" 2>/dev/null; kill "$venvs_pid" 2>/dev/null; rm -f "$times_file"; scripts/dynamodb-local.sh stop; ttl_ddb stop' EXIT
 scripts/dynamodb-local.sh start || exit 1
 ttl_ddb start || exit 1
 
 status=0
+last_rc=0
 # Each step's wall time, printed as it ends and again in a table at the end (docs/testing.md keeps
 # the measured costs).
 # cpu: CPU seconds this script's finished children have used (`times`' second line), so each step's
@@ -72,6 +88,7 @@ cpu_now() {
 }
 run() {
   step "$*"; local t0=$SECONDS c0; cpu_now; c0=$CPU; "$@"; local rc=$? dt=$((SECONDS - t0)) dc
+  last_rc=$rc
   cpu_now; dc=$(python3 -c "print(round($CPU - $c0))")
   timings+=("$(printf '%5d s %6s s CPU  %s%s' "$dt" "$dc" "$*" "$([ $rc -eq 0 ] || echo "  (FAILED $rc)")")")
   echo "<== $dt s ($dc s CPU): $*"
@@ -90,10 +107,31 @@ run scripts/module-graph.py
 # dependency or a tampered DynamoDB Local jar is refused.
 run scripts/supply-chain-check.sh
 run scripts/cfn-lint.sh
-run cargo clippy --workspace --all-targets --locked -- -D warnings
+# Clippy runs inside the dev build rather than as a `cargo clippy` of its own: cargo-clippy is
+# `cargo check` with clippy-driver as the workspace members' compiler, so a separate clippy step
+# type-checks every dependency a second time (check mode shares nothing with the build) and every
+# member twice, mostly on one core (docs/testing.md). With the same wrapper and arguments on the
+# build below, every target `--all-targets` names is linted (-D warnings) as it compiles, once.
+# The steps after it keep this environment so cargo finds their build fresh (the wrapper and
+# CLIPPY_ARGS are part of each member's fingerprint); the release builds (scripts/sam-check.sh)
+# run without it. When the lint build fails, the steps after it build without the wrapper, so the
+# tests still run and report.
+clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
+if [ -x "$clippy_driver" ]; then
+  export RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+  run cargo build --workspace --all-targets --locked
+  if [ "$last_rc" -ne 0 ]; then
+    unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+    echo "the clippy build failed: the steps below build without clippy"
+  fi
+else
+  run cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
 run cargo test --workspace --locked
-# The Python package (python/, docs/python.md): its wheel built in the dev profile from the same
-# target/debug, installed into .tools/python-test, and its pytest suite against this DynamoDB Local.
+# The Python package (python/, docs/python.md): its dev wheel packed from the extension module of
+# the build above, checked, installed into .tools/python-test, and its pytest suite against this
+# DynamoDB Local.
+run venvs_wait
 run scripts/python-test.sh
 # --- The decide API against its OpenAPI description (openapi/decide-api.yaml) --------------------
 # Schemathesis (hash-locked) generates valid and invalid requests for every operation and checks each
