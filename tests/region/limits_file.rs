@@ -73,11 +73,11 @@ async fn a_global_limit_from_the_limits_file_spends_its_region_allotment() {
     };
 
     // A listed region holds a third of 12 once it has read the ledger.
-    let allot = Arc::new(Allotments::for_limits(
-        "us-east-1",
-        Duration::from_secs(5),
-        &limits.current(),
-    ));
+    let allot = Arc::new(
+        limits
+            .current()
+            .allotments("us-east-1", Duration::from_secs(5)),
+    );
     assert_eq!(
         spend_all(allot.clone()).await,
         0,
@@ -99,7 +99,9 @@ async fn a_global_limit_from_the_limits_file_spends_its_region_allotment() {
 async fn a_region_the_file_does_not_list_is_not_bound_by_the_global_limit() {
     let env = TestEnv::new(&[TableKind::Buckets]).await;
     let limits = Arc::new(Limits::new(LimitSet::from_yaml(LIMITS).expect("limits")));
-    let allot = Allotments::for_limits("eu-west-1", Duration::from_secs(5), &limits.current());
+    let allot = limits
+        .current()
+        .allotments("eu-west-1", Duration::from_secs(5));
     let bucket = limits
         .current()
         .bucket("Global", "tenant-a")

@@ -105,6 +105,7 @@ pub async fn handle(deps: &Deps, state: &State, event: Value) -> Result<Answer, 
     let buckets = Buckets {
         client: &deps.dynamo,
         table: &deps.tables.buckets,
+        key: shared::kv::attr::BUCKET,
     };
     let now = deps.clock.now();
     let summary = scheduled::run(&state.ledger, &buckets, &state.config.schedule, now)

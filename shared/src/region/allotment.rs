@@ -149,12 +149,12 @@ impl Allotments {
         }
     }
 
-    /// This region's view of every global limit `set` (the limits file) declares over it: what
-    /// [`Limiter::with_allotments`](crate::kv::Limiter::with_allotments) decides within. Each
-    /// holds no allotment until its first [`refresh`](Self::refresh).
-    pub fn for_limits(region: &str, refresh: Duration, set: &crate::kv::LimitSet) -> Self {
+    /// This region's view of the global limits `declared` (by the limits file) over it: what the
+    /// key-value limiter decides within. Each holds no allotment until its first
+    /// [`refresh`](Self::refresh).
+    pub fn for_declared(region: &str, refresh: Duration, declared: Vec<Declared>) -> Self {
         let a = Allotments::new(region, refresh);
-        for d in set.global_limits() {
+        for d in declared {
             if d.regions.iter().any(|r| r == region) {
                 a.declare(d);
             }

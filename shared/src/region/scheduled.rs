@@ -65,6 +65,8 @@ impl Schedule {
 pub struct Buckets<'a> {
     pub client: &'a Client,
     pub table: &'a str,
+    /// The table's key attribute (`kv::attr::BUCKET`: the key-value limits own the table).
+    pub key: &'a str,
 }
 
 impl Buckets<'_> {
@@ -74,7 +76,7 @@ impl Buckets<'_> {
             .client
             .get_item()
             .table_name(self.table)
-            .key(crate::kv::attr::BUCKET, s(bucket))
+            .key(self.key, s(bucket))
             .send()
             .await
             .map_err(|e| RegionError::Store {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde_saphyr::Spanned;
 
 use super::file::{first_line, parse_period, FileModel, LimitSpec};
+use super::set::at;
 use super::{KeyError, LimitSet, LoadError, NameDef, Problem, LIMITS_FILE_VAR};
 use crate::config::Vars;
 use crate::gcra::Rate;
@@ -44,14 +45,6 @@ impl LimitSet {
             Some(path) => Self::from_path(&path).map(Some),
             None => Ok(None),
         }
-    }
-}
-
-pub(super) fn at<T>(s: &Spanned<T>, reason: String) -> Problem {
-    Problem {
-        line: s.referenced.line(),
-        column: s.referenced.column(),
-        reason,
     }
 }
 

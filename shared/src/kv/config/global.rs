@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use super::build::at;
 use super::file::{parse_period, BoundedSpec, GlobalSpec, LimitSpec};
+use super::set::at;
 use super::Problem;
 use crate::gcra::Rate;
 use crate::region::{Declared, Mode};

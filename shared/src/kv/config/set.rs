@@ -14,6 +14,15 @@ use crate::shard::Shards;
 /// Env var naming the limits file (the CLI's `--config` takes precedence).
 pub const LIMITS_FILE_VAR: &str = "TURNSTILE_LIMITS_FILE";
 
+/// A problem at `s`'s place in the limits file.
+pub(super) fn at<T>(s: &serde_saphyr::Spanned<T>, reason: String) -> Problem {
+    Problem {
+        line: s.referenced.line(),
+        column: s.referenced.column(),
+        reason,
+    }
+}
+
 /// One problem in a limits file, at a 1-based line and column (0 when the parser gave none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
@@ -228,6 +237,15 @@ impl LimitSet {
     }
 
     /// Every global limit the file declares, by bucket key.
+    /// This region's allotments of the global limits declared here (none held until refreshed).
+    pub fn allotments(
+        &self,
+        region: &str,
+        refresh: std::time::Duration,
+    ) -> crate::region::Allotments {
+        crate::region::Allotments::for_declared(region, refresh, self.global_limits())
+    }
+
     pub fn global_limits(&self) -> Vec<crate::region::Declared> {
         let mut v: Vec<_> = self.globals.values().cloned().collect();
         v.sort_by(|a, b| a.bucket.cmp(&b.bucket));
