@@ -7,7 +7,7 @@ use std::time::Duration;
 use shared::clock::Clock;
 use shared::kv::{LimitSet, Limiter, Limits};
 use shared::region::ledger::{self};
-use shared::region::{declarations, Allotments, DynamoLedger};
+use shared::region::{declarations, Allotments};
 use shared::table::TableKind;
 use turnstile_tests::TestEnv;
 
@@ -26,16 +26,7 @@ overrides:
 
 #[tokio::test]
 async fn a_global_limit_from_the_limits_file_spends_its_region_allotment() {
-    let mut env = TestEnv::new(&[TableKind::Buckets]).await;
-    let table = format!("{}region-ledger", env.prefix);
-    ledger::create_table(&env.deps.dynamo, &table)
-        .await
-        .expect("ledger table");
-    env.track_table(table.clone());
-    let store = DynamoLedger {
-        client: env.deps.dynamo.clone(),
-        table,
-    };
+    let (env, store) = crate::with_ledger().await;
     let set = LimitSet::from_yaml(LIMITS).expect("limits");
     let declared = set.global_limits();
     assert_eq!(declared.len(), 1, "{declared:?}");
@@ -59,17 +50,7 @@ async fn a_global_limit_from_the_limits_file_spends_its_region_allotment() {
             limits.clone(),
         )
         .with_allotments(allot);
-        async move {
-            let mut admitted = 0;
-            for _ in 0..14 {
-                let o = lim
-                    .spend("Global", "tenant-a", 1, now)
-                    .await
-                    .expect("spend");
-                admitted += usize::from(o.decision.allowed);
-            }
-            admitted
-        }
+        async move { admitted(&lim, now).await }
     };
 
     // A listed region holds a third of 12 once it has read the ledger.
@@ -110,6 +91,15 @@ async fn a_region_the_file_does_not_list_is_not_bound_by_the_global_limit() {
     let lim = Limiter::new(env.deps.dynamo.clone(), &env.deps.tables.buckets, limits)
         .with_allotments(Arc::new(allot));
     let now = env.clock.now();
+    assert_eq!(
+        admitted(&lim, now).await,
+        12,
+        "the file's rate, as a limit that is not global"
+    );
+}
+
+/// Of 14 spends of 1 at `now` on `Global:tenant-a`, how many were allowed.
+async fn admitted(lim: &Limiter, now: shared::clock::Timestamp) -> usize {
     let mut admitted = 0;
     for _ in 0..14 {
         let o = lim
@@ -118,8 +108,5 @@ async fn a_region_the_file_does_not_list_is_not_bound_by_the_global_limit() {
             .expect("spend");
         admitted += usize::from(o.decision.allowed);
     }
-    assert_eq!(
-        admitted, 12,
-        "the file's rate, as a limit that is not global"
-    );
+    admitted
 }

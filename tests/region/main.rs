@@ -23,6 +23,21 @@ const BOUNDED: Mode = Mode::Bounded {
     overdraw_for: Duration::from_secs(3),
 };
 
+/// A test environment with a buckets table and a ledger table of its own (dropped with it).
+async fn with_ledger() -> (turnstile_tests::TestEnv, shared::region::DynamoLedger) {
+    let mut env = turnstile_tests::TestEnv::new(&[shared::table::TableKind::Buckets]).await;
+    let table = format!("{}region-ledger", env.prefix);
+    shared::region::ledger::create_table(&env.deps.dynamo, &table)
+        .await
+        .expect("ledger table");
+    env.track_table(table.clone());
+    let store = shared::region::DynamoLedger {
+        client: env.deps.dynamo.clone(),
+        table,
+    };
+    (env, store)
+}
+
 fn setup(seed: u64, mode: Mode) -> sim::Setup {
     sim::Setup {
         seed,

@@ -56,16 +56,8 @@ fn scheduled() -> Value {
 }
 
 async fn world() -> World {
-    let mut env = TestEnv::new(&[TableKind::Buckets]).await;
-    let table = format!("{}region-ledger", env.prefix);
-    ledger::create_table(&env.deps.dynamo, &table)
-        .await
-        .expect("ledger table");
-    env.track_table(table.clone());
-    let store = DynamoLedger {
-        client: env.deps.dynamo.clone(),
-        table: table.clone(),
-    };
+    let (mut env, store) = crate::with_ledger().await;
+    let table = store.table.clone();
     let now = env.clock.now();
     let rate = Rate::new(TOTAL, TOTAL, PERIOD).expect("rate");
     let d =
