@@ -675,15 +675,10 @@ impl Sim {
         t: usize,
         c: u32,
     ) -> Limits {
-        let cache = if sch.seed.wrapping_add(u64::from(c)) % 2 == 0 {
-            &self.w.authorizer.tenants
+        let (cache, i) = if sch.seed.wrapping_add(u64::from(c)) % 2 == 0 {
+            (&self.w.authorizer.tenants, Instance::AuthorizerA)
         } else {
-            &self.authorizer_b
-        };
-        let i = if std::ptr::eq(cache, &self.authorizer_b) {
-            Instance::AuthorizerB
-        } else {
-            Instance::AuthorizerA
+            (&self.authorizer_b, Instance::AuthorizerB)
         };
         let direct = shared::Deps {
             dynamo: self.direct.clone(),
